@@ -1,0 +1,81 @@
+/*
+ The optimizer: AdamW as torch.optim.AdamW, plus the global gradient norm for clipping.
+ Per parameter, at 1-based step t, with g = grad * grad_scale:
+   p -= lr * weight_decay * p                    (decoupled weight decay, on the old p)
+   m  = beta1 m + (1 - beta1) g
+   v  = beta2 v + (1 - beta2) g^2
+   p -= lr * mhat / (sqrt(vhat) + eps),  mhat = m / (1 - beta1^t),  vhat = v / (1 - beta2^t)
+ The caller picks which tensors get weight_decay (GPT-2 convention: matrices yes, biases
+ and layernorm parameters no) by calling adamw_update per group.
+*/
+#ifndef LLMC_ADAMW_H
+#define LLMC_ADAMW_H
+
+#include <math.h>    // sqrtf, pow
+#include <stddef.h>  // size_t
+
+// params, m, v (n,) updated in place from grads (n,); m and v start at zero at t = 1
+static inline void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                                float lr, float beta1, float beta2, float eps,
+                                float weight_decay, float grad_scale, int t) {
+    // the bias corrections are the same for every parameter: once per call, in double
+    // (beta2^t stays close to 1 for many steps, where float would lose digits)
+    float bc1 = (float)(1.0 - pow((double)beta1, t));
+    float bc2 = (float)(1.0 - pow((double)beta2, t));
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1;
+        float vhat = vi / bc2;
+        float p = params[i];
+        p -= lr * weight_decay * p;
+        p -= lr * mhat / (sqrtf(vhat) + eps);
+        params[i] = p;
+    }
+}
+
+// the sum is cut into this many fixed blocks whatever the thread count; each block is
+// summed by one thread in a fixed order and the block sums are added in index order, so
+// the result is bitwise the same for 1, 2 or 64 threads
+#define GRAD_NORM_BLOCKS 256
+
+// sum of grads[i]^2 over i < n, in double; deterministic regardless of thread count
+static inline double grad_norm_squared(const float* grads, size_t n) {
+    double partial[GRAD_NORM_BLOCKS];
+    size_t block = (n + GRAD_NORM_BLOCKS - 1) / GRAD_NORM_BLOCKS;
+    #pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < GRAD_NORM_BLOCKS; blk++) {
+        size_t i0 = (size_t)blk * block;
+        size_t i1 = i0 + block < n ? i0 + block : n;
+        // four interleaved accumulators: a fixed order (so still deterministic) that does
+        // not wait on one add's latency per element
+        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+        size_t i = i0;
+        for (; i + 4 <= i1; i += 4) {
+            a0 += (double)grads[i] * grads[i];
+            a1 += (double)grads[i + 1] * grads[i + 1];
+            a2 += (double)grads[i + 2] * grads[i + 2];
+            a3 += (double)grads[i + 3] * grads[i + 3];
+        }
+        for (; i < i1; i++) { a0 += (double)grads[i] * grads[i]; }
+        partial[blk] = (a0 + a1) + (a2 + a3);
+    }
+    double sum = 0.0;
+    for (int blk = 0; blk < GRAD_NORM_BLOCKS; blk++) { sum += partial[blk]; }
+    return sum;
+}
+
+// the factor to pass as grad_scale: max_norm / norm when the gradient norm exceeds
+// max_norm (clipping on, max_norm > 0), else 1
+static inline float clip_scale(double norm, float max_norm) {
+    if (max_norm > 0.0f && norm > (double)max_norm) {
+        return (float)((double)max_norm / norm);
+    }
+    return 1.0f;
+}
+
+#endif // LLMC_ADAMW_H

@@ -1,0 +1,204 @@
+/*
+ The trainer's command line: llm.c's short flags plus long flags for the rest.
+ Every value is parsed strictly (the whole string must be a number in range), and
+ any problem is one line naming the flag, so `-b 4x` or a missing value never
+ turns silently into a default.
+*/
+#ifndef LLMC_ARGS_H
+#define LLMC_ARGS_H
+
+#include <stdio.h>   // FILE, fprintf
+#include <stdint.h>  // uint64_t
+#include <stdlib.h>  // strtol, strtof, strtoull
+#include <string.h>  // strcmp, strchr, strncmp
+#include <errno.h>   // ERANGE
+#include "llmc/utils.h"  // llmc_error
+
+typedef struct {
+    const char* train_pattern;   // -i  train token shards (glob)
+    const char* val_pattern;     // -j  validation token shards (glob)
+    const char* output_dir;      // -o  main.log and checkpoints; NULL: none
+    const char* model;           // -e  llm.c model .bin, or a descriptor (d12, gpt3:c768)
+    int B;                       // -b  micro batch size per rank
+    int T;                       // -t  sequence length
+    long total_batch_size;       // -d  tokens per optimizer step over all ranks; -1: B*T*ranks
+    int max_steps;               // -x  -1: one epoch of the training data
+    const char* lr_schedule;     // -k  cosine | linear | constant
+    float lr;                    // -l
+    int warmup;                  // -u  warmup steps
+    float final_lr_frac;         // -q  final learning rate as a fraction of -l
+    float weight_decay;          // -c
+    int val_every;               // -v  0: no validation
+    int val_max_steps;           // -m  validation batches; -1: the whole validation set
+    int sample_every;            // -s  0: no samples
+    int gen_T;                   // -g  tokens per sample
+    int checkpoint_every;        // -n  0: no checkpoints
+    int resume;                  // -y  1: resume from the latest checkpoint in -o
+    int zero_stage;              // -z
+    int recompute;               // -r  0: keep all, 1: recompute GELU, 2: + layernorms
+    int overfit_single_batch;    // -a
+    uint64_t seed;               // --seed        init and shuffling
+    int shuffle;                 // --shuffle     0: read the training shards in order
+    float grad_clip;             // --grad-clip   global-norm clipping; 0: off
+    const char* report;          // --report      JSON summary written by rank 0 at exit
+    const char* tokenizer;       // --tokenizer   tokenizer file for decoding samples
+} TrainConfig;
+
+static void args_defaults(TrainConfig* c) {
+    memset(c, 0, sizeof(*c));
+    c->train_pattern = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+    c->val_pattern = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+    c->output_dir = NULL;
+    c->model = "d12";
+    c->B = 4;
+    c->T = 1024;
+    c->total_batch_size = -1;
+    c->max_steps = -1;
+    c->lr_schedule = "cosine";
+    c->lr = 3e-4f;
+    c->warmup = 0;
+    c->final_lr_frac = 1.0f;
+    c->weight_decay = 0.0f;
+    c->val_every = 20;
+    c->val_max_steps = 20;
+    c->sample_every = 20;
+    c->gen_T = 64;
+    c->checkpoint_every = 0;
+    c->resume = 0;
+    c->zero_stage = 0;
+    c->recompute = 1;
+    c->overfit_single_batch = 0;
+    c->seed = 1337;
+    c->shuffle = 1;
+    c->grad_clip = 1.0f;
+    c->report = NULL;
+    c->tokenizer = "dev/data/gpt2_tokenizer.bin";
+}
+
+static void args_usage(FILE* f) {
+    fprintf(f,
+        "Usage: train_gpt2_zero3_cpu [options]\n"
+        "  -i <pattern>  train token shards, a glob (default dev/data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
+        "  -j <pattern>  validation token shards, a glob (default ..._val.bin)\n"
+        "  -o <dir>      output directory for main.log and checkpoints (default: none)\n"
+        "  -e <model>    llm.c model .bin, or a descriptor: dN, gpt2:dN, gpt3:cC (default d12)\n"
+        "  -b <int>      micro batch size per rank (default 4)\n"
+        "  -t <int>      sequence length (default 1024)\n"
+        "  -d <int>      total batch size in tokens over all ranks, for gradient accumulation (default B*T*ranks)\n"
+        "  -x <int>      max steps (default: one epoch)\n"
+        "  -k <name>     learning rate schedule: cosine | linear | constant (default cosine)\n"
+        "  -l <float>    learning rate (default 3e-4)\n"
+        "  -u <int>      warmup steps (default 0)\n"
+        "  -q <float>    final learning rate fraction (default 1.0)\n"
+        "  -c <float>    weight decay (default 0.0)\n"
+        "  -v <int>      validate every N steps, 0 = never (default 20)\n"
+        "  -m <int>      validation batches, -1 = all (default 20)\n"
+        "  -s <int>      sample every N steps, 0 = never (default 20)\n"
+        "  -g <int>      tokens to generate per sample (default 64)\n"
+        "  -n <int>      checkpoint every N steps, 0 = never (default 0)\n"
+        "  -y <0|1>      resume from the latest checkpoint in -o (default 0)\n"
+        "  -z <0..3>     ZeRO stage (default 0)\n"
+        "  -r <0|1|2>    recompute: 0 none, 1 GELU, 2 GELU and layernorms (default 1)\n"
+        "  -a <0|1>      overfit a single batch (default 0)\n"
+        "  --seed <int>        seed for init and shuffling (default 1337)\n"
+        "  --shuffle <0|1>     shuffle the training shards and batches (default 1)\n"
+        "  --grad-clip <float> clip the global gradient norm, 0 = off (default 1.0)\n"
+        "  --report <file>     write a JSON report at exit (rank 0)\n"
+        "  --tokenizer <file>  tokenizer for decoding samples (default dev/data/gpt2_tokenizer.bin)\n"
+        "  -h, --help          this message\n");
+}
+
+// strict parsers: the whole string must be a number within [lo, hi]
+static int args_int(const char* flag, const char* s, long lo, long hi, long* out) {
+    char* end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0') { return llmc_error("flag %s: '%s' is not an integer", flag, s); }
+    if (errno == ERANGE || v < lo || v > hi) { return llmc_error("flag %s: %s is out of range [%ld, %ld]", flag, s, lo, hi); }
+    *out = v;
+    return 0;
+}
+
+static int args_float(const char* flag, const char* s, float lo, float hi, float* out) {
+    char* end = NULL;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (*s == '\0' || *end != '\0') { return llmc_error("flag %s: '%s' is not a number", flag, s); }
+    if (errno == ERANGE || !(v >= lo && v <= hi)) { return llmc_error("flag %s: %s is out of range [%g, %g]", flag, s, lo, hi); }
+    *out = v;
+    return 0;
+}
+
+// Parses argv into c (starting from the defaults). Returns 0, 1 when help was asked
+// for, or -1 with llmc_errmsg() naming the flag.
+static int args_parse(TrainConfig* c, int argc, char** argv) {
+    args_defaults(c);
+    for (int i = 1; i < argc; i++) {
+        const char* flag = argv[i];
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { return 1; }
+        if (flag[0] != '-' || flag[1] == '\0') { return llmc_error("unexpected argument '%s' (flags look like -b 4 or --seed 1)", flag); }
+        // "--name=value" or "--name value" / "-x value"
+        char name[64];
+        const char* val = NULL;
+        const char* eq = strncmp(flag, "--", 2) == 0 ? strchr(flag, '=') : NULL;
+        if (eq != NULL) {
+            size_t len = (size_t)(eq - flag);
+            if (len >= sizeof(name)) { return llmc_error("unknown flag %s", flag); }
+            memcpy(name, flag, len);
+            name[len] = '\0';
+            val = eq + 1;
+        } else {
+            if (strlen(flag) >= sizeof(name)) { return llmc_error("unknown flag %s", flag); }
+            strcpy(name, flag);
+            if (i + 1 >= argc) { return llmc_error("flag %s needs a value", flag); }
+            val = argv[++i];
+        }
+        long v;
+        int rc = 0;
+        if      (!strcmp(name, "-i")) { c->train_pattern = val; }
+        else if (!strcmp(name, "-j")) { c->val_pattern = val; }
+        else if (!strcmp(name, "-o")) { c->output_dir = val; }
+        else if (!strcmp(name, "-e")) { c->model = val; }
+        else if (!strcmp(name, "-k")) {
+            if (strcmp(val, "cosine") && strcmp(val, "linear") && strcmp(val, "constant")) {
+                return llmc_error("flag -k: unknown schedule '%s' (cosine, linear or constant)", val);
+            }
+            c->lr_schedule = val;
+        }
+        else if (!strcmp(name, "-b")) { rc = args_int(name, val, 1, 1 << 20, &v); c->B = (int)v; }
+        else if (!strcmp(name, "-t")) { rc = args_int(name, val, 1, 1 << 20, &v); c->T = (int)v; }
+        else if (!strcmp(name, "-d")) { rc = args_int(name, val, -1, 1L << 40, &v); c->total_batch_size = v;
+                                        if (rc == 0 && v == 0) { return llmc_error("flag -d: total batch size must be positive, or -1"); } }
+        else if (!strcmp(name, "-x")) { rc = args_int(name, val, -1, 1L << 30, &v); c->max_steps = (int)v; }
+        else if (!strcmp(name, "-l")) { rc = args_float(name, val, 0.0f, 10.0f, &c->lr); }
+        else if (!strcmp(name, "-u")) { rc = args_int(name, val, 0, 1L << 30, &v); c->warmup = (int)v; }
+        else if (!strcmp(name, "-q")) { rc = args_float(name, val, 0.0f, 1.0f, &c->final_lr_frac); }
+        else if (!strcmp(name, "-c")) { rc = args_float(name, val, 0.0f, 10.0f, &c->weight_decay); }
+        else if (!strcmp(name, "-v")) { rc = args_int(name, val, 0, 1L << 30, &v); c->val_every = (int)v; }
+        else if (!strcmp(name, "-m")) { rc = args_int(name, val, -1, 1L << 30, &v); c->val_max_steps = (int)v;
+                                        if (rc == 0 && v == 0) { return llmc_error("flag -m: use -v 0 to disable validation, or -1 for the whole set"); } }
+        else if (!strcmp(name, "-s")) { rc = args_int(name, val, 0, 1L << 30, &v); c->sample_every = (int)v; }
+        else if (!strcmp(name, "-g")) { rc = args_int(name, val, 1, 1 << 20, &v); c->gen_T = (int)v; }
+        else if (!strcmp(name, "-n")) { rc = args_int(name, val, 0, 1L << 30, &v); c->checkpoint_every = (int)v; }
+        else if (!strcmp(name, "-y")) { rc = args_int(name, val, 0, 1, &v); c->resume = (int)v; }
+        else if (!strcmp(name, "-z")) { rc = args_int(name, val, 0, 3, &v); c->zero_stage = (int)v; }
+        else if (!strcmp(name, "-r")) { rc = args_int(name, val, 0, 2, &v); c->recompute = (int)v; }
+        else if (!strcmp(name, "-a")) { rc = args_int(name, val, 0, 1, &v); c->overfit_single_batch = (int)v; }
+        else if (!strcmp(name, "--seed")) {
+            char* end = NULL;
+            errno = 0;
+            unsigned long long s = strtoull(val, &end, 10);
+            if (*val == '\0' || *end != '\0' || val[0] == '-' || errno == ERANGE) { return llmc_error("flag --seed: '%s' is not a non-negative integer", val); }
+            c->seed = s;
+        }
+        else if (!strcmp(name, "--shuffle")) { rc = args_int(name, val, 0, 1, &v); c->shuffle = (int)v; }
+        else if (!strcmp(name, "--grad-clip")) { rc = args_float(name, val, 0.0f, 1e6f, &c->grad_clip); }
+        else if (!strcmp(name, "--report")) { c->report = val; }
+        else if (!strcmp(name, "--tokenizer")) { c->tokenizer = val; }
+        else { return llmc_error("unknown flag %s (see -h)", name); }
+        if (rc != 0) { return -1; }
+    }
+    return 0;
+}
+
+#endif // LLMC_ARGS_H

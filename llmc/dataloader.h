@@ -1,0 +1,420 @@
+/*
+ Dataloader over llm.c token shards, for data-parallel training on nproc ranks.
+
+ Shard file format (all little-endian):
+   header: 256 int32 = 1024 bytes; [0] = 20240520 (magic), [1] = 1 (version), [2] = ntok
+   body:   ntok uint16 token ids; the file is exactly 1024 + 2*ntok bytes
+
+ Layout: a global batch is nproc*B*T tokens. Each shard is cut into
+ (ntok-1) / (nproc*B*T) global chunks (the -1 because the targets need one token past
+ the inputs). For chunk k, rank r reads the B*T+1 consecutive tokens starting at token
+ k*nproc*B*T + r*B*T: inputs are the first B*T, targets the last B*T. The ranks together
+ therefore read exactly what one rank with batch size nproc*B reads, so a global batch
+ gives the same loss at any number of ranks. Leftover tokens at a shard's end are unused.
+
+ Order: an epoch visits every shard once and every chunk of a shard once. Without
+ shuffle the shards come in byte-wise sorted file-name order and chunks in file order.
+ With shuffle, at the start of each epoch the shard order and, per shard, the chunk
+ order are permuted by an Rng seeded from (seed, epoch) alone, so every rank computes
+ the same permutation without talking to the others, and a resumed run (set_state)
+ recomputes it exactly.
+
+ Reads use pread of only the B*T+1 tokens needed: real shards are ~100M tokens and are
+ never loaded whole. One file descriptor (the shard being read) is kept open.
+
+ POSIX: glob, pread, open and fstat are POSIX, not C11. Under gcc's default gnu dialect
+ they are always declared; under a strict -std=c11 this header must be included before
+ any system header so that the _POSIX_C_SOURCE below takes effect.
+*/
+#ifndef LLMC_DATALOADER_H
+#define LLMC_DATALOADER_H
+
+#if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE)
+#define _POSIX_C_SOURCE 200809L  // glob, pread, O_CLOEXEC under a strict -std=c11
+#endif
+
+#include <stdint.h>     // uint8_t, uint64_t, int32_t, SIZE_MAX
+#include <stddef.h>     // size_t
+#include <stdlib.h>     // malloc, calloc, free, qsort
+#include <string.h>     // memset, memcpy, strlen, strcmp, strerror
+#include <limits.h>     // INT_MAX: rng_permute works on int indices
+#include <errno.h>      // errno, EINTR
+#include <glob.h>       // glob, globfree, GLOB_NOMATCH
+#include <fcntl.h>      // open, O_RDONLY, O_CLOEXEC
+#include <unistd.h>     // pread, close
+#include <sys/stat.h>   // fstat, S_ISREG: the file size checked against the header
+#include "llmc/utils.h" // llmc_error: one-line error messages, return -1
+#include "llmc/rand.h"  // Rng, rng_init, rng_u64, rng_permute: the shared deterministic RNG
+
+#define DATALOADER_MAGIC 20240520
+#define DATALOADER_VERSION 1
+#define DATALOADER_HEADER_INTS 256
+#define DATALOADER_HEADER_BYTES (DATALOADER_HEADER_INTS * 4)
+
+typedef struct DataLoader {
+    size_t B, T;            // batch size and sequence length of this rank
+    int rank, nproc;        // this rank and the number of ranks
+    int* inputs;            // (B, T) token ids of the current batch
+    int* targets;           // (B, T) the next tokens
+    // configuration
+    int shuffle;            // 0: sorted shards, chunks in order; else permuted per epoch
+    uint64_t seed;          // with the epoch, the only input of the shuffle
+    size_t global_tokens;   // nproc*B*T tokens per global batch (one chunk)
+    // shards, in byte-wise sorted file-name order (the "file index")
+    size_t num_shards;
+    char** shard_paths;     // (num_shards) owned copies of the glob results
+    size_t* shard_ntok;     // (num_shards) tokens in each shard
+    size_t* shard_nchunks;  // (num_shards) global chunks in each shard
+    size_t* chunk_offset;   // (num_shards) where a shard's chunks start in chunk_order
+    size_t total_chunks;    // sum of shard_nchunks: global batches per epoch
+    // order of the current epoch
+    int* shard_order;       // (num_shards) file index of the shard at each position
+    int* chunk_order;       // (total_chunks) chunk_order[chunk_offset[f] + i]: i-th chunk read of file f
+    // position of the NEXT batch: always valid (normalized after every advance)
+    uint64_t epoch;
+    size_t shard_pos;       // position in shard_order
+    size_t chunk_pos;       // position in the chunk order of that shard
+    // I/O
+    int fd;                 // open descriptor of file index fd_shard, or -1
+    size_t fd_shard;
+    uint8_t* buffer;        // (B*T+1)*2 raw little-endian bytes of one read
+} DataLoader;
+
+// position in the data, saved in checkpoints: epoch, shard position within the epoch's
+// shard order, batch (chunk) position within that shard's chunk order
+typedef struct { uint64_t epoch, shard, batch; } DataLoaderState;
+
+// ----------------------------------------------------------------------------
+// helpers
+
+static inline int32_t dataloader_read_i32le(const uint8_t* p) {
+    // assembled byte by byte so the format is read the same on any host byte order
+    uint32_t u = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+    return (int32_t)u;
+}
+
+static inline int dataloader_path_compare(const void* a, const void* b) {
+    // byte-wise, not strcoll: every rank must agree on the order whatever its locale
+    return strcmp(*(const char* const*)a, *(const char* const*)b);
+}
+
+// reads exactly n bytes at byte offset off, retrying short reads; 0 ok, -1 with errno or
+// errno = 0 at end of file
+static inline int dataloader_pread_full(int fd, uint8_t* buf, size_t n, off_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, off + (off_t)got);
+        if (r < 0) {
+            if (errno == EINTR) { continue; }
+            return -1;
+        }
+        if (r == 0) { errno = 0; return -1; }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+// the seed of the shuffle of one epoch: a hash of (seed, epoch) so that consecutive epochs
+// get unrelated streams (seeding splitmix with seed+epoch would only shift one stream)
+static inline uint64_t dataloader_epoch_seed(uint64_t seed, uint64_t epoch) {
+    Rng rng;
+    rng_init(&rng, seed);
+    uint64_t a = rng_u64(&rng);
+    rng_init(&rng, a ^ epoch);
+    return rng_u64(&rng);
+}
+
+// fills shard_order and chunk_order for the given epoch; from identity every time, so the
+// order depends on (seed, epoch) only and not on what was read before
+static inline void dataloader_compute_order(DataLoader* dl, uint64_t epoch) {
+    for (size_t f = 0; f < dl->num_shards; f++) {
+        dl->shard_order[f] = (int)f;
+        for (size_t i = 0; i < dl->shard_nchunks[f]; i++) {
+            dl->chunk_order[dl->chunk_offset[f] + i] = (int)i;
+        }
+    }
+    if (!dl->shuffle) { return; }
+    Rng rng;
+    rng_init(&rng, dataloader_epoch_seed(dl->seed, epoch));
+    // shards first, then each shard's chunks in file-index order: a fixed sequence of draws
+    rng_permute(&rng, dl->shard_order, dl->num_shards);
+    for (size_t f = 0; f < dl->num_shards; f++) {
+        rng_permute(&rng, dl->chunk_order + dl->chunk_offset[f], dl->shard_nchunks[f]);
+    }
+}
+
+// opens shard f, checks its header against its size; fills *ntok. The fd is closed.
+static inline int dataloader_check_shard(const char* path, size_t* ntok) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return llmc_error("dataloader: cannot open shard %s: %s", path, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return llmc_error("dataloader: cannot stat shard %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return llmc_error("dataloader: shard %s is not a regular file", path);
+    }
+    long long size = (long long)st.st_size;
+    if (size < DATALOADER_HEADER_BYTES) {
+        close(fd);
+        return llmc_error("dataloader: shard %s is truncated: %lld bytes, shorter than the %d-byte header",
+                          path, size, DATALOADER_HEADER_BYTES);
+    }
+    uint8_t header[DATALOADER_HEADER_BYTES];
+    if (dataloader_pread_full(fd, header, sizeof(header), 0) != 0) {
+        int e = errno;
+        close(fd);
+        return llmc_error("dataloader: cannot read the header of shard %s: %s", path,
+                          e ? strerror(e) : "unexpected end of file");
+    }
+    close(fd);
+    int32_t magic = dataloader_read_i32le(header + 0);
+    int32_t version = dataloader_read_i32le(header + 4);
+    int32_t count = dataloader_read_i32le(header + 8);
+    if (magic != DATALOADER_MAGIC) {
+        return llmc_error("dataloader: shard %s has bad magic %d (expected %d)", path, (int)magic, DATALOADER_MAGIC);
+    }
+    if (version != DATALOADER_VERSION) {
+        return llmc_error("dataloader: shard %s has unsupported version %d (expected %d)", path, (int)version,
+                          DATALOADER_VERSION);
+    }
+    if (count < 0) {
+        return llmc_error("dataloader: shard %s has a negative token count %d in its header", path, (int)count);
+    }
+    long long expected = (long long)DATALOADER_HEADER_BYTES + 2LL * (long long)count;
+    if (size < expected) {
+        return llmc_error("dataloader: shard %s is truncated: header says %d tokens (%lld bytes) but the file has %lld bytes",
+                          path, (int)count, expected, size);
+    }
+    if (size > expected) {
+        return llmc_error("dataloader: shard %s size mismatch: header says %d tokens (%lld bytes) but the file has %lld bytes",
+                          path, (int)count, expected, size);
+    }
+    *ntok = (size_t)count;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// API
+
+// safe on a zeroed loader, on one whose init failed, and twice
+static inline void dataloader_free(DataLoader* dl) {
+    if (dl->fd >= 0) { close(dl->fd); }
+    dl->fd = -1;
+    if (dl->shard_paths != NULL) {
+        for (size_t f = 0; f < dl->num_shards; f++) { free(dl->shard_paths[f]); }
+    }
+    free(dl->shard_paths);    dl->shard_paths = NULL;
+    free(dl->shard_ntok);     dl->shard_ntok = NULL;
+    free(dl->shard_nchunks);  dl->shard_nchunks = NULL;
+    free(dl->chunk_offset);   dl->chunk_offset = NULL;
+    free(dl->shard_order);    dl->shard_order = NULL;
+    free(dl->chunk_order);    dl->chunk_order = NULL;
+    free(dl->buffer);         dl->buffer = NULL;
+    free(dl->inputs);         dl->inputs = NULL;
+    free(dl->targets);        dl->targets = NULL;
+    dl->num_shards = 0;
+    dl->total_chunks = 0;
+}
+
+static inline int dataloader_init(DataLoader* dl, const char* pattern, size_t B, size_t T, int rank, int nproc,
+                                  int shuffle, uint64_t seed) {
+    memset(dl, 0, sizeof(*dl));
+    dl->fd = -1;
+    if (pattern == NULL) { return llmc_error("dataloader: pattern is NULL"); }
+    if (B == 0 || T == 0) { return llmc_error("dataloader: B=%zu and T=%zu must both be positive", B, T); }
+    if (nproc < 1 || rank < 0 || rank >= nproc) {
+        return llmc_error("dataloader: rank %d is not in [0, nproc=%d)", rank, nproc);
+    }
+    // overflow of B*T, nproc*B*T or the byte count of one read would silently corrupt offsets
+    if (T > (SIZE_MAX / 4 - 1) / B || B * T > (SIZE_MAX / 4 - 1) / (size_t)nproc) {
+        return llmc_error("dataloader: nproc*B*T = %d*%zu*%zu overflows", nproc, B, T);
+    }
+    dl->B = B;
+    dl->T = T;
+    dl->rank = rank;
+    dl->nproc = nproc;
+    dl->shuffle = shuffle != 0;
+    dl->seed = seed;
+    dl->global_tokens = (size_t)nproc * B * T;
+
+    // the shard list
+    glob_t g;
+    int grc = glob(pattern, 0, NULL, &g);
+    if (grc == GLOB_NOMATCH) {
+        globfree(&g);
+        return llmc_error("dataloader: no file matches pattern %s", pattern);
+    }
+    if (grc != 0) {
+        globfree(&g);
+        return llmc_error("dataloader: glob of pattern %s failed (%s)", pattern,
+                          grc == GLOB_NOSPACE ? "out of memory" : "read error");
+    }
+    if (g.gl_pathc > (size_t)INT_MAX) {
+        globfree(&g);
+        return llmc_error("dataloader: pattern %s matches too many files", pattern);
+    }
+    dl->num_shards = g.gl_pathc;
+    dl->shard_paths = calloc(dl->num_shards, sizeof(char*));
+    if (dl->shard_paths == NULL) {
+        globfree(&g);
+        llmc_error("dataloader: out of memory for the shard paths of %s", pattern);
+        dataloader_free(dl);
+        return -1;
+    }
+    for (size_t f = 0; f < dl->num_shards; f++) {
+        size_t len = strlen(g.gl_pathv[f]);
+        dl->shard_paths[f] = malloc(len + 1);
+        if (dl->shard_paths[f] == NULL) {
+            globfree(&g);
+            llmc_error("dataloader: out of memory for the shard paths of %s", pattern);
+            dataloader_free(dl);
+            return -1;
+        }
+        memcpy(dl->shard_paths[f], g.gl_pathv[f], len + 1);
+    }
+    globfree(&g);
+    qsort(dl->shard_paths, dl->num_shards, sizeof(char*), dataloader_path_compare);
+
+    // validate every shard now, so a bad file fails at startup and not hours into training
+    dl->shard_ntok = calloc(dl->num_shards, sizeof(size_t));
+    dl->shard_nchunks = calloc(dl->num_shards, sizeof(size_t));
+    dl->chunk_offset = calloc(dl->num_shards, sizeof(size_t));
+    dl->shard_order = calloc(dl->num_shards, sizeof(int));
+    if (!dl->shard_ntok || !dl->shard_nchunks || !dl->chunk_offset || !dl->shard_order) {
+        llmc_error("dataloader: out of memory for %zu shards", dl->num_shards);
+        dataloader_free(dl);
+        return -1;
+    }
+    for (size_t f = 0; f < dl->num_shards; f++) {
+        size_t ntok = 0;
+        if (dataloader_check_shard(dl->shard_paths[f], &ntok) != 0) {
+            dataloader_free(dl);
+            return -1;  // message already recorded, naming the file
+        }
+        if (ntok < dl->global_tokens + 1) {
+            llmc_error("dataloader: shard %s has %zu tokens, fewer than one global batch of nproc*B*T+1 = %zu",
+                       dl->shard_paths[f], ntok, dl->global_tokens + 1);
+            dataloader_free(dl);
+            return -1;
+        }
+        size_t nchunks = (ntok - 1) / dl->global_tokens;
+        if (nchunks > (size_t)INT_MAX) {
+            llmc_error("dataloader: shard %s has %zu chunks, more than the shuffle supports", dl->shard_paths[f], nchunks);
+            dataloader_free(dl);
+            return -1;
+        }
+        dl->shard_ntok[f] = ntok;
+        dl->shard_nchunks[f] = nchunks;
+        dl->chunk_offset[f] = dl->total_chunks;
+        dl->total_chunks += nchunks;
+    }
+
+    size_t bt = B * T;
+    dl->chunk_order = malloc(dl->total_chunks * sizeof(int));
+    dl->buffer = malloc((bt + 1) * 2);
+    dl->inputs = malloc(bt * sizeof(int));
+    dl->targets = malloc(bt * sizeof(int));
+    if (!dl->chunk_order || !dl->buffer || !dl->inputs || !dl->targets) {
+        llmc_error("dataloader: out of memory for a batch of B*T = %zu tokens", bt);
+        dataloader_free(dl);
+        return -1;
+    }
+    memset(dl->inputs, 0, bt * sizeof(int));
+    memset(dl->targets, 0, bt * sizeof(int));
+    dataloader_compute_order(dl, 0);
+    return 0;
+}
+
+// back to the first batch of epoch 0 (validation loaders call this before each evaluation)
+static inline void dataloader_reset(DataLoader* dl) {
+    if (dl->epoch != 0) { dataloader_compute_order(dl, 0); }
+    dl->epoch = 0;
+    dl->shard_pos = 0;
+    dl->chunk_pos = 0;
+}
+
+// global batches per epoch, summed over all shards (the same on every rank)
+static inline size_t dataloader_num_batches(const DataLoader* dl) { return dl->total_chunks; }
+
+// reads the batch at the current position into inputs/targets, then advances; at the end of
+// a shard it moves to the next shard, after the last shard to epoch+1 (reshuffled). On an I/O
+// error the position is left unchanged, so get_state still names the batch that failed.
+static inline int dataloader_next_batch(DataLoader* dl) {
+    if (dl->num_shards == 0 || dl->inputs == NULL) {
+        return llmc_error("dataloader: next_batch on a loader that is not initialized");
+    }
+    size_t f = (size_t)dl->shard_order[dl->shard_pos];
+    size_t chunk = (size_t)dl->chunk_order[dl->chunk_offset[f] + dl->chunk_pos];
+    size_t bt = dl->B * dl->T;
+    size_t token_offset = chunk * dl->global_tokens + (size_t)dl->rank * bt;  // in tokens, within the shard
+    if (dl->fd < 0 || dl->fd_shard != f) {
+        if (dl->fd >= 0) { close(dl->fd); dl->fd = -1; }
+        dl->fd = open(dl->shard_paths[f], O_RDONLY | O_CLOEXEC);
+        if (dl->fd < 0) {
+            return llmc_error("dataloader: cannot open shard %s: %s", dl->shard_paths[f], strerror(errno));
+        }
+        dl->fd_shard = f;
+    }
+    off_t byte_offset = (off_t)DATALOADER_HEADER_BYTES + (off_t)token_offset * 2;
+    if (dataloader_pread_full(dl->fd, dl->buffer, (bt + 1) * 2, byte_offset) != 0) {
+        int e = errno;
+        return llmc_error("dataloader: cannot read %zu tokens at token %zu of shard %s: %s", bt + 1, token_offset,
+                          dl->shard_paths[f], e ? strerror(e) : "unexpected end of file (shard changed since init?)");
+    }
+    // uint16 little-endian -> int; targets are the same tokens shifted by one
+    for (size_t i = 0; i < bt; i++) {
+        dl->inputs[i] = (int)((unsigned)dl->buffer[2 * i] | ((unsigned)dl->buffer[2 * i + 1] << 8));
+        dl->targets[i] = (int)((unsigned)dl->buffer[2 * i + 2] | ((unsigned)dl->buffer[2 * i + 3] << 8));
+    }
+    // advance to the next batch
+    dl->chunk_pos++;
+    if (dl->chunk_pos == dl->shard_nchunks[f]) {
+        dl->chunk_pos = 0;
+        dl->shard_pos++;
+        if (dl->shard_pos == dl->num_shards) {
+            dl->shard_pos = 0;
+            dl->epoch++;
+            if (dl->shuffle) { dataloader_compute_order(dl, dl->epoch); }
+        }
+    }
+    return 0;
+}
+
+// the position of the NEXT batch that dataloader_next_batch will return
+static inline void dataloader_get_state(const DataLoader* dl, DataLoaderState* s) {
+    s->epoch = dl->epoch;
+    s->shard = (uint64_t)dl->shard_pos;
+    s->batch = (uint64_t)dl->chunk_pos;
+}
+
+// resumes at a position from dataloader_get_state (of a loader with the same shards, B, T,
+// nproc, shuffle and seed): the next batch is the one that would have come next. The batch
+// index is checked against the shard at that position in that epoch's order.
+static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s) {
+    if (dl->num_shards == 0) { return llmc_error("dataloader: set_state on a loader that is not initialized"); }
+    if (s->shard >= (uint64_t)dl->num_shards) {
+        return llmc_error("dataloader: state shard %llu out of range (%zu shards)", (unsigned long long)s->shard,
+                          dl->num_shards);
+    }
+    if (dl->shuffle && s->epoch != dl->epoch) { dataloader_compute_order(dl, s->epoch); }
+    size_t f = (size_t)dl->shard_order[s->shard];
+    if (s->batch >= (uint64_t)dl->shard_nchunks[f]) {
+        // put back the order of the epoch we are still in
+        if (dl->shuffle && s->epoch != dl->epoch) { dataloader_compute_order(dl, dl->epoch); }
+        return llmc_error("dataloader: state batch %llu out of range (shard %s at position %llu of epoch %llu has %zu batches)",
+                          (unsigned long long)s->batch, dl->shard_paths[f], (unsigned long long)s->shard,
+                          (unsigned long long)s->epoch, dl->shard_nchunks[f]);
+    }
+    dl->epoch = s->epoch;
+    dl->shard_pos = (size_t)s->shard;
+    dl->chunk_pos = (size_t)s->batch;
+    return 0;
+}
+
+#endif // LLMC_DATALOADER_H

@@ -1,0 +1,398 @@
+/*
+ The GPT-2 / GPT-3 model description: configuration, descriptors (d12, gpt3:c768),
+ the parameter layout, llm.c model files, and random init. No compute here: the
+ forward and backward live in the trainer, where the ZeRO hooks are woven in.
+
+ Parameter layout. llm.c's file stores the 16 parameter kinds one after another,
+ each kind for all layers at once (all ln1w, then all ln1b, ...). ZeRO partitions by
+ *layer unit* instead, so in memory the parameters are unit-major:
+
+   unit 0        wte (Vp, C), wpe (maxT, C)                     the embedding
+   unit 1 + l    ln1w, ln1b, qkvw, qkvb, attprojw, attprojb,
+                 ln2w, ln2b, fcw, fcb, fcprojw, fcprojb        transformer block l
+   unit L + 1    lnfw (C), lnfb (C)                            the final layernorm
+
+ Each unit is one contiguous range of the flat buffer, so gathering a unit is one
+ collective into one buffer. The file reader and writer permute between the two.
+*/
+#ifndef LLMC_GPT2_H
+#define LLMC_GPT2_H
+
+#include <stdio.h>    // FILE, fopen, fread, fwrite, rename, remove
+#include <stdint.h>   // int32_t, uint16_t, uint32_t
+#include <stdlib.h>   // malloc, free, strtol
+#include <string.h>   // strcmp, strncmp, memcpy
+#include <math.h>     // sqrtf
+#include "llmc/utils.h"  // llmc_error
+#include "llmc/rand.h"   // Rng, rng_normal for init
+
+#define GPT2_MODEL_MAGIC 20240326
+#define GPT2_MODEL_VERSION_FP32 3
+#define GPT2_MODEL_VERSION_BF16 5
+#define GPT2_VOCAB_SIZE 50257
+#define GPT2_PADDED_VOCAB_SIZE 50304  // 50257 rounded up to a multiple of 128
+
+typedef struct {
+    int max_seq_len;       // maxT: 1024 for GPT-2, 2048 for GPT-3
+    int vocab_size;        // V: 50257
+    int padded_vocab_size; // Vp: V padded for aligned matmuls; rows V..Vp-1 of wte are unused
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPT2Config;
+
+// the 16 parameter kinds, in llm.c's file order
+enum {
+    P_WTE, P_WPE,
+    P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB,
+    P_LNFW, P_LNFB,
+    NUM_PARAM_KINDS
+};
+#define NUM_BLOCK_TENSORS 12  // P_LN1W .. P_FCPROJB, the tensors of one block
+
+static const char* const gpt2_param_names[NUM_PARAM_KINDS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+// weight decay applies to the matrices and embeddings only, not to biases and norms
+static const int gpt2_param_decay[NUM_PARAM_KINDS] = {
+    1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+
+// elements of one tensor of each kind: per layer for the block kinds
+static void gpt2_param_sizes(const GPT2Config* c, size_t sizes[NUM_PARAM_KINDS]) {
+    size_t C = c->channels, Vp = c->padded_vocab_size, maxT = c->max_seq_len;
+    sizes[P_WTE] = Vp * C;         sizes[P_WPE] = maxT * C;
+    sizes[P_LN1W] = C;             sizes[P_LN1B] = C;
+    sizes[P_QKVW] = 3 * C * C;     sizes[P_QKVB] = 3 * C;
+    sizes[P_ATTPROJW] = C * C;     sizes[P_ATTPROJB] = C;
+    sizes[P_LN2W] = C;             sizes[P_LN2B] = C;
+    sizes[P_FCW] = 4 * C * C;      sizes[P_FCB] = 4 * C;
+    sizes[P_FCPROJW] = C * 4 * C;  sizes[P_FCPROJB] = C;
+    sizes[P_LNFW] = C;             sizes[P_LNFB] = C;
+}
+
+static inline int gpt2_is_block_kind(int k) { return k >= P_LN1W && k <= P_FCPROJB; }
+
+// ----------------------------------------------------------------------------
+// units
+
+static inline int gpt2_num_units(const GPT2Config* c) { return c->num_layers + 2; }
+
+// elements in unit u
+static size_t gpt2_unit_size(const GPT2Config* c, int u) {
+    size_t s[NUM_PARAM_KINDS];
+    gpt2_param_sizes(c, s);
+    if (u == 0) { return s[P_WTE] + s[P_WPE]; }
+    if (u == c->num_layers + 1) { return s[P_LNFW] + s[P_LNFB]; }
+    size_t n = 0;
+    for (int k = P_LN1W; k <= P_FCPROJB; k++) { n += s[k]; }
+    return n;
+}
+
+// element offset of unit u in the unpadded flat buffer (u == num_units gives the total)
+static size_t gpt2_unit_offset(const GPT2Config* c, int u) {
+    size_t off = 0;
+    for (int i = 0; i < u; i++) { off += gpt2_unit_size(c, i); }
+    return off;
+}
+
+static inline size_t gpt2_num_params(const GPT2Config* c) {
+    return gpt2_unit_offset(c, gpt2_num_units(c));
+}
+
+// A parameter tensor as the optimizer and the ZeRO engine see it: a range of one unit.
+typedef struct {
+    int kind;       // P_WTE ...
+    int layer;      // block index, or -1 outside the blocks
+    int unit;       // the unit that holds it
+    size_t offset;  // element offset inside the unit
+    size_t size;    // elements
+    int decay;      // 1 if AdamW weight decay applies
+} TensorRange;
+
+static inline int gpt2_num_tensors(const GPT2Config* c) { return 4 + NUM_BLOCK_TENSORS * c->num_layers; }
+
+// fills out[gpt2_num_tensors(c)] in unit order
+static void gpt2_tensor_ranges(const GPT2Config* c, TensorRange* out) {
+    size_t s[NUM_PARAM_KINDS];
+    gpt2_param_sizes(c, s);
+    int n = 0, L = c->num_layers;
+    for (int u = 0; u < gpt2_num_units(c); u++) {
+        int first = u == 0 ? P_WTE : (u == L + 1 ? P_LNFW : P_LN1W);
+        int last = u == 0 ? P_WPE : (u == L + 1 ? P_LNFB : P_FCPROJB);
+        size_t off = 0;
+        for (int k = first; k <= last; k++) {
+            out[n++] = (TensorRange){k, gpt2_is_block_kind(k) ? u - 1 : -1, u, off, s[k], gpt2_param_decay[k]};
+            off += s[k];
+        }
+    }
+}
+
+// Pointers into one unit's flat buffer; the same helpers serve parameters and gradients.
+typedef struct { float *wte, *wpe; } EmbedTensors;
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} BlockTensors;
+typedef struct { float *lnfw, *lnfb; } FinalTensors;
+
+static inline EmbedTensors gpt2_embed_tensors(const GPT2Config* c, float* unit) {
+    return (EmbedTensors){unit, unit + (size_t)c->padded_vocab_size * c->channels};
+}
+
+static inline BlockTensors gpt2_block_tensors(const GPT2Config* c, float* unit) {
+    size_t C = c->channels;
+    BlockTensors t;
+    float* p = unit;
+    t.ln1w = p; p += C;             t.ln1b = p; p += C;
+    t.qkvw = p; p += 3 * C * C;     t.qkvb = p; p += 3 * C;
+    t.attprojw = p; p += C * C;     t.attprojb = p; p += C;
+    t.ln2w = p; p += C;             t.ln2b = p; p += C;
+    t.fcw = p; p += 4 * C * C;      t.fcb = p; p += 4 * C;
+    t.fcprojw = p; p += 4 * C * C;  t.fcprojb = p;
+    return t;
+}
+
+static inline FinalTensors gpt2_final_tensors(const GPT2Config* c, float* unit) {
+    return (FinalTensors){unit, unit + c->channels};
+}
+
+// ----------------------------------------------------------------------------
+// configuration: validation and descriptors
+
+static int gpt2_config_validate(const GPT2Config* c, const char* what) {
+    if (c->max_seq_len <= 0 || c->max_seq_len > (1 << 20)) { return llmc_error("%s: max_seq_len %d out of range", what, c->max_seq_len); }
+    if (c->vocab_size <= 0 || c->vocab_size > 65536) { return llmc_error("%s: vocab_size %d out of range (1..65536, tokens are uint16)", what, c->vocab_size); }
+    if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size > (1 << 20)) {
+        return llmc_error("%s: padded_vocab_size %d must be >= vocab_size %d", what, c->padded_vocab_size, c->vocab_size);
+    }
+    if (c->num_layers <= 0 || c->num_layers > 1024) { return llmc_error("%s: num_layers %d out of range", what, c->num_layers); }
+    if (c->channels <= 0 || c->channels > 65536) { return llmc_error("%s: channels %d out of range", what, c->channels); }
+    if (c->num_heads <= 0 || c->channels % c->num_heads != 0) {
+        return llmc_error("%s: channels %d not divisible by num_heads %d", what, c->channels, c->num_heads);
+    }
+    return 0;
+}
+
+// parses a positive decimal integer that fills the whole string
+static int gpt2_parse_positive(const char* s, int* out) {
+    if (*s == '\0') { return -1; }
+    char* end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v <= 0 || v > 1000000) { return -1; }
+    *out = (int)v;
+    return 0;
+}
+
+// The GPT-3 family by channel width (Brown et al. 2020, table 2.1). Two entries of the
+// paper's table cannot be built as written and are mended the way common
+// reimplementations do: 1.3B lists 24 heads of 128 for 2048 channels (we use 16 heads of
+// 128), and 13B lists 5140 channels (we use 5120 = 40 heads of 128).
+typedef struct { int channels, layers, heads; const char* name; } GPT3Size;
+static const GPT3Size gpt3_sizes[] = {
+    {768, 12, 12, "125M"},   {1024, 24, 16, "350M"},  {1536, 24, 16, "760M"},
+    {2048, 24, 16, "1.3B"},  {2560, 32, 32, "2.7B"},  {4096, 32, 32, "6.7B"},
+    {5120, 40, 40, "13B"},   {12288, 96, 96, "175B"},
+};
+
+// "dN" or "gpt2:dN": GPT-2 family with N layers, N heads, 64N channels, maxT 1024.
+// "gpt3:cC": the GPT-3 size of channel width C, maxT 2048.
+static int gpt2_config_from_descriptor(const char* desc, GPT2Config* c) {
+    const char* s = desc;
+    int gpt3 = 0;
+    if (strncmp(s, "gpt2:", 5) == 0) { s += 5; }
+    else if (strncmp(s, "gpt3:", 5) == 0) { s += 5; gpt3 = 1; }
+    c->vocab_size = GPT2_VOCAB_SIZE;
+    c->padded_vocab_size = GPT2_PADDED_VOCAB_SIZE;
+    int n;
+    if (!gpt3 && s[0] == 'd' && gpt2_parse_positive(s + 1, &n) == 0) {
+        if (n > 1024) { return llmc_error("model descriptor '%s': depth %d is too large", desc, n); }
+        c->max_seq_len = 1024;
+        c->num_layers = n;
+        c->num_heads = n;
+        c->channels = 64 * n;
+        return 0;
+    }
+    if (gpt3 && s[0] == 'c' && gpt2_parse_positive(s + 1, &n) == 0) {
+        for (size_t i = 0; i < sizeof(gpt3_sizes) / sizeof(gpt3_sizes[0]); i++) {
+            if (gpt3_sizes[i].channels == n) {
+                c->max_seq_len = 2048;
+                c->num_layers = gpt3_sizes[i].layers;
+                c->num_heads = gpt3_sizes[i].heads;
+                c->channels = n;
+                return 0;
+            }
+        }
+        return llmc_error("model descriptor '%s': no GPT-3 size has %d channels "
+                          "(known: 768, 1024, 1536, 2048, 2560, 4096, 5120, 12288)", desc, n);
+    }
+    return llmc_error("model descriptor '%s' not understood: use dN, gpt2:dN or gpt3:cC "
+                      "(for example d12, gpt2:d24, gpt3:c768), or a model .bin file", desc);
+}
+
+// ----------------------------------------------------------------------------
+// llm.c model files
+
+// Reads an llm.c model file (version 3 fp32 or version 5 bf16) into a new unit-major
+// fp32 buffer (*params, gpt2_num_params(c) floats). On failure nothing is allocated.
+static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
+    int32_t header[256];
+    float* out = NULL;
+    void* file_buf = NULL;
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { return llmc_error("cannot open model file %s: %s", path, strerror(errno)); }
+    if (fread(header, sizeof(int32_t), 256, fp) != 256) {
+        llmc_error("model file %s is truncated: shorter than its 1024-byte header", path);
+        goto fail;
+    }
+    if (header[0] != GPT2_MODEL_MAGIC) {
+        llmc_error("model file %s has bad magic %d (expected %d): not an llm.c model file", path, header[0], GPT2_MODEL_MAGIC);
+        goto fail;
+    }
+    int version = header[1];
+    if (version != GPT2_MODEL_VERSION_FP32 && version != GPT2_MODEL_VERSION_BF16) {
+        llmc_error("model file %s has version %d: only 3 (fp32) and 5 (bf16) are supported", path, version);
+        goto fail;
+    }
+    c->max_seq_len = header[2];
+    c->vocab_size = header[3];
+    c->num_layers = header[4];
+    c->num_heads = header[5];
+    c->channels = header[6];
+    c->padded_vocab_size = header[7];
+    if (gpt2_config_validate(c, path) != 0) { goto fail; }
+
+    size_t n = gpt2_num_params(c);
+    size_t elem = version == GPT2_MODEL_VERSION_FP32 ? 4 : 2;
+    long expected = 1024 + (long)(n * elem);
+    if (fseek(fp, 0, SEEK_END) != 0) { llmc_error("cannot seek in model file %s", path); goto fail; }
+    long actual = ftell(fp);
+    if (actual != expected) {
+        llmc_error("model file %s is %ld bytes but its header describes %ld (%zu parameters, %s)%s",
+                   path, actual, expected, n, elem == 4 ? "fp32" : "bf16", actual < expected ? ": truncated" : "");
+        goto fail;
+    }
+    fseek(fp, 1024, SEEK_SET);
+    file_buf = malloc(n * elem);
+    out = (float*)malloc(n * sizeof(float));
+    if (file_buf == NULL || out == NULL) { llmc_error("out of memory reading model file %s (%zu parameters)", path, n); goto fail; }
+    if (fread(file_buf, elem, n, fp) != n) { llmc_error("read error in model file %s", path); goto fail; }
+
+    // scatter the file's kind-major order into the unit-major layout
+    size_t sizes[NUM_PARAM_KINDS];
+    gpt2_param_sizes(c, sizes);
+    TensorRange* ranges = (TensorRange*)malloc(gpt2_num_tensors(c) * sizeof(TensorRange));
+    if (ranges == NULL) { llmc_error("out of memory"); goto fail; }
+    gpt2_tensor_ranges(c, ranges);
+    size_t kind_offset[NUM_PARAM_KINDS];  // where each kind starts in the file
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        kind_offset[k] = off;
+        off += sizes[k] * (gpt2_is_block_kind(k) ? (size_t)c->num_layers : 1);
+    }
+    for (int i = 0; i < gpt2_num_tensors(c); i++) {
+        TensorRange r = ranges[i];
+        size_t src = kind_offset[r.kind] + (r.layer >= 0 ? (size_t)r.layer * r.size : 0);
+        float* dst = out + gpt2_unit_offset(c, r.unit) + r.offset;
+        if (elem == 4) {
+            memcpy(dst, (float*)file_buf + src, r.size * sizeof(float));
+        } else {
+            const uint16_t* b = (const uint16_t*)file_buf + src;
+            for (size_t j = 0; j < r.size; j++) {
+                uint32_t bits = (uint32_t)b[j] << 16;  // bf16 is the top half of an fp32
+                memcpy(&dst[j], &bits, sizeof(float));
+            }
+        }
+    }
+    free(ranges);
+    free(file_buf);
+    fclose(fp);
+    *params = out;
+    return 0;
+fail:
+    free(out);
+    free(file_buf);
+    fclose(fp);
+    return -1;
+}
+
+// Writes an llm.c version 3 (fp32) model file from the unit-major buffer. Writes to a
+// temporary name and renames, so a crash or a full disk never leaves a torn file.
+static int gpt2_write_model(const char* path, const GPT2Config* c, const float* params) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) { return llmc_error("model path too long: %s", path); }
+    FILE* fp = fopen(tmp, "wb");
+    if (fp == NULL) { return llmc_error("cannot write model file %s: %s", tmp, strerror(errno)); }
+    int32_t header[256] = {0};
+    header[0] = GPT2_MODEL_MAGIC;
+    header[1] = GPT2_MODEL_VERSION_FP32;
+    header[2] = c->max_seq_len;
+    header[3] = c->vocab_size;
+    header[4] = c->num_layers;
+    header[5] = c->num_heads;
+    header[6] = c->channels;
+    header[7] = c->padded_vocab_size;
+    int ok = fwrite(header, sizeof(int32_t), 256, fp) == 256;
+    int nt = gpt2_num_tensors(c);
+    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
+    if (ranges == NULL) { fclose(fp); remove(tmp); return llmc_error("out of memory"); }
+    gpt2_tensor_ranges(c, ranges);
+    // gather back into the file's kind-major order: for each kind, its tensors by layer
+    for (int k = 0; k < NUM_PARAM_KINDS && ok; k++) {
+        for (int i = 0; i < nt && ok; i++) {
+            if (ranges[i].kind != k) { continue; }
+            const float* src = params + gpt2_unit_offset(c, ranges[i].unit) + ranges[i].offset;
+            ok = fwrite(src, sizeof(float), ranges[i].size, fp) == ranges[i].size;
+        }
+    }
+    free(ranges);
+    int err = errno;
+    if (fclose(fp) != 0 && ok) { ok = 0; err = errno; }
+    if (!ok) {
+        remove(tmp);
+        return llmc_error("cannot write model file %s: %s", tmp, strerror(err));
+    }
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        remove(tmp);
+        return llmc_error("cannot rename %s to %s: %s", tmp, path, strerror(err));
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// random init as GPT-2: N(0, 0.02) for matrices and embeddings, the residual
+// projections scaled by 1/sqrt(2L), zero biases, unit layernorm gains. Every tensor
+// draws from its own stream (seed, tensor index), so the result is the same for any
+// world size and for any order in which tensors are initialized.
+static void gpt2_init_params(const GPT2Config* c, float* params, uint64_t seed) {
+    int nt = gpt2_num_tensors(c);
+    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
+    if (ranges == NULL) { fprintf(stderr, "error: out of memory\n"); exit(EXIT_FAILURE); }
+    gpt2_tensor_ranges(c, ranges);
+    float residual_scale = 1.0f / sqrtf(2.0f * c->num_layers);
+    for (int i = 0; i < nt; i++) {
+        TensorRange r = ranges[i];
+        float* p = params + gpt2_unit_offset(c, r.unit) + r.offset;
+        int k = r.kind;
+        if (k == P_LN1W || k == P_LN2W || k == P_LNFW) {
+            for (size_t j = 0; j < r.size; j++) { p[j] = 1.0f; }
+        } else if (!gpt2_param_decay[k]) {
+            memset(p, 0, r.size * sizeof(float));  // biases
+        } else {
+            Rng rng;
+            rng_init(&rng, seed * 0x100000001B3ull + (uint64_t)i);
+            float std = (k == P_ATTPROJW || k == P_FCPROJW) ? 0.02f * residual_scale : 0.02f;
+            size_t n = r.size;
+            if (k == P_WTE) {  // the padding rows V..Vp-1 are never read: keep them zero
+                n = (size_t)c->vocab_size * c->channels;
+                memset(p + n, 0, (r.size - n) * sizeof(float));
+            }
+            rng_normal(&rng, p, n, 0.0f, std);
+        }
+    }
+    free(ranges);
+}
+
+#endif // LLMC_GPT2_H

@@ -1,0 +1,89 @@
+/*
+ Checked wrappers and the error convention shared by every building block.
+
+ Two styles, on purpose:
+ - Library code (llmc/, zero3/) returns 0 on success and -1 on failure, after
+   recording one line naming the file or value and what is wrong with llmc_error().
+   The caller decides what to do; tests can check failure paths without a crash.
+ - Top-level programs (the trainer, tools) use the *Check wrappers, which print
+   file:line and exit: the only place the program stops.
+*/
+#ifndef LLMC_UTILS_H
+#define LLMC_UTILS_H
+
+#include <stdio.h>   // FILE, fopen, fread, fwrite, fprintf, vsnprintf
+#include <stdlib.h>  // malloc, exit
+#include <stdarg.h>  // va_list for llmc_error
+#include <string.h>  // strerror
+#include <errno.h>   // errno
+
+// ----------------------------------------------------------------------------
+// error messages of library code: one line, kept per thread
+
+static _Thread_local char llmc_errbuf[1024];
+
+// records a message (printf format) and returns -1, so: `return llmc_error("...");`
+__attribute__((format(printf, 1, 2)))
+static inline int llmc_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(llmc_errbuf, sizeof(llmc_errbuf), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// the last message recorded by llmc_error on this thread
+static inline const char* llmc_errmsg(void) { return llmc_errbuf; }
+
+// ----------------------------------------------------------------------------
+// checked wrappers for top-level programs: report file and line, then exit
+
+static inline FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {
+    FILE* fp = fopen(path, mode);
+    if (fp == NULL) {
+        fprintf(stderr, "error: cannot open %s (mode %s): %s [%s:%d]\n", path, mode, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+    return fp;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+static inline void fread_check(void* ptr, size_t size, size_t nmemb, FILE* stream, const char* file, int line) {
+    size_t got = fread(ptr, size, nmemb, stream);
+    if (got != nmemb) {
+        fprintf(stderr, "error: short read (%zu of %zu items): %s [%s:%d]\n", got, nmemb,
+                feof(stream) ? "unexpected end of file" : strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void* ptr, size_t size, size_t nmemb, FILE* stream, const char* file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "error: short write (%zu of %zu items): %s [%s:%d]\n", put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void* malloc_check(size_t size, const char* file, int line) {
+    void* p = malloc(size);
+    if (p == NULL && size > 0) {
+        fprintf(stderr, "error: out of memory allocating %zu bytes [%s:%d]\n", size, file, line);
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+
+// exits with the library's last message when a call returned non-zero
+static inline void llmc_check(int rc, const char* file, int line) {
+    if (rc != 0) {
+        fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define llmcCheck(rc) llmc_check((rc), __FILE__, __LINE__)
+
+#endif // LLMC_UTILS_H

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what train_gpt2_zero3 needs from Debian/Ubuntu packages, and nothing when all
+# of it is already there (so `make test` and `make demo` can call it every time).
+#   build:      gcc, make, pkg-config
+#   trainer:    OpenBLAS (sgemm), Open MPI (data parallelism), PCRE2 (tokenizer regex),
+#               cJSON (reports, configs, encoder.json), liburing (NVMe tier)
+#   tests:      Criterion (unit tests), python3-torch + numpy + regex (PyTorch reference)
+set -euo pipefail
+
+pkgs=(build-essential make pkg-config
+      libopenblas-dev libopenmpi-dev openmpi-bin
+      libpcre2-dev libcjson-dev liburing-dev
+      libcriterion-dev
+      python3 python3-torch python3-numpy python3-regex)
+
+missing=()
+for p in "${pkgs[@]}"; do
+    # dpkg-query prints "install ok installed" only for a fully installed package
+    if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then SUDO=sudo; else
+        echo "install_deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

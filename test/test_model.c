@@ -1,0 +1,383 @@
+/*
+ Criterion tests of the model description (llmc/gpt2.h) and the trainer's flags
+ (llmc/args.h): descriptors, the unit layout, llm.c model files (round trip, bf16,
+ every kind of bad file), init, and flag parsing errors.
+*/
+#include <criterion/criterion.h>  // Test, cr_assert*
+#include <stdio.h>                // FILE, fopen, fwrite
+#include <stdlib.h>               // mkdtemp, malloc
+#include <string.h>               // strstr, memcmp
+#include <unistd.h>               // rmdir, unlink
+#include "llmc/gpt2.h"            // the code under test
+#include "llmc/args.h"            // the code under test
+
+// ----------------------------------------------------------------------------
+// helpers
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    strcpy(tmpdir, "/tmp/test_model_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void tmp_path(char* out, const char* name) { snprintf(out, 512, "%s/%s", tmpdir, name); }
+
+static GPT2Config small_config(void) {
+    GPT2Config c = {.max_seq_len = 16, .vocab_size = 37, .padded_vocab_size = 40,
+                    .num_layers = 3, .num_heads = 2, .channels = 8};
+    return c;
+}
+
+// writes raw bytes to a file
+static void write_bytes(const char* path, const void* data, size_t n) {
+    FILE* fp = fopen(path, "wb");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fwrite(data, 1, n, fp), n);
+    fclose(fp);
+}
+
+// builds the bytes of an llm.c model file from unit-major params, independently of
+// gpt2_write_model: kind by kind, each block kind for all layers
+static size_t build_file(const GPT2Config* c, const float* params, int version, unsigned char* out) {
+    int32_t header[256] = {0};
+    header[0] = 20240326; header[1] = version; header[2] = c->max_seq_len; header[3] = c->vocab_size;
+    header[4] = c->num_layers; header[5] = c->num_heads; header[6] = c->channels; header[7] = c->padded_vocab_size;
+    memcpy(out, header, 1024);
+    size_t pos = 1024;
+    size_t s[NUM_PARAM_KINDS];
+    gpt2_param_sizes(c, s);
+    size_t C = c->channels;
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        int layers = gpt2_is_block_kind(k) ? c->num_layers : 1;
+        for (int l = 0; l < layers; l++) {
+            // where this tensor lives in the unit-major layout, computed by hand
+            size_t off;
+            if (k == P_WTE) { off = 0; }
+            else if (k == P_WPE) { off = s[P_WTE]; }
+            else if (k == P_LNFW) { off = gpt2_unit_offset(c, c->num_layers + 1); }
+            else if (k == P_LNFB) { off = gpt2_unit_offset(c, c->num_layers + 1) + C; }
+            else {
+                off = gpt2_unit_offset(c, 1 + l);
+                for (int j = P_LN1W; j < k; j++) { off += s[j]; }
+            }
+            for (size_t i = 0; i < s[k]; i++) {
+                float x = params[off + i];
+                if (version == 3) { memcpy(out + pos, &x, 4); pos += 4; }
+                else { uint32_t bits; memcpy(&bits, &x, 4); uint16_t b = (uint16_t)(bits >> 16); memcpy(out + pos, &b, 2); pos += 2; }
+            }
+        }
+    }
+    return pos;
+}
+
+// ----------------------------------------------------------------------------
+// descriptors
+
+Test(descriptor, gpt2_depths) {
+    GPT2Config c;
+    cr_assert_eq(gpt2_config_from_descriptor("d12", &c), 0);
+    cr_assert_eq(c.num_layers, 12); cr_assert_eq(c.num_heads, 12); cr_assert_eq(c.channels, 768);
+    cr_assert_eq(c.max_seq_len, 1024); cr_assert_eq(c.vocab_size, 50257); cr_assert_eq(c.padded_vocab_size, 50304);
+    // GPT-2 124M has 124,475,904 parameters with the padded vocabulary (llm.c's count)
+    cr_assert_eq(gpt2_num_params(&c), 124475904u);
+    cr_assert_eq(gpt2_config_from_descriptor("gpt2:d48", &c), 0);
+    cr_assert_eq(c.num_layers, 48); cr_assert_eq(c.channels, 3072); cr_assert_eq(c.num_heads, 48);
+    cr_assert_eq(gpt2_config_from_descriptor("d1", &c), 0);
+    cr_assert_eq(c.channels, 64);
+}
+
+Test(descriptor, gpt3_widths) {
+    GPT2Config c;
+    cr_assert_eq(gpt2_config_from_descriptor("gpt3:c768", &c), 0);
+    cr_assert_eq(c.num_layers, 12); cr_assert_eq(c.num_heads, 12); cr_assert_eq(c.max_seq_len, 2048);
+    cr_assert_eq(gpt2_config_from_descriptor("gpt3:c12288", &c), 0);
+    cr_assert_eq(c.num_layers, 96); cr_assert_eq(c.num_heads, 96);
+    // 175B: the classic count is about 175e9
+    double n = (double)gpt2_num_params(&c);
+    cr_assert(n > 174e9 && n < 176e9, "gpt3:c12288 has %.3g parameters", n);
+    cr_assert_eq(gpt2_config_from_descriptor("gpt3:c4096", &c), 0);
+    cr_assert_eq(c.num_layers, 32);
+    for (size_t i = 0; i < sizeof(gpt3_sizes) / sizeof(gpt3_sizes[0]); i++) {
+        cr_assert_eq(gpt3_sizes[i].channels % gpt3_sizes[i].heads, 0, "%s", gpt3_sizes[i].name);
+    }
+}
+
+Test(descriptor, malformed) {
+    GPT2Config c;
+    const char* bad[] = {"", "d", "d0", "d-3", "d12x", "dd12", "gpt2:c768", "gpt3:d12", "gpt3:c700",
+                         "gpt3:c", "gpt4:d12", "12", "d99999999999", "model.bin"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(gpt2_config_from_descriptor(bad[i], &c), -1, "'%s' should be rejected", bad[i]);
+        cr_assert_not_null(strstr(llmc_errmsg(), bad[i]), "message names the descriptor: %s", llmc_errmsg());
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the unit layout
+
+Test(layout, units_tile_the_buffer) {
+    GPT2Config c = small_config();
+    int nt = gpt2_num_tensors(&c);
+    TensorRange* r = malloc(nt * sizeof(TensorRange));
+    gpt2_tensor_ranges(&c, r);
+    size_t total = 0;
+    int prev_unit = -1;
+    size_t expect_off = 0;
+    for (int i = 0; i < nt; i++) {
+        if (r[i].unit != prev_unit) {
+            if (prev_unit >= 0) { cr_assert_eq(expect_off, gpt2_unit_size(&c, prev_unit)); }
+            cr_assert_eq(r[i].unit, prev_unit + 1);
+            prev_unit = r[i].unit;
+            expect_off = 0;
+        }
+        cr_assert_eq(r[i].offset, expect_off, "tensor %d is not contiguous in its unit", i);
+        expect_off += r[i].size;
+        total += r[i].size;
+    }
+    cr_assert_eq(prev_unit, c.num_layers + 1);
+    cr_assert_eq(total, gpt2_num_params(&c));
+    cr_assert_eq(gpt2_unit_offset(&c, gpt2_num_units(&c)), total);
+    // block units: 12 C^2 + 13 C parameters each
+    size_t C = c.channels;
+    cr_assert_eq(gpt2_unit_size(&c, 1), 12 * C * C + 13 * C);
+    free(r);
+}
+
+Test(layout, decay_only_on_matrices_and_embeddings) {
+    GPT2Config c = small_config();
+    int nt = gpt2_num_tensors(&c);
+    TensorRange* r = malloc(nt * sizeof(TensorRange));
+    gpt2_tensor_ranges(&c, r);
+    for (int i = 0; i < nt; i++) {
+        int k = r[i].kind;
+        int matrix = k == P_WTE || k == P_WPE || k == P_QKVW || k == P_ATTPROJW || k == P_FCW || k == P_FCPROJW;
+        cr_assert_eq(r[i].decay, matrix, "%s", gpt2_param_names[k]);
+    }
+    free(r);
+}
+
+// ----------------------------------------------------------------------------
+// model files
+
+Test(model_file, round_trip_fp32, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    size_t n = gpt2_num_params(&c);
+    float* p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { p[i] = (float)i * 0.25f - 3.0f; }
+    char path[512];
+    tmp_path(path, "m.bin");
+    cr_assert_eq(gpt2_write_model(path, &c, p), 0, "%s", llmc_errmsg());
+    // the file's bytes are the independent kind-major serialization
+    unsigned char* expect = malloc(1024 + 4 * n);
+    size_t len = build_file(&c, p, 3, expect);
+    FILE* fp = fopen(path, "rb");
+    unsigned char* got = malloc(len + 1);
+    cr_assert_eq(fread(got, 1, len + 1, fp), len, "file has the wrong size");
+    fclose(fp);
+    cr_assert_eq(memcmp(got, expect, len), 0, "file bytes differ from llm.c's layout");
+    // and reads back to the same parameters and config
+    GPT2Config c2;
+    float* q = NULL;
+    cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
+    cr_assert_eq(memcmp(&c, &c2, sizeof(c)), 0);
+    cr_assert_eq(memcmp(p, q, n * sizeof(float)), 0);
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    cr_assert_neq(access(tmp, F_OK), 0, "temporary file left behind");
+    free(p); free(q); free(expect); free(got);
+}
+
+Test(model_file, reads_bf16, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    size_t n = gpt2_num_params(&c);
+    float* p = malloc(n * sizeof(float));
+    // values exactly representable in bf16 (8 significant bits) read back exactly
+    for (size_t i = 0; i < n; i++) { p[i] = (float)((int)(i % 255) - 127) / 64.0f; }
+    unsigned char* bytes = malloc(1024 + 2 * n);
+    size_t len = build_file(&c, p, 5, bytes);
+    char path[512];
+    tmp_path(path, "bf16.bin");
+    write_bytes(path, bytes, len);
+    float* q = NULL;
+    GPT2Config c2;
+    cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
+    cr_assert_eq(memcmp(p, q, n * sizeof(float)), 0);
+    free(p); free(q); free(bytes);
+}
+
+// writes a valid fp32 file, lets `mutate` damage it, and expects a -1 whose message
+// names the file and contains `what`
+static void expect_bad_file(void (*mutate)(unsigned char* bytes, size_t* len), const char* what) {
+    GPT2Config c = small_config();
+    size_t n = gpt2_num_params(&c);
+    float* p = calloc(n, sizeof(float));
+    unsigned char* bytes = malloc(1024 + 4 * n + 64);
+    size_t len = build_file(&c, p, 3, bytes);
+    mutate(bytes, &len);
+    char path[512];
+    tmp_path(path, "bad.bin");
+    write_bytes(path, bytes, len);
+    float* q = NULL;
+    GPT2Config c2;
+    cr_assert_eq(gpt2_read_model(path, &c2, &q), -1);
+    cr_assert_null(q);
+    cr_assert_not_null(strstr(llmc_errmsg(), path), "message names the file: %s", llmc_errmsg());
+    cr_assert_not_null(strstr(llmc_errmsg(), what), "message says '%s': %s", what, llmc_errmsg());
+    free(p); free(bytes);
+}
+
+static void set_i32(unsigned char* b, int idx, int32_t v) { memcpy(b + 4 * idx, &v, 4); }
+static void bad_magic(unsigned char* b, size_t* len) { (void)len; set_i32(b, 0, 12345); }
+static void bad_version(unsigned char* b, size_t* len) { (void)len; set_i32(b, 1, 4); }
+static void truncated(unsigned char* b, size_t* len) { (void)b; *len -= 100; }
+static void too_long(unsigned char* b, size_t* len) { memset(b + *len, 0, 8); *len += 8; }
+static void header_only_part(unsigned char* b, size_t* len) { (void)b; *len = 500; }
+static void bad_heads(unsigned char* b, size_t* len) { (void)len; set_i32(b, 5, 3); }     // 8 channels, 3 heads
+static void bad_padded(unsigned char* b, size_t* len) { (void)len; set_i32(b, 7, 30); }   // Vp < V
+static void bad_layers(unsigned char* b, size_t* len) { (void)len; set_i32(b, 4, -2); }
+
+Test(model_file, bad_magic, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(bad_magic, "magic"); }
+Test(model_file, bad_version, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(bad_version, "version 4"); }
+Test(model_file, truncated, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(truncated, "truncated"); }
+Test(model_file, size_mismatch, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(too_long, "header describes"); }
+Test(model_file, short_header, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(header_only_part, "header"); }
+Test(model_file, heads_do_not_divide, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(bad_heads, "num_heads"); }
+Test(model_file, padded_vocab_too_small, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(bad_padded, "padded_vocab_size"); }
+Test(model_file, negative_layers, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(bad_layers, "num_layers"); }
+
+Test(model_file, missing, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char path[512];
+    tmp_path(path, "nope.bin");
+    float* q = NULL;
+    GPT2Config c;
+    cr_assert_eq(gpt2_read_model(path, &c, &q), -1);
+    cr_assert_not_null(strstr(llmc_errmsg(), path));
+}
+
+Test(model_file, unwritable_directory_leaves_nothing, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    float* p = calloc(gpt2_num_params(&c), sizeof(float));
+    char path[512];
+    tmp_path(path, "no/such/dir/m.bin");
+    cr_assert_eq(gpt2_write_model(path, &c, p), -1);
+    cr_assert_not_null(strstr(llmc_errmsg(), "no/such/dir"));
+    free(p);
+}
+
+// ----------------------------------------------------------------------------
+// init
+
+Test(init, gpt2_statistics_and_reproducible) {
+    GPT2Config c = small_config();
+    c.channels = 64; c.num_heads = 4; c.num_layers = 2; c.vocab_size = 500; c.padded_vocab_size = 512; c.max_seq_len = 64;
+    size_t n = gpt2_num_params(&c);
+    float* a = malloc(n * sizeof(float));
+    float* b = malloc(n * sizeof(float));
+    gpt2_init_params(&c, a, 42);
+    gpt2_init_params(&c, b, 42);
+    cr_assert_eq(memcmp(a, b, n * sizeof(float)), 0, "same seed, same model");
+    gpt2_init_params(&c, b, 43);
+    cr_assert_neq(memcmp(a, b, n * sizeof(float)), 0, "another seed, another model");
+    BlockTensors w = gpt2_block_tensors(&c, a + gpt2_unit_offset(&c, 1));
+    EmbedTensors e = gpt2_embed_tensors(&c, a);
+    // std of the fc weights ~ 0.02, of the residual projection ~ 0.02/sqrt(2L) = 0.01
+    double s1 = 0, s2 = 0;
+    size_t nfc = 4 * 64 * 64;
+    for (size_t i = 0; i < nfc; i++) { s1 += (double)w.fcw[i] * w.fcw[i]; s2 += (double)w.fcprojw[i] * w.fcprojw[i]; }
+    double std1 = sqrt(s1 / nfc), std2 = sqrt(s2 / nfc);
+    // 16384 samples: the sample std is within ~1.1% (1/sqrt(2n)) of the truth; 5% is > 4 sigma
+    cr_assert(fabs(std1 - 0.02) < 0.001, "fcw std %f", std1);
+    cr_assert(fabs(std2 - 0.01) < 0.0005, "fcprojw std %f", std2);
+    for (int i = 0; i < 64; i++) {
+        cr_assert_eq(w.ln1w[i], 1.0f); cr_assert_eq(w.ln1b[i], 0.0f); cr_assert_eq(w.qkvb[i], 0.0f);
+    }
+    for (size_t i = (size_t)500 * 64; i < (size_t)512 * 64; i++) { cr_assert_eq(e.wte[i], 0.0f, "padding rows are zero"); }
+    free(a); free(b);
+}
+
+// ----------------------------------------------------------------------------
+// flags
+
+static int parse(TrainConfig* c, const char* line) {
+    static char buf[1024];  // the parsed config points into it
+    static char* argv[64];
+    int argc = 0;
+    strcpy(buf, line);
+    argv[argc++] = "train";
+    for (char* tok = strtok(buf, " "); tok != NULL; tok = strtok(NULL, " ")) { argv[argc++] = tok; }
+    int rc = args_parse(c, argc, argv);
+    return rc;
+}
+
+Test(flags, llmc_flags) {
+    TrainConfig c;
+    cr_assert_eq(parse(&c, "-e model.bin -b 8 -t 64 -a 1 -x 8 -l 1e-3 -u 0 -q 1.0 -c 0.1 -d 1024 -z 0 -r 2 -k linear -y 0 -n 5 -o out"), 0, "%s", llmc_errmsg());
+    cr_assert_str_eq(c.model, "model.bin");
+    cr_assert_eq(c.B, 8); cr_assert_eq(c.T, 64); cr_assert_eq(c.overfit_single_batch, 1); cr_assert_eq(c.max_steps, 8);
+    cr_assert_float_eq(c.lr, 1e-3f, 1e-9); cr_assert_eq(c.warmup, 0); cr_assert_float_eq(c.final_lr_frac, 1.0f, 0);
+    cr_assert_float_eq(c.weight_decay, 0.1f, 1e-9); cr_assert_eq(c.total_batch_size, 1024); cr_assert_eq(c.recompute, 2);
+    cr_assert_str_eq(c.lr_schedule, "linear"); cr_assert_eq(c.checkpoint_every, 5); cr_assert_str_eq(c.output_dir, "out");
+}
+
+Test(flags, long_flags_both_forms) {
+    TrainConfig c;
+    cr_assert_eq(parse(&c, "--seed 7 --shuffle=0 --grad-clip 0.5 --report r.json --tokenizer=t.bin"), 0, "%s", llmc_errmsg());
+    cr_assert_eq(c.seed, 7u); cr_assert_eq(c.shuffle, 0); cr_assert_float_eq(c.grad_clip, 0.5f, 0);
+    cr_assert_str_eq(c.report, "r.json"); cr_assert_str_eq(c.tokenizer, "t.bin");
+}
+
+Test(flags, defaults_match_llmc) {
+    TrainConfig c;
+    cr_assert_eq(parse(&c, ""), 0);
+    cr_assert_eq(c.B, 4); cr_assert_eq(c.T, 1024); cr_assert_float_eq(c.lr, 3e-4f, 1e-9);
+    cr_assert_eq(c.val_every, 20); cr_assert_eq(c.sample_every, 20); cr_assert_eq(c.gen_T, 64);
+    cr_assert_float_eq(c.grad_clip, 1.0f, 0);
+}
+
+Test(flags, help) {
+    TrainConfig c;
+    cr_assert_eq(parse(&c, "-h"), 1);
+    cr_assert_eq(parse(&c, "-b 2 --help"), 1);
+}
+
+// each bad command line fails with a message that names the flag (or the argument)
+Test(flags, errors_name_the_flag) {
+    struct { const char* line; const char* names; } cases[] = {
+        {"-b", "-b"},                   // missing value
+        {"-b abc", "-b"},               // not a number
+        {"-b 4x", "-b"},                // trailing garbage
+        {"-b 0", "-b"},                 // out of range
+        {"-b -3", "-b"},
+        {"-t 99999999999999", "-t"},
+        {"-l fast", "-l"},
+        {"-l -1", "-l"},
+        {"-q 1.5", "-q"},
+        {"-z 4", "-z"},
+        {"-r 3", "-r"},
+        {"-a 2", "-a"},
+        {"-y 7", "-y"},
+        {"-d 0", "-d"},
+        {"-m 0", "-m"},
+        {"-k warmup_stable", "-k"},
+        {"-w 1", "-w"},                 // unknown flag
+        {"--frobnicate 1", "--frobnicate"},
+        {"--seed -1", "--seed"},
+        {"--seed 12ab", "--seed"},
+        {"--shuffle yes", "--shuffle"},
+        {"--grad-clip=", "--grad-clip"},
+        {"stray", "stray"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        TrainConfig c;
+        cr_assert_eq(parse(&c, cases[i].line), -1, "'%s' should fail", cases[i].line);
+        cr_assert_not_null(strstr(llmc_errmsg(), cases[i].names), "'%s': message '%s' should name %s",
+                           cases[i].line, llmc_errmsg(), cases[i].names);
+    }
+}

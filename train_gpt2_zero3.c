@@ -1,0 +1,772 @@
+/*
+ train_gpt2_zero3_cpu: the fp32 CPU GPT-2/GPT-3 trainer. It is the reference that the
+ GPU trainer and the ZeRO engine are measured against, and it trains for real on
+ machines without a GPU. Data parallel over MPI: every rank computes the gradient of
+ its own micro-batches, the gradients are averaged with an all-reduce, and every rank
+ applies the same AdamW step.
+
+ The forward and backward reach parameters and gradients one *layer unit* at a time
+ through params_unit() and grads_unit() (see llmc/gpt2.h for the units): these are
+ the places where the ZeRO engine gathers, releases and reduces.
+*/
+#include <stdio.h>       // printf, FILE
+#include <stdlib.h>      // exit, calloc
+#include <string.h>      // memset, memcpy
+#include <math.h>        // sqrt, logf
+#include <time.h>        // clock_gettime for step timings
+#include <unistd.h>      // sysconf, access
+#include <sys/stat.h>    // mkdir, stat
+#include <dirent.h>      // opendir for finding the latest checkpoint
+#include <omp.h>         // omp_set_num_threads
+#include <cblas.h>       // openblas_set_num_threads
+#include <mpi.h>         // data parallelism: all-reduce of gradients and losses
+#include <cjson/cJSON.h> // the --report JSON
+
+#include "llmc/utils.h"       // checked wrappers, llmc_error
+#include "llmc/rand.h"        // Rng for sampling
+#include "llmc/args.h"        // TrainConfig, args_parse
+#include "llmc/gpt2.h"        // GPT2Config, units, model files, init
+#include "llmc/encoder.h"     // encoder_forward/backward: wte + wpe
+#include "llmc/layernorm.h"   // layernorm_forward/backward
+#include "llmc/matmul.h"      // matmul_forward/backward through sgemm
+#include "llmc/attention.h"   // causal multi-head attention
+#include "llmc/gelu.h"        // GELU, tanh form
+#include "llmc/residual.h"    // residual_forward
+#include "llmc/classifier.h"  // softmax, cross-entropy and their backward
+#include "llmc/adamw.h"       // adamw_update, grad_norm_squared, clip_scale
+#include "llmc/schedulers.h"  // learning-rate schedules
+#include "llmc/dataloader.h"  // llm.c token shards
+#include "llmc/tokenizer.h"   // decoding samples
+
+// ----------------------------------------------------------------------------
+// MPI checked wrapper
+
+static void mpi_check(int rc, const char* file, int line) {
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        fprintf(stderr, "error: MPI: %s [%s:%d]\n", msg, file, line);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+#define mpiCheck(rc) mpi_check((rc), __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------
+// activations
+
+typedef struct {
+    float* encoded;    // (B, T, C)
+    float* ln1;        // (L, B, T, C), or one layer's (B, T, C) when recomputed
+    float* ln1_mean;   // (L, B, T)
+    float* ln1_rstd;   // (L, B, T)
+    float* qkv;        // (L, B, T, 3C)
+    float* atty;       // (L, B, T, C)
+    float* att;        // (L, B, NH, T, T)
+    float* attproj;    // (B, T, C) scratch: consumed by the residual at once
+    float* residual2;  // (L, B, T, C)
+    float* ln2;        // (L, B, T, C), or (B, T, C) when recomputed
+    float* ln2_mean;   // (L, B, T)
+    float* ln2_rstd;   // (L, B, T)
+    float* fch;        // (L, B, T, 4C)
+    float* fch_gelu;   // (L, B, T, 4C), or (B, T, 4C) when recomputed
+    float* fcproj;     // (B, T, C) scratch
+    float* residual3;  // (L, B, T, C)
+    float* lnf;        // (B, T, C)
+    float* lnf_mean;   // (B, T)
+    float* lnf_rstd;   // (B, T)
+    float* logits;     // (B, T, Vp)
+    float* probs;      // (B, T, Vp)
+    float* losses;     // (B, T)
+    // backward scratch, one layer at a time
+    float* preatt;     // (B, NH, T, T) forward scratch, not needed by the backward
+    float* dresidual;  // (B, T, C) gradient of the residual stream
+    float* dln;        // (B, T, C)
+    float* datty;      // (B, T, C)
+    float* dqkv;       // (B, T, 3C)
+    float* dfch;       // (B, T, 4C)
+    float* dfch_gelu;  // (B, T, 4C)
+    float* dpreatt;    // (B, NH, T, T)
+    float* datt;       // (B, NH, T, T)
+    float* dlogits;    // (B, T, Vp)
+    float* dlosses;    // (B, T)
+} Activations;
+
+typedef struct {
+    GPT2Config config;
+    size_t num_params;
+    size_t* unit_offset;  // (num_units + 1) element offsets of the units in params/grads
+    float* params;        // (num_params) unit-major, see llmc/gpt2.h
+    float* grads;         // (num_params)
+    float* m;             // (num_params) AdamW first moment
+    float* v;             // (num_params) AdamW second moment
+    TensorRange* tensors; // (gpt2_num_tensors) for weight decay per tensor
+    Activations acts;
+    size_t acts_bytes;
+    int B, T;             // the batch shape the activations were allocated for
+    int recompute;
+    float mean_loss;      // mean loss of the last forward with targets, this rank
+} GPT2;
+
+// The unit hooks. Without ZeRO every unit is resident in the flat buffers; the ZeRO
+// engine (zero3/) turns these into fetch (gather), release and reduce-scatter.
+static inline float* params_unit(GPT2* m, int u) { return m->params + m->unit_offset[u]; }
+static inline float* grads_unit(GPT2* m, int u) { return m->grads + m->unit_offset[u]; }
+
+static void gpt2_build(GPT2* m, const GPT2Config* c, float* params) {
+    m->config = *c;
+    m->num_params = gpt2_num_params(c);
+    int nu = gpt2_num_units(c);
+    m->unit_offset = (size_t*)mallocCheck((nu + 1) * sizeof(size_t));
+    for (int u = 0; u <= nu; u++) { m->unit_offset[u] = gpt2_unit_offset(c, u); }
+    m->params = params;
+    m->grads = (float*)calloc(m->num_params, sizeof(float));
+    m->m = (float*)calloc(m->num_params, sizeof(float));
+    m->v = (float*)calloc(m->num_params, sizeof(float));
+    if (!m->grads || !m->m || !m->v) { fprintf(stderr, "error: out of memory for %zu parameters\n", m->num_params); exit(EXIT_FAILURE); }
+    m->tensors = (TensorRange*)mallocCheck(gpt2_num_tensors(c) * sizeof(TensorRange));
+    gpt2_tensor_ranges(c, m->tensors);
+    memset(&m->acts, 0, sizeof(m->acts));
+    m->B = m->T = 0;
+}
+
+// allocates activations for batches of up to B x T; recompute 1 keeps one layer of
+// GELU outputs, recompute 2 also one layer of layernorm outputs
+static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
+    size_t L = m->config.num_layers, NH = m->config.num_heads, C = m->config.channels;
+    size_t Vp = m->config.padded_vocab_size;
+    size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
+    size_t keep_gelu = recompute >= 1 ? 1 : L, keep_ln = recompute >= 2 ? 1 : L;
+    struct { float** ptr; size_t n; } bufs[] = {
+        {&m->acts.encoded, BT * C},           {&m->acts.ln1, keep_ln * BT * C},
+        {&m->acts.ln1_mean, L * BT},          {&m->acts.ln1_rstd, L * BT},
+        {&m->acts.qkv, L * BT * 3 * C},       {&m->acts.atty, L * BT * C},
+        {&m->acts.att, L * att},              {&m->acts.attproj, BT * C},
+        {&m->acts.residual2, L * BT * C},     {&m->acts.ln2, keep_ln * BT * C},
+        {&m->acts.ln2_mean, L * BT},          {&m->acts.ln2_rstd, L * BT},
+        {&m->acts.fch, L * BT * 4 * C},       {&m->acts.fch_gelu, keep_gelu * BT * 4 * C},
+        {&m->acts.fcproj, BT * C},            {&m->acts.residual3, L * BT * C},
+        {&m->acts.lnf, BT * C},               {&m->acts.lnf_mean, BT},
+        {&m->acts.lnf_rstd, BT},              {&m->acts.logits, BT * Vp},
+        {&m->acts.probs, BT * Vp},            {&m->acts.losses, BT},
+        {&m->acts.preatt, att},               {&m->acts.dresidual, BT * C},
+        {&m->acts.dln, BT * C},               {&m->acts.datty, BT * C},
+        {&m->acts.dqkv, BT * 3 * C},          {&m->acts.dfch, BT * 4 * C},
+        {&m->acts.dfch_gelu, BT * 4 * C},     {&m->acts.dpreatt, att},
+        {&m->acts.datt, att},                 {&m->acts.dlogits, BT * Vp},
+        {&m->acts.dlosses, BT},
+    };
+    m->acts_bytes = 0;
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        *bufs[i].ptr = (float*)calloc(bufs[i].n, sizeof(float));
+        if (*bufs[i].ptr == NULL) {
+            fprintf(stderr, "error: out of memory for activations (B=%d, T=%d): try a smaller -b or -t, or -r 2\n", B, T);
+            exit(EXIT_FAILURE);
+        }
+        m->acts_bytes += bufs[i].n * sizeof(float);
+    }
+    m->B = B;
+    m->T = T;
+    m->recompute = recompute;
+}
+
+// ----------------------------------------------------------------------------
+// forward: inputs and targets (B, T); targets may be NULL (no loss). Any B <= m->B
+// and T <= m->T: the layer strides follow the call's B and T.
+static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
+    Activations* a = &m->acts;
+
+    EmbedTensors emb = gpt2_embed_tensors(c, params_unit(m, 0));
+    encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C);  // (B, T, C)
+
+    for (int l = 0; l < L; l++) {
+        BlockTensors w = gpt2_block_tensors(c, params_unit(m, 1 + l));
+        float* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;  // (B, T, C)
+        float* ln1 = a->ln1 + (m->recompute >= 2 ? 0 : l * BT * C);
+        float* ln2 = a->ln2 + (m->recompute >= 2 ? 0 : l * BT * C);
+        float* fch_gelu = a->fch_gelu + (m->recompute >= 1 ? 0 : l * BT * 4 * C);
+        float* qkv = a->qkv + l * BT * 3 * C;
+        float* atty = a->atty + l * BT * C;
+        float* residual2 = a->residual2 + l * BT * C;
+        float* fch = a->fch + l * BT * 4 * C;
+
+        layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, w.ln1w, w.ln1b, B, T, C);
+        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);                         // (B, T, 3C)
+        attention_forward(atty, a->preatt, a->att + l * att, qkv, B, T, C, NH);            // (B, T, C)
+        matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, B, T, C, C);              // (B, T, C)
+        residual_forward(residual2, residual, a->attproj, BT * C);
+        layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual2, w.ln2w, w.ln2b, B, T, C);
+        matmul_forward(fch, ln2, w.fcw, w.fcb, B, T, C, 4 * C);                           // (B, T, 4C)
+        gelu_forward(fch_gelu, fch, BT * 4 * C);
+        matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);        // (B, T, C)
+        residual_forward(a->residual3 + l * BT * C, residual2, a->fcproj, BT * C);
+    }
+
+    FinalTensors fin = gpt2_final_tensors(c, params_unit(m, L + 1));
+    float* residual = a->residual3 + (L - 1) * BT * C;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, fin.lnfw, fin.lnfb, B, T, C);
+    // the classifier is tied to the token embedding: logits = lnf @ wte^T
+    emb = gpt2_embed_tensors(c, params_unit(m, 0));
+    matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                         // (B, T, Vp)
+    softmax_forward(a->probs, a->logits, B, T, V, Vp);
+
+    if (targets != NULL) {
+        crossentropy_forward(a->losses, a->probs, targets, B, T, Vp);
+        double sum = 0.0;
+        for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
+        m->mean_loss = (float)(sum / BT);
+    }
+}
+
+static void gpt2_zero_grad(GPT2* m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
+
+// backward of the last forward (with targets); accumulates into m->grads the gradient
+// of loss_scale * mean loss, so micro-steps of gradient accumulation pass 1/steps
+static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+    const GPT2Config* c = &m->config;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
+    Activations* a = &m->acts;
+
+    // the mean over B*T positions: each loss gets an equal share
+    for (size_t i = 0; i < BT; i++) { a->dlosses[i] = loss_scale / (float)BT; }
+    memset(a->dlogits, 0, BT * Vp * sizeof(float));
+    crossentropy_softmax_backward(a->dlogits, a->dlosses, a->probs, targets, B, T, V, Vp);
+
+    // classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf
+    EmbedTensors emb = gpt2_embed_tensors(c, params_unit(m, 0));
+    EmbedTensors demb = gpt2_embed_tensors(c, grads_unit(m, 0));
+    memset(a->dln, 0, BT * C * sizeof(float));
+    matmul_backward(a->dln, demb.wte, NULL, a->dlogits, a->lnf, emb.wte, B, T, C, Vp);
+
+    FinalTensors fin = gpt2_final_tensors(c, params_unit(m, L + 1));
+    FinalTensors dfin = gpt2_final_tensors(c, grads_unit(m, L + 1));
+    memset(a->dresidual, 0, BT * C * sizeof(float));
+    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dln, a->residual3 + (L - 1) * BT * C,
+                       fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C);
+
+    // dresidual carries the gradient of the residual stream down through the blocks:
+    // residual3 = residual2 + fcproj and residual2 = residual + attproj pass it through
+    // unchanged, and each layernorm backward adds its branch into it.
+    for (int l = L - 1; l >= 0; l--) {
+        BlockTensors w = gpt2_block_tensors(c, params_unit(m, 1 + l));
+        BlockTensors dw = gpt2_block_tensors(c, grads_unit(m, 1 + l));
+        float* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
+        float* residual2 = a->residual2 + l * BT * C;
+        float* ln1 = a->ln1 + (m->recompute >= 2 ? 0 : l * BT * C);
+        float* ln2 = a->ln2 + (m->recompute >= 2 ? 0 : l * BT * C);
+        float* fch_gelu = a->fch_gelu + (m->recompute >= 1 ? 0 : l * BT * 4 * C);
+        float* fch = a->fch + l * BT * 4 * C;
+        float* qkv = a->qkv + l * BT * 3 * C;
+        float* ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
+        float* ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
+        if (m->recompute >= 1) { gelu_forward(fch_gelu, fch, BT * 4 * C); }
+        if (m->recompute >= 2) {
+            layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C);
+            layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, B, T, C);
+        }
+
+        // MLP: fcproj(gelu(fc(ln2(residual2))))
+        memset(a->dfch_gelu, 0, BT * 4 * C * sizeof(float));
+        matmul_backward(a->dfch_gelu, dw.fcprojw, dw.fcprojb, a->dresidual, fch_gelu, w.fcprojw, B, T, 4 * C, C);
+        memset(a->dfch, 0, BT * 4 * C * sizeof(float));
+        gelu_backward(a->dfch, fch, a->dfch_gelu, BT * 4 * C);
+        memset(a->dln, 0, BT * C * sizeof(float));
+        matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, B, T, C, 4 * C);
+        layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->dln, residual2, w.ln2w, ln2_mean, ln2_rstd, B, T, C);
+
+        // attention: attproj(attention(qkv(ln1(residual))))
+        memset(a->datty, 0, BT * C * sizeof(float));
+        matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw, B, T, C, C);
+        memset(a->dqkv, 0, BT * 3 * C * sizeof(float));
+        attention_backward(a->dqkv, a->dpreatt, a->datt, a->datty, qkv, a->att + l * att, B, T, C, NH);
+        memset(a->dln, 0, BT * C * sizeof(float));
+        matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, B, T, C, 3 * C);
+        layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C);
+    }
+
+    encoder_backward(demb.wte, demb.wpe, a->dresidual, inputs, B, T, C);
+}
+
+// AdamW over every tensor, weight decay where gpt2_param_decay says; t is 1-based
+static void gpt2_update(GPT2* m, float lr, float weight_decay, float grad_scale, int t) {
+    for (int i = 0; i < gpt2_num_tensors(&m->config); i++) {
+        TensorRange r = m->tensors[i];
+        size_t off = m->unit_offset[r.unit] + r.offset;
+        adamw_update(m->params + off, m->grads + off, m->m + off, m->v + off, r.size,
+                     lr, 0.9f, 0.95f, 1e-8f, r.decay ? weight_decay : 0.0f, grad_scale, t);
+    }
+}
+
+static void gpt2_free(GPT2* m) {
+    float** bufs = (float**)&m->acts;
+    for (size_t i = 0; i < sizeof(Activations) / sizeof(float*); i++) { free(bufs[i]); }
+    free(m->params); free(m->grads); free(m->m); free(m->v);
+    free(m->unit_offset); free(m->tensors);
+}
+
+// ----------------------------------------------------------------------------
+// sampling: draw from probs (over the real vocabulary) with a uniform coin in [0, 1)
+static int sample_token(const float* probs, int V, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < V; i++) {
+        cdf += probs[i];
+        if (coin < cdf) { return i; }
+    }
+    return V - 1;  // rounding: the cdf may end a hair below 1
+}
+
+#ifndef TESTING
+// ----------------------------------------------------------------------------
+// checkpoints: llm.c's model_%08d.bin plus state_%08d_%05d.bin per rank and a DONE
+// marker written last, so a checkpoint without its marker is never resumed from
+
+#define STATE_MAGIC 20240327
+#define STATE_VERSION 1
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int write_file_atomic(const char* path, const void* header, size_t header_bytes,
+                             const float* a, const float* b, size_t n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* fp = fopen(tmp, "wb");
+    if (fp == NULL) { return llmc_error("cannot write %s: %s", tmp, strerror(errno)); }
+    int ok = fwrite(header, 1, header_bytes, fp) == header_bytes;
+    ok = ok && fwrite(a, sizeof(float), n, fp) == n;
+    ok = ok && fwrite(b, sizeof(float), n, fp) == n;
+    int err = errno;
+    if (fclose(fp) != 0 && ok) { ok = 0; err = errno; }
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) { err = errno; }
+        remove(tmp);
+        return llmc_error("cannot write %s: %s", path, strerror(err));
+    }
+    return 0;
+}
+
+typedef struct {
+    int32_t magic, version, rank, world_size, step, pad;
+    uint64_t num_params, sample_rng;
+    DataLoaderState loader;
+} StateHeader;
+
+static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int world, uint64_t sample_rng, const DataLoader* loader) {
+    char path[4096];
+    if (rank == 0) {
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+        llmcCheck(gpt2_write_model(path, &m->config, m->params));
+    }
+    StateHeader h = {STATE_MAGIC, STATE_VERSION, rank, world, step, 0, m->num_params, sample_rng, {0, 0, 0}};
+    dataloader_get_state(loader, &h.loader);
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
+    llmcCheck(write_file_atomic(path, &h, sizeof(h), m->m, m->v, m->num_params));
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
+        FILE* fp = fopenCheck(path, "w");
+        fclose(fp);
+    }
+}
+
+// the latest step with a DONE marker in dir, or -1
+static int checkpoint_latest(const char* dir) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return -1; }
+    int best = -1;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int s;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &s, &tail) == 1 && s > best) { best = s; }
+    }
+    closedir(d);
+    return best;
+}
+
+static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, int world, uint64_t* sample_rng, DataLoaderState* loader) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
+    FILE* fp = fopenCheck(path, "rb");
+    StateHeader h;
+    freadCheck(&h, sizeof(h), 1, fp);
+    if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) {
+        fprintf(stderr, "error: %s is not a train_gpt2_zero3 state file (magic %d, version %d)\n", path, h.magic, h.version);
+        exit(EXIT_FAILURE);
+    }
+    if (h.world_size != world || h.rank != rank || h.num_params != m->num_params || h.step != step) {
+        fprintf(stderr, "error: %s was saved by rank %d of %d for %llu parameters at step %d; "
+                "this run is rank %d of %d with %zu parameters\n", path, h.rank, h.world_size,
+                (unsigned long long)h.num_params, h.step, rank, world, m->num_params);
+        exit(EXIT_FAILURE);
+    }
+    freadCheck(m->m, sizeof(float), m->num_params, fp);
+    freadCheck(m->v, sizeof(float), m->num_params, fp);
+    fclose(fp);
+    *sample_rng = h.sample_rng;
+    *loader = h.loader;
+}
+
+// ----------------------------------------------------------------------------
+// the --report JSON
+
+typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; } StepRecord;
+typedef struct { int step; float loss; } ValRecord;
+
+static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int world,
+                         const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
+                         const double* mem /* (world, 5) */, double allreduce_bytes_per_step, int grad_accum) {
+    cJSON* root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "world_size", world);
+    cJSON_AddNumberToObject(root, "zero_stage", tc->zero_stage);
+    cJSON_AddNumberToObject(root, "num_parameters", (double)m->num_params);
+    cJSON* cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddStringToObject(cfg, "model", tc->model);
+    cJSON_AddNumberToObject(cfg, "B", tc->B);
+    cJSON_AddNumberToObject(cfg, "T", tc->T);
+    cJSON_AddNumberToObject(cfg, "grad_accum_steps", grad_accum);
+    cJSON_AddNumberToObject(cfg, "num_layers", m->config.num_layers);
+    cJSON_AddNumberToObject(cfg, "channels", m->config.channels);
+    cJSON_AddNumberToObject(cfg, "num_heads", m->config.num_heads);
+    cJSON* arr = cJSON_AddArrayToObject(root, "steps");
+    for (int i = 0; i < nsteps; i++) {
+        cJSON* s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "step", steps[i].step);
+        cJSON_AddNumberToObject(s, "loss", steps[i].loss);
+        cJSON_AddNumberToObject(s, "ms", steps[i].ms);
+        cJSON_AddNumberToObject(s, "tokens_per_s", steps[i].tokens_per_s);
+        cJSON_AddNumberToObject(s, "lr", steps[i].lr);
+        cJSON_AddNumberToObject(s, "grad_norm", steps[i].norm);
+        cJSON_AddItemToArray(arr, s);
+    }
+    arr = cJSON_AddArrayToObject(root, "val");
+    for (int i = 0; i < nvals; i++) {
+        cJSON* s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "step", vals[i].step);
+        cJSON_AddNumberToObject(s, "loss", vals[i].loss);
+        cJSON_AddItemToArray(arr, s);
+    }
+    // Without ZeRO every rank holds everything, allocated once at start: the peak is
+    // the sum. "buffers" are the activations and backward scratch.
+    cJSON* memory = cJSON_AddObjectToObject(root, "memory");
+    arr = cJSON_AddArrayToObject(memory, "per_rank");
+    for (int r = 0; r < world; r++) {
+        const double* x = mem + 5 * r;
+        cJSON* s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "rank", r);
+        cJSON_AddNumberToObject(s, "params", x[0]);
+        cJSON_AddNumberToObject(s, "grads", x[1]);
+        cJSON_AddNumberToObject(s, "optimizer", x[2]);
+        cJSON_AddNumberToObject(s, "buffers", x[3]);
+        cJSON_AddNumberToObject(s, "peak", x[4]);
+        cJSON_AddItemToArray(arr, s);
+    }
+    cJSON* comm = cJSON_AddObjectToObject(root, "comm");
+    cJSON* per = cJSON_AddObjectToObject(comm, "per_rank_bytes_per_step");
+    cJSON_AddNumberToObject(per, "allgather", 0);
+    cJSON_AddNumberToObject(per, "reduce_scatter", 0);
+    cJSON_AddNumberToObject(per, "allreduce", allreduce_bytes_per_step);
+    char* text = cJSON_Print(root);
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* fp = fopen(tmp, "w");
+    int ok = fp != NULL && fputs(text, fp) >= 0 && fputs("\n", fp) >= 0;
+    if (fp != NULL && fclose(fp) != 0) { ok = 0; }
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "error: cannot write report %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        exit(EXIT_FAILURE);
+    }
+    free(text);
+    cJSON_Delete(root);
+}
+
+// ----------------------------------------------------------------------------
+
+static void log_line(const char* dir, int rank, const char* fmt, int step, float value) {
+    if (dir == NULL || rank != 0) { return; }
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/main.log", dir);
+    FILE* fp = fopenCheck(path, "a");
+    fprintf(fp, fmt, step, value);
+    fclose(fp);
+}
+
+// sum-reduce a float buffer in place over all ranks, in chunks that fit MPI's int count
+static void allreduce_sum(float* buf, size_t n) {
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t off = 0; off < n; off += chunk) {
+        int cnt = (int)(n - off < chunk ? n - off : chunk);
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    }
+}
+
+static float allreduce_mean(float x, int world) {
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    return x / world;
+}
+
+// errors found on rank 0 before anything starts: print once, stop every rank
+static void die_all(int rank, const char* msg) {
+    if (rank == 0) { fprintf(stderr, "error: %s\n", msg); }
+    MPI_Finalize();
+    exit(EXIT_FAILURE);
+}
+
+int main(int argc, char** argv) {
+    mpiCheck(MPI_Init(&argc, &argv));
+    int rank, world;
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
+
+    TrainConfig tc;
+    int rc = args_parse(&tc, argc, argv);
+    if (rc == 1) {
+        if (rank == 0) { args_usage(stdout); }
+        MPI_Finalize();
+        return 0;
+    }
+    if (rc != 0) {
+        if (rank == 0) { fprintf(stderr, "error: %s\n", llmc_errmsg()); }
+        MPI_Finalize();
+        return EXIT_FAILURE;
+    }
+    if (tc.zero_stage != 0) {
+        die_all(rank, "flag -z: only ZeRO stage 0 (plain data parallelism) is available in this build");
+    }
+
+    // threads: split the node's cores among the ranks on it unless the user chose
+    MPI_Comm local;
+    int local_size = 1;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+    mpiCheck(MPI_Comm_size(local, &local_size));
+    MPI_Comm_free(&local);
+    if (getenv("OMP_NUM_THREADS") == NULL) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = (int)(cores / local_size) > 0 ? (int)(cores / local_size) : 1;
+        omp_set_num_threads(threads);
+        openblas_set_num_threads(threads);
+    } else {
+        openblas_set_num_threads(omp_get_max_threads());
+    }
+
+    // the model: a file, or a descriptor with random init from --seed
+    GPT2Config config;
+    float* params = NULL;
+    if (access(tc.model, F_OK) == 0) {
+        if (gpt2_read_model(tc.model, &config, &params) != 0) { die_all(rank, llmc_errmsg()); }
+    } else {
+        if (strstr(tc.model, ".bin") != NULL) {
+            char msg[4200];
+            snprintf(msg, sizeof(msg), "model file %s does not exist", tc.model);
+            die_all(rank, msg);
+        }
+        if (gpt2_config_from_descriptor(tc.model, &config) != 0) { die_all(rank, llmc_errmsg()); }
+        params = (float*)malloc(gpt2_num_params(&config) * sizeof(float));
+        if (params == NULL) { die_all(rank, "out of memory for the model's parameters"); }
+        gpt2_init_params(&config, params, tc.seed);
+    }
+    if (tc.T > config.max_seq_len) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag -t: sequence length %d exceeds the model's maximum of %d", tc.T, config.max_seq_len);
+        die_all(rank, msg);
+    }
+    long tokens_per_micro = (long)tc.B * tc.T * world;
+    long total_batch = tc.total_batch_size == -1 ? tokens_per_micro : tc.total_batch_size;
+    if (total_batch % tokens_per_micro != 0) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag -d: total batch size %ld is not a multiple of B*T*ranks = %d*%d*%d = %ld",
+                 total_batch, tc.B, tc.T, world, tokens_per_micro);
+        die_all(rank, msg);
+    }
+    int grad_accum = (int)(total_batch / tokens_per_micro);
+    if (tc.output_dir != NULL) {
+        struct stat st;
+        if (rank == 0 && stat(tc.output_dir, &st) != 0 && mkdir(tc.output_dir, 0755) != 0) {
+            char msg[4200];
+            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s: %s", tc.output_dir, strerror(errno));
+            die_all(rank, msg);
+        }
+        mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    } else if (tc.checkpoint_every > 0 || tc.resume) {
+        die_all(rank, "flags -n and -y need an output directory: add -o DIR");
+    }
+
+    GPT2 model;
+    gpt2_build(&model, &config, params);
+
+    DataLoader train_loader, val_loader;
+    int shuffle = tc.shuffle && !tc.overfit_single_batch;
+    if (dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, rank, world, shuffle, tc.seed) != 0) {
+        fprintf(stderr, "error: %s\n", llmc_errmsg());  // each rank reports: files may differ per node
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int use_val = tc.val_every > 0;
+    if (use_val && dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, rank, world, 0, 0) != 0) {
+        fprintf(stderr, "error: %s (or disable validation with -v 0)\n", llmc_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int val_steps = 0;
+    if (use_val) {
+        size_t nb = dataloader_num_batches(&val_loader);
+        val_steps = tc.val_max_steps < 0 || (size_t)tc.val_max_steps > nb ? (int)nb : tc.val_max_steps;
+    }
+    int max_steps = tc.max_steps;
+    if (max_steps < 0) { max_steps = (int)(dataloader_num_batches(&train_loader) / grad_accum); }
+
+    Tokenizer tokenizer;
+    int have_tokenizer = tc.sample_every > 0 && tokenizer_init(&tokenizer, tc.tokenizer) == 0;
+    if (tc.sample_every > 0 && !have_tokenizer && rank == 0) {
+        printf("warning: %s; samples are printed as token ids\n", llmc_errmsg());
+    }
+    int alloc_T = tc.T;
+    gpt2_alloc_activations(&model, tc.B, alloc_T, tc.recompute);
+
+    LRScheduler sched = {0};
+    llmcCheck(lr_scheduler_init(&sched, tc.lr_schedule, tc.lr, tc.warmup, max_steps, tc.final_lr_frac));
+
+    uint64_t sample_seed = tc.seed ^ 0xA5A5A5A5ull;
+    Rng sample_rng;
+    rng_init(&sample_rng, sample_seed);
+
+    int start_step = 0;
+    if (tc.resume) {
+        int latest = checkpoint_latest(tc.output_dir);
+        if (latest < 0) {
+            if (rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc.output_dir); }
+        } else {
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, latest);
+            GPT2Config rc_config;
+            float* rparams = NULL;
+            if (gpt2_read_model(path, &rc_config, &rparams) != 0) { die_all(rank, llmc_errmsg()); }
+            if (memcmp(&rc_config, &config, sizeof(config)) != 0) { die_all(rank, "the checkpoint's model shape differs from -e"); }
+            free(model.params);
+            model.params = rparams;
+            DataLoaderState ls;
+            checkpoint_load_state(tc.output_dir, latest, &model, rank, world, &sample_rng.state, &ls);
+            if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
+            start_step = latest;
+            if (rank == 0) { printf("resumed from %s at step %d\n", path, latest); }
+        }
+    }
+
+    double param_bytes = model.num_params * sizeof(float);
+    double mem_local[5] = {param_bytes, param_bytes, 2 * param_bytes, (double)model.acts_bytes, 0};
+    mem_local[4] = mem_local[0] + mem_local[1] + mem_local[2] + mem_local[3];
+    double* mem_all = (double*)mallocCheck(5 * world * sizeof(double));
+    mpiCheck(MPI_Gather(mem_local, 5, MPI_DOUBLE, mem_all, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    // a ring all-reduce sends and receives 2 (N-1)/N of the buffer per rank
+    double allreduce_bytes = world > 1 ? 2.0 * (world - 1) / world * param_bytes : 0.0;
+
+    if (rank == 0) {
+        printf("+-----------------------+----------------------------------------------------+\n");
+        printf("| model                 | %-50s |\n", tc.model);
+        printf("| max_seq_len, vocab    | %d, %d (padded %d)%*s|\n", config.max_seq_len, config.vocab_size, config.padded_vocab_size, 1, "");
+        printf("| layers, heads, chans  | %d, %d, %d\n", config.num_layers, config.num_heads, config.channels);
+        printf("| parameters            | %zu\n", model.num_params);
+        printf("| ranks, B, T           | %d, %d, %d  (grad accumulation %d, %ld tokens/step)\n", world, tc.B, tc.T, grad_accum, total_batch);
+        printf("| steps, lr, schedule   | %d, %g, %s (warmup %d, final %g)\n", max_steps, tc.lr, tc.lr_schedule, tc.warmup, tc.final_lr_frac);
+        printf("| memory per rank (MiB) | params %.1f, grads %.1f, optimizer %.1f, activations %.1f\n",
+               mem_local[0] / 1048576, mem_local[1] / 1048576, mem_local[2] / 1048576, mem_local[3] / 1048576);
+        printf("+-----------------------+\n");
+    }
+
+    StepRecord* steps = (StepRecord*)mallocCheck((max_steps + 1) * sizeof(StepRecord));
+    ValRecord* vals = (ValRecord*)mallocCheck((max_steps + 2) * sizeof(ValRecord));
+    int nsteps = 0, nvals = 0;
+    int* gen_tokens = (int*)mallocCheck(alloc_T * sizeof(int));
+    int have_batch = 0;
+
+    for (int step = start_step; step <= max_steps; step++) {
+        int last_step = step == max_steps;
+
+        if (use_val && (step % tc.val_every == 0 || last_step)) {
+            dataloader_reset(&val_loader);
+            double sum = 0.0;
+            for (int i = 0; i < val_steps; i++) {
+                llmcCheck(dataloader_next_batch(&val_loader));
+                gpt2_forward(&model, val_loader.inputs, val_loader.targets, tc.B, tc.T);
+                sum += model.mean_loss;
+            }
+            float val_loss = allreduce_mean((float)(sum / val_steps), world);
+            if (rank == 0) { printf("val loss %f\n", val_loss); }
+            log_line(tc.output_dir, rank, "s:%d tel:%f\n", step, val_loss);
+            vals[nvals++] = (ValRecord){step, val_loss};
+        }
+
+        // samples from rank 0 only, starting from <|endoftext|>; forward over the prefix
+        if (tc.sample_every > 0 && rank == 0 && ((step > 0 && step % tc.sample_every == 0) || last_step)) {
+            int gen_max = tc.gen_T < alloc_T ? tc.gen_T : alloc_T;
+            gen_tokens[0] = have_tokenizer ? (int)tokenizer.eot_token : GPT2_VOCAB_SIZE - 1;
+            printf("generating:\n---\n");
+            for (int t = 1; t < gen_max; t++) {
+                gpt2_forward(&model, gen_tokens, NULL, 1, t);
+                const float* probs = model.acts.probs + (size_t)(t - 1) * config.padded_vocab_size;
+                int next = sample_token(probs, config.vocab_size, rng_float(&sample_rng));
+                gen_tokens[t] = next;
+                const char* piece = have_tokenizer ? tokenizer_decode(&tokenizer, next) : NULL;
+                if (piece != NULL) { fputs(piece, stdout); } else { printf("<%d>", next); }
+                fflush(stdout);
+            }
+            printf("\n---\n");
+        }
+
+        if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
+            checkpoint_save(tc.output_dir, step, &model, rank, world, sample_rng.state, &train_loader);
+            if (rank == 0) { printf("saved checkpoint at step %d in %s\n", step, tc.output_dir); }
+        }
+        if (last_step) { break; }
+
+        double t0 = now_ms();
+        gpt2_zero_grad(&model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            if (!tc.overfit_single_batch || !have_batch) {
+                llmcCheck(dataloader_next_batch(&train_loader));
+                have_batch = 1;
+            }
+            gpt2_forward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T);
+            gpt2_backward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T, 1.0f / grad_accum);
+            loss_sum += model.mean_loss;
+        }
+        if (world > 1) {
+            allreduce_sum(model.grads, model.num_params);
+            float inv = 1.0f / world;
+            for (size_t i = 0; i < model.num_params; i++) { model.grads[i] *= inv; }
+        }
+        float loss = allreduce_mean((float)(loss_sum / grad_accum), world);
+        float norm = (float)sqrt(grad_norm_squared(model.grads, model.num_params));
+        float scale = clip_scale(norm, tc.grad_clip);
+        float lr = lr_scheduler_get(&sched, step);
+        gpt2_update(&model, lr, tc.weight_decay, scale, step + 1);
+        double ms = now_ms() - t0;
+        double tps = total_batch / (ms / 1e3);
+        if (rank == 0) {
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s\n",
+                   step + 1, max_steps, loss, lr, norm, ms, tps);
+        }
+        log_line(tc.output_dir, rank, "s:%d trl:%f\n", step, loss);
+        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm};
+    }
+
+    if (rank == 0 && tc.report != NULL) {
+        report_write(tc.report, &tc, &model, world, steps, nsteps, vals, nvals, mem_all, allreduce_bytes, grad_accum);
+    }
+
+    free(steps); free(vals); free(gen_tokens); free(mem_all);
+    if (have_tokenizer) { tokenizer_free(&tokenizer); }
+    dataloader_free(&train_loader);
+    if (use_val) { dataloader_free(&val_loader); }
+    gpt2_free(&model);
+    MPI_Finalize();
+    return 0;
+}
+#endif // TESTING
