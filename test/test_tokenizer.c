@@ -6,11 +6,12 @@
    gcc -O2 -I. test/test_tokenizer.c -o build/test_tokenizer $(pkg-config --cflags --libs criterion libpcre2-8 libcjson)
    ./build/test_tokenizer
 */
+#define _DEFAULT_SOURCE           // mkdtemp and access under -std=c11
 #include <criterion/criterion.h>  // Test, cr_assert*, suite fixtures
 #include <stdio.h>                // FILE, fopen, fwrite, snprintf
 #include <stdlib.h>               // mkdtemp, free, malloc
 #include <string.h>               // strlen, strstr, memcmp
-#include <unistd.h>               // unlink, rmdir, access
+#include <unistd.h>               // access: checking no .tmp file is left
 #include "llmc/tokenizer.h"       // Bpe, Tokenizer: the code under test
 
 #define ENCODER_JSON "dev/data/gpt2/encoder.json"
