@@ -10,9 +10,22 @@ MPICC   ?= mpicc
 OPT     ?= -O3 -march=native
 CFLAGS  ?= $(OPT) -fopenmp -std=gnu11 -Wall -Wextra -Wno-unused-function
 CFLAGS  += -I.
-PKGS     = libcjson openblas libpcre2-8
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+# OpenBLAS built for OpenMP runs its sgemm on the trainer's own OpenMP threads; the
+# pthread build keeps a second pool whose threads fight the OpenMP workers for the
+# cores (the d6 step was 1.5x slower on 2 cores). Debian installs the builds side by
+# side, so name the OpenMP one, with an rpath so that the loader cannot swap it.
+ARCH       := $(shell gcc -dumpmachine)
+BLAS_DIR   ?= $(wildcard /usr/lib/$(ARCH)/openblas-openmp)
+ifneq ($(BLAS_DIR),)
+BLAS_CFLAGS = -I/usr/include/$(ARCH)/openblas-openmp
+BLAS_LIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
+else
+BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   = $(shell pkg-config --libs openblas 2>/dev/null)
+endif
+PKGS       = libcjson libpcre2-8
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(BLAS_CFLAGS)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(BLAS_LIBS) -lm
 CRIT_FLAGS = $(shell pkg-config --cflags --libs criterion 2>/dev/null)
 
 LLMC_HEADERS = $(wildcard llmc/*.h)
@@ -43,7 +56,7 @@ $(TOKENIZER): tokenize dev/data/gpt2/encoder.json dev/data/gpt2/vocab.bpe
 
 # Two commands from a fresh machine: `make demo` trains a small GPT-2 (d6) on
 # tinyshakespeare for a few hundred steps and prints samples; `make test`.
-DEMO_FLAGS ?= -e d6 -b 8 -t 128 -x 300 -l 1e-3 -u 20 -q 0.1 -c 0.1 -v 100 -m 10 -s 100 -g 96 -o log_demo
+DEMO_FLAGS ?= -e d6 -b 8 -t 64 -x 240 -l 1e-3 -u 20 -q 0.1 -c 0.1 -v 80 -m 10 -s 80 -g 64 -o log_demo
 demo: deps
 	$(MAKE) all data
 	./train_gpt2_zero3_cpu $(DEMO_FLAGS)
@@ -66,6 +79,9 @@ UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/tes
 test: deps
 	$(MAKE) all data $(UNIT_TESTS) build/test_gpt2
 	bash test/run_all.sh $(UNIT_TESTS)
+
+build/bench_sgemm: dev/bench_sgemm.c | build
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS) $< -o $@ $(BLAS_LIBS)
 
 bench: deps
 	$(MAKE) all

@@ -521,6 +521,7 @@ static void die_all(int rank, const char* msg) {
 }
 
 int main(int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
     mpiCheck(MPI_Init(&argc, &argv));
     int rank, world;
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -621,11 +622,24 @@ int main(int argc, char** argv) {
     int max_steps = tc.max_steps;
     if (max_steps < 0) { max_steps = (int)(dataloader_num_batches(&train_loader) / grad_accum); }
 
+    // samples are decoded only with a tokenizer of the model's vocabulary; a model of
+    // another vocabulary (a small test model) samples token ids
     Tokenizer tokenizer;
     int have_tokenizer = tc.sample_every > 0 && tokenizer_init(&tokenizer, tc.tokenizer) == 0;
     if (tc.sample_every > 0 && !have_tokenizer && rank == 0) {
         printf("warning: %s; samples are printed as token ids\n", llmc_errmsg());
     }
+    if (have_tokenizer && (int)tokenizer.vocab_size != config.vocab_size) {
+        if (rank == 0) {
+            printf("warning: tokenizer %s has %u tokens but the model has %d; samples are printed as token ids\n",
+                   tc.tokenizer, tokenizer.vocab_size, config.vocab_size);
+        }
+        tokenizer_free(&tokenizer);
+        have_tokenizer = 0;
+    }
+    // the first sampled position sees <|endoftext|>, or the last token of a smaller vocabulary
+    int start_token = have_tokenizer ? (int)tokenizer.eot_token
+                    : (config.vocab_size > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : config.vocab_size - 1);
     int alloc_T = tc.T;
     gpt2_alloc_activations(&model, tc.B, alloc_T, tc.recompute);
 
@@ -705,7 +719,7 @@ int main(int argc, char** argv) {
         // samples from rank 0 only, starting from <|endoftext|>; forward over the prefix
         if (tc.sample_every > 0 && rank == 0 && ((step > 0 && step % tc.sample_every == 0) || last_step)) {
             int gen_max = tc.gen_T < alloc_T ? tc.gen_T : alloc_T;
-            gen_tokens[0] = have_tokenizer ? (int)tokenizer.eot_token : GPT2_VOCAB_SIZE - 1;
+            gen_tokens[0] = start_token;
             printf("generating:\n---\n");
             for (int t = 1; t < gen_max; t++) {
                 gpt2_forward(&model, gen_tokens, NULL, 1, t);

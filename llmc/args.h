@@ -153,7 +153,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
             if (i + 1 >= argc) { return llmc_error("flag %s needs a value", flag); }
             val = argv[++i];
         }
-        long v;
+        long v = 0;  // read only when its parser succeeded
         int rc = 0;
         if      (!strcmp(name, "-i")) { c->train_pattern = val; }
         else if (!strcmp(name, "-j")) { c->val_pattern = val; }

@@ -2,13 +2,13 @@
 # Installs what train_gpt2_zero3 needs from Debian/Ubuntu packages, and nothing when all
 # of it is already there (so `make test` and `make demo` can call it every time).
 #   build:      gcc, make, pkg-config
-#   trainer:    OpenBLAS (sgemm), Open MPI (data parallelism), PCRE2 (tokenizer regex),
+#   trainer:    OpenBLAS, its OpenMP build (sgemm), Open MPI (data parallelism), PCRE2 (tokenizer regex),
 #               cJSON (reports, configs, encoder.json), liburing (NVMe tier)
 #   tests:      Criterion (unit tests), python3-torch + numpy + regex (PyTorch reference)
 set -euo pipefail
 
 pkgs=(build-essential make pkg-config
-      libopenblas-dev libopenmpi-dev openmpi-bin
+      libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin
       libpcre2-dev libcjson-dev liburing-dev
       libcriterion-dev
       python3 python3-torch python3-numpy python3-regex)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every test that needs no GPU (what `make test` calls after building):
+# the Criterion unit tests given as arguments, then the script suites. Each suite's
+# own result line is counted; the run closes with one line "total: N passed, N failed"
+# and exits non-zero when any test failed or any suite did not report.
+set -u
+cd "$(dirname "$0")/.."
+passed=0; failed=0; broken=()
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+run_suite() {
+    local name=$1; shift
+    echo "=== $name"
+    "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local p f
+    # Criterion: "Synthesis: Tested: 23 | Passing: 23 | Failing: 0 | Crashing: 0"
+    if line=$(grep -E 'Synthesis: Tested:' "$log" | tail -1) && [ -n "$line" ]; then
+        p=$(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<< "$line")
+        f=$(sed -E 's/.*Failing: ([0-9]+) \| Crashing: ([0-9]+).*/\1+\2/' <<< "$line")
+        f=$((f))
+    # our scripts and MPI drivers: "N passed, N failed"
+    elif line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1) && [ -n "$line" ]; then
+        p=$(sed -E 's/^([0-9]+) passed.*/\1/' <<< "$line")
+        f=$(sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/' <<< "$line")
+    else
+        p=0; f=1
+        echo "!!! $name printed no result line"
+    fi
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then broken+=("$name"); fi
+}
+
+# Criterion forks each test and runs them on all cores; keep the kernels single-threaded
+# inside so that the two do not fight over 2 cores
+for t in "$@"; do
+    run_suite "$(basename "$t")" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t" --jobs 2
+done
+run_suite "tokenizer exactness"   bash test/test_tokenizer_exact.sh
+run_suite "PyTorch reference"     bash test/test_reference.sh
+run_suite "trainer end to end"    bash test/test_trainer.sh
+
+echo
+if [ ${#broken[@]} -gt 0 ]; then echo "failing suites: ${broken[*]}"; fi
+echo "total: $passed passed, $failed failed"
+[ ${#broken[@]} -eq 0 ]
