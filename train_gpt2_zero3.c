@@ -37,6 +37,7 @@
 #include "llmc/schedulers.h"  // learning-rate schedules
 #include "llmc/dataloader.h"  // llm.c token shards
 #include "llmc/tokenizer.h"   // decoding samples
+#include "zero3/engine.h"     // ZeRO: fetch, release, reduce, step over MPI
 
 // ----------------------------------------------------------------------------
 // MPI checked wrapper
@@ -95,12 +96,7 @@ typedef struct {
 typedef struct {
     GPT2Config config;
     size_t num_params;
-    size_t* unit_offset;  // (num_units + 1) element offsets of the units in params/grads
-    float* params;        // (num_params) unit-major, see llmc/gpt2.h
-    float* grads;         // (num_params)
-    float* m;             // (num_params) AdamW first moment
-    float* v;             // (num_params) AdamW second moment
-    TensorRange* tensors; // (gpt2_num_tensors) for weight decay per tensor
+    ZeroEngine zero;      // parameters, gradients and AdamW state, partitioned by ZeRO stage
     Activations acts;
     size_t acts_bytes;
     int B, T;             // the batch shape the activations were allocated for
@@ -108,26 +104,70 @@ typedef struct {
     float mean_loss;      // mean loss of the last forward with targets, this rank
 } GPT2;
 
-// The unit hooks. Without ZeRO every unit is resident in the flat buffers; the ZeRO
-// engine (zero3/) turns these into fetch (gather), release and reduce-scatter.
-static inline float* params_unit(GPT2* m, int u) { return m->params + m->unit_offset[u]; }
-static inline float* grads_unit(GPT2* m, int u) { return m->grads + m->unit_offset[u]; }
+// The unit hooks: every parameter and gradient access goes through the ZeRO engine,
+// which gathers (stage 3), releases and reduces units in the order of the schedule
+// registered in gpt2_build. A failure here is a bug or a dead rank: stop every rank.
+static void zero_fail(const char* file, int line) {
+    fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#define zeroCheck(rc) do { if ((rc) != 0) { zero_fail(__FILE__, __LINE__); } } while (0)
 
-static void gpt2_build(GPT2* m, const GPT2Config* c, float* params) {
+static inline float* params_fetch(GPT2* m, int u) {
+    float* p = NULL;
+    zeroCheck(zero_fetch(&m->zero, u, &p));
+    return p;
+}
+static inline void params_release(GPT2* m, int u) { zeroCheck(zero_release(&m->zero, u)); }
+static inline float* grads_unit(GPT2* m, int u) {
+    float* g = NULL;
+    zeroCheck(zero_grad(&m->zero, u, &g));
+    return g;
+}
+static inline void grads_reduce(GPT2* m, int u) { zeroCheck(zero_reduce(&m->zero, u)); }
+
+// The order in which the forward and backward use the units. Forward: the embedding,
+// the blocks, the final layernorm, then the embedding again as the classifier (tied
+// weights). Backward: the classifier (adjacent to its forward use, so never gathered
+// twice there), the final layernorm, the blocks in reverse. The encoder's backward
+// needs only the token ids, not wte, so it is not a use. Whether wte stays gathered
+// from the encoder to the classifier is the engine's reuse-distance rule.
+static int gpt2_schedule(const GPT2Config* c, int* out, int train) {
+    int n = 0, L = c->num_layers;
+    out[n++] = 0;
+    for (int l = 0; l < L; l++) { out[n++] = 1 + l; }
+    out[n++] = L + 1;
+    out[n++] = 0;
+    if (train) {
+        out[n++] = 0;
+        out[n++] = L + 1;
+        for (int l = L - 1; l >= 0; l--) { out[n++] = 1 + l; }
+    }
+    return n;
+}
+
+// builds the model over `comm` with ZeRO configuration zc; params (unit order) are
+// used on rank 0 and broadcast to the others
+static int gpt2_build(GPT2* m, const GPT2Config* c, const float* params, const ZeroConfig* zc,
+                      MPI_Comm comm, float beta1, float beta2, float eps) {
     m->config = *c;
     m->num_params = gpt2_num_params(c);
-    int nu = gpt2_num_units(c);
-    m->unit_offset = (size_t*)mallocCheck((nu + 1) * sizeof(size_t));
-    for (int u = 0; u <= nu; u++) { m->unit_offset[u] = gpt2_unit_offset(c, u); }
-    m->params = params;
-    m->grads = (float*)calloc(m->num_params, sizeof(float));
-    m->m = (float*)calloc(m->num_params, sizeof(float));
-    m->v = (float*)calloc(m->num_params, sizeof(float));
-    if (!m->grads || !m->m || !m->v) { fprintf(stderr, "error: out of memory for %zu parameters\n", m->num_params); exit(EXIT_FAILURE); }
-    m->tensors = (TensorRange*)mallocCheck(gpt2_num_tensors(c) * sizeof(TensorRange));
-    gpt2_tensor_ranges(c, m->tensors);
+    int nu = gpt2_num_units(c), nt = gpt2_num_tensors(c);
+    size_t* sizes = (size_t*)mallocCheck(nu * sizeof(size_t));
+    for (int u = 0; u < nu; u++) { sizes[u] = gpt2_unit_size(c, u); }
+    TensorRange* ranges = (TensorRange*)mallocCheck(nt * sizeof(TensorRange));
+    gpt2_tensor_ranges(c, ranges);
+    ZeroTensor* tensors = (ZeroTensor*)mallocCheck(nt * sizeof(ZeroTensor));
+    for (int i = 0; i < nt; i++) { tensors[i] = (ZeroTensor){ranges[i].unit, ranges[i].offset, ranges[i].size, ranges[i].decay}; }
+    int* train = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    int* fwd = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    int ntrain = gpt2_schedule(c, train, 1), nfwd = gpt2_schedule(c, fwd, 0);
+    int rc = zero_engine_init(&m->zero, zc, comm, sizes, nu, tensors, nt, train, ntrain, fwd, nfwd,
+                              params, beta1, beta2, eps);
+    free(sizes); free(ranges); free(tensors); free(train); free(fwd);
     memset(&m->acts, 0, sizeof(m->acts));
     m->B = m->T = 0;
+    return rc;
 }
 
 // allocates activations for batches of up to B x T; recompute 1 keeps one layer of
@@ -172,18 +212,22 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
 
 // ----------------------------------------------------------------------------
 // forward: inputs and targets (B, T); targets may be NULL (no loss). Any B <= m->B
-// and T <= m->T: the layer strides follow the call's B and T.
-static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T) {
+// and T <= m->T: the layer strides follow the call's B and T. pass is ZERO_PASS_TRAIN
+// when gpt2_backward follows (the engine keeps to the training schedule), else
+// ZERO_PASS_FORWARD (validation, sampling).
+static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, int pass) {
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     Activations* a = &m->acts;
 
-    EmbedTensors emb = gpt2_embed_tensors(c, params_unit(m, 0));
+    zeroCheck(zero_begin(&m->zero, pass));
+    EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(m, 0));
     encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C);  // (B, T, C)
+    params_release(m, 0);
 
     for (int l = 0; l < L; l++) {
-        BlockTensors w = gpt2_block_tensors(c, params_unit(m, 1 + l));
+        BlockTensors w = gpt2_block_tensors(c, params_fetch(m, 1 + l));
         float* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;  // (B, T, C)
         float* ln1 = a->ln1 + (m->recompute >= 2 ? 0 : l * BT * C);
         float* ln2 = a->ln2 + (m->recompute >= 2 ? 0 : l * BT * C);
@@ -203,15 +247,19 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         gelu_forward(fch_gelu, fch, BT * 4 * C);
         matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);        // (B, T, C)
         residual_forward(a->residual3 + l * BT * C, residual2, a->fcproj, BT * C);
+        params_release(m, 1 + l);
     }
 
-    FinalTensors fin = gpt2_final_tensors(c, params_unit(m, L + 1));
+    FinalTensors fin = gpt2_final_tensors(c, params_fetch(m, L + 1));
     float* residual = a->residual3 + (L - 1) * BT * C;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, fin.lnfw, fin.lnfb, B, T, C);
+    params_release(m, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T
-    emb = gpt2_embed_tensors(c, params_unit(m, 0));
+    emb = gpt2_embed_tensors(c, params_fetch(m, 0));
     matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                         // (B, T, Vp)
+    params_release(m, 0);
     softmax_forward(a->probs, a->logits, B, T, V, Vp);
+    if (pass == ZERO_PASS_FORWARD) { zeroCheck(zero_end(&m->zero)); }
 
     if (targets != NULL) {
         crossentropy_forward(a->losses, a->probs, targets, B, T, Vp);
@@ -221,11 +269,10 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     }
 }
 
-static void gpt2_zero_grad(GPT2* m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
-
-// backward of the last forward (with targets); accumulates into m->grads the gradient
-// of loss_scale * mean loss, so micro-steps of gradient accumulation pass 1/steps
-static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale) {
+// backward of the last forward (a ZERO_PASS_TRAIN one); accumulates the gradient of
+// loss_scale * mean loss, so micro-steps of gradient accumulation pass 1/steps.
+// last_micro: this micro-step ends the accumulation (stages 0-1 reduce only then).
+static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float loss_scale, int last_micro) {
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
@@ -236,23 +283,27 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
     memset(a->dlogits, 0, BT * Vp * sizeof(float));
     crossentropy_softmax_backward(a->dlogits, a->dlosses, a->probs, targets, B, T, V, Vp);
 
+    m->zero.last_micro = last_micro;
     // classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf
-    EmbedTensors emb = gpt2_embed_tensors(c, params_unit(m, 0));
-    EmbedTensors demb = gpt2_embed_tensors(c, grads_unit(m, 0));
+    EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(m, 0));
+    EmbedTensors demb = gpt2_embed_tensors(c, grads_unit(m, 0));  // live until the encoder's backward
     memset(a->dln, 0, BT * C * sizeof(float));
     matmul_backward(a->dln, demb.wte, NULL, a->dlogits, a->lnf, emb.wte, B, T, C, Vp);
+    params_release(m, 0);
 
-    FinalTensors fin = gpt2_final_tensors(c, params_unit(m, L + 1));
+    FinalTensors fin = gpt2_final_tensors(c, params_fetch(m, L + 1));
     FinalTensors dfin = gpt2_final_tensors(c, grads_unit(m, L + 1));
     memset(a->dresidual, 0, BT * C * sizeof(float));
     layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dln, a->residual3 + (L - 1) * BT * C,
                        fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C);
+    params_release(m, L + 1);
+    grads_reduce(m, L + 1);
 
     // dresidual carries the gradient of the residual stream down through the blocks:
     // residual3 = residual2 + fcproj and residual2 = residual + attproj pass it through
     // unchanged, and each layernorm backward adds its branch into it.
     for (int l = L - 1; l >= 0; l--) {
-        BlockTensors w = gpt2_block_tensors(c, params_unit(m, 1 + l));
+        BlockTensors w = gpt2_block_tensors(c, params_fetch(m, 1 + l));
         BlockTensors dw = gpt2_block_tensors(c, grads_unit(m, 1 + l));
         float* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
         float* residual2 = a->residual2 + l * BT * C;
@@ -286,26 +337,19 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         memset(a->dln, 0, BT * C * sizeof(float));
         matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, B, T, C, 3 * C);
         layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C);
+        params_release(m, 1 + l);
+        grads_reduce(m, 1 + l);  // its reduction overlaps the backward of the blocks below
     }
 
     encoder_backward(demb.wte, demb.wpe, a->dresidual, inputs, B, T, C);
-}
-
-// AdamW over every tensor, weight decay where gpt2_param_decay says; t is 1-based
-static void gpt2_update(GPT2* m, float lr, float weight_decay, float grad_scale, int t) {
-    for (int i = 0; i < gpt2_num_tensors(&m->config); i++) {
-        TensorRange r = m->tensors[i];
-        size_t off = m->unit_offset[r.unit] + r.offset;
-        adamw_update(m->params + off, m->grads + off, m->m + off, m->v + off, r.size,
-                     lr, 0.9f, 0.95f, 1e-8f, r.decay ? weight_decay : 0.0f, grad_scale, t);
-    }
+    grads_reduce(m, 0);
+    zeroCheck(zero_end(&m->zero));
 }
 
 static void gpt2_free(GPT2* m) {
     float** bufs = (float**)&m->acts;
     for (size_t i = 0; i < sizeof(Activations) / sizeof(float*); i++) { free(bufs[i]); }
-    free(m->params); free(m->grads); free(m->m); free(m->v);
-    free(m->unit_offset); free(m->tensors);
+    zero_engine_free(&m->zero);
 }
 
 // ----------------------------------------------------------------------------
@@ -333,46 +377,45 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-static int write_file_atomic(const char* path, const void* header, size_t header_bytes,
-                             const float* a, const float* b, size_t n) {
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* fp = fopen(tmp, "wb");
-    if (fp == NULL) { return llmc_error("cannot write %s: %s", tmp, strerror(errno)); }
-    int ok = fwrite(header, 1, header_bytes, fp) == header_bytes;
-    ok = ok && fwrite(a, sizeof(float), n, fp) == n;
-    ok = ok && fwrite(b, sizeof(float), n, fp) == n;
-    int err = errno;
-    if (fclose(fp) != 0 && ok) { ok = 0; err = errno; }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) { err = errno; }
-        remove(tmp);
-        return llmc_error("cannot write %s: %s", path, strerror(err));
-    }
-    return 0;
-}
-
 typedef struct {
-    int32_t magic, version, rank, world_size, step, pad;
-    uint64_t num_params, sample_rng;
+    int32_t magic, version, rank, world_size, step, zero_stage;
+    uint64_t num_params, state_bytes, sample_rng;
     DataLoaderState loader;
 } StateHeader;
 
+// Each rank writes its own state file (its ZeRO shards, AdamW moments, the dataloader
+// position, the sampler RNG) under a temporary name and renames it; rank 0 also writes
+// the llm.c model file, gathered from the shards; the DONE marker comes last, after a
+// barrier, so a checkpoint is resumed from only when every file of it is complete.
 static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int world, uint64_t sample_rng, const DataLoader* loader) {
-    char path[4096];
+    char path[4096], tmp[4200];
+    float* full = rank == 0 ? (float*)mallocCheck(m->num_params * sizeof(float)) : NULL;
+    zeroCheck(zero_params_gather(&m->zero, full, 0));
     if (rank == 0) {
         snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
-        llmcCheck(gpt2_write_model(path, &m->config, m->params));
+        llmcCheck(gpt2_write_model(path, &m->config, full));
+        free(full);
     }
-    StateHeader h = {STATE_MAGIC, STATE_VERSION, rank, world, step, 0, m->num_params, sample_rng, {0, 0, 0}};
+    StateHeader h = {STATE_MAGIC, STATE_VERSION, rank, world, step, m->zero.stage,
+                     m->num_params, zero_state_bytes(&m->zero), sample_rng, {0, 0, 0}};
     dataloader_get_state(loader, &h.loader);
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
-    llmcCheck(write_file_atomic(path, &h, sizeof(h), m->m, m->v, m->num_params));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* fp = fopen(tmp, "wb");
+    int ok = fp != NULL && fwrite(&h, sizeof(h), 1, fp) == 1 && zero_state_write(&m->zero, fp) == 0;
+    int err = errno;
+    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) { err = errno; }
+        remove(tmp);
+        fprintf(stderr, "error: rank %d cannot write checkpoint %s: %s\n", rank, path, strerror(err));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
     if (rank == 0) {
         snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
-        FILE* fp = fopenCheck(path, "w");
-        fclose(fp);
+        FILE* done = fopenCheck(path, "w");
+        fclose(done);
     }
 }
 
@@ -394,21 +437,28 @@ static int checkpoint_latest(const char* dir) {
 static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, int world, uint64_t* sample_rng, DataLoaderState* loader) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
-    FILE* fp = fopenCheck(path, "rb");
+    FILE* fp = fopen(path, "rb");
     StateHeader h;
-    freadCheck(&h, sizeof(h), 1, fp);
+    if (fp == NULL || fread(&h, sizeof(h), 1, fp) != 1) {
+        fprintf(stderr, "error: rank %d cannot read checkpoint state %s: %s\n", rank, path, fp ? "truncated header" : strerror(errno));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) {
         fprintf(stderr, "error: %s is not a train_gpt2_zero3 state file (magic %d, version %d)\n", path, h.magic, h.version);
-        exit(EXIT_FAILURE);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (h.world_size != world || h.rank != rank || h.num_params != m->num_params || h.step != step) {
-        fprintf(stderr, "error: %s was saved by rank %d of %d for %llu parameters at step %d; "
-                "this run is rank %d of %d with %zu parameters\n", path, h.rank, h.world_size,
-                (unsigned long long)h.num_params, h.step, rank, world, m->num_params);
-        exit(EXIT_FAILURE);
+    if (h.world_size != world || h.rank != rank || h.zero_stage != m->zero.stage ||
+        h.num_params != m->num_params || h.step != step || h.state_bytes != zero_state_bytes(&m->zero)) {
+        fprintf(stderr, "error: %s was saved by rank %d of %d at ZeRO stage %d for %llu parameters at step %d; "
+                "this run is rank %d of %d at stage %d with %zu parameters (resuming needs the same ranks, stage and model)\n",
+                path, h.rank, h.world_size, h.zero_stage, (unsigned long long)h.num_params, h.step,
+                rank, world, m->zero.stage, m->num_params);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    freadCheck(m->m, sizeof(float), m->num_params, fp);
-    freadCheck(m->v, sizeof(float), m->num_params, fp);
+    if (zero_state_read(&m->zero, fp) != 0) {
+        fprintf(stderr, "error: %s: %s\n", path, llmc_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     fclose(fp);
     *sample_rng = h.sample_rng;
     *loader = h.loader;
@@ -417,16 +467,18 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, 
 // ----------------------------------------------------------------------------
 // the --report JSON
 
-typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; } StepRecord;
+typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms; } StepRecord;
 typedef struct { int step; float loss; } ValRecord;
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_PEAK, MEM_FIELDS };
 
-static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int world,
+static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int world, int grad_accum,
                          const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
-                         const double* mem /* (world, 5) */, double allreduce_bytes_per_step, int grad_accum) {
+                         const double* mem /* (world, MEM_FIELDS) */, const double* comm_per_step /* (4) */) {
     cJSON* root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "world_size", world);
-    cJSON_AddNumberToObject(root, "zero_stage", tc->zero_stage);
+    cJSON_AddNumberToObject(root, "zero_stage", m->zero.stage);
     cJSON_AddNumberToObject(root, "num_parameters", (double)m->num_params);
+    cJSON_AddNumberToObject(root, "num_parameters_padded", (double)m->zero.plan.padded_total);
     cJSON* cfg = cJSON_AddObjectToObject(root, "config");
     cJSON_AddStringToObject(cfg, "model", tc->model);
     cJSON_AddNumberToObject(cfg, "B", tc->B);
@@ -435,6 +487,9 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(cfg, "num_layers", m->config.num_layers);
     cJSON_AddNumberToObject(cfg, "channels", m->config.channels);
     cJSON_AddNumberToObject(cfg, "num_heads", m->config.num_heads);
+    char zdesc[512];
+    zero_config_describe(&m->zero.cfg, zdesc, sizeof(zdesc));
+    cJSON_AddStringToObject(cfg, "zero", zdesc);
     cJSON* arr = cJSON_AddArrayToObject(root, "steps");
     for (int i = 0; i < nsteps; i++) {
         cJSON* s = cJSON_CreateObject();
@@ -444,6 +499,7 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
         cJSON_AddNumberToObject(s, "tokens_per_s", steps[i].tokens_per_s);
         cJSON_AddNumberToObject(s, "lr", steps[i].lr);
         cJSON_AddNumberToObject(s, "grad_norm", steps[i].norm);
+        cJSON_AddNumberToObject(s, "comm_wait_ms", steps[i].wait_ms);
         cJSON_AddItemToArray(arr, s);
     }
     arr = cJSON_AddArrayToObject(root, "val");
@@ -453,26 +509,25 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
         cJSON_AddNumberToObject(s, "loss", vals[i].loss);
         cJSON_AddItemToArray(arr, s);
     }
-    // Without ZeRO every rank holds everything, allocated once at start: the peak is
-    // the sum. "buffers" are the activations and backward scratch.
+    // params, grads and optimizer: the engine's persistent model states (peak bytes);
+    // buffers: its working set (gathered units, unit gradients, receive buffers) at its
+    // peak; activations: the trainer's; peak: the engine's peak total plus activations
     cJSON* memory = cJSON_AddObjectToObject(root, "memory");
     arr = cJSON_AddArrayToObject(memory, "per_rank");
+    static const char* const names[MEM_FIELDS] = {"params", "grads", "optimizer", "buffers", "activations", "peak"};
     for (int r = 0; r < world; r++) {
-        const double* x = mem + 5 * r;
         cJSON* s = cJSON_CreateObject();
         cJSON_AddNumberToObject(s, "rank", r);
-        cJSON_AddNumberToObject(s, "params", x[0]);
-        cJSON_AddNumberToObject(s, "grads", x[1]);
-        cJSON_AddNumberToObject(s, "optimizer", x[2]);
-        cJSON_AddNumberToObject(s, "buffers", x[3]);
-        cJSON_AddNumberToObject(s, "peak", x[4]);
+        for (int f = 0; f < MEM_FIELDS; f++) { cJSON_AddNumberToObject(s, names[f], mem[r * MEM_FIELDS + f]); }
         cJSON_AddItemToArray(arr, s);
     }
+    // bytes a rank sends per optimizer step, as a ring algorithm moves them, averaged
     cJSON* comm = cJSON_AddObjectToObject(root, "comm");
     cJSON* per = cJSON_AddObjectToObject(comm, "per_rank_bytes_per_step");
-    cJSON_AddNumberToObject(per, "allgather", 0);
-    cJSON_AddNumberToObject(per, "reduce_scatter", 0);
-    cJSON_AddNumberToObject(per, "allreduce", allreduce_bytes_per_step);
+    cJSON_AddNumberToObject(per, "allgather", comm_per_step[0]);
+    cJSON_AddNumberToObject(per, "reduce_scatter", comm_per_step[1]);
+    cJSON_AddNumberToObject(per, "allreduce", comm_per_step[2]);
+    cJSON_AddNumberToObject(comm, "wait_ms_per_step", comm_per_step[3]);
     char* text = cJSON_Print(root);
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -499,25 +554,81 @@ static void log_line(const char* dir, int rank, const char* fmt, int step, float
     fclose(fp);
 }
 
-// sum-reduce a float buffer in place over all ranks, in chunks that fit MPI's int count
-static void allreduce_sum(float* buf, size_t n) {
-    const size_t chunk = (size_t)1 << 30;
-    for (size_t off = 0; off < n; off += chunk) {
-        int cnt = (int)(n - off < chunk ? n - off : chunk);
-        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-    }
-}
-
 static float allreduce_mean(float x, int world) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     return x / world;
 }
 
-// errors found on rank 0 before anything starts: print once, stop every rank
+// errors found before training starts, the same on every rank: print once, stop all
 static void die_all(int rank, const char* msg) {
     if (rank == 0) { fprintf(stderr, "error: %s\n", msg); }
     MPI_Finalize();
     exit(EXIT_FAILURE);
+}
+
+// FNV-1a over bytes, chained: for the check that every rank runs the same thing
+static uint64_t hash_bytes(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < n; i++) { h = (h ^ p[i]) * 0x100000001B3ull; }
+    return h;
+}
+
+// Every rank must run the same configuration and model, or the collectives would
+// pair up wrong. Each rank hashes what must agree; all compare with rank 0's and each
+// that differs says what differs.
+static void check_ranks_agree(const TrainConfig* tc, const GPT2Config* c, long total_batch, int rank, int world) {
+    uint64_t h[3];
+    h[0] = zero_config_hash(&tc->zero);
+    uint64_t t = 0xcbf29ce484222325ull;
+    t = hash_bytes(t, &tc->B, sizeof(tc->B));
+    t = hash_bytes(t, &tc->T, sizeof(tc->T));
+    t = hash_bytes(t, &total_batch, sizeof(total_batch));
+    t = hash_bytes(t, &tc->lr, sizeof(tc->lr));
+    t = hash_bytes(t, &tc->weight_decay, sizeof(tc->weight_decay));
+    t = hash_bytes(t, &tc->grad_clip, sizeof(tc->grad_clip));
+    t = hash_bytes(t, &tc->seed, sizeof(tc->seed));
+    t = hash_bytes(t, &tc->max_steps, sizeof(tc->max_steps));
+    t = hash_bytes(t, &tc->overfit_single_batch, sizeof(tc->overfit_single_batch));
+    t = hash_bytes(t, &tc->shuffle, sizeof(tc->shuffle));
+    t = hash_bytes(t, &tc->val_every, sizeof(tc->val_every));
+    t = hash_bytes(t, &tc->sample_every, sizeof(tc->sample_every));
+    t = hash_bytes(t, &tc->checkpoint_every, sizeof(tc->checkpoint_every));
+    h[1] = t;
+    h[2] = hash_bytes(0xcbf29ce484222325ull, c, sizeof(*c));
+    uint64_t h0[3] = {h[0], h[1], h[2]};
+    mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
+                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --shuffle)",
+                                        "model shape (-e)"};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        if (h[i] != h0[i]) {
+            fprintf(stderr, "error: rank %d of %d runs a different %s than rank 0\n", rank, world, what[i]);
+            bad = 1;
+        }
+    }
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        if (rank == 0) { fprintf(stderr, "error: the ranks disagree (see above); every rank must get the same flags and files\n"); }
+        MPI_Finalize();
+        exit(EXIT_FAILURE);
+    }
+}
+
+// --estimate NODES:GPUS: DeepSpeed-style model-state memory table, then exit
+static int estimate_print(const TrainConfig* tc, const GPT2Config* c) {
+    int nodes = 0, gpus = 0;
+    char tail;
+    if (sscanf(tc->estimate, "%d:%d%c", &nodes, &gpus, &tail) != 2 || nodes < 1 || gpus < 1) {
+        return llmc_error("flag --estimate: '%s' should be NODES:GPUS_PER_NODE, for example 1:8", tc->estimate);
+    }
+    double largest = 0;
+    for (int u = 0; u < gpt2_num_units(c); u++) {
+        double n = (double)gpt2_unit_size(c, u);
+        if (n > largest) { largest = n; }
+    }
+    zero_estimate_print(stdout, tc->model, (double)gpt2_num_params(c), largest, nodes, gpus);
+    return 0;
 }
 
 int main(int argc, char** argv) {
@@ -534,13 +645,13 @@ int main(int argc, char** argv) {
         MPI_Finalize();
         return 0;
     }
-    if (rc != 0) {
-        if (rank == 0) { fprintf(stderr, "error: %s\n", llmc_errmsg()); }
-        MPI_Finalize();
-        return EXIT_FAILURE;
+    if (rc != 0) { die_all(rank, llmc_errmsg()); }
+    if (rank == 0 && tc.warnings[0] != '\0') { fputs(tc.warnings, stderr); }
+    if (tc.zero.offload_optimizer != ZERO_OFFLOAD_NONE || tc.zero.offload_param != ZERO_OFFLOAD_NONE) {
+        die_all(rank, "--offload-optimizer/--offload-param (or offload_* in --ds-config): offload is not available in this build yet");
     }
-    if (tc.zero_stage != 0) {
-        die_all(rank, "flag -z: only ZeRO stage 0 (plain data parallelism) is available in this build");
+    if (tc.zero.bf16 == 1 && rank == 0) {
+        fprintf(stderr, "warning: bf16.enabled is ignored: the CPU trainer computes in fp32\n");
     }
 
     // threads: split the node's cores among the ranks on it unless the user chose
@@ -561,7 +672,8 @@ int main(int argc, char** argv) {
     // the model: a file, or a descriptor with random init from --seed
     GPT2Config config;
     float* params = NULL;
-    if (access(tc.model, F_OK) == 0) {
+    int from_file = access(tc.model, F_OK) == 0;
+    if (from_file) {
         if (gpt2_read_model(tc.model, &config, &params) != 0) { die_all(rank, llmc_errmsg()); }
     } else {
         if (strstr(tc.model, ".bin") != NULL) {
@@ -570,6 +682,13 @@ int main(int argc, char** argv) {
             die_all(rank, msg);
         }
         if (gpt2_config_from_descriptor(tc.model, &config) != 0) { die_all(rank, llmc_errmsg()); }
+    }
+    if (tc.estimate != NULL) {
+        if (rank == 0 && estimate_print(&tc, &config) != 0) { fprintf(stderr, "error: %s\n", llmc_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
+        MPI_Finalize();
+        return 0;
+    }
+    if (!from_file && rank == 0) {  // the engine broadcasts rank 0's parameters
         params = (float*)malloc(gpt2_num_params(&config) * sizeof(float));
         if (params == NULL) { die_all(rank, "out of memory for the model's parameters"); }
         gpt2_init_params(&config, params, tc.seed);
@@ -579,29 +698,49 @@ int main(int argc, char** argv) {
         snprintf(msg, sizeof(msg), "flag -t: sequence length %d exceeds the model's maximum of %d", tc.T, config.max_seq_len);
         die_all(rank, msg);
     }
+
+    // batch: -d (tokens) if given, else DeepSpeed's rule over the JSON's
+    // train_batch_size (sequences), micro batch and accumulation steps, else B*T*ranks
     long tokens_per_micro = (long)tc.B * tc.T * world;
-    long total_batch = tc.total_batch_size == -1 ? tokens_per_micro : tc.total_batch_size;
-    if (total_batch % tokens_per_micro != 0) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag -d: total batch size %ld is not a multiple of B*T*ranks = %d*%d*%d = %ld",
-                 total_batch, tc.B, tc.T, world, tokens_per_micro);
-        die_all(rank, msg);
-    }
-    int grad_accum = (int)(total_batch / tokens_per_micro);
-    if (tc.output_dir != NULL) {
-        struct stat st;
-        if (rank == 0 && stat(tc.output_dir, &st) != 0 && mkdir(tc.output_dir, 0755) != 0) {
-            char msg[4200];
-            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s: %s", tc.output_dir, strerror(errno));
+    long total_batch = tokens_per_micro;
+    if (tc.given_d) {
+        total_batch = tc.total_batch_size;
+        if (total_batch % tokens_per_micro != 0) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "flag -d: total batch size %ld is not a multiple of B*T*ranks = %d*%d*%d = %ld",
+                     total_batch, tc.B, tc.T, world, tokens_per_micro);
             die_all(rank, msg);
         }
-        mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    } else if (tc.zero.train_batch_size > 0 || tc.zero.gradient_accumulation_steps > 0) {
+        int micro = 0, accum = 0;
+        if (zero_config_resolve_batch(tc.zero.train_batch_size, tc.B, tc.zero.gradient_accumulation_steps, world, &micro, &accum) != 0) {
+            die_all(rank, llmc_errmsg());
+        }
+        total_batch = (long)micro * accum * world * tc.T;
+    }
+    int grad_accum = (int)(total_batch / tokens_per_micro);
+    check_ranks_agree(&tc, &config, total_batch, rank, world);
+
+    if (tc.output_dir != NULL) {
+        struct stat st;
+        int bad = 0;
+        if (rank == 0 && stat(tc.output_dir, &st) != 0 && mkdir(tc.output_dir, 0755) != 0) { bad = 1; }
+        mpiCheck(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (bad) {
+            char msg[4200];
+            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s", tc.output_dir);
+            die_all(rank, msg);
+        }
     } else if (tc.checkpoint_every > 0 || tc.resume) {
         die_all(rank, "flags -n and -y need an output directory: add -o DIR");
     }
 
     GPT2 model;
-    gpt2_build(&model, &config, params);
+    if (gpt2_build(&model, &config, params, &tc.zero, MPI_COMM_WORLD, tc.beta1, tc.beta2, tc.eps) != 0) {
+        fprintf(stderr, "error: rank %d: %s\n", rank, llmc_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    free(params);
 
     DataLoader train_loader, val_loader;
     int shuffle = tc.shuffle && !tc.overfit_single_batch;
@@ -640,64 +779,63 @@ int main(int argc, char** argv) {
     // the first sampled position sees <|endoftext|>, or the last token of a smaller vocabulary
     int start_token = have_tokenizer ? (int)tokenizer.eot_token
                     : (config.vocab_size > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : config.vocab_size - 1);
-    int alloc_T = tc.T;
-    gpt2_alloc_activations(&model, tc.B, alloc_T, tc.recompute);
+    gpt2_alloc_activations(&model, tc.B, tc.T, tc.recompute);
 
     LRScheduler sched = {0};
     llmcCheck(lr_scheduler_init(&sched, tc.lr_schedule, tc.lr, tc.warmup, max_steps, tc.final_lr_frac));
 
-    uint64_t sample_seed = tc.seed ^ 0xA5A5A5A5ull;
     Rng sample_rng;
-    rng_init(&sample_rng, sample_seed);
+    rng_init(&sample_rng, tc.seed ^ 0xA5A5A5A5ull);
 
     int start_step = 0;
     if (tc.resume) {
         int latest = checkpoint_latest(tc.output_dir);
+        mpiCheck(MPI_Bcast(&latest, 1, MPI_INT, 0, MPI_COMM_WORLD));  // rank 0's view decides
         if (latest < 0) {
             if (rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc.output_dir); }
         } else {
-            char path[4096];
-            snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, latest);
-            GPT2Config rc_config;
-            float* rparams = NULL;
-            if (gpt2_read_model(path, &rc_config, &rparams) != 0) { die_all(rank, llmc_errmsg()); }
-            if (memcmp(&rc_config, &config, sizeof(config)) != 0) { die_all(rank, "the checkpoint's model shape differs from -e"); }
-            free(model.params);
-            model.params = rparams;
             DataLoaderState ls;
             checkpoint_load_state(tc.output_dir, latest, &model, rank, world, &sample_rng.state, &ls);
             if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
             start_step = latest;
-            if (rank == 0) { printf("resumed from %s at step %d\n", path, latest); }
+            if (rank == 0) { printf("resumed from %s at step %d\n", tc.output_dir, latest); }
         }
     }
 
-    double param_bytes = model.num_params * sizeof(float);
-    double mem_local[5] = {param_bytes, param_bytes, 2 * param_bytes, (double)model.acts_bytes, 0};
-    mem_local[4] = mem_local[0] + mem_local[1] + mem_local[2] + mem_local[3];
-    double* mem_all = (double*)mallocCheck(5 * world * sizeof(double));
-    mpiCheck(MPI_Gather(mem_local, 5, MPI_DOUBLE, mem_all, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-    // a ring all-reduce sends and receives 2 (N-1)/N of the buffer per rank
-    double allreduce_bytes = world > 1 ? 2.0 * (world - 1) / world * param_bytes : 0.0;
-
     if (rank == 0) {
-        printf("+-----------------------+----------------------------------------------------+\n");
-        printf("| model                 | %-50s |\n", tc.model);
-        printf("| max_seq_len, vocab    | %d, %d (padded %d)%*s|\n", config.max_seq_len, config.vocab_size, config.padded_vocab_size, 1, "");
+        char zdesc[512];
+        zero_config_describe(&tc.zero, zdesc, sizeof(zdesc));
+        printf("+-----------------------+\n");
+        printf("| model                 | %s\n", tc.model);
+        printf("| max_seq_len, vocab    | %d, %d (padded %d)\n", config.max_seq_len, config.vocab_size, config.padded_vocab_size);
         printf("| layers, heads, chans  | %d, %d, %d\n", config.num_layers, config.num_heads, config.channels);
         printf("| parameters            | %zu\n", model.num_params);
         printf("| ranks, B, T           | %d, %d, %d  (grad accumulation %d, %ld tokens/step)\n", world, tc.B, tc.T, grad_accum, total_batch);
         printf("| steps, lr, schedule   | %d, %g, %s (warmup %d, final %g)\n", max_steps, tc.lr, tc.lr_schedule, tc.warmup, tc.final_lr_frac);
-        printf("| memory per rank (MiB) | params %.1f, grads %.1f, optimizer %.1f, activations %.1f\n",
-               mem_local[0] / 1048576, mem_local[1] / 1048576, mem_local[2] / 1048576, mem_local[3] / 1048576);
+        printf("| ZeRO                  | %s\n", zdesc);
         printf("+-----------------------+\n");
+    }
+    double* mem_all = (double*)mallocCheck(MEM_FIELDS * world * sizeof(double));
+    {   // one memory line per rank, in rank order
+        ZeroMemory* zm = &model.zero.mem;
+        double mine[MEM_FIELDS] = {zm->peak[ZERO_MEM_PARAMS], zm->peak[ZERO_MEM_GRADS], zm->peak[ZERO_MEM_OPTIMIZER],
+                                   zm->peak[ZERO_MEM_BUFFERS], (double)model.acts_bytes, zm->total_peak + model.acts_bytes};
+        mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, mem_all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+        for (int r = 0; rank == 0 && r < world; r++) {
+            const double* x = mem_all + r * MEM_FIELDS;
+            printf("memory rank %d (MiB): params %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f\n",
+                   r, x[0] / 1048576, x[1] / 1048576, x[2] / 1048576, x[3] / 1048576, x[4] / 1048576);
+        }
     }
 
     StepRecord* steps = (StepRecord*)mallocCheck((max_steps + 1) * sizeof(StepRecord));
     ValRecord* vals = (ValRecord*)mallocCheck((max_steps + 2) * sizeof(ValRecord));
     int nsteps = 0, nvals = 0;
-    int* gen_tokens = (int*)mallocCheck(alloc_T * sizeof(int));
+    int* gen_tokens = (int*)mallocCheck(tc.T * sizeof(int));
     int have_batch = 0;
+    double comm_bytes0[ZERO_NUM_COLLECTIVES];
+    memcpy(comm_bytes0, model.zero.comm.bytes, sizeof(comm_bytes0));
+    double wait_total = 0.0;
 
     for (int step = start_step; step <= max_steps; step++) {
         int last_step = step == max_steps;
@@ -707,7 +845,7 @@ int main(int argc, char** argv) {
             double sum = 0.0;
             for (int i = 0; i < val_steps; i++) {
                 llmcCheck(dataloader_next_batch(&val_loader));
-                gpt2_forward(&model, val_loader.inputs, val_loader.targets, tc.B, tc.T);
+                gpt2_forward(&model, val_loader.inputs, val_loader.targets, tc.B, tc.T, ZERO_PASS_FORWARD);
                 sum += model.mean_loss;
             }
             float val_loss = allreduce_mean((float)(sum / val_steps), world);
@@ -716,21 +854,24 @@ int main(int argc, char** argv) {
             vals[nvals++] = (ValRecord){step, val_loss};
         }
 
-        // samples from rank 0 only, starting from <|endoftext|>; forward over the prefix
-        if (tc.sample_every > 0 && rank == 0 && ((step > 0 && step % tc.sample_every == 0) || last_step)) {
-            int gen_max = tc.gen_T < alloc_T ? tc.gen_T : alloc_T;
+        // Samples, starting from <|endoftext|>, a forward over the prefix per token. Every
+        // rank samples (the same tokens, from the same RNG): at stage 3 a forward needs
+        // every rank's shards. Rank 0 prints.
+        if (tc.sample_every > 0 && ((step > 0 && step % tc.sample_every == 0) || last_step)) {
+            int gen_max = tc.gen_T < tc.T ? tc.gen_T : tc.T;
             gen_tokens[0] = start_token;
-            printf("generating:\n---\n");
+            if (rank == 0) { printf("generating:\n---\n"); }
             for (int t = 1; t < gen_max; t++) {
-                gpt2_forward(&model, gen_tokens, NULL, 1, t);
+                gpt2_forward(&model, gen_tokens, NULL, 1, t, ZERO_PASS_FORWARD);
                 const float* probs = model.acts.probs + (size_t)(t - 1) * config.padded_vocab_size;
                 int next = sample_token(probs, config.vocab_size, rng_float(&sample_rng));
                 gen_tokens[t] = next;
+                if (rank != 0) { continue; }
                 const char* piece = have_tokenizer ? tokenizer_decode(&tokenizer, next) : NULL;
                 if (piece != NULL) { fputs(piece, stdout); } else { printf("<%d>", next); }
                 fflush(stdout);
             }
-            printf("\n---\n");
+            if (rank == 0) { printf("\n---\n"); }
         }
 
         if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
@@ -739,40 +880,51 @@ int main(int argc, char** argv) {
         }
         if (last_step) { break; }
 
-        double t0 = now_ms();
-        gpt2_zero_grad(&model);
+        double t0 = now_ms(), wait0 = model.zero.comm.wait_ms;
         double loss_sum = 0.0;
         for (int micro = 0; micro < grad_accum; micro++) {
             if (!tc.overfit_single_batch || !have_batch) {
                 llmcCheck(dataloader_next_batch(&train_loader));
                 have_batch = 1;
             }
-            gpt2_forward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T);
-            gpt2_backward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T, 1.0f / grad_accum);
+            gpt2_forward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T, ZERO_PASS_TRAIN);
+            gpt2_backward(&model, train_loader.inputs, train_loader.targets, tc.B, tc.T, 1.0f / grad_accum, micro == grad_accum - 1);
             loss_sum += model.mean_loss;
         }
-        if (world > 1) {
-            allreduce_sum(model.grads, model.num_params);
-            float inv = 1.0f / world;
-            for (size_t i = 0; i < model.num_params; i++) { model.grads[i] *= inv; }
-        }
-        float loss = allreduce_mean((float)(loss_sum / grad_accum), world);
-        float norm = (float)sqrt(grad_norm_squared(model.grads, model.num_params));
-        float scale = clip_scale(norm, tc.grad_clip);
         float lr = lr_scheduler_get(&sched, step);
-        gpt2_update(&model, lr, tc.weight_decay, scale, step + 1);
+        float norm = 0.0f;
+        zeroCheck(zero_step(&model.zero, lr, tc.weight_decay, tc.grad_clip, step + 1, &norm));
+        float loss = allreduce_mean((float)(loss_sum / grad_accum), world);
         double ms = now_ms() - t0;
+        double wait = model.zero.comm.wait_ms - wait0;
+        wait_total += wait;
         double tps = total_batch / (ms / 1e3);
         if (rank == 0) {
-            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s\n",
-                   step + 1, max_steps, loss, lr, norm, ms, tps);
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | comm wait %.1f ms\n",
+                   step + 1, max_steps, loss, lr, norm, ms, tps, wait);
         }
         log_line(tc.output_dir, rank, "s:%d trl:%f\n", step, loss);
-        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm};
+        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, wait};
     }
 
+    // report: memory peaks over the whole run (gathered again: the working set grows
+    // during the steps), and the training steps' communication per step
+    {
+        ZeroMemory* zm = &model.zero.mem;
+        double mine[MEM_FIELDS] = {zm->peak[ZERO_MEM_PARAMS], zm->peak[ZERO_MEM_GRADS], zm->peak[ZERO_MEM_OPTIMIZER],
+                                   zm->peak[ZERO_MEM_BUFFERS], (double)model.acts_bytes, zm->total_peak + model.acts_bytes};
+        mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, mem_all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    }
     if (rank == 0 && tc.report != NULL) {
-        report_write(tc.report, &tc, &model, world, steps, nsteps, vals, nvals, mem_all, allreduce_bytes, grad_accum);
+        // validation, sampling and checkpoints also gather at stage 3: count the steps'
+        // traffic only when they were off, else say nothing wrong by leaving them in
+        double per_step[4] = {0, 0, 0, 0};
+        int n = nsteps > 0 ? nsteps : 1;
+        per_step[0] = (model.zero.comm.bytes[ZERO_ALLGATHER] - comm_bytes0[ZERO_ALLGATHER]) / n;
+        per_step[1] = (model.zero.comm.bytes[ZERO_REDUCE_SCATTER] - comm_bytes0[ZERO_REDUCE_SCATTER]) / n;
+        per_step[2] = (model.zero.comm.bytes[ZERO_ALLREDUCE] - comm_bytes0[ZERO_ALLREDUCE]) / n;
+        per_step[3] = wait_total / n;
+        report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, per_step);
     }
 
     free(steps); free(vals); free(gen_tokens); free(mem_all);

@@ -12,7 +12,9 @@
 #include <stdlib.h>  // strtol, strtof, strtoull
 #include <string.h>  // strcmp, strchr, strncmp
 #include <errno.h>   // ERANGE
+#include <math.h>    // isnan for the JSON's unset values
 #include "llmc/utils.h"  // llmc_error
+#include "zero3/config.h"  // ZeroConfig: -z, the ZeRO long flags and --ds-config
 
 typedef struct {
     const char* train_pattern;   // -i  train token shards (glob)
@@ -34,7 +36,6 @@ typedef struct {
     int gen_T;                   // -g  tokens per sample
     int checkpoint_every;        // -n  0: no checkpoints
     int resume;                  // -y  1: resume from the latest checkpoint in -o
-    int zero_stage;              // -z
     int recompute;               // -r  0: keep all, 1: recompute GELU, 2: + layernorms
     int overfit_single_batch;    // -a
     uint64_t seed;               // --seed        init and shuffling
@@ -42,6 +43,12 @@ typedef struct {
     float grad_clip;             // --grad-clip   global-norm clipping; 0: off
     const char* report;          // --report      JSON summary written by rank 0 at exit
     const char* tokenizer;       // --tokenizer   tokenizer file for decoding samples
+    float beta1, beta2, eps;     // AdamW, from --ds-config's optimizer.params (llm.c's by default)
+    const char* ds_config;       // --ds-config   DeepSpeed-style JSON; flags override it
+    const char* estimate;        // --estimate NODES:GPUS  print model-state memory per GPU and exit
+    ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
+    int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
+    char warnings[4096];         // the JSON's unknown keys, printed by rank 0
 } TrainConfig;
 
 static void args_defaults(TrainConfig* c) {
@@ -65,7 +72,6 @@ static void args_defaults(TrainConfig* c) {
     c->gen_T = 64;
     c->checkpoint_every = 0;
     c->resume = 0;
-    c->zero_stage = 0;
     c->recompute = 1;
     c->overfit_single_batch = 0;
     c->seed = 1337;
@@ -73,6 +79,10 @@ static void args_defaults(TrainConfig* c) {
     c->grad_clip = 1.0f;
     c->report = NULL;
     c->tokenizer = "dev/data/gpt2_tokenizer.bin";
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    zero_config_defaults(&c->zero);
 }
 
 static void args_usage(FILE* f) {
@@ -97,7 +107,7 @@ static void args_usage(FILE* f) {
         "  -g <int>      tokens to generate per sample (default 64)\n"
         "  -n <int>      checkpoint every N steps, 0 = never (default 0)\n"
         "  -y <0|1>      resume from the latest checkpoint in -o (default 0)\n"
-        "  -z <0..3>     ZeRO stage (default 0)\n"
+        "  -z <0..3>     ZeRO stage: 0 data parallel, 1 + optimizer state sharded, 2 + gradients, 3 + parameters (default 0)\n"
         "  -r <0|1|2>    recompute: 0 none, 1 GELU, 2 GELU and layernorms (default 1)\n"
         "  -a <0|1>      overfit a single batch (default 0)\n"
         "  --seed <int>        seed for init and shuffling (default 1337)\n"
@@ -105,6 +115,15 @@ static void args_usage(FILE* f) {
         "  --grad-clip <float> clip the global gradient norm, 0 = off (default 1.0)\n"
         "  --report <file>     write a JSON report at exit (rank 0)\n"
         "  --tokenizer <file>  tokenizer for decoding samples (default dev/data/gpt2_tokenizer.bin)\n"
+        "  --ds-config <file>  DeepSpeed-style JSON (zero_optimization, batch sizes, optimizer, gradient_clipping); flags override it\n"
+        "  --prefetch <n>      stage 3: units gathered ahead of use (default 2, 0 = off)\n"
+        "  --param-persistence-threshold <n>  stage 3: units smaller than n elements stay gathered (default 1e5)\n"
+        "  --max-live-parameters <n>          stage 3: budget of gathered elements (default 1e9)\n"
+        "  --max-reuse-distance <n>           stage 3: keep a unit gathered if reused within n elements (default 1e9)\n"
+        "  --reduce-bucket-size <n>           gradient elements in flight in reductions (default 5e8)\n"
+        "  --prefetch-bucket-size <n>         stage 3: elements being prefetched at once (default 5e7)\n"
+        "  --offload-optimizer none|cpu|nvme, --offload-param none|cpu|nvme, --nvme-path <dir>  (parsed; offload is not in this build)\n"
+        "  --estimate <nodes:gpus>  print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit\n"
         "  -h, --help          this message\n");
 }
 
@@ -133,6 +152,15 @@ static int args_float(const char* flag, const char* s, float lo, float hi, float
 // for, or -1 with llmc_errmsg() naming the flag.
 static int args_parse(TrainConfig* c, int argc, char** argv) {
     args_defaults(c);
+    // the JSON first, so that the flags, read after it, override it
+    for (int i = 1; i < argc; i++) {
+        const char* path = NULL;
+        if (strcmp(argv[i], "--ds-config") == 0 && i + 1 < argc) { path = argv[i + 1]; }
+        else if (strncmp(argv[i], "--ds-config=", 12) == 0) { path = argv[i] + 12; }
+        if (path == NULL) { continue; }
+        c->ds_config = path;
+        if (zero_config_load_json(&c->zero, path, c->warnings, sizeof(c->warnings)) != 0) { return -1; }
+    }
     for (int i = 1; i < argc; i++) {
         const char* flag = argv[i];
         if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { return 1; }
@@ -165,15 +193,15 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
             }
             c->lr_schedule = val;
         }
-        else if (!strcmp(name, "-b")) { rc = args_int(name, val, 1, 1 << 20, &v); c->B = (int)v; }
+        else if (!strcmp(name, "-b")) { rc = args_int(name, val, 1, 1 << 20, &v); c->B = (int)v; c->given_B = 1; }
         else if (!strcmp(name, "-t")) { rc = args_int(name, val, 1, 1 << 20, &v); c->T = (int)v; }
-        else if (!strcmp(name, "-d")) { rc = args_int(name, val, -1, 1L << 40, &v); c->total_batch_size = v;
+        else if (!strcmp(name, "-d")) { rc = args_int(name, val, -1, 1L << 40, &v); c->total_batch_size = v; c->given_d = v != -1;
                                         if (rc == 0 && v == 0) { return llmc_error("flag -d: total batch size must be positive, or -1"); } }
         else if (!strcmp(name, "-x")) { rc = args_int(name, val, -1, 1L << 30, &v); c->max_steps = (int)v; }
-        else if (!strcmp(name, "-l")) { rc = args_float(name, val, 0.0f, 10.0f, &c->lr); }
+        else if (!strcmp(name, "-l")) { rc = args_float(name, val, 0.0f, 10.0f, &c->lr); c->given_lr = 1; }
         else if (!strcmp(name, "-u")) { rc = args_int(name, val, 0, 1L << 30, &v); c->warmup = (int)v; }
         else if (!strcmp(name, "-q")) { rc = args_float(name, val, 0.0f, 1.0f, &c->final_lr_frac); }
-        else if (!strcmp(name, "-c")) { rc = args_float(name, val, 0.0f, 10.0f, &c->weight_decay); }
+        else if (!strcmp(name, "-c")) { rc = args_float(name, val, 0.0f, 10.0f, &c->weight_decay); c->given_wd = 1; }
         else if (!strcmp(name, "-v")) { rc = args_int(name, val, 0, 1L << 30, &v); c->val_every = (int)v; }
         else if (!strcmp(name, "-m")) { rc = args_int(name, val, -1, 1L << 30, &v); c->val_max_steps = (int)v;
                                         if (rc == 0 && v == 0) { return llmc_error("flag -m: use -v 0 to disable validation, or -1 for the whole set"); } }
@@ -181,7 +209,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(name, "-g")) { rc = args_int(name, val, 1, 1 << 20, &v); c->gen_T = (int)v; }
         else if (!strcmp(name, "-n")) { rc = args_int(name, val, 0, 1L << 30, &v); c->checkpoint_every = (int)v; }
         else if (!strcmp(name, "-y")) { rc = args_int(name, val, 0, 1, &v); c->resume = (int)v; }
-        else if (!strcmp(name, "-z")) { rc = args_int(name, val, 0, 3, &v); c->zero_stage = (int)v; }
+        else if (!strcmp(name, "-z")) { rc = args_int(name, val, 0, 3, &v); c->zero.stage = (int)v; }
         else if (!strcmp(name, "-r")) { rc = args_int(name, val, 0, 2, &v); c->recompute = (int)v; }
         else if (!strcmp(name, "-a")) { rc = args_int(name, val, 0, 1, &v); c->overfit_single_batch = (int)v; }
         else if (!strcmp(name, "--seed")) {
@@ -192,13 +220,27 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
             c->seed = s;
         }
         else if (!strcmp(name, "--shuffle")) { rc = args_int(name, val, 0, 1, &v); c->shuffle = (int)v; }
-        else if (!strcmp(name, "--grad-clip")) { rc = args_float(name, val, 0.0f, 1e6f, &c->grad_clip); }
+        else if (!strcmp(name, "--grad-clip")) { rc = args_float(name, val, 0.0f, 1e6f, &c->grad_clip); c->given_clip = 1; }
         else if (!strcmp(name, "--report")) { c->report = val; }
         else if (!strcmp(name, "--tokenizer")) { c->tokenizer = val; }
-        else { return llmc_error("unknown flag %s (see -h)", name); }
+        else if (!strcmp(name, "--ds-config")) { /* loaded above */ }
+        else if (!strcmp(name, "--estimate")) { c->estimate = val; }
+        else {
+            rc = zero_config_set_flag(&c->zero, name, val);
+            if (rc == 1) { return llmc_error("unknown flag %s (see -h)", name); }
+        }
         if (rc != 0) { return -1; }
     }
-    return 0;
+    // the JSON's training keys fill what the command line left unset
+    ZeroConfig* z = &c->zero;
+    if (!c->given_B && z->train_micro_batch_size_per_gpu > 0) { c->B = z->train_micro_batch_size_per_gpu; }
+    if (!c->given_lr && !isnan(z->lr)) { c->lr = z->lr; }
+    if (!c->given_wd && !isnan(z->weight_decay)) { c->weight_decay = z->weight_decay; }
+    if (!c->given_clip && !isnan(z->gradient_clipping)) { c->grad_clip = z->gradient_clipping; }
+    if (!isnan(z->beta1)) { c->beta1 = z->beta1; }
+    if (!isnan(z->beta2)) { c->beta2 = z->beta2; }
+    if (!isnan(z->eps)) { c->eps = z->eps; }
+    return zero_config_validate(z);
 }
 
 #endif // LLMC_ARGS_H

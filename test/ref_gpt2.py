@@ -225,10 +225,13 @@ def per_tensor(d):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print("usage: %s OUTDIR" % sys.argv[0], file=sys.stderr)
+    global B
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and not sys.argv[2].isdigit()):
+        print("usage: %s OUTDIR [B]   (B: sequences in the batch, default %d)" % (sys.argv[0], B), file=sys.stderr)
         return 2
     outdir = sys.argv[1]
+    if len(sys.argv) == 3:
+        B = int(sys.argv[2])  # the ZeRO tests use 24, which splits over 1, 2, 3 and 4 ranks
     os.makedirs(outdir, exist_ok=True)
     torch.set_num_threads(1)  # tiny model; the machine is shared
     gen = np.random.default_rng(SEED)

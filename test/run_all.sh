@@ -38,8 +38,10 @@ for t in "$@"; do
     run_suite "$(basename "$t")" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t" --jobs 2
 done
 run_suite "tokenizer exactness"   bash test/test_tokenizer_exact.sh
+run_suite "collectives (MPI)"     bash test/test_comm.sh
 run_suite "PyTorch reference"     bash test/test_reference.sh
 run_suite "trainer end to end"    bash test/test_trainer.sh
+run_suite "ZeRO stages (MPI)"     bash test/test_zero.sh
 
 echo
 if [ ${#broken[@]} -gt 0 ]; then echo "failing suites: ${broken[*]}"; fi

@@ -6,8 +6,8 @@
 
  Uses the trainer's own model code (llm.c's test idiom: #define TESTING and include the
  trainer, whose main() is then left out): gpt2_read_model, gpt2_build,
- gpt2_alloc_activations, gpt2_forward, gpt2_backward, gpt2_zero_grad, gpt2_update, and
- grad_norm_squared / clip_scale for the clipping, exactly as the training loop calls them.
+ gpt2_alloc_activations, gpt2_forward, gpt2_backward, and the ZeRO engine's zero_step
+ (global norm, clipping, AdamW) at stage 0 on one process, exactly as the training loop does.
  No MPI function is called, so no mpirun is needed.
 
  Checks (one line each; ref.bin's format is documented in test/ref_gpt2.py):
@@ -150,20 +150,22 @@ typedef struct { char name[32]; size_t c_off, ref_off, size; int kind, index; } 
 static int file_tensors(const GPT2* m, FileTensor* out) {
     const GPT2Config* c = &m->config;
     int nt = gpt2_num_tensors(c), n = 0;
+    TensorRange* tensors = (TensorRange*)mallocCheck(nt * sizeof(TensorRange));
+    gpt2_tensor_ranges(c, tensors);
     size_t ref_off = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
         int nl = gpt2_is_block_kind(k) ? c->num_layers : 1;
         for (int l = 0; l < nl; l++) {
             int found = -1;
             for (int i = 0; i < nt; i++) {
-                if (m->tensors[i].kind == k && (m->tensors[i].layer == (gpt2_is_block_kind(k) ? l : -1))) { found = i; }
+                if (tensors[i].kind == k && (tensors[i].layer == (gpt2_is_block_kind(k) ? l : -1))) { found = i; }
             }
             if (found < 0) { fprintf(stderr, "error: no tensor range for %s layer %d\n", gpt2_param_names[k], l); exit(EXIT_FAILURE); }
-            TensorRange r = m->tensors[found];
+            TensorRange r = tensors[found];
             FileTensor* f = &out[n];
             if (gpt2_is_block_kind(k)) { snprintf(f->name, sizeof(f->name), "%s[%d]", gpt2_param_names[k], l); }
             else { snprintf(f->name, sizeof(f->name), "%s", gpt2_param_names[k]); }
-            f->c_off = m->unit_offset[r.unit] + r.offset;
+            f->c_off = m->zero.plan.units[r.unit].full_offset + r.offset;  // stage 0: the full padded buffer
             f->ref_off = ref_off;
             f->size = r.size;
             f->kind = k;
@@ -173,6 +175,7 @@ static int file_tensors(const GPT2* m, FileTensor* out) {
         }
     }
     if (ref_off != m->num_params || n != nt) { fprintf(stderr, "error: tensor ranges do not cover the parameters\n"); exit(EXIT_FAILURE); }
+    free(tensors);
     return n;
 }
 
@@ -184,7 +187,7 @@ static double compare_grads(const GPT2* m, const Ref* r, const FileTensor* ft, i
         const double* ref = r->grads + ft[i].ref_off;
         size_t n = ft[i].size;
         if (ft[i].kind == P_WTE) { n = (size_t)r->V * r->C; }  // padding rows: checked apart
-        double err = max_err(m->grads + ft[i].c_off, ref, n);
+        double err = max_err(m->zero.full_grads + ft[i].c_off, ref, n);
         double tol = tolerance(r->err_grads[i], max_abs_d(ref, n));
         if (verbose) {
             char name[64];
@@ -199,7 +202,7 @@ static double compare_grads(const GPT2* m, const Ref* r, const FileTensor* ft, i
 
 // dwte rows V..Vp-1 must be exactly zero: the padded columns take no part in the loss
 static double padded_dwte(const GPT2* m, const Ref* r, const FileTensor* ft) {
-    const float* g = m->grads + ft[0].c_off + (size_t)r->V * r->C;
+    const float* g = m->zero.full_grads + ft[0].c_off + (size_t)r->V * r->C;
     double worst = 0.0;
     for (size_t i = 0; i < (size_t)(r->Vp - r->V) * r->C; i++) {
         double e = fabs(g[i]);
@@ -220,7 +223,14 @@ static void build(GPT2* m, const char* model_path, const Ref* r, int recompute) 
         fprintf(stderr, "error: %s and ref.bin describe different models\n", model_path);
         exit(EXIT_FAILURE);
     }
-    gpt2_build(m, &config, params);
+    // one process, stage 0: the engine holds the full parameters and gradients
+    ZeroConfig zc;
+    zero_config_defaults(&zc);
+    if (gpt2_build(m, &config, params, &zc, MPI_COMM_SELF, 0.9f, 0.95f, 1e-8f) != 0) {
+        fprintf(stderr, "error: %s\n", llmc_errmsg());
+        exit(EXIT_FAILURE);
+    }
+    free(params);
     if (m->num_params != r->num_params) { fprintf(stderr, "error: parameter count differs from ref.bin\n"); exit(EXIT_FAILURE); }
     gpt2_alloc_activations(m, r->B, r->T, recompute);
 }
@@ -233,6 +243,7 @@ int main(int argc, char** argv) {
     char model_path[4096], ref_path[4096];
     snprintf(model_path, sizeof(model_path), "%s/model.bin", argv[1]);
     snprintf(ref_path, sizeof(ref_path), "%s/ref.bin", argv[1]);
+    MPI_Init(&argc, &argv);  // the engine's communicator; one process, no mpirun needed
     Ref r;
     read_ref(ref_path, &r);
     int B = r.B, T = r.T, V = r.V, Vp = r.Vp;
@@ -247,7 +258,7 @@ int main(int argc, char** argv) {
     FileTensor* ft = (FileTensor*)mallocCheck(nt * sizeof(FileTensor));
     file_tensors(&m, ft);
 
-    gpt2_forward(&m, r.inputs, r.targets, B, T);
+    gpt2_forward(&m, r.inputs, r.targets, B, T, ZERO_PASS_TRAIN);
     check("logits (B,T,Vp)", max_err(m.acts.logits, r.logits, BT * Vp), tolerance(r.err_logits, max_abs_d(r.logits, BT * Vp)));
     double pad_prob = 0.0;
     for (size_t i = 0; i < BT; i++) {
@@ -259,17 +270,16 @@ int main(int argc, char** argv) {
     check("probs of padded columns == 0", pad_prob, 0.0);
     check("loss", fabs((double)m.mean_loss - r.loss), tolerance(r.err_loss, fabs(r.loss)));
 
-    gpt2_zero_grad(&m);
-    gpt2_backward(&m, r.inputs, r.targets, B, T, 1.0f);
+    gpt2_backward(&m, r.inputs, r.targets, B, T, 1.0f, 1);
     compare_grads(&m, &r, ft, nt, "", 1);
     check("dwte padded rows == 0", padded_dwte(&m, &r, ft), 0.0);
 
     // gradient accumulation: two half-weighted backward passes add up to one
-    gpt2_zero_grad(&m);
-    gpt2_forward(&m, r.inputs, r.targets, B, T);
-    gpt2_backward(&m, r.inputs, r.targets, B, T, 0.5f);
-    gpt2_forward(&m, r.inputs, r.targets, B, T);
-    gpt2_backward(&m, r.inputs, r.targets, B, T, 0.5f);
+    zero_clear_grads(&m.zero);
+    gpt2_forward(&m, r.inputs, r.targets, B, T, ZERO_PASS_TRAIN);
+    gpt2_backward(&m, r.inputs, r.targets, B, T, 0.5f, 0);
+    gpt2_forward(&m, r.inputs, r.targets, B, T, ZERO_PASS_TRAIN);
+    gpt2_backward(&m, r.inputs, r.targets, B, T, 0.5f, 1);
     check("grads, 2 x loss_scale 0.5 (err/tol)", compare_grads(&m, &r, ft, nt, "", 0), 1.0);
 
     // a shorter sequence in the same activations: the first T/2 positions are unchanged
@@ -281,7 +291,7 @@ int main(int argc, char** argv) {
             memcpy(in_h + (size_t)b * Th, r.inputs + (size_t)b * T, Th * sizeof(int));
             memcpy(ref_h + (size_t)b * Th * Vp, r.logits + (size_t)b * T * Vp, (size_t)Th * Vp * sizeof(double));
         }
-        gpt2_forward(&m, in_h, NULL, B, Th);
+        gpt2_forward(&m, in_h, NULL, B, Th, ZERO_PASS_FORWARD);
         snprintf(name, sizeof(name), "logits, forward with T=%d", Th);
         check(name, max_err(m.acts.logits, ref_h, (size_t)B * Th * Vp), tolerance(r.err_logits, max_abs_d(r.logits, BT * Vp)));
         free(in_h);
@@ -292,9 +302,8 @@ int main(int argc, char** argv) {
     for (int rc = 0; rc <= 2; rc += 2) {
         GPT2 mr;
         build(&mr, model_path, &r, rc);
-        gpt2_zero_grad(&mr);
-        gpt2_forward(&mr, r.inputs, r.targets, B, T);
-        gpt2_backward(&mr, r.inputs, r.targets, B, T, 1.0f);
+        gpt2_forward(&mr, r.inputs, r.targets, B, T, ZERO_PASS_TRAIN);
+        gpt2_backward(&mr, r.inputs, r.targets, B, T, 1.0f, 1);
         snprintf(name, sizeof(name), "grads, recompute %d (err/tol)", rc);
         check(name, compare_grads(&mr, &r, ft, nt, "", 0), 1.0);
         gpt2_free(&mr);
@@ -304,13 +313,14 @@ int main(int argc, char** argv) {
     gpt2_free(&m);
     build(&m, model_path, &r, 1);
     for (int step = 0; step < r.nsteps; step++) {
-        gpt2_zero_grad(&m);
-        gpt2_forward(&m, r.inputs, r.targets, B, T);
-        gpt2_backward(&m, r.inputs, r.targets, B, T, 1.0f);
+        gpt2_forward(&m, r.inputs, r.targets, B, T, ZERO_PASS_TRAIN);
+        gpt2_backward(&m, r.inputs, r.targets, B, T, 1.0f, 1);
         float loss = m.mean_loss;
-        float norm = (float)sqrt(grad_norm_squared(m.grads, m.num_params));
-        float scale = clip_scale(norm, (float)r.clip);
-        gpt2_update(&m, (float)r.lr, (float)r.wd, scale, step + 1);
+        float norm = 0.0f;  // the engine's step: global norm, clipping, AdamW, as in training
+        if (zero_step(&m.zero, (float)r.lr, (float)r.wd, (float)r.clip, step + 1, &norm) != 0) {
+            fprintf(stderr, "error: %s\n", llmc_errmsg());
+            return EXIT_FAILURE;
+        }
         snprintf(name, sizeof(name), "step %d loss", step);
         check(name, fabs((double)loss - r.step_loss[step]), tolerance(r.err_step_loss[step], fabs(r.step_loss[step])));
         snprintf(name, sizeof(name), "step %d grad norm", step);
@@ -320,5 +330,6 @@ int main(int argc, char** argv) {
     free(ft);
 
     printf("%d passed, %d failed\n", num_passed, num_failed);
+    MPI_Finalize();
     return num_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,0 +1,859 @@
+/*
+ The ZeRO configuration: DeepSpeed's documented config keys, read from a JSON file
+ (--ds-config FILE.json) and from the trainer's long flags.
+
+ Order of precedence, lowest first: zero_config_defaults(), then
+ zero_config_load_json(), then zero_config_set_flag() for each flag, then
+ zero_config_validate(). So a flag always overrides the file, whatever the order
+ of the two on the command line (the trainer loads the file before it applies the flags).
+
+ What we read from the JSON (every other key is reported as a warning, never an error,
+ so that a config written for DeepSpeed loads as it is):
+   train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
+   gradient_clipping, bf16.enabled,
+   optimizer.type ("AdamW" or "Adam", any case), optimizer.params.{lr, betas, eps,
+   weight_decay, adam_w_mode},
+   zero_optimization.{stage, reduce_bucket_size, allgather_bucket_size, overlap_comm,
+   contiguous_gradients, reduce_scatter, [stage3_]prefetch_bucket_size,
+   [stage3_]param_persistence_threshold, [stage3_]max_live_parameters,
+   [stage3_]max_reuse_distance, sub_group_size},
+   zero_optimization.offload_optimizer.{device, nvme_path, pin_memory, buffer_count,
+   pipeline_read, pipeline_write}, zero_optimization.offload_param.{device, nvme_path,
+   pin_memory, buffer_count, max_in_cpu}.
+
+ Decisions worth knowing:
+ - Sizes are counts of elements, as in DeepSpeed. JSON numbers and flag values may use
+   scientific notation (5e8) but must be whole; they are kept as long long and bounded
+   by 2^53, the largest range in which a double (what JSON gives us) is exact.
+ - The optimizer is always AdamW with decoupled weight decay. DeepSpeed's "Adam" type
+   also decouples the decay unless its adam_w_mode is false, so "Adam" with a weight
+   decay loads with a warning that says so; adam_w_mode false with a weight decay is an
+   error, since we cannot do the coupled (L2) variant it asks for.
+ - The optimizer and parameter offloads share one nvme_path and one pin_memory here:
+   the two sections may both give them, but then with the same value.
+ - overlap_comm defaults to off for every stage (DeepSpeed switches it on by default for
+   stage 3); ask for it with --overlap-comm 1 or "overlap_comm": true.
+ - A failed load leaves the configuration untouched: keys are applied to a copy that is
+   committed only once the whole file has been read without error.
+*/
+#ifndef ZERO3_CONFIG_H
+#define ZERO3_CONFIG_H
+
+#include <stdio.h>         // FILE, fopen, fread, snprintf, vsnprintf
+#include <stdarg.h>        // va_list for the warning appender
+#include <stddef.h>        // offsetof: the flag and key tables point into ZeroConfig
+#include <stdint.h>        // uint64_t for the configuration hash
+#include <stdlib.h>        // strtoll, strtod, malloc, free
+#include <string.h>        // strcmp, strlen, memcpy, strerror
+#include <errno.h>         // errno, ERANGE
+#include <limits.h>        // INT_MAX
+#include <float.h>         // FLT_MAX: JSON doubles must fit our float fields
+#include <math.h>          // NAN, isnan, isfinite (macros only: no -lm needed)
+#include <cjson/cJSON.h>   // cJSON_ParseWithOpts and the tree walk for --ds-config
+#include "llmc/utils.h"    // llmc_error, llmc_errmsg: the library error convention
+
+typedef enum { ZERO_OFFLOAD_NONE = 0, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME } ZeroOffload;
+
+typedef struct {
+    int stage;                          // zero_optimization.stage: 0..3
+    long long reduce_bucket_size;       // elements per gradient reduce bucket; 5e8
+    long long allgather_bucket_size;    // elements per parameter all-gather bucket (stage 1/2); 5e8
+    int overlap_comm;                   // 0/1: overlap reduction with backward
+    int contiguous_gradients;           // 0/1: copy gradients into one contiguous buffer; 1
+    int reduce_scatter;                 // 0/1: reduce-scatter rather than all-reduce; 1
+    long long prefetch_bucket_size;     // stage3_prefetch_bucket_size (or without stage3_): 5e7
+    long long param_persistence_threshold; // stage3_...: units with fewer elements stay gathered; 1e5
+    long long max_live_parameters;      // stage3_...: gathered elements kept at once; 1e9
+    long long max_reuse_distance;       // stage3_...: keep a unit gathered if reused within this; 1e9
+    long long sub_group_size;           // elements per optimizer step group; 1e9
+    int prefetch_depth;                 // ours: units fetched ahead (--prefetch N); 2, 0 = off
+    ZeroOffload offload_optimizer;      // zero_optimization.offload_optimizer.device
+    ZeroOffload offload_param;          // zero_optimization.offload_param.device (stage 3 only)
+    char nvme_path[1024];               // offload_*.nvme_path, one for both; "" when unset
+    int pin_memory;                     // offload_*.pin_memory, one for both; 0
+    int buffer_count;                   // offload_optimizer.buffer_count; 4
+    int param_buffer_count;             // offload_param.buffer_count; 5
+    int pipeline_read, pipeline_write;  // offload_optimizer.pipeline_read / pipeline_write; 0
+    long long max_in_cpu;               // offload_param.max_in_cpu; 1e9
+    // training keys of the JSON: -1 (NaN for floats) when absent, so the trainer can tell
+    // a value the file set from one it did not
+    long long train_batch_size;         // sequences per optimizer step over all ranks
+    int train_micro_batch_size_per_gpu;
+    int gradient_accumulation_steps;
+    float lr, beta1, beta2, eps, weight_decay;  // optimizer.params
+    float gradient_clipping;            // global-norm clip; 0 = off
+    int bf16;                           // bf16.enabled: 0/1, -1 absent
+} ZeroConfig;
+
+// 2^53: every whole number up to here is exact in a double, the type JSON numbers arrive in
+#define ZERO_SIZE_MAX (1LL << 53)
+
+// DeepSpeed's defaults for its keys, ours for prefetch_depth, "absent" for the training keys
+static inline void zero_config_defaults(ZeroConfig* c) {
+    memset(c, 0, sizeof(*c));
+    c->stage = 0;
+    c->reduce_bucket_size = 500000000LL;
+    c->allgather_bucket_size = 500000000LL;
+    c->overlap_comm = 0;
+    c->contiguous_gradients = 1;
+    c->reduce_scatter = 1;
+    c->prefetch_bucket_size = 50000000LL;
+    c->param_persistence_threshold = 100000LL;
+    c->max_live_parameters = 1000000000LL;
+    c->max_reuse_distance = 1000000000LL;
+    c->sub_group_size = 1000000000LL;
+    c->prefetch_depth = 2;
+    c->offload_optimizer = ZERO_OFFLOAD_NONE;
+    c->offload_param = ZERO_OFFLOAD_NONE;
+    c->nvme_path[0] = '\0';
+    c->pin_memory = 0;
+    c->buffer_count = 4;
+    c->param_buffer_count = 5;
+    c->pipeline_read = 0;
+    c->pipeline_write = 0;
+    c->max_in_cpu = 1000000000LL;
+    c->train_batch_size = -1;
+    c->train_micro_batch_size_per_gpu = -1;
+    c->gradient_accumulation_steps = -1;
+    c->lr = NAN;
+    c->beta1 = NAN;
+    c->beta2 = NAN;
+    c->eps = NAN;
+    c->weight_decay = NAN;
+    c->gradient_clipping = NAN;
+    c->bf16 = -1;
+}
+
+static inline const char* zero_offload_name(ZeroOffload o) {
+    switch (o) {
+        case ZERO_OFFLOAD_NONE: return "none";
+        case ZERO_OFFLOAD_CPU: return "cpu";
+        case ZERO_OFFLOAD_NVME: return "nvme";
+    }
+    return "?";
+}
+
+// ----------------------------------------------------------------------------
+// value checks shared by the flags and the JSON reader. `what` names the source for
+// the message: "flag --zero-stage" or "--ds-config f.json: key 'zero_optimization.stage'".
+
+static inline int zero_check_whole(const char* what, double v, long long lo, long long hi, long long* out) {
+    // a double outside [-2^53, 2^53] is no longer exact, and a cast of one outside
+    // long long's range is undefined: bound it before converting
+    if (!isfinite(v) || v < -(double)ZERO_SIZE_MAX || v > (double)ZERO_SIZE_MAX) {
+        return llmc_error("%s: %g is out of range [%lld, %lld]", what, v, lo, hi);
+    }
+    long long w = (long long)v;
+    if ((double)w != v) { return llmc_error("%s: %g is not a whole number", what, v); }
+    if (w < lo || w > hi) { return llmc_error("%s: %lld is out of range [%lld, %lld]", what, w, lo, hi); }
+    *out = w;
+    return 0;
+}
+
+// a flag value that must be a whole number: "500000000", "5e8" and "5.0e8" all give 5e8
+static inline int zero_parse_whole(const char* what, const char* s, long long lo, long long hi, long long* out) {
+    if (s == NULL || *s == '\0') { return llmc_error("%s needs a value", what); }
+    // strtod alone would take leading blanks, hex ("0x10"), "inf" and "nan": allow only
+    // the characters of a decimal number so that none of those slip through
+    for (const char* p = s; *p; p++) {
+        if (!((*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.' || *p == 'e' || *p == 'E')) {
+            return llmc_error("%s: '%s' is not a number", what, s);
+        }
+    }
+    char* end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end == '\0') {  // a plain integer: exact, no trip through double
+        if (errno == ERANGE || v < lo || v > hi) { return llmc_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
+        *out = v;
+        return 0;
+    }
+    errno = 0;
+    double d = strtod(s, &end);
+    if (end == s || *end != '\0') { return llmc_error("%s: '%s' is not a number", what, s); }
+    if (errno == ERANGE && d != 0.0) { return llmc_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
+    if (errno == ERANGE) { return llmc_error("%s: %s is not a whole number", what, s); }  // underflow: 1e-400
+    return zero_check_whole(what, d, lo, hi, out);
+}
+
+static inline int zero_parse_offload(const char* what, const char* s, ZeroOffload* out) {
+    if (s == NULL) { return llmc_error("%s needs a value", what); }
+    if (strcmp(s, "none") == 0) { *out = ZERO_OFFLOAD_NONE; }
+    else if (strcmp(s, "cpu") == 0) { *out = ZERO_OFFLOAD_CPU; }
+    else if (strcmp(s, "nvme") == 0) { *out = ZERO_OFFLOAD_NVME; }
+    else { return llmc_error("%s: unknown device '%s' (accepted: none, cpu, nvme)", what, s); }
+    return 0;
+}
+
+static inline int zero_set_path(const char* what, const char* s, char* dst, size_t cap) {
+    if (s == NULL || *s == '\0') { return llmc_error("%s: the path is empty", what); }
+    if (strlen(s) >= cap) { return llmc_error("%s: the path is longer than %zu characters", what, cap - 1); }
+    memcpy(dst, s, strlen(s) + 1);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// command-line flags
+
+// One long flag, `name` as typed ("--zero-stage"), `value` its argument. Returns 0 when
+// applied, 1 when `name` is not a ZeRO flag (the caller tries its own; --ds-config is the
+// caller's), -1 with llmc_errmsg() naming the flag on a bad value, leaving c unchanged.
+// Flags: --zero-stage 0..3, --prefetch 0..64, --offload-optimizer none|cpu|nvme,
+// --offload-param none|cpu|nvme, --nvme-path DIR, --reduce-bucket-size N,
+// --allgather-bucket-size N, --prefetch-bucket-size N, --param-persistence-threshold N,
+// --max-live-parameters N, --max-reuse-distance N, --sub-group-size N, --overlap-comm 0|1.
+static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const char* value) {
+    if (name == NULL) { return 1; }
+    // sizes: what to set, and the smallest value that makes sense. A bucket or a
+    // sub-group of zero elements could never hold anything; a zero prefetch bucket,
+    // persistence threshold, live limit or reuse distance just switches the feature off.
+    static const struct { const char* flag; size_t offset; long long lo; } sizes[] = {
+        { "--reduce-bucket-size", offsetof(ZeroConfig, reduce_bucket_size), 1 },
+        { "--allgather-bucket-size", offsetof(ZeroConfig, allgather_bucket_size), 1 },
+        { "--prefetch-bucket-size", offsetof(ZeroConfig, prefetch_bucket_size), 0 },
+        { "--param-persistence-threshold", offsetof(ZeroConfig, param_persistence_threshold), 0 },
+        { "--max-live-parameters", offsetof(ZeroConfig, max_live_parameters), 0 },
+        { "--max-reuse-distance", offsetof(ZeroConfig, max_reuse_distance), 0 },
+        { "--sub-group-size", offsetof(ZeroConfig, sub_group_size), 1 },
+    };
+    char what[128];
+    snprintf(what, sizeof(what), "flag %s", name);
+    long long v = 0;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        if (strcmp(name, sizes[i].flag) == 0) {
+            if (zero_parse_whole(what, value, sizes[i].lo, ZERO_SIZE_MAX, &v) != 0) { return -1; }
+            *(long long*)((char*)c + sizes[i].offset) = v;
+            return 0;
+        }
+    }
+    if (strcmp(name, "--zero-stage") == 0) {
+        if (zero_parse_whole(what, value, 0, 3, &v) != 0) { return -1; }
+        c->stage = (int)v;
+    } else if (strcmp(name, "--prefetch") == 0) {
+        if (zero_parse_whole(what, value, 0, 64, &v) != 0) { return -1; }
+        c->prefetch_depth = (int)v;
+    } else if (strcmp(name, "--overlap-comm") == 0) {
+        if (value != NULL && (strcmp(value, "true") == 0 || strcmp(value, "false") == 0)) {
+            v = value[0] == 't';
+        } else if (zero_parse_whole(what, value, 0, 1, &v) != 0) {
+            return -1;
+        }
+        c->overlap_comm = (int)v;
+    } else if (strcmp(name, "--offload-optimizer") == 0) {
+        return zero_parse_offload(what, value, &c->offload_optimizer);
+    } else if (strcmp(name, "--offload-param") == 0) {
+        return zero_parse_offload(what, value, &c->offload_param);
+    } else if (strcmp(name, "--nvme-path") == 0) {
+        return zero_set_path(what, value, c->nvme_path, sizeof(c->nvme_path));
+    } else {
+        return 1;  // not ours: --ds-config included, which the trainer loads itself
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the JSON file
+
+typedef struct {
+    const char* path;     // the file, for messages
+    char* warnings;       // appended to; may be NULL
+    size_t warnings_len;
+} ZeroJsonCtx;
+
+// appends one line to the warnings; when the buffer is full the line is dropped rather
+// than cut, so that every line the caller sees is whole
+__attribute__((format(printf, 2, 3)))
+static inline void zero_json_warn(ZeroJsonCtx* x, const char* fmt, ...) {
+    if (x->warnings == NULL || x->warnings_len == 0) { return; }
+    const char* nul = (const char*)memchr(x->warnings, '\0', x->warnings_len);
+    if (nul == NULL) { return; }  // not a string: leave it alone
+    size_t used = (size_t)(nul - x->warnings);
+    char line[1600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    size_t n = strlen(line);
+    if (used + n + 2 > x->warnings_len) { return; }
+    memcpy(x->warnings + used, line, n);
+    x->warnings[used + n] = '\n';
+    x->warnings[used + n + 1] = '\0';
+}
+
+static inline void zero_json_unknown(ZeroJsonCtx* x, const char* key) {
+    zero_json_warn(x, "warning: --ds-config %s: unknown key '%s' ignored", x->path, key);
+}
+
+// "a string \"auto\"", "an object", ...: what the file had where we expected something else
+static inline const char* zero_json_type(const cJSON* it, char* buf, size_t cap) {
+    if (cJSON_IsString(it)) { snprintf(buf, cap, "a string \"%.40s\"", it->valuestring); }
+    else if (cJSON_IsBool(it)) { snprintf(buf, cap, "a boolean"); }
+    else if (cJSON_IsNull(it)) { snprintf(buf, cap, "null"); }
+    else if (cJSON_IsNumber(it)) { snprintf(buf, cap, "a number"); }
+    else if (cJSON_IsArray(it)) { snprintf(buf, cap, "an array"); }
+    else if (cJSON_IsObject(it)) { snprintf(buf, cap, "an object"); }
+    else { snprintf(buf, cap, "something else"); }
+    return buf;
+}
+
+// "zero_optimization" + "stage" -> "zero_optimization.stage"
+static inline const char* zero_json_key(char* buf, size_t cap, const char* prefix, const char* key) {
+    if (prefix == NULL || *prefix == '\0') { snprintf(buf, cap, "%s", key); }
+    else { snprintf(buf, cap, "%s.%s", prefix, key); }
+    return buf;
+}
+
+static inline int zero_json_type_error(ZeroJsonCtx* x, const char* key, const char* expected, const cJSON* it) {
+    char got[80];
+    zero_json_type(it, got, sizeof(got));
+    // Hugging Face writes "auto" for values its Trainer fills in; nobody fills them in here
+    if (cJSON_IsString(it) && strcmp(it->valuestring, "auto") == 0) {
+        return llmc_error("--ds-config %s: key '%s': expected %s, got \"auto\" (a Hugging Face placeholder: give the value)",
+                          x->path, key, expected);
+    }
+    return llmc_error("--ds-config %s: key '%s': expected %s, got %s", x->path, key, expected, got);
+}
+
+static inline int zero_json_whole(ZeroJsonCtx* x, const cJSON* it, const char* key, long long lo, long long hi, long long* out) {
+    if (!cJSON_IsNumber(it)) { return zero_json_type_error(x, key, "a number", it); }
+    char what[1400];
+    snprintf(what, sizeof(what), "--ds-config %s: key '%s'", x->path, key);
+    return zero_check_whole(what, it->valuedouble, lo, hi, out);
+}
+
+static inline int zero_json_int(ZeroJsonCtx* x, const cJSON* it, const char* key, int lo, int hi, int* out) {
+    long long v = 0;
+    if (zero_json_whole(x, it, key, lo, hi, &v) != 0) { return -1; }
+    *out = (int)v;
+    return 0;
+}
+
+// DeepSpeed configs use true/false; 0 and 1 are taken too, as Python would
+static inline int zero_json_bool(ZeroJsonCtx* x, const cJSON* it, const char* key, int* out) {
+    if (cJSON_IsBool(it)) { *out = cJSON_IsTrue(it) ? 1 : 0; return 0; }
+    if (cJSON_IsNumber(it) && (it->valuedouble == 0.0 || it->valuedouble == 1.0)) { *out = (int)it->valuedouble; return 0; }
+    return zero_json_type_error(x, key, "true or false", it);
+}
+
+// a float in [lo, hi], or (lo, hi] when lo_open
+static inline int zero_json_float(ZeroJsonCtx* x, const cJSON* it, const char* key, double lo, int lo_open, double hi, float* out) {
+    if (!cJSON_IsNumber(it)) { return zero_json_type_error(x, key, "a number", it); }
+    double v = it->valuedouble;
+    int ok = isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi && v <= FLT_MAX;
+    // a positive value that rounds to 0 as a float would pass as > 0 and act as 0
+    if (ok && lo_open && (float)v <= (float)lo) { ok = 0; }
+    if (!ok) {
+        return llmc_error("--ds-config %s: key '%s': %g is out of range %c%g, %g]", x->path, key, v, lo_open ? '(' : '[', lo, hi);
+    }
+    *out = (float)v;
+    return 0;
+}
+
+static inline int zero_json_offload_device(ZeroJsonCtx* x, const cJSON* it, const char* key, ZeroOffload* out) {
+    if (!cJSON_IsString(it)) { return zero_json_type_error(x, key, "a string: none, cpu or nvme", it); }
+    char what[1400];
+    snprintf(what, sizeof(what), "--ds-config %s: key '%s'", x->path, key);
+    return zero_parse_offload(what, it->valuestring, out);
+}
+
+// cJSON keeps both copies of a repeated key, and which one wins would be our choice,
+// not the author's: refuse the file instead
+static inline int zero_json_no_duplicates(ZeroJsonCtx* x, const cJSON* obj, const char* prefix) {
+    for (const cJSON* a = obj->child; a != NULL; a = a->next) {
+        for (const cJSON* b = a->next; b != NULL; b = b->next) {
+            if (a->string != NULL && b->string != NULL && strcmp(a->string, b->string) == 0) {
+                char key[512];
+                return llmc_error("--ds-config %s: key '%s' appears more than once", x->path, zero_json_key(key, sizeof(key), prefix, a->string));
+            }
+        }
+    }
+    return 0;
+}
+
+static inline int zero_json_object(ZeroJsonCtx* x, const cJSON* it, const char* key) {
+    if (!cJSON_IsObject(it)) { return zero_json_type_error(x, key, "an object", it); }
+    return zero_json_no_duplicates(x, it, key);
+}
+
+// ASCII case-insensitive equality: optimizer names are matched like DeepSpeed's ("adamw" == "AdamW")
+static inline int zero_streq_nocase(const char* a, const char* b) {
+    for (; *a && *b; a++, b++) {
+        char ca = (*a >= 'A' && *a <= 'Z') ? (char)(*a - 'A' + 'a') : *a;
+        char cb = (*b >= 'A' && *b <= 'Z') ? (char)(*b - 'A' + 'a') : *b;
+        if (ca != cb) { return 0; }
+    }
+    return *a == *b;
+}
+
+static inline int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConfig* c) {
+    char key[512];
+    if (zero_json_object(x, opt, "optimizer") != 0) { return -1; }
+    const cJSON* type = NULL;
+    const cJSON* params = NULL;
+    for (const cJSON* it = opt->child; it != NULL; it = it->next) {
+        if (strcmp(it->string, "type") == 0) { type = it; }
+        else if (strcmp(it->string, "params") == 0) { params = it; }
+        else { zero_json_unknown(x, zero_json_key(key, sizeof(key), "optimizer", it->string)); }
+    }
+    if (type == NULL) { return llmc_error("--ds-config %s: key 'optimizer.type' is missing (AdamW or Adam)", x->path); }
+    if (!cJSON_IsString(type)) { return zero_json_type_error(x, "optimizer.type", "a string: AdamW or Adam", type); }
+    int is_adamw = zero_streq_nocase(type->valuestring, "adamw");
+    if (!is_adamw && !zero_streq_nocase(type->valuestring, "adam")) {
+        return llmc_error("--ds-config %s: key 'optimizer.type': '%s' is not supported (AdamW or Adam)", x->path, type->valuestring);
+    }
+    int adam_w_mode = -1;  // -1: not given
+    if (params != NULL) {
+        if (zero_json_object(x, params, "optimizer.params") != 0) { return -1; }
+        for (const cJSON* it = params->child; it != NULL; it = it->next) {
+            const char* k = zero_json_key(key, sizeof(key), "optimizer.params", it->string);
+            int rc = 0;
+            if (strcmp(it->string, "lr") == 0) { rc = zero_json_float(x, it, k, 0.0, 1, 1e6, &c->lr); }
+            // eps must be > 0: a parameter whose gradient is always zero (an unused vocabulary
+            // row) has v = 0, and eps is then all that keeps the update from being 0/0
+            else if (strcmp(it->string, "eps") == 0) { rc = zero_json_float(x, it, k, 0.0, 1, 1.0, &c->eps); }
+            else if (strcmp(it->string, "weight_decay") == 0) { rc = zero_json_float(x, it, k, 0.0, 0, 1e6, &c->weight_decay); }
+            else if (strcmp(it->string, "adam_w_mode") == 0) { rc = zero_json_bool(x, it, k, &adam_w_mode); }
+            else if (strcmp(it->string, "betas") == 0) {
+                if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2) { return zero_json_type_error(x, k, "an array of 2 numbers in [0, 1)", it); }
+                float b[2];
+                for (int i = 0; i < 2; i++) {
+                    const cJSON* e = cJSON_GetArrayItem(it, i);
+                    char ek[560];
+                    snprintf(ek, sizeof(ek), "%s[%d]", k, i);
+                    if (!cJSON_IsNumber(e)) { return zero_json_type_error(x, ek, "a number in [0, 1)", e); }
+                    // a beta of 1 never forgets and divides by 1 - beta^t = 0 in the bias correction
+                    if (!(e->valuedouble >= 0.0 && e->valuedouble < 1.0) || (float)e->valuedouble >= 1.0f) {
+                        return llmc_error("--ds-config %s: key '%s': %g is out of range [0, 1)", x->path, ek, e->valuedouble);
+                    }
+                    b[i] = (float)e->valuedouble;
+                }
+                c->beta1 = b[0];
+                c->beta2 = b[1];
+            }
+            else { zero_json_unknown(x, k); }
+            if (rc != 0) { return -1; }
+        }
+    }
+    float wd = isnan(c->weight_decay) ? 0.0f : c->weight_decay;
+    if (adam_w_mode == 0 && wd > 0.0f) {
+        return llmc_error("--ds-config %s: key 'optimizer.params.adam_w_mode': false asks for coupled (L2) weight decay %g; "
+                          "only decoupled AdamW decay is implemented", x->path, (double)wd);
+    }
+    if (!is_adamw && wd > 0.0f && adam_w_mode != 1) {
+        zero_json_warn(x, "warning: --ds-config %s: optimizer.type '%s' with weight_decay %g: the decay is applied decoupled, "
+                       "as AdamW (DeepSpeed's default adam_w_mode for Adam)", x->path, type->valuestring, (double)wd);
+    }
+    return 0;
+}
+
+// one offload section. `shared` carries nvme_path and pin_memory between the two
+// sections: each may set them, but the second must agree with the first
+typedef struct { const char* nvme_key; char nvme_key_buf[512]; const char* pin_key; char pin_key_buf[512]; } ZeroJsonShared;
+
+static inline int zero_json_offload(ZeroJsonCtx* x, const cJSON* sec, const char* prefix, int is_param, ZeroConfig* c, ZeroJsonShared* sh) {
+    char key[512];
+    if (zero_json_object(x, sec, prefix) != 0) { return -1; }
+    for (const cJSON* it = sec->child; it != NULL; it = it->next) {
+        const char* k = zero_json_key(key, sizeof(key), prefix, it->string);
+        const char* n = it->string;
+        int rc = 0;
+        long long v = 0;
+        if (strcmp(n, "device") == 0) {
+            rc = zero_json_offload_device(x, it, k, is_param ? &c->offload_param : &c->offload_optimizer);
+        } else if (strcmp(n, "nvme_path") == 0) {
+            // DeepSpeed leaves it null when unused
+            if (cJSON_IsNull(it)) { continue; }
+            if (!cJSON_IsString(it)) { return zero_json_type_error(x, k, "a string (a directory)", it); }
+            if (sh->nvme_key != NULL && strcmp(c->nvme_path, it->valuestring) != 0) {
+                return llmc_error("--ds-config %s: key '%s' is '%s' but '%s' is '%s': both offloads use one nvme_path",
+                                  x->path, k, it->valuestring, sh->nvme_key, c->nvme_path);
+            }
+            char what[1400];
+            snprintf(what, sizeof(what), "--ds-config %s: key '%s'", x->path, k);
+            rc = zero_set_path(what, it->valuestring, c->nvme_path, sizeof(c->nvme_path));
+            snprintf(sh->nvme_key_buf, sizeof(sh->nvme_key_buf), "%s", k);
+            sh->nvme_key = sh->nvme_key_buf;
+        } else if (strcmp(n, "pin_memory") == 0) {
+            int b = 0;
+            rc = zero_json_bool(x, it, k, &b);
+            if (rc == 0 && sh->pin_key != NULL && b != c->pin_memory) {
+                return llmc_error("--ds-config %s: key '%s' is %s but '%s' is %s: both offloads use one pin_memory",
+                                  x->path, k, b ? "true" : "false", sh->pin_key, c->pin_memory ? "true" : "false");
+            }
+            c->pin_memory = b;
+            snprintf(sh->pin_key_buf, sizeof(sh->pin_key_buf), "%s", k);
+            sh->pin_key = sh->pin_key_buf;
+        } else if (strcmp(n, "buffer_count") == 0) {
+            rc = zero_json_int(x, it, k, 1, 1 << 16, is_param ? &c->param_buffer_count : &c->buffer_count);
+        } else if (!is_param && strcmp(n, "pipeline_read") == 0) {
+            rc = zero_json_bool(x, it, k, &c->pipeline_read);
+        } else if (!is_param && strcmp(n, "pipeline_write") == 0) {
+            rc = zero_json_bool(x, it, k, &c->pipeline_write);
+        } else if (is_param && strcmp(n, "max_in_cpu") == 0) {
+            rc = zero_json_whole(x, it, k, 0, ZERO_SIZE_MAX, &v);
+            if (rc == 0) { c->max_in_cpu = v; }
+        } else {
+            zero_json_unknown(x, k);
+        }
+        if (rc != 0) { return -1; }
+    }
+    return 0;
+}
+
+static inline int zero_json_zero_optimization(ZeroJsonCtx* x, const cJSON* z, ZeroConfig* c) {
+    const char* P = "zero_optimization";
+    char key[512];
+    if (zero_json_object(x, z, P) != 0) { return -1; }
+    // sizes, with the stage3_ prefix optional (DeepSpeed documents the prefixed names;
+    // the bare ones are its internal field names and turn up in configs too)
+    static const struct { const char* name; int stage3; size_t offset; long long lo; } sizes[] = {
+        { "reduce_bucket_size", 0, offsetof(ZeroConfig, reduce_bucket_size), 1 },
+        { "allgather_bucket_size", 0, offsetof(ZeroConfig, allgather_bucket_size), 1 },
+        { "sub_group_size", 0, offsetof(ZeroConfig, sub_group_size), 1 },
+        { "prefetch_bucket_size", 1, offsetof(ZeroConfig, prefetch_bucket_size), 0 },
+        { "param_persistence_threshold", 1, offsetof(ZeroConfig, param_persistence_threshold), 0 },
+        { "max_live_parameters", 1, offsetof(ZeroConfig, max_live_parameters), 0 },
+        { "max_reuse_distance", 1, offsetof(ZeroConfig, max_reuse_distance), 0 },
+    };
+    enum { NSIZES = sizeof(sizes) / sizeof(sizes[0]) };
+    const cJSON* seen[NSIZES] = { 0 };  // which key set each size, to catch both spellings disagreeing
+    ZeroJsonShared sh;
+    memset(&sh, 0, sizeof(sh));
+    for (const cJSON* it = z->child; it != NULL; it = it->next) {
+        const char* n = it->string;
+        const char* k = zero_json_key(key, sizeof(key), P, n);
+        int rc = 0, matched = 0;
+        for (int i = 0; i < NSIZES && !matched; i++) {
+            const char* bare = n;
+            if (sizes[i].stage3 && strncmp(n, "stage3_", 7) == 0) { bare = n + 7; }
+            if (strcmp(bare, sizes[i].name) != 0) { continue; }
+            matched = 1;
+            long long v = 0;
+            if (zero_json_whole(x, it, k, sizes[i].lo, ZERO_SIZE_MAX, &v) != 0) { return -1; }
+            long long* field = (long long*)((char*)c + sizes[i].offset);
+            if (seen[i] != NULL && *field != v) {
+                char other[512];
+                return llmc_error("--ds-config %s: keys '%s' (%lld) and '%s' (%lld) disagree: they are the same setting",
+                                  x->path, zero_json_key(other, sizeof(other), P, seen[i]->string), *field, k, v);
+            }
+            *field = v;
+            seen[i] = it;
+        }
+        if (matched) { continue; }
+        if (strcmp(n, "stage") == 0) { rc = zero_json_int(x, it, k, 0, 3, &c->stage); }
+        else if (strcmp(n, "overlap_comm") == 0) { rc = zero_json_bool(x, it, k, &c->overlap_comm); }
+        else if (strcmp(n, "contiguous_gradients") == 0) { rc = zero_json_bool(x, it, k, &c->contiguous_gradients); }
+        else if (strcmp(n, "reduce_scatter") == 0) { rc = zero_json_bool(x, it, k, &c->reduce_scatter); }
+        else if (strcmp(n, "offload_optimizer") == 0) { rc = zero_json_offload(x, it, k, 0, c, &sh); }
+        else if (strcmp(n, "offload_param") == 0) { rc = zero_json_offload(x, it, k, 1, c, &sh); }
+        else { zero_json_unknown(x, k); }
+        if (rc != 0) { return -1; }
+    }
+    return 0;
+}
+
+static inline int zero_json_bf16(ZeroJsonCtx* x, const cJSON* b, ZeroConfig* c) {
+    char key[512];
+    if (zero_json_object(x, b, "bf16") != 0) { return -1; }
+    for (const cJSON* it = b->child; it != NULL; it = it->next) {
+        const char* k = zero_json_key(key, sizeof(key), "bf16", it->string);
+        if (strcmp(it->string, "enabled") == 0) {
+            if (zero_json_bool(x, it, k, &c->bf16) != 0) { return -1; }
+        } else {
+            zero_json_unknown(x, k);
+        }
+    }
+    return 0;
+}
+
+// line and column (1-based) of byte `pos` of `text`, for parse errors
+static inline void zero_json_position(const char* text, size_t pos, int* line, int* col) {
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < pos && text[i] != '\0'; i++) {
+        if (text[i] == '\n') { (*line)++; *col = 1; } else { (*col)++; }
+    }
+}
+
+// reads the whole file into a NUL-terminated buffer; -1 with a message naming it
+static inline int zero_read_file(const char* path, char** out) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) { return llmc_error("--ds-config %s: cannot open: %s", path, strerror(errno)); }
+    size_t cap = 4096, len = 0;
+    char* buf = (char*)malloc(cap);
+    while (buf != NULL) {
+        len += fread(buf + len, 1, cap - 1 - len, f);
+        if (len < cap - 1) { break; }
+        // a DeepSpeed config is a few kilobytes; 64 MiB is surely not one
+        if (cap >= ((size_t)64 << 20)) { free(buf); fclose(f); return llmc_error("--ds-config %s: larger than 64 MiB, not a config", path); }
+        char* bigger = (char*)realloc(buf, cap * 2);
+        if (bigger == NULL) { free(buf); buf = NULL; break; }
+        buf = bigger;
+        cap *= 2;
+    }
+    if (buf == NULL) { fclose(f); return llmc_error("--ds-config %s: out of memory reading it", path); }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return llmc_error("--ds-config %s: read error", path); }
+    buf[len] = '\0';
+    if (strlen(buf) != len) { free(buf); return llmc_error("--ds-config %s: contains a NUL byte, not JSON text", path); }
+    *out = buf;
+    return 0;
+}
+
+// Loads a DeepSpeed-style JSON file over c. Keys we do not read are not errors: each adds
+// the line "warning: --ds-config FILE: unknown key 'a.b.c' ignored" to `warnings` (a NUL-
+// terminated string, appended to; NULL for none). Returns 0, or -1 with llmc_errmsg() naming
+// the file and the key (or the line of a JSON syntax error); c is then unchanged, though
+// warnings found before the error stay in the buffer.
+static inline int zero_config_load_json(ZeroConfig* c, const char* path, char* warnings, size_t warnings_len) {
+    if (path == NULL || *path == '\0') { return llmc_error("--ds-config: no file given"); }
+    char* text = NULL;
+    if (zero_read_file(path, &text) != 0) { return -1; }
+    // the parse end pointer says where parsing stopped, like cJSON_GetErrorPtr, without
+    // the library's global; require_null_terminated rejects trailing garbage
+    const char* end = NULL;
+    cJSON* root = cJSON_ParseWithOpts(text, &end, 1);
+    if (root == NULL) {
+        int line = 0, col = 0;
+        size_t pos = end != NULL && end >= text ? (size_t)(end - text) : 0;
+        zero_json_position(text, pos, &line, &col);
+        llmc_error("--ds-config %s: malformed JSON at line %d, column %d", path, line, col);
+        free(text);
+        return -1;
+    }
+    ZeroJsonCtx x = { path, warnings, warnings_len };
+    ZeroConfig tmp = *c;  // committed only when the whole file is good
+    int rc = 0;
+    char key[512];
+    if (!cJSON_IsObject(root)) { rc = zero_json_type_error(&x, "(top level)", "an object", root); }
+    if (rc == 0) { rc = zero_json_no_duplicates(&x, root, ""); }
+    for (const cJSON* it = rc == 0 ? root->child : NULL; it != NULL && rc == 0; it = it->next) {
+        const char* n = it->string;
+        long long v = 0;
+        if (strcmp(n, "train_batch_size") == 0) {
+            rc = zero_json_whole(&x, it, n, 1, ZERO_SIZE_MAX, &v);
+            if (rc == 0) { tmp.train_batch_size = v; }
+        }
+        else if (strcmp(n, "train_micro_batch_size_per_gpu") == 0) { rc = zero_json_int(&x, it, n, 1, INT_MAX, &tmp.train_micro_batch_size_per_gpu); }
+        else if (strcmp(n, "gradient_accumulation_steps") == 0) { rc = zero_json_int(&x, it, n, 1, INT_MAX, &tmp.gradient_accumulation_steps); }
+        else if (strcmp(n, "gradient_clipping") == 0) { rc = zero_json_float(&x, it, n, 0.0, 0, 1e6, &tmp.gradient_clipping); }
+        else if (strcmp(n, "optimizer") == 0) { rc = zero_json_optimizer(&x, it, &tmp); }
+        else if (strcmp(n, "bf16") == 0) { rc = zero_json_bf16(&x, it, &tmp); }
+        else if (strcmp(n, "zero_optimization") == 0) { rc = zero_json_zero_optimization(&x, it, &tmp); }
+        else { zero_json_unknown(&x, zero_json_key(key, sizeof(key), "", n)); }
+    }
+    cJSON_Delete(root);
+    free(text);
+    if (rc != 0) { return -1; }
+    *c = tmp;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// checks across fields, after the file and the flags
+
+// 0 when the fields make sense together; -1 with llmc_errmsg() naming the conflict
+static inline int zero_config_validate(const ZeroConfig* c) {
+    if (c->stage < 0 || c->stage > 3) { return llmc_error("zero config: stage %d is out of range [0, 3]", c->stage); }
+    if (c->prefetch_depth < 0 || c->prefetch_depth > 64) { return llmc_error("zero config: prefetch depth %d is out of range [0, 64]", c->prefetch_depth); }
+    if (c->reduce_bucket_size < 1) { return llmc_error("zero config: reduce_bucket_size %lld must be >= 1", c->reduce_bucket_size); }
+    if (c->allgather_bucket_size < 1) { return llmc_error("zero config: allgather_bucket_size %lld must be >= 1", c->allgather_bucket_size); }
+    if (c->sub_group_size < 1) { return llmc_error("zero config: sub_group_size %lld must be >= 1", c->sub_group_size); }
+    if (c->prefetch_bucket_size < 0 || c->param_persistence_threshold < 0 || c->max_live_parameters < 0 ||
+        c->max_reuse_distance < 0 || c->max_in_cpu < 0) {
+        return llmc_error("zero config: prefetch_bucket_size, param_persistence_threshold, max_live_parameters, "
+                          "max_reuse_distance and max_in_cpu must be >= 0");
+    }
+    if (c->buffer_count < 1 || c->param_buffer_count < 1) {
+        return llmc_error("zero config: offload buffer_count must be >= 1 (optimizer %d, param %d)", c->buffer_count, c->param_buffer_count);
+    }
+    if ((unsigned)c->offload_optimizer > ZERO_OFFLOAD_NVME || (unsigned)c->offload_param > ZERO_OFFLOAD_NVME) {
+        return llmc_error("zero config: unknown offload device");
+    }
+    // stage 0 keeps the whole optimizer state on every rank: there is no partition to move
+    if (c->offload_optimizer != ZERO_OFFLOAD_NONE && c->stage < 1) {
+        return llmc_error("zero config: offload_optimizer %s needs ZeRO stage 1, 2 or 3 (stage is %d)",
+                          zero_offload_name(c->offload_optimizer), c->stage);
+    }
+    // before stage 3 every rank holds all the parameters for the whole step, so there is
+    // no partition of them that could live elsewhere
+    if (c->offload_param != ZERO_OFFLOAD_NONE && c->stage != 3) {
+        return llmc_error("zero config: offload_param %s needs ZeRO stage 3 (stage is %d)", zero_offload_name(c->offload_param), c->stage);
+    }
+    // NVMe offload of the optimizer is ZeRO-Infinity, built on stage 3's partitioning
+    if (c->offload_optimizer == ZERO_OFFLOAD_NVME && c->stage != 3) {
+        return llmc_error("zero config: offload_optimizer nvme needs ZeRO stage 3 (stage is %d); use cpu for stages 1 and 2", c->stage);
+    }
+    if ((c->offload_optimizer == ZERO_OFFLOAD_NVME || c->offload_param == ZERO_OFFLOAD_NVME) && c->nvme_path[0] == '\0') {
+        return llmc_error("zero config: offload to nvme needs a directory: --nvme-path DIR or offload_*.nvme_path");
+    }
+    if (memchr(c->nvme_path, '\0', sizeof(c->nvme_path)) == NULL) { return llmc_error("zero config: nvme_path is not terminated"); }
+    int bools[] = { c->overlap_comm, c->contiguous_gradients, c->reduce_scatter, c->pin_memory, c->pipeline_read, c->pipeline_write };
+    for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++) {
+        if (bools[i] != 0 && bools[i] != 1) { return llmc_error("zero config: a boolean setting holds %d (0 or 1)", bools[i]); }
+    }
+    if (c->bf16 < -1 || c->bf16 > 1) { return llmc_error("zero config: bf16 holds %d (0, 1 or -1 for unset)", c->bf16); }
+    if (c->train_batch_size == 0 || c->train_batch_size < -1) { return llmc_error("zero config: train_batch_size %lld must be >= 1 (or -1 for unset)", c->train_batch_size); }
+    if (c->train_micro_batch_size_per_gpu == 0 || c->train_micro_batch_size_per_gpu < -1) {
+        return llmc_error("zero config: train_micro_batch_size_per_gpu %d must be >= 1 (or -1 for unset)", c->train_micro_batch_size_per_gpu);
+    }
+    if (c->gradient_accumulation_steps == 0 || c->gradient_accumulation_steps < -1) {
+        return llmc_error("zero config: gradient_accumulation_steps %d must be >= 1 (or -1 for unset)", c->gradient_accumulation_steps);
+    }
+    if (!isnan(c->lr) && !(c->lr > 0.0f && isfinite(c->lr))) { return llmc_error("zero config: lr %g must be > 0", (double)c->lr); }
+    if (!isnan(c->beta1) && !(c->beta1 >= 0.0f && c->beta1 < 1.0f)) { return llmc_error("zero config: beta1 %g is out of range [0, 1)", (double)c->beta1); }
+    if (!isnan(c->beta2) && !(c->beta2 >= 0.0f && c->beta2 < 1.0f)) { return llmc_error("zero config: beta2 %g is out of range [0, 1)", (double)c->beta2); }
+    if (!isnan(c->eps) && !(c->eps > 0.0f && isfinite(c->eps))) { return llmc_error("zero config: eps %g must be > 0", (double)c->eps); }
+    if (!isnan(c->weight_decay) && !(c->weight_decay >= 0.0f && isfinite(c->weight_decay))) {
+        return llmc_error("zero config: weight_decay %g must be >= 0", (double)c->weight_decay);
+    }
+    if (!isnan(c->gradient_clipping) && !(c->gradient_clipping >= 0.0f && isfinite(c->gradient_clipping))) {
+        return llmc_error("zero config: gradient_clipping %g must be >= 0", (double)c->gradient_clipping);
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// DeepSpeed's batch rule: train_batch_size = micro * accum * world
+
+// Of train_batch_size, micro (per rank) and accum, any two fix the third for `world` ranks;
+// all three must satisfy train = micro * accum * world. Inputs <= 0 mean "not given"; a lone
+// train_batch_size or micro means accum 1, as in DeepSpeed. Fills *micro_out and *accum_out,
+// or returns -1 (outputs untouched) with a message naming the numbers.
+static inline int zero_config_resolve_batch(long long train_batch_size, int micro, int accum, int world, int* micro_out, int* accum_out) {
+    if (world < 1) { return llmc_error("batch: world size %d must be >= 1", world); }
+    long long t = train_batch_size > 0 ? train_batch_size : 0;
+    long long m = micro > 0 ? micro : 0;
+    long long a = accum > 0 ? accum : 0;
+    long long w = world;
+    // micro and accum are ints, so micro * world and micro * accum * world stay far below
+    // 2^63 (2^31 * 2^31 * 2^31 would not, hence the division-based checks below)
+    if (t && m && a) {
+        if (t % (m * w) != 0 || t / (m * w) != a) {
+            return llmc_error("batch: train_batch_size %lld != micro %lld x accum %lld x world %lld", t, m, a, w);
+        }
+    } else if (t && m) {
+        if (t % (m * w) != 0) { return llmc_error("batch: train_batch_size %lld is not divisible by micro %lld x world %lld", t, m, w); }
+        a = t / (m * w);
+    } else if (t && a) {
+        if (t % (a * w) != 0) { return llmc_error("batch: train_batch_size %lld is not divisible by accum %lld x world %lld", t, a, w); }
+        m = t / (a * w);
+    } else if (m && a) {
+        // nothing to check: the product is the train batch size
+    } else if (t) {
+        // DeepSpeed's reading of a lone train_batch_size: no accumulation
+        a = 1;
+        if (t % w != 0) { return llmc_error("batch: train_batch_size %lld is not divisible by world %lld (with accum 1)", t, w); }
+        m = t / w;
+    } else if (m) {
+        a = 1;
+    } else if (a) {
+        return llmc_error("batch: gradient_accumulation_steps %lld alone does not fix the batch: give train_batch_size or "
+                          "train_micro_batch_size_per_gpu too", a);
+    } else {
+        return llmc_error("batch: none of train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps given");
+    }
+    if (m > INT_MAX || a > INT_MAX) {
+        return llmc_error("batch: micro %lld or accum %lld from train_batch_size %lld and world %lld is too large", m, a, t, w);
+    }
+    *micro_out = (int)m;
+    *accum_out = (int)a;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the start-up agreement check
+
+static inline uint64_t zero_hash_bytes(uint64_t h, const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;  // FNV-1a 64-bit prime
+    }
+    return h;
+}
+
+// integers go in as 8 little-endian bytes so the hash does not depend on the field's type
+static inline uint64_t zero_hash_i64(uint64_t h, long long v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) { b[i] = (unsigned char)((unsigned long long)v >> (8 * i)); }
+    return zero_hash_bytes(h, b, 8);
+}
+
+// floats by their bits, with every NaN (unset) one value and -0 folded into 0
+static inline uint64_t zero_hash_f32(uint64_t h, float v) {
+    uint32_t bits = 0;
+    if (isnan(v)) { bits = 0x7fc00000u; }
+    else if (v == 0.0f) { bits = 0; }
+    else { memcpy(&bits, &v, sizeof(bits)); }
+    return zero_hash_i64(h, (long long)bits);
+}
+
+// Every field that decides the sequence of collectives or the numbers of the update,
+// which must then agree on all ranks. Left out on purpose: nvme_path, pin_memory,
+// buffer counts, pipelining and max_in_cpu, which only say how one rank stages its own
+// memory (a node's NVMe mount may well differ from another's).
+static inline uint64_t zero_config_hash(const ZeroConfig* c) {
+    uint64_t h = 14695981039346656037ULL;  // FNV-1a 64-bit offset basis
+    h = zero_hash_bytes(h, "ZeroConfig/1", 12);  // bump when the field list changes
+    long long ints[] = {
+        c->stage, c->reduce_bucket_size, c->allgather_bucket_size, c->overlap_comm, c->contiguous_gradients,
+        c->reduce_scatter, c->prefetch_bucket_size, c->param_persistence_threshold, c->max_live_parameters,
+        c->max_reuse_distance, c->sub_group_size, c->prefetch_depth, (long long)c->offload_optimizer,
+        (long long)c->offload_param, c->train_batch_size, c->train_micro_batch_size_per_gpu,
+        c->gradient_accumulation_steps, c->bf16,
+    };
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) { h = zero_hash_i64(h, ints[i]); }
+    float floats[] = { c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->gradient_clipping };
+    for (size_t i = 0; i < sizeof(floats) / sizeof(floats[0]); i++) { h = zero_hash_f32(h, floats[i]); }
+    return h;
+}
+
+// ----------------------------------------------------------------------------
+// description for the log
+
+// 100000 -> "1e5", 500000000 -> "5e8", 1234 -> "1234": DeepSpeed's own way of writing sizes
+static inline const char* zero_format_count(long long v, char* buf, size_t cap) {
+    int e = 0;
+    long long m = v;
+    while (m != 0 && m % 10 == 0) { m /= 10; e++; }
+    if (e >= 3) { snprintf(buf, cap, "%llde%d", m, e); }
+    else { snprintf(buf, cap, "%lld", v); }
+    return buf;
+}
+
+// appends as much of s as fits: a log line may lose the end of a long path, never its terminator
+static inline void zero_append(char* out, size_t len, const char* s) {
+    size_t n = strlen(out);
+    while (*s != '\0' && n + 1 < len) { out[n++] = *s++; }
+    out[n] = '\0';
+}
+
+// one line for the log, e.g. "stage 3, prefetch 2, persistence 1e5, offload optimizer none,
+// param none, buckets: prefetch 5e7, reduce 5e8"; truncated to fit `len`
+static inline void zero_config_describe(const ZeroConfig* c, char* out, size_t len) {
+    if (out == NULL || len == 0) { return; }
+    char a[32], b[32], d[32];
+    int n = 0;
+    if (c->stage == 3) {
+        n = snprintf(out, len, "stage 3, prefetch %d, persistence %s, offload optimizer %s, param %s, buckets: prefetch %s, reduce %s",
+                     c->prefetch_depth, zero_format_count(c->param_persistence_threshold, a, sizeof(a)),
+                     zero_offload_name(c->offload_optimizer), zero_offload_name(c->offload_param),
+                     zero_format_count(c->prefetch_bucket_size, b, sizeof(b)), zero_format_count(c->reduce_bucket_size, d, sizeof(d)));
+    } else if (c->stage == 0) {
+        n = snprintf(out, len, "stage 0 (plain data parallel), reduce bucket %s", zero_format_count(c->reduce_bucket_size, a, sizeof(a)));
+    } else {
+        n = snprintf(out, len, "stage %d, offload optimizer %s, buckets: reduce %s, allgather %s", c->stage,
+                     zero_offload_name(c->offload_optimizer), zero_format_count(c->reduce_bucket_size, a, sizeof(a)),
+                     zero_format_count(c->allgather_bucket_size, b, sizeof(b)));
+    }
+    (void)n;
+    if (c->overlap_comm) { zero_append(out, len, ", overlap_comm"); }
+    if (c->offload_optimizer == ZERO_OFFLOAD_NVME || c->offload_param == ZERO_OFFLOAD_NVME) {
+        zero_append(out, len, ", nvme ");
+        zero_append(out, len, c->nvme_path);
+    }
+}
+
+#endif // ZERO3_CONFIG_H

@@ -1,0 +1,609 @@
+/*
+ The ZeRO engine: parameters, gradients and AdamW state of a model made of *units*,
+ partitioned over the ranks of a communicator by stage:
+
+   stage 0  everything replicated; gradients all-reduced at the accumulation boundary
+   stage 1  + AdamW state sharded: gradients reduce-scattered at the boundary, each rank
+            updates its shard, updated parameters all-gathered
+   stage 2  + gradients sharded: each unit's gradient is reduce-scattered into an fp32
+            shard accumulator right after its backward, at every micro-step, and the
+            full unit gradient is freed
+   stage 3  + parameters sharded: a unit is gathered before each use (forward and
+            backward) and released after, unless it is used again soon
+
+ The model calls, for each unit it touches, in an order fixed at init:
+   zero_fetch(u)    the unit's full parameters (stage 3: gathered; prefetch started)
+   zero_release(u)  done with them for now
+   zero_grad(u)     the unit's full gradient buffer to accumulate into (backward)
+   zero_reduce(u)   the unit's gradient is complete for this micro-step
+ and once per optimizer step zero_step().
+
+ The schedule is known ahead (a hand-written forward and backward), so every keep or
+ release decision is made once at init by walking it, and every rank issues the same
+ collectives in the same order: no tracing, no invalidation.
+
+ This engine is independent of GPT-2: it sees unit sizes, tensor ranges (for weight
+ decay) and the use schedule. Errors return -1 with llmc_error(); the caller exits.
+*/
+#ifndef ZERO3_ENGINE_H
+#define ZERO3_ENGINE_H
+
+#include <stdlib.h>      // aligned_alloc, free
+#include <string.h>      // memset, memcpy
+#include <math.h>        // sqrt
+#include "llmc/utils.h"  // llmc_error
+#include "llmc/adamw.h"  // adamw_update, grad_norm_squared, clip_scale
+#include "zero3/plan.h"  // ZeroPlan: padded units and shards
+#include "zero3/comm.h"  // ZeroComm: collectives with byte counters
+#include "zero3/config.h"  // ZeroConfig
+#include "zero3/estimate.h"  // zero_estimate_print for --estimate
+
+// ----------------------------------------------------------------------------
+// memory accounting: every engine allocation carries a tag
+
+enum { ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIMIZER, ZERO_MEM_BUFFERS, ZERO_MEM_KINDS };
+static const char* const zero_mem_names[ZERO_MEM_KINDS] = {"params", "grads", "optimizer", "buffers"};
+
+typedef struct {
+    double current[ZERO_MEM_KINDS], peak[ZERO_MEM_KINDS];
+    double total, total_peak;
+} ZeroMemory;
+
+// A tensor as the optimizer sees it: a range of a unit, with or without weight decay.
+typedef struct { int unit; size_t offset, size; int decay; } ZeroTensor;
+
+// the schedules the model registers: one for a training micro-step (forward then
+// backward), one for a forward alone (validation, sampling)
+enum { ZERO_PASS_TRAIN, ZERO_PASS_FORWARD, ZERO_NUM_PASSES };
+
+enum { UNIT_NOT_LIVE, UNIT_IN_FLIGHT, UNIT_LIVE };
+
+typedef struct {
+    int len;
+    int* unit;         // (len) the unit of each use
+    int* keep;         // (len) 1: stay gathered after this use (reused soon), stage 3
+} ZeroSchedule;
+
+typedef struct {
+    ZeroConfig cfg;
+    ZeroPlan plan;
+    ZeroComm comm;
+    int stage, world, rank;
+    int num_tensors;
+    ZeroTensor* tensors;
+    ZeroSchedule sched[ZERO_NUM_PASSES];
+    float beta1, beta2, eps;
+
+    // parameters: stages 0-2 hold the full padded buffer (every rank); stage 3 only the shards
+    float* full_params;     // (padded_total) stages 0-2
+    float* shard_params;    // (shard_total) stage 3: this rank's master shards
+    // stage 3 gathered units
+    float** unit_buf;       // (num_units) the gathered copy, or NULL
+    int* unit_state;        // (num_units) UNIT_NOT_LIVE / IN_FLIGHT / LIVE
+    ZeroRequest* unit_req;  // (num_units) the gather in flight
+    int* persistent;        // (num_units) always gathered (small units)
+    double live_elems, inflight_elems;
+
+    // gradients
+    float* full_grads;      // (padded_total) stages 0-1
+    float** grad_buf;       // (num_units) stages 2-3: the unit's full gradient during backward
+    float* shard_grads;     // (shard_total) stages 1-3: reduced gradient shards (fp32 accumulators at 2-3)
+    // reduce-scatters in flight (stages 1-3) and all-reduces (stage 0), completed in order
+    int* pending_unit;      // (num_units) FIFO of units whose reduction is in flight
+    ZeroRequest* pending_req;  // (num_units)
+    float** pending_recv;   // (num_units) stage 2-3: temporary shard to add into the accumulator
+    int pending_head, pending_count;
+    double pending_elems;
+
+    // AdamW state: full at stage 0, shards otherwise
+    float* m;
+    float* v;
+    size_t opt_elems;       // elements of m and v each
+
+    // where we are
+    int pass, pos, last_micro;
+    ZeroMemory mem;
+} ZeroEngine;
+
+// ----------------------------------------------------------------------------
+// allocation with accounting (64-byte aligned, zeroed)
+
+static void* zero_alloc(ZeroEngine* e, int kind, size_t elems) {
+    size_t bytes = (elems * sizeof(float) + 63) / 64 * 64;
+    if (bytes == 0) { bytes = 64; }
+    void* p = aligned_alloc(64, bytes);
+    if (p == NULL) {
+        llmc_error("zero: out of memory allocating %.1f MiB of %s", bytes / 1048576.0, zero_mem_names[kind]);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    e->mem.current[kind] += elems * sizeof(float);
+    e->mem.total += elems * sizeof(float);
+    if (e->mem.current[kind] > e->mem.peak[kind]) { e->mem.peak[kind] = e->mem.current[kind]; }
+    if (e->mem.total > e->mem.total_peak) { e->mem.total_peak = e->mem.total; }
+    return p;
+}
+
+static void zero_release_mem(ZeroEngine* e, int kind, void* p, size_t elems) {
+    if (p == NULL) { return; }
+    free(p);
+    e->mem.current[kind] -= elems * sizeof(float);
+    e->mem.total -= elems * sizeof(float);
+}
+
+// ----------------------------------------------------------------------------
+// the schedule: keep decisions made once by walking it
+
+static int zero_schedule_init(ZeroEngine* e, int pass, const int* units, int len) {
+    ZeroSchedule* s = &e->sched[pass];
+    s->len = len;
+    s->unit = (int*)malloc(len * sizeof(int));
+    s->keep = (int*)calloc(len, sizeof(int));
+    if (s->unit == NULL || s->keep == NULL) { return llmc_error("zero: out of memory for the schedule"); }
+    for (int i = 0; i < len; i++) {
+        if (units[i] < 0 || units[i] >= e->plan.num_units) { return llmc_error("zero: schedule names unit %d of %d", units[i], e->plan.num_units); }
+        s->unit[i] = units[i];
+    }
+    // A unit stays gathered after use i if it is used again at j within this pass and
+    // the parameters fetched in between (the reuse distance, as DeepSpeed measures it)
+    // are at most max_reuse_distance, and it plus the largest unit in between fits the
+    // live-parameter budget. Otherwise it is released and gathered again at j.
+    for (int i = 0; i < len; i++) {
+        int u = s->unit[i];
+        int j = i + 1;
+        while (j < len && s->unit[j] != u) { j++; }
+        if (j == len) { continue; }
+        double dist = 0, biggest = 0;
+        for (int k = i + 1; k < j; k++) {
+            double n = (double)e->plan.units[s->unit[k]].numel;
+            dist += n;
+            if (n > biggest) { biggest = n; }
+        }
+        double un = (double)e->plan.units[u].numel;
+        s->keep[i] = dist <= (double)e->cfg.max_reuse_distance && un + biggest <= (double)e->cfg.max_live_parameters;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// stage 3 gathers
+
+// starts gathering unit u into a fresh buffer (this rank's shard is its input block)
+static int zero_gather_start(ZeroEngine* e, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    float* buf = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
+    if (buf == NULL) { return -1; }
+    memcpy(buf + (size_t)e->rank * pu->shard, e->shard_params + pu->shard_offset, pu->shard * sizeof(float));
+    e->unit_buf[u] = buf;
+    e->unit_state[u] = UNIT_IN_FLIGHT;
+    e->inflight_elems += pu->numel;
+    return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
+}
+
+static int zero_gather_finish(ZeroEngine* e, int u) {
+    if (e->unit_state[u] != UNIT_IN_FLIGHT) { return 0; }
+    if (zero_comm_wait(&e->comm, &e->unit_req[u]) != 0) { return -1; }
+    e->unit_state[u] = UNIT_LIVE;
+    e->inflight_elems -= e->plan.units[u].numel;
+    e->live_elems += e->plan.units[u].numel;
+    return 0;
+}
+
+static void zero_unit_free(ZeroEngine* e, int u) {
+    if (e->unit_state[u] == UNIT_NOT_LIVE) { return; }
+    zero_release_mem(e, ZERO_MEM_BUFFERS, e->unit_buf[u], e->plan.units[u].padded);
+    e->unit_buf[u] = NULL;
+    e->unit_state[u] = UNIT_NOT_LIVE;
+    e->live_elems -= e->plan.units[u].numel;
+}
+
+// Starts gathers of the units of the next `prefetch_depth` uses after pos, while they
+// fit in the live budget and the prefetch bucket. Every rank decides the same, because
+// the decision depends only on the schedule and the configuration.
+static int zero_prefetch(ZeroEngine* e) {
+    ZeroSchedule* s = &e->sched[e->pass];
+    int started = 0;
+    for (int i = e->pos + 1; i < s->len && started < e->cfg.prefetch_depth; i++) {
+        int u = s->unit[i];
+        if (e->unit_state[u] != UNIT_NOT_LIVE) { continue; }
+        double n = (double)e->plan.units[u].numel;
+        if (e->live_elems + e->inflight_elems + n > (double)e->cfg.max_live_parameters) { break; }
+        if (e->inflight_elems + n > (double)e->cfg.prefetch_bucket_size && e->inflight_elems > 0) { break; }
+        if (zero_gather_start(e, u) != 0) { return -1; }
+        started++;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the model's calls
+
+// Begins a pass (ZERO_PASS_TRAIN or ZERO_PASS_FORWARD). Before the backward's first
+// reduce the model sets e->last_micro: whether this micro-step ends the accumulation
+// (stages 0-1 reduce only then).
+static int zero_begin(ZeroEngine* e, int pass) {
+    e->pass = pass;
+    e->pos = 0;
+    e->last_micro = 1;
+    if (e->stage == 3 && e->cfg.prefetch_depth > 0) {
+        // the first use is fetched at once; the prefetch window starts before it
+        e->pos = -1;
+        if (zero_prefetch(e) != 0) { return -1; }
+        e->pos = 0;
+    }
+    return 0;
+}
+
+static int zero_fetch(ZeroEngine* e, int u, float** out) {
+    ZeroSchedule* s = &e->sched[e->pass];
+    if (e->pos >= s->len || s->unit[e->pos] != u) {
+        return llmc_error("zero: fetch of unit %d at use %d of pass %d, but the schedule has unit %d there",
+                          u, e->pos, e->pass, e->pos < s->len ? s->unit[e->pos] : -1);
+    }
+    if (e->stage < 3) {
+        *out = e->full_params + e->plan.units[u].full_offset;
+        return 0;
+    }
+    if (e->unit_state[u] == UNIT_NOT_LIVE && zero_gather_start(e, u) != 0) { return -1; }
+    if (zero_gather_finish(e, u) != 0) { return -1; }
+    if (zero_prefetch(e) != 0) { return -1; }
+    *out = e->unit_buf[u];
+    return 0;
+}
+
+static int zero_release(ZeroEngine* e, int u) {
+    ZeroSchedule* s = &e->sched[e->pass];
+    if (e->pos >= s->len || s->unit[e->pos] != u) {
+        return llmc_error("zero: release of unit %d at use %d of pass %d, out of schedule", u, e->pos, e->pass);
+    }
+    if (e->stage == 3 && !e->persistent[u] && !s->keep[e->pos]) { zero_unit_free(e, u); }
+    e->pos++;
+    return 0;
+}
+
+// the unit's full gradient buffer (padded), accumulated into by the backward
+static int zero_grad(ZeroEngine* e, int u, float** out) {
+    if (e->stage < 2) {
+        *out = e->full_grads + e->plan.units[u].full_offset;
+        return 0;
+    }
+    if (e->grad_buf[u] == NULL) {
+        e->grad_buf[u] = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, e->plan.units[u].padded);
+        if (e->grad_buf[u] == NULL) { return -1; }
+    }
+    *out = e->grad_buf[u];
+    return 0;
+}
+
+// completes the oldest reduction in flight (stages 2-3: adds it into the accumulator)
+static int zero_reduce_complete_one(ZeroEngine* e) {
+    int slot = e->pending_head;
+    int u = e->pending_unit[slot];
+    ZeroUnit* pu = &e->plan.units[u];
+    if (zero_comm_wait(&e->comm, &e->pending_req[slot]) != 0) { return -1; }
+    if (e->stage >= 2) {
+        float* acc = e->shard_grads + pu->shard_offset;
+        const float* got = e->pending_recv[slot];
+        for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+        zero_release_mem(e, ZERO_MEM_BUFFERS, e->pending_recv[slot], pu->shard);
+        e->pending_recv[slot] = NULL;
+        zero_release_mem(e, ZERO_MEM_BUFFERS, e->grad_buf[u], pu->padded);
+        e->grad_buf[u] = NULL;
+    }
+    e->pending_elems -= (double)pu->padded;
+    e->pending_head = (e->pending_head + 1) % e->plan.num_units;
+    e->pending_count--;
+    return 0;
+}
+
+static int zero_reduce_drain(ZeroEngine* e) {
+    while (e->pending_count > 0) {
+        if (zero_reduce_complete_one(e) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// The unit's gradient is complete for this micro-step: start its reduction.
+static int zero_reduce(ZeroEngine* e, int u) {
+    if (e->stage < 2 && !e->last_micro) { return 0; }  // accumulate locally until the boundary
+    if (e->world == 1 && e->stage < 2) { return 0; }    // nothing to reduce, the full gradient is the shard
+    ZeroUnit* pu = &e->plan.units[u];
+    // bound the gradient bytes in flight by reduce_bucket_size (at least one unit)
+    while (e->pending_count > 0 && e->pending_elems + (double)pu->padded > (double)e->cfg.reduce_bucket_size) {
+        if (zero_reduce_complete_one(e) != 0) { return -1; }
+    }
+    int slot = (e->pending_head + e->pending_count) % e->plan.num_units;
+    e->pending_unit[slot] = u;
+    int rc;
+    if (e->stage == 0) {
+        rc = zero_allreduce(&e->comm, e->full_grads + pu->full_offset, pu->padded, &e->pending_req[slot]);
+    } else if (e->stage == 1) {
+        rc = zero_reduce_scatter(&e->comm, e->full_grads + pu->full_offset, e->shard_grads + pu->shard_offset,
+                                 pu->shard, &e->pending_req[slot]);
+    } else {
+        float* recv = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->shard);
+        if (recv == NULL) { return -1; }
+        e->pending_recv[slot] = recv;
+        rc = zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, &e->pending_req[slot]);
+    }
+    e->pending_count++;
+    e->pending_elems += (double)pu->padded;
+    return rc;
+}
+
+// Ends a pass: every use must have been made; stage 3 releases what the pass kept. A
+// training pass also completes its reductions: the next micro-step accumulates into
+// fresh unit gradients, never into a buffer that is still being sent.
+static int zero_end(ZeroEngine* e) {
+    ZeroSchedule* s = &e->sched[e->pass];
+    if (e->pos != s->len) { return llmc_error("zero: pass %d ended after %d of its %d uses", e->pass, e->pos, s->len); }
+    if (e->pass == ZERO_PASS_TRAIN && zero_reduce_drain(e) != 0) { return -1; }
+    if (e->stage == 3) {
+        for (int u = 0; u < e->plan.num_units; u++) {
+            if (e->persistent[u]) { continue; }
+            if (zero_gather_finish(e, u) != 0) { return -1; }  // a prefetch past the end cannot happen, but be safe
+            zero_unit_free(e, u);
+        }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the optimizer step
+
+// the parameter shard that AdamW updates, for unit u: in the full buffer (stages 1-2)
+// or the shard buffer (stage 3)
+static float* zero_param_shard(ZeroEngine* e, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    if (e->stage == 3) { return e->shard_params + pu->shard_offset; }
+    return e->full_params + pu->full_offset + (size_t)e->rank * pu->shard;
+}
+
+// zeroes the accumulated gradients (zero_step does it after each update)
+static void zero_clear_grads(ZeroEngine* e) {
+    if (e->full_grads != NULL) { memset(e->full_grads, 0, e->plan.padded_total * sizeof(float)); }
+    if (e->shard_grads != NULL) { memset(e->shard_grads, 0, e->plan.shard_total * sizeof(float)); }
+}
+
+// stage 3: the always-gathered units get their updated shards from every rank
+static int zero_refresh_persistent(ZeroEngine* e) {
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (!e->persistent[u]) { continue; }
+        ZeroUnit* pu = &e->plan.units[u];
+        memcpy(e->unit_buf[u] + (size_t)e->rank * pu->shard, e->shard_params + pu->shard_offset, pu->shard * sizeof(float));
+        if (zero_allgather(&e->comm, e->unit_buf[u], pu->shard, NULL) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// AdamW over this rank's part of every tensor. The gradients are sums over ranks: the
+// mean is folded into AdamW's gradient scale together with the clipping factor.
+// Writes the global norm of the mean gradient to *norm_out.
+static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_clip, int t, float* norm_out) {
+    if (zero_reduce_drain(e) != 0) { return -1; }
+    double inv_world = 1.0 / e->world;
+    double sumsq;
+    if (e->stage == 0) {
+        sumsq = grad_norm_squared(e->full_grads, e->plan.padded_total);  // replicated: no communication
+    } else {
+        if (e->stage == 1 && e->world == 1) {  // stage 1 at one rank did not reduce: the full gradient is the shard
+            memcpy(e->shard_grads, e->full_grads, e->plan.shard_total * sizeof(float));
+        }
+        sumsq = grad_norm_squared(e->shard_grads, e->plan.shard_total);
+        if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
+    }
+    double norm = sqrt(sumsq) * inv_world;
+    float scale = (float)(clip_scale(norm, grad_clip) * inv_world);
+    *norm_out = (float)norm;
+
+    for (int i = 0; i < e->num_tensors; i++) {
+        ZeroTensor tr = e->tensors[i];
+        float wd = tr.decay ? weight_decay : 0.0f;
+        if (e->stage == 0) {
+            size_t off = e->plan.units[tr.unit].full_offset + tr.offset;
+            adamw_update(e->full_params + off, e->full_grads + off, e->m + off, e->v + off, tr.size,
+                         lr, e->beta1, e->beta2, e->eps, wd, scale, t);
+            continue;
+        }
+        size_t lo, hi;
+        if (zero_plan_shard_range(&e->plan, tr.unit, e->rank, tr.offset, tr.offset + tr.size, &lo, &hi) != 1) { continue; }
+        size_t so = e->plan.units[tr.unit].shard_offset;
+        adamw_update(zero_param_shard(e, tr.unit) + lo, e->shard_grads + so + lo, e->m + so + lo, e->v + so + lo,
+                     hi - lo, lr, e->beta1, e->beta2, e->eps, wd, scale, t);
+    }
+
+    // the updated shards go to every rank: stages 1-2 all-gather into the full buffer;
+    // stage 3 refreshes its persistent units (the others are gathered at their next use)
+    if (e->stage == 1 || e->stage == 2) {
+        for (int u = 0; u < e->plan.num_units; u++) {
+            ZeroUnit* pu = &e->plan.units[u];
+            if (zero_allgather(&e->comm, e->full_params + pu->full_offset, pu->shard, &e->unit_req[u]) != 0) { return -1; }
+        }
+        for (int u = 0; u < e->plan.num_units; u++) {
+            if (zero_comm_wait(&e->comm, &e->unit_req[u]) != 0) { return -1; }
+        }
+    } else if (e->stage == 3) {
+        if (zero_refresh_persistent(e) != 0) { return -1; }
+    }
+
+    zero_clear_grads(e);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// init and teardown
+
+// Builds the engine over `comm`. unit_numel: (num_units) sizes; tensors: the ranges for
+// weight decay; train/forward: the use schedules; params: the full unpadded parameters
+// in unit order, read on rank 0 only and broadcast, so every rank starts identical.
+static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
+                            const size_t* unit_numel, int num_units,
+                            const ZeroTensor* tensors, int num_tensors,
+                            const int* train_sched, int train_len, const int* fwd_sched, int fwd_len,
+                            const float* params, float beta1, float beta2, float eps) {
+    memset(e, 0, sizeof(*e));
+    e->cfg = *cfg;
+    e->stage = cfg->stage;
+    e->beta1 = beta1; e->beta2 = beta2; e->eps = eps;
+    if (zero_comm_init(&e->comm, comm) != 0) { return -1; }
+    e->world = e->comm.world;
+    e->rank = e->comm.rank;
+    if (zero_plan_init(&e->plan, unit_numel, num_units, e->world, e->rank, sizeof(float)) != 0) { return -1; }
+    ZeroPlan* p = &e->plan;
+    e->num_tensors = num_tensors;
+    e->tensors = (ZeroTensor*)malloc(num_tensors * sizeof(ZeroTensor));
+    e->unit_buf = (float**)calloc(num_units, sizeof(float*));
+    e->unit_state = (int*)calloc(num_units, sizeof(int));
+    e->unit_req = (ZeroRequest*)calloc(num_units, sizeof(ZeroRequest));
+    e->persistent = (int*)calloc(num_units, sizeof(int));
+    e->grad_buf = (float**)calloc(num_units, sizeof(float*));
+    e->pending_unit = (int*)calloc(num_units, sizeof(int));
+    e->pending_req = (ZeroRequest*)calloc(num_units, sizeof(ZeroRequest));
+    e->pending_recv = (float**)calloc(num_units, sizeof(float*));
+    if (!e->tensors || !e->unit_buf || !e->unit_state || !e->unit_req || !e->persistent ||
+        !e->grad_buf || !e->pending_unit || !e->pending_req || !e->pending_recv) {
+        return llmc_error("zero: out of memory for the engine's tables");
+    }
+    memcpy(e->tensors, tensors, num_tensors * sizeof(ZeroTensor));
+    if (zero_schedule_init(e, ZERO_PASS_TRAIN, train_sched, train_len) != 0) { return -1; }
+    if (zero_schedule_init(e, ZERO_PASS_FORWARD, fwd_sched, fwd_len) != 0) { return -1; }
+
+    // rank 0's parameters go to every rank, so all start identical. Stages 0-2 keep the
+    // full padded buffer. Stage 3 goes unit by unit through one unit-sized buffer and
+    // keeps only its shards (and the small persistent units whole): the full model is
+    // never held, which is what lets stage 3 hold models that do not fit one rank.
+    if (e->stage < 3) {
+        e->full_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total);
+        if (e->full_params == NULL) { return -1; }
+    } else {
+        e->shard_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->shard_total);
+        if (e->shard_params == NULL) { return -1; }
+    }
+    size_t src = 0;
+    for (int u = 0; u < num_units; u++) {
+        ZeroUnit* pu = &p->units[u];
+        float* buf = e->full_params != NULL ? e->full_params + pu->full_offset
+                                            : (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
+        if (buf == NULL) { return -1; }
+        if (e->rank == 0) { memcpy(buf, params + src, pu->numel * sizeof(float)); }
+        src += pu->numel;
+        if (zero_broadcast(&e->comm, buf, pu->padded * sizeof(float), 0) != 0) { return -1; }
+        if (e->stage < 3) { continue; }
+        memcpy(e->shard_params + pu->shard_offset, buf + (size_t)e->rank * pu->shard, pu->shard * sizeof(float));
+        if ((long long)pu->numel < cfg->param_persistence_threshold) {
+            e->persistent[u] = 1;  // small: stays gathered for the whole run
+            e->unit_buf[u] = buf;
+            e->unit_state[u] = UNIT_LIVE;
+            e->live_elems += pu->numel;
+        } else {
+            zero_release_mem(e, ZERO_MEM_BUFFERS, buf, pu->padded);
+        }
+    }
+
+    if (e->stage < 2) {
+        e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
+        if (e->full_grads == NULL) { return -1; }
+    }
+    if (e->stage >= 1) {
+        e->shard_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->shard_total);
+        if (e->shard_grads == NULL) { return -1; }
+    }
+    e->opt_elems = e->stage == 0 ? p->padded_total : p->shard_total;
+    e->m = (float*)zero_alloc(e, ZERO_MEM_OPTIMIZER, e->opt_elems);
+    e->v = (float*)zero_alloc(e, ZERO_MEM_OPTIMIZER, e->opt_elems);
+    if (e->m == NULL || e->v == NULL) { return -1; }
+    return 0;
+}
+
+static void zero_engine_free(ZeroEngine* e) {
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (e->unit_state != NULL && e->unit_state[u] != UNIT_NOT_LIVE) { free(e->unit_buf[u]); }
+        if (e->grad_buf != NULL) { free(e->grad_buf[u]); }
+        if (e->pending_recv != NULL) { free(e->pending_recv[u]); }
+    }
+    free(e->full_params); free(e->shard_params); free(e->full_grads); free(e->shard_grads);
+    free(e->m); free(e->v);
+    free(e->tensors); free(e->unit_buf); free(e->unit_state); free(e->unit_req); free(e->persistent);
+    free(e->grad_buf); free(e->pending_unit); free(e->pending_req); free(e->pending_recv);
+    for (int i = 0; i < ZERO_NUM_PASSES; i++) { free(e->sched[i].unit); free(e->sched[i].keep); }
+    zero_plan_free(&e->plan);
+    zero_comm_free(&e->comm);
+    memset(e, 0, sizeof(*e));
+}
+
+// ----------------------------------------------------------------------------
+// whole-model access for checkpoints
+
+// Copies the full unpadded parameters (unit order) to `out` on rank `root` (out may be
+// NULL elsewhere). Stage 3 gathers unit by unit through a temporary buffer.
+static int zero_params_gather(ZeroEngine* e, float* out, int root) {
+    ZeroPlan* p = &e->plan;
+    size_t dst = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        ZeroUnit* pu = &p->units[u];
+        const float* src = NULL;
+        float* tmp = NULL;
+        if (e->stage < 3) {
+            src = e->full_params + pu->full_offset;
+        } else {
+            tmp = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
+            if (tmp == NULL) { return -1; }
+            memcpy(tmp + (size_t)e->rank * pu->shard, e->shard_params + pu->shard_offset, pu->shard * sizeof(float));
+            if (zero_allgather(&e->comm, tmp, pu->shard, NULL) != 0) { zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded); return -1; }
+            src = tmp;
+        }
+        if (e->rank == root) { memcpy(out + dst, src, pu->numel * sizeof(float)); }
+        dst += pu->numel;
+        zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded);
+    }
+    return 0;
+}
+
+// This rank's state for a checkpoint: the parameters it owns (stage 0: all of them;
+// stages 1-3: its shard of every unit, the fp32 master) and its AdamW moments. A resume
+// needs the same world size and stage; stages 1-2 all-gather the parameters after.
+static int zero_state_write(ZeroEngine* e, FILE* fp) {
+    ZeroPlan* p = &e->plan;
+    int ok = 1;
+    if (e->stage == 0) {
+        ok = fwrite(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
+    } else {
+        for (int u = 0; u < p->num_units && ok; u++) {
+            ok = fwrite(zero_param_shard(e, u), sizeof(float), p->units[u].shard, fp) == p->units[u].shard;
+        }
+    }
+    ok = ok && fwrite(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    ok = ok && fwrite(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    return ok ? 0 : llmc_error("zero: writing the optimizer state failed: %s", strerror(errno));
+}
+
+static int zero_state_read(ZeroEngine* e, FILE* fp) {
+    ZeroPlan* p = &e->plan;
+    int ok = 1;
+    if (e->stage == 0) {
+        ok = fread(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
+    } else {
+        for (int u = 0; u < p->num_units && ok; u++) {
+            ok = fread(zero_param_shard(e, u), sizeof(float), p->units[u].shard, fp) == p->units[u].shard;
+        }
+    }
+    ok = ok && fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    if (!ok) { return llmc_error("zero: the optimizer state is truncated"); }
+    if (e->stage == 1 || e->stage == 2) {
+        for (int u = 0; u < p->num_units; u++) {
+            if (zero_allgather(&e->comm, e->full_params + p->units[u].full_offset, p->units[u].shard, NULL) != 0) { return -1; }
+        }
+    } else if (e->stage == 3) {
+        if (zero_refresh_persistent(e) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// bytes of this rank's checkpoint state, to check a state file's size before reading
+static size_t zero_state_bytes(const ZeroEngine* e) {
+    size_t params = e->stage == 0 ? e->plan.padded_total : e->plan.shard_total;
+    return (params + 2 * e->opt_elems) * sizeof(float);
+}
+
+#endif // ZERO3_ENGINE_H

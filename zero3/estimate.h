@@ -1,0 +1,160 @@
+/*
+ Model-state memory needed per GPU and per node by each ZeRO stage and offload choice,
+ in the spirit of DeepSpeed's estimate_zero2/zero3_model_states_mem_needs, derived here
+ from the arithmetic of the ZeRO paper (Rajbhandari et al., 2020, section 3 and figure 1).
+
+ Terms: Psi = number of parameters, L = parameters of the largest layer (the largest unit
+ that is ever gathered whole), N = num_nodes * gpus_per_node ranks, G = gpus_per_node.
+
+ Mixed precision with bf16 and AdamW, as the ZeRO paper counts it (its section 3.1):
+   2 bytes per parameter for the bf16 parameters the forward and backward use,
+   2 bytes per parameter for their bf16 gradients,
+   K = 12 bytes per parameter of optimizer state: fp32 master copy, Adam m and Adam v.
+ So plain data parallelism holds (2 + 2 + K) Psi = 16 Psi bytes on every GPU.
+
+ Per GPU, no offload (paper section 3 / figure 1, with Psi/N for what is partitioned):
+   stage 0  (2 + 2 + K) Psi            everything replicated
+   stage 1  2 Psi + 2 Psi + K Psi / N   optimizer state partitioned (P_os)
+   stage 2  2 Psi + (2 + K) Psi / N     + gradients partitioned (P_os+g)
+   stage 3  (2 + 2 + K) Psi / N + W     + parameters partitioned (P_os+g+p)
+ W, the stage-3 working set, is what partitioning cannot remove: a unit must be whole on
+ the GPU while it computes. We count 4 buffers of the largest layer in bf16,
+ W = 4 * L * 2 bytes: during backward, (1) the gathered parameters of the unit being
+ computed, (2) the parameters of the next unit, prefetched while (1) computes, (3) the
+ full-size gradient of the unit being computed, and (4) the full-size gradient of the
+ previous unit, still being reduce-scattered while (3) is produced. Forward needs only
+ (1) and (2), so backward is the peak. Activations, temporary buffers, communication
+ buckets and the framework's own memory are not model states and are not counted, as in
+ DeepSpeed's estimator; nor is the host memory of start-up (loading a checkpoint).
+
+ Offload (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al. 2021):
+   optimizer -> cpu (stage >= 1): the K Psi/N of optimizer state leaves the GPU. The host
+     keeps it, and the CPU Adam also needs the rank's gradient partition in fp32 to update
+     it: host += (K + 4) Psi / N per rank. We count the fp32 gradients for stage 1 as well
+     as 2 and 3: whatever the stage, the CPU step reads the rank's partition in fp32. The GPU
+     keeps its bf16 gradients (conservative: with offload they could be streamed out bucket
+     by bucket).
+   optimizer -> nvme (stage 3): the K Psi/N goes to disk; the host keeps the fp32 gradient
+     partition (4 Psi/N) and swap buffers for the state being updated: 4 buffers (DeepSpeed's
+     default offload_optimizer.buffer_count) of the rank's share of the largest layer,
+     K bytes per element, but never more than the state they stage:
+     min(4 * L / N, Psi / N) * K. (Without the cap a small model with a big embedding,
+     GPT-2 124M at N = 8, would need more host memory with NVMe than with CPU offload.)
+   param -> cpu (stage 3): the rank's 2 Psi / N of bf16 parameters move to the host; the
+     working set W stays on the GPU, where it is computed with.
+   param -> nvme (stage 3): the 2 Psi / N go to disk; the host stages reads in 5 buffers
+     (DeepSpeed's default offload_param.buffer_count) of the rank's share of the largest
+     layer, capped in the same way: min(5 * L / N, Psi / N) * 2 bytes.
+ Per node is per rank times G. The combinations DeepSpeed does not have (offload at stage 0,
+ parameter offload before stage 3, optimizer NVMe offload before stage 3) are errors, like
+ zero_config_validate's.
+*/
+#ifndef ZERO3_ESTIMATE_H
+#define ZERO3_ESTIMATE_H
+
+#include <stdio.h>          // FILE, fprintf for the table
+#include <math.h>           // isfinite (a macro: no -lm needed)
+#include "llmc/utils.h"     // llmc_error: the library error convention
+#include "zero3/config.h"   // ZeroOffload, zero_offload_name
+
+typedef struct { double gpu_bytes, host_bytes_per_node, nvme_bytes_per_node; } ZeroEstimate;
+
+#define ZERO_EST_PARAM_BYTES 2.0      // bf16 parameters
+#define ZERO_EST_GRAD_BYTES 2.0       // bf16 gradients
+#define ZERO_EST_OPT_BYTES 12.0       // K: fp32 master + Adam m + Adam v
+#define ZERO_EST_FP32_GRAD_BYTES 4.0  // the gradient partition the CPU/NVMe optimizer updates with
+#define ZERO_EST_WORK_BUFFERS 4.0     // stage-3 working set, in largest-layer bf16 buffers (see above)
+#define ZERO_EST_OPT_SWAP_BUFFERS 4.0    // offload_optimizer.buffer_count default
+#define ZERO_EST_PARAM_SWAP_BUFFERS 5.0  // offload_param.buffer_count default
+
+static inline int zero_estimate(double num_params, double largest_layer, int num_nodes, int gpus_per_node, int stage,
+                                ZeroOffload opt, ZeroOffload param, ZeroEstimate* out) {
+    if (!(isfinite(num_params) && num_params > 0)) { return llmc_error("zero estimate: num_params %g must be > 0", num_params); }
+    if (!(isfinite(largest_layer) && largest_layer >= 0 && largest_layer <= num_params)) {
+        return llmc_error("zero estimate: largest_layer %g must be in [0, num_params %g]", largest_layer, num_params);
+    }
+    if (num_nodes < 1 || gpus_per_node < 1) { return llmc_error("zero estimate: %d nodes x %d GPUs: both must be >= 1", num_nodes, gpus_per_node); }
+    if (stage < 0 || stage > 3) { return llmc_error("zero estimate: stage %d is out of range [0, 3]", stage); }
+    if ((unsigned)opt > ZERO_OFFLOAD_NVME || (unsigned)param > ZERO_OFFLOAD_NVME) { return llmc_error("zero estimate: unknown offload device"); }
+    if (opt != ZERO_OFFLOAD_NONE && stage < 1) { return llmc_error("zero estimate: offload optimizer %s needs stage >= 1", zero_offload_name(opt)); }
+    if (param != ZERO_OFFLOAD_NONE && stage != 3) { return llmc_error("zero estimate: offload param %s needs stage 3", zero_offload_name(param)); }
+    if (opt == ZERO_OFFLOAD_NVME && stage != 3) { return llmc_error("zero estimate: offload optimizer nvme needs stage 3"); }
+
+    const double psi = num_params, L = largest_layer;
+    const double N = (double)num_nodes * (double)gpus_per_node, G = (double)gpus_per_node;
+    const double P = ZERO_EST_PARAM_BYTES, Gr = ZERO_EST_GRAD_BYTES, K = ZERO_EST_OPT_BYTES;
+
+    // what one GPU holds of each model state, before offload
+    double params = stage == 3 ? P * psi / N : P * psi;
+    double grads = stage >= 2 ? Gr * psi / N : Gr * psi;
+    double optim = stage >= 1 ? K * psi / N : K * psi;
+    double work = stage == 3 ? ZERO_EST_WORK_BUFFERS * L * P : 0.0;
+    double host = 0.0, nvme = 0.0;  // per rank
+
+    if (opt == ZERO_OFFLOAD_CPU) {
+        host += optim + ZERO_EST_FP32_GRAD_BYTES * psi / N;
+        optim = 0.0;
+    } else if (opt == ZERO_OFFLOAD_NVME) {
+        nvme += optim;
+        double staged = ZERO_EST_OPT_SWAP_BUFFERS * L / N;
+        if (staged > psi / N) { staged = psi / N; }
+        host += ZERO_EST_FP32_GRAD_BYTES * psi / N + staged * K;
+        optim = 0.0;
+    }
+    if (param == ZERO_OFFLOAD_CPU) {
+        host += params;
+        params = 0.0;
+    } else if (param == ZERO_OFFLOAD_NVME) {
+        nvme += params;
+        double staged = ZERO_EST_PARAM_SWAP_BUFFERS * L / N;
+        if (staged > psi / N) { staged = psi / N; }
+        host += staged * P;
+        params = 0.0;
+    }
+    out->gpu_bytes = params + grads + optim + work;
+    out->host_bytes_per_node = host * G;
+    out->nvme_bytes_per_node = nvme * G;
+    return 0;
+}
+
+// 124439808 -> "124.44M", 1.75e11 -> "175.00B"
+static inline const char* zero_estimate_count(double v, char* buf, size_t cap) {
+    if (v >= 1e9) { snprintf(buf, cap, "%.2fB", v / 1e9); }
+    else if (v >= 1e6) { snprintf(buf, cap, "%.2fM", v / 1e6); }
+    else if (v >= 1e3) { snprintf(buf, cap, "%.2fK", v / 1e3); }
+    else { snprintf(buf, cap, "%.0f", v); }
+    return buf;
+}
+
+static inline void zero_estimate_print(FILE* f, const char* model_name, double num_params, double largest_layer, int num_nodes, int gpus_per_node) {
+    // each stage with the offloads that make sense for it, from none to the most
+    static const struct { int stage; ZeroOffload opt, param; } rows[] = {
+        { 0, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE },
+        { 1, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE },
+        { 1, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE },
+        { 2, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE },
+        { 2, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE },
+        { 3, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE },
+        { 3, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE },
+        { 3, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU },
+        { 3, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_CPU },
+        { 3, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME },
+    };
+    const double GiB = 1024.0 * 1024.0 * 1024.0;
+    char a[32], b[32];
+    fprintf(f, "model states of %s: Psi = %s params (largest layer %s), N = %d node(s) x %d GPU(s) = %lld ranks; bf16 + AdamW (2+2+12 bytes/param)\n",
+            model_name ? model_name : "model", zero_estimate_count(num_params, a, sizeof(a)),
+            zero_estimate_count(largest_layer, b, sizeof(b)), num_nodes, gpus_per_node, (long long)num_nodes * gpus_per_node);
+    fprintf(f, "  stage  offload_optimizer  offload_param   GPU GiB/GPU  host GiB/node  NVMe GiB/node\n");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        ZeroEstimate e = { 0, 0, 0 };
+        if (zero_estimate(num_params, largest_layer, num_nodes, gpus_per_node, rows[i].stage, rows[i].opt, rows[i].param, &e) != 0) {
+            fprintf(f, "  (cannot estimate: %s)\n", llmc_errmsg());
+            return;
+        }
+        fprintf(f, "  %5d  %-17s  %-13s  %12.2f  %13.2f  %13.2f\n", rows[i].stage, zero_offload_name(rows[i].opt),
+                zero_offload_name(rows[i].param), e.gpu_bytes / GiB, e.host_bytes_per_node / GiB, e.nvme_bytes_per_node / GiB);
+    }
+}
+
+#endif // ZERO3_ESTIMATE_H
