@@ -197,6 +197,22 @@ static void zero_unit_free(ZeroEngine* e, int u) {
     e->live_elems -= e->plan.units[u].numel;
 }
 
+// Open MPI moves a nonblocking collective on only while the rank is inside an MPI call,
+// so at every unit boundary the engine gives its gathers and reductions in flight a
+// turn; without this most of a prefetch would happen in the wait that needs it.
+static int zero_poll(ZeroEngine* e) {
+    int done = 0;
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (e->unit_state != NULL && e->unit_state[u] == UNIT_IN_FLIGHT &&
+            zero_comm_test(&e->comm, &e->unit_req[u], &done) != 0) { return -1; }
+    }
+    for (int i = 0; i < e->pending_count; i++) {
+        int slot = (e->pending_head + i) % e->plan.num_units;
+        if (zero_comm_test(&e->comm, &e->pending_req[slot], &done) != 0) { return -1; }
+    }
+    return 0;
+}
+
 // Starts gathers of the units of the next `prefetch_depth` uses after pos, while they
 // fit in the live budget and the prefetch bucket. Every rank decides the same, because
 // the decision depends only on the schedule and the configuration.
@@ -258,7 +274,7 @@ static int zero_release(ZeroEngine* e, int u) {
     }
     if (e->stage == 3 && !e->persistent[u] && !s->keep[e->pos]) { zero_unit_free(e, u); }
     e->pos++;
-    return 0;
+    return zero_poll(e);
 }
 
 // the unit's full gradient buffer (padded), accumulated into by the backward
