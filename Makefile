@@ -9,7 +9,7 @@ CC      ?= gcc
 MPICC   ?= mpicc
 OPT     ?= -O3 -march=native
 CFLAGS  ?= $(OPT) -fopenmp -std=gnu11 -Wall -Wextra -Wno-unused-function
-CFLAGS  += -I.
+CFLAGS  += -I. -D_GNU_SOURCE  # O_DIRECT and fallocate for the NVMe tier (zero3/nvme.h)
 # OpenBLAS built for OpenMP runs its sgemm on the trainer's own OpenMP threads; the
 # pthread build keeps a second pool whose threads fight the OpenMP workers for the
 # cores (the d6 step was 1.5x slower on 2 cores). Debian installs the builds side by
@@ -23,7 +23,7 @@ else
 BLAS_CFLAGS = $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   = $(shell pkg-config --libs openblas 2>/dev/null)
 endif
-PKGS       = libcjson libpcre2-8
+PKGS       = libcjson libpcre2-8 liburing
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(BLAS_CFLAGS)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(BLAS_LIBS) -lm
 CRIT_FLAGS = $(shell pkg-config --cflags --libs criterion 2>/dev/null)
@@ -80,7 +80,12 @@ build/test_comm_mpi: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
 build/test_comm_mpi_chunk: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
 	$(MPICC) $(CFLAGS) -DZERO_COMM_CHUNK=7 $< -o $@
 
-UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_config
+# built without -march=native: the run-time ISA dispatch is what gets tested
+build/test_cpu_adam: test/test_cpu_adam.c zero3/cpu_adam.h llmc/adamw.h | build
+	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< -o $@ $(CRIT_FLAGS) -lm
+
+UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_config \
+             build/test_cpu_adam build/test_nvme
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk
 
 test: deps

@@ -469,11 +469,29 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, 
 
 typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms; } StepRecord;
 typedef struct { int step; float loss; } ValRecord;
-enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_PEAK, MEM_FIELDS };
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_PEAK,
+       MEM_HOST_PARAMS, MEM_HOST_GRADS, MEM_HOST_OPTIMIZER, MEM_HOST_BUFFERS, MEM_NVME, MEM_FIELDS };
+
+// this rank's memory figures in MEM_* order (peaks over the run so far)
+static void memory_figures(const GPT2* m, double* out) {
+    const ZeroMemory* zm = &m->zero.mem;
+    out[MEM_PARAMS] = zm->peak[ZERO_MEM_PARAMS];
+    out[MEM_GRADS] = zm->peak[ZERO_MEM_GRADS];
+    out[MEM_OPTIMIZER] = zm->peak[ZERO_MEM_OPTIMIZER];
+    out[MEM_BUFFERS] = zm->peak[ZERO_MEM_BUFFERS];
+    out[MEM_ACTIVATIONS] = (double)m->acts_bytes;
+    out[MEM_PEAK] = zm->total_peak + m->acts_bytes;
+    out[MEM_HOST_PARAMS] = zm->peak[ZERO_MEM_HOST_PARAMS];
+    out[MEM_HOST_GRADS] = zm->peak[ZERO_MEM_HOST_GRADS];
+    out[MEM_HOST_OPTIMIZER] = zm->peak[ZERO_MEM_HOST_OPTIMIZER];
+    out[MEM_HOST_BUFFERS] = zm->peak[ZERO_MEM_HOST_BUFFERS];
+    out[MEM_NVME] = zm->nvme_bytes;
+}
 
 static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int world, int grad_accum,
                          const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
-                         const double* mem /* (world, MEM_FIELDS) */, const double* comm_per_step /* (4) */) {
+                         const double* mem /* (world, MEM_FIELDS) */, const double* comm_per_step /* (4) */,
+                         const double* moved_per_step /* (ZERO_NUM_MOVES) */) {
     cJSON* root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "world_size", world);
     cJSON_AddNumberToObject(root, "zero_stage", m->zero.stage);
@@ -514,7 +532,8 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     // peak; activations: the trainer's; peak: the engine's peak total plus activations
     cJSON* memory = cJSON_AddObjectToObject(root, "memory");
     arr = cJSON_AddArrayToObject(memory, "per_rank");
-    static const char* const names[MEM_FIELDS] = {"params", "grads", "optimizer", "buffers", "activations", "peak"};
+    static const char* const names[MEM_FIELDS] = {"params", "grads", "optimizer", "buffers", "activations", "peak",
+        "host_params", "host_grads", "host_optimizer", "host_buffers", "nvme"};
     for (int r = 0; r < world; r++) {
         cJSON* s = cJSON_CreateObject();
         cJSON_AddNumberToObject(s, "rank", r);
@@ -528,6 +547,12 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(per, "reduce_scatter", comm_per_step[1]);
     cJSON_AddNumberToObject(per, "allreduce", comm_per_step[2]);
     cJSON_AddNumberToObject(comm, "wait_ms_per_step", comm_per_step[3]);
+    // offload: bytes rank 0 moved per step between device and host, host and NVMe
+    cJSON* moved = cJSON_AddObjectToObject(root, "transfers_per_step");
+    cJSON_AddNumberToObject(moved, "device_to_host", moved_per_step[ZERO_MOVE_D2H]);
+    cJSON_AddNumberToObject(moved, "host_to_device", moved_per_step[ZERO_MOVE_H2D]);
+    cJSON_AddNumberToObject(moved, "nvme_read", moved_per_step[ZERO_MOVE_NVME_READ]);
+    cJSON_AddNumberToObject(moved, "nvme_write", moved_per_step[ZERO_MOVE_NVME_WRITE]);
     char* text = cJSON_Print(root);
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -647,9 +672,6 @@ int main(int argc, char** argv) {
     }
     if (rc != 0) { die_all(rank, llmc_errmsg()); }
     if (rank == 0 && tc.warnings[0] != '\0') { fputs(tc.warnings, stderr); }
-    if (tc.zero.offload_optimizer != ZERO_OFFLOAD_NONE || tc.zero.offload_param != ZERO_OFFLOAD_NONE) {
-        die_all(rank, "--offload-optimizer/--offload-param (or offload_* in --ds-config): offload is not available in this build yet");
-    }
     if (tc.zero.bf16 == 1 && rank == 0) {
         fprintf(stderr, "warning: bf16.enabled is ignored: the CPU trainer computes in fp32\n");
     }
@@ -817,14 +839,17 @@ int main(int argc, char** argv) {
     }
     double* mem_all = (double*)mallocCheck(MEM_FIELDS * world * sizeof(double));
     {   // one memory line per rank, in rank order
-        ZeroMemory* zm = &model.zero.mem;
-        double mine[MEM_FIELDS] = {zm->peak[ZERO_MEM_PARAMS], zm->peak[ZERO_MEM_GRADS], zm->peak[ZERO_MEM_OPTIMIZER],
-                                   zm->peak[ZERO_MEM_BUFFERS], (double)model.acts_bytes, zm->total_peak + model.acts_bytes};
+        double mine[MEM_FIELDS];
+        memory_figures(&model, mine);
         mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, mem_all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
         for (int r = 0; rank == 0 && r < world; r++) {
             const double* x = mem_all + r * MEM_FIELDS;
-            printf("memory rank %d (MiB): params %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f\n",
-                   r, x[0] / 1048576, x[1] / 1048576, x[2] / 1048576, x[3] / 1048576, x[4] / 1048576);
+            printf("memory rank %d (MiB): params %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f",
+                   r, x[MEM_PARAMS] / 1048576, x[MEM_GRADS] / 1048576, x[MEM_OPTIMIZER] / 1048576,
+                   x[MEM_BUFFERS] / 1048576, x[MEM_ACTIVATIONS] / 1048576);
+            double host = x[MEM_HOST_PARAMS] + x[MEM_HOST_GRADS] + x[MEM_HOST_OPTIMIZER] + x[MEM_HOST_BUFFERS];
+            if (host > 0 || x[MEM_NVME] > 0) { printf(" | host %.1f, nvme %.1f", host / 1048576, x[MEM_NVME] / 1048576); }
+            printf("\n");
         }
     }
 
@@ -833,8 +858,9 @@ int main(int argc, char** argv) {
     int nsteps = 0, nvals = 0;
     int* gen_tokens = (int*)mallocCheck(tc.T * sizeof(int));
     int have_batch = 0;
-    double comm_bytes0[ZERO_NUM_COLLECTIVES];
+    double comm_bytes0[ZERO_NUM_COLLECTIVES], moved0[ZERO_NUM_MOVES];
     memcpy(comm_bytes0, model.zero.comm.bytes, sizeof(comm_bytes0));
+    memcpy(moved0, model.zero.moved, sizeof(moved0));
     double wait_total = 0.0;
 
     for (int step = start_step; step <= max_steps; step++) {
@@ -910,9 +936,8 @@ int main(int argc, char** argv) {
     // report: memory peaks over the whole run (gathered again: the working set grows
     // during the steps), and the training steps' communication per step
     {
-        ZeroMemory* zm = &model.zero.mem;
-        double mine[MEM_FIELDS] = {zm->peak[ZERO_MEM_PARAMS], zm->peak[ZERO_MEM_GRADS], zm->peak[ZERO_MEM_OPTIMIZER],
-                                   zm->peak[ZERO_MEM_BUFFERS], (double)model.acts_bytes, zm->total_peak + model.acts_bytes};
+        double mine[MEM_FIELDS];
+        memory_figures(&model, mine);
         mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, mem_all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
     }
     if (rank == 0 && tc.report != NULL) {
@@ -924,7 +949,9 @@ int main(int argc, char** argv) {
         per_step[1] = (model.zero.comm.bytes[ZERO_REDUCE_SCATTER] - comm_bytes0[ZERO_REDUCE_SCATTER]) / n;
         per_step[2] = (model.zero.comm.bytes[ZERO_ALLREDUCE] - comm_bytes0[ZERO_ALLREDUCE]) / n;
         per_step[3] = wait_total / n;
-        report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, per_step);
+        double moved[ZERO_NUM_MOVES];
+        for (int k = 0; k < ZERO_NUM_MOVES; k++) { moved[k] = (model.zero.moved[k] - moved0[k]) / n; }
+        report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, per_step, moved);
     }
 
     free(steps); free(vals); free(gen_tokens); free(mem_all);

@@ -122,7 +122,10 @@ static void args_usage(FILE* f) {
         "  --max-reuse-distance <n>           stage 3: keep a unit gathered if reused within n elements (default 1e9)\n"
         "  --reduce-bucket-size <n>           gradient elements in flight in reductions (default 5e8)\n"
         "  --prefetch-bucket-size <n>         stage 3: elements being prefetched at once (default 5e7)\n"
-        "  --offload-optimizer none|cpu|nvme, --offload-param none|cpu|nvme, --nvme-path <dir>  (parsed; offload is not in this build)\n"
+        "  --offload-optimizer none|cpu|nvme  AdamW state and fp32 master on the host (SIMD CPU Adam) or on NVMe (stage 3)\n"
+        "  --offload-param none|cpu           stage 3: parameter shards on the host (nvme: not in this build)\n"
+        "  --nvme-path <dir>                  where each rank's swap file goes (NVMe offload)\n"
+        "  --sub-group-size <n>               NVMe: elements updated per pipelined sub-group (default 1e9)\n"
         "  --estimate <nodes:gpus>  print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit\n"
         "  -h, --help          this message\n");
 }

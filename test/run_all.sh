@@ -42,6 +42,7 @@ run_suite "collectives (MPI)"     bash test/test_comm.sh
 run_suite "PyTorch reference"     bash test/test_reference.sh
 run_suite "trainer end to end"    bash test/test_trainer.sh
 run_suite "ZeRO stages (MPI)"     bash test/test_zero.sh
+run_suite "offload (MPI)"         bash test/test_offload.sh
 
 echo
 if [ ${#broken[@]} -gt 0 ]; then echo "failing suites: ${broken[*]}"; fi

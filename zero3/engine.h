@@ -37,17 +37,31 @@
 #include "zero3/comm.h"  // ZeroComm: collectives with byte counters
 #include "zero3/config.h"  // ZeroConfig
 #include "zero3/estimate.h"  // zero_estimate_print for --estimate
+#include "zero3/cpu_adam.h"  // cpu_adam_step: SIMD AdamW over host shards (offload)
+#include "zero3/nvme.h"      // NvmeFile: io_uring swapper for the NVMe tier
 
 // ----------------------------------------------------------------------------
 // memory accounting: every engine allocation carries a tag
 
-enum { ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIMIZER, ZERO_MEM_BUFFERS, ZERO_MEM_KINDS };
-static const char* const zero_mem_names[ZERO_MEM_KINDS] = {"params", "grads", "optimizer", "buffers"};
+// Device kinds, then the same kinds on the host (offload). On the CPU trainer both are
+// host memory, but they are separate buffers, as they will be on the GPU.
+enum { ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIMIZER, ZERO_MEM_BUFFERS,
+       ZERO_MEM_HOST_PARAMS, ZERO_MEM_HOST_GRADS, ZERO_MEM_HOST_OPTIMIZER, ZERO_MEM_HOST_BUFFERS, ZERO_MEM_KINDS };
+static const char* const zero_mem_names[ZERO_MEM_KINDS] = {"params", "grads", "optimizer", "buffers",
+    "host params", "host grads", "host optimizer", "host buffers"};
 
 typedef struct {
     double current[ZERO_MEM_KINDS], peak[ZERO_MEM_KINDS];
-    double total, total_peak;
+    double total, total_peak;   // device kinds only: what must fit on the accelerator
+    double nvme_bytes;          // the swap file
 } ZeroMemory;
+
+// bytes moved between the tiers, cumulative
+enum { ZERO_MOVE_D2H, ZERO_MOVE_H2D, ZERO_MOVE_NVME_READ, ZERO_MOVE_NVME_WRITE, ZERO_NUM_MOVES };
+
+// A tensor's part of this rank's shard, in shard-buffer offsets [begin, end): what AdamW
+// walks (weight decay is per tensor), found once at init.
+typedef struct { size_t begin, end; int unit; size_t unit_lo; int decay; } ZeroSegment;
 
 // A tensor as the optimizer sees it: a range of a unit, with or without weight decay.
 typedef struct { int unit; size_t offset, size; int decay; } ZeroTensor;
@@ -100,6 +114,21 @@ typedef struct {
     float* v;
     size_t opt_elems;       // elements of m and v each
 
+    ZeroSegment* segs;      // (nsegs) stages 1-3
+    int nsegs;
+
+    // offload (--offload-optimizer cpu|nvme, --offload-param cpu)
+    int offload_opt, offload_param;
+    float* host_grads;      // (shard_total) each unit's gradient shard, copied out once reduced
+    float* host_master;     // (shard_total) cpu: the fp32 master shards
+    NvmeFile nvme;          // nvme: master, m and v regions of this rank's swap file
+    int nvme_ready;
+    size_t nvme_region;     // bytes of each region, a multiple of 4 KiB
+    size_t group;           // elements of a sub-group (sub_group_size, a multiple of 1024)
+    int nbufs;              // buffer_count: pinned group buffers (p, m, v each)
+    void** nvme_bufs;
+    double moved[ZERO_NUM_MOVES];
+
     // where we are
     int pass, pos, last_micro;
     ZeroMemory mem;
@@ -118,7 +147,7 @@ static void* zero_alloc(ZeroEngine* e, int kind, size_t elems) {
     }
     memset(p, 0, bytes);
     e->mem.current[kind] += elems * sizeof(float);
-    e->mem.total += elems * sizeof(float);
+    if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total += elems * sizeof(float); }
     if (e->mem.current[kind] > e->mem.peak[kind]) { e->mem.peak[kind] = e->mem.current[kind]; }
     if (e->mem.total > e->mem.total_peak) { e->mem.total_peak = e->mem.total; }
     return p;
@@ -128,7 +157,7 @@ static void zero_release_mem(ZeroEngine* e, int kind, void* p, size_t elems) {
     if (p == NULL) { return; }
     free(p);
     e->mem.current[kind] -= elems * sizeof(float);
-    e->mem.total -= elems * sizeof(float);
+    if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total -= elems * sizeof(float); }
 }
 
 // ----------------------------------------------------------------------------
@@ -174,6 +203,7 @@ static int zero_gather_start(ZeroEngine* e, int u) {
     float* buf = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
     if (buf == NULL) { return -1; }
     memcpy(buf + (size_t)e->rank * pu->shard, e->shard_params + pu->shard_offset, pu->shard * sizeof(float));
+    if (e->offload_param == ZERO_OFFLOAD_CPU) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
     e->unit_buf[u] = buf;
     e->unit_state[u] = UNIT_IN_FLIGHT;
     e->inflight_elems += pu->numel;
@@ -297,6 +327,7 @@ static int zero_reduce_complete_one(ZeroEngine* e) {
     int u = e->pending_unit[slot];
     ZeroUnit* pu = &e->plan.units[u];
     if (zero_comm_wait(&e->comm, &e->pending_req[slot]) != 0) { return -1; }
+    int copy_out = e->host_grads != NULL && e->last_micro;  // offload: the shard goes to the host now
     if (e->stage >= 2) {
         float* acc = e->shard_grads + pu->shard_offset;
         const float* got = e->pending_recv[slot];
@@ -305,6 +336,10 @@ static int zero_reduce_complete_one(ZeroEngine* e) {
         e->pending_recv[slot] = NULL;
         zero_release_mem(e, ZERO_MEM_BUFFERS, e->grad_buf[u], pu->padded);
         e->grad_buf[u] = NULL;
+    }
+    if (copy_out && e->stage >= 1) {
+        memcpy(e->host_grads + pu->shard_offset, e->shard_grads + pu->shard_offset, pu->shard * sizeof(float));
+        e->moved[ZERO_MOVE_D2H] += pu->shard * sizeof(float);
     }
     e->pending_elems -= (double)pu->padded;
     e->pending_head = (e->pending_head + 1) % e->plan.num_units;
@@ -392,6 +427,120 @@ static int zero_refresh_persistent(ZeroEngine* e) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// the NVMe tier: this rank's fp32 master shards, m and v in three regions of its swap
+// file, updated sub-group by sub-group
+
+enum { NVME_P, NVME_M, NVME_V };
+
+static size_t zero_nvme_offset(const ZeroEngine* e, int region, size_t elem) {
+    return (size_t)region * e->nvme_region + elem * sizeof(float);
+}
+
+// elements of group g, and the bytes to move for it (whole 4 KiB blocks: the regions are
+// padded, so reading past the last real element stays inside the file)
+static size_t zero_nvme_group_elems(const ZeroEngine* e, int g) {
+    size_t begin = (size_t)g * e->group;
+    size_t end = begin + e->group < e->plan.shard_total ? begin + e->group : e->plan.shard_total;
+    return end - begin;
+}
+static size_t zero_nvme_group_bytes(const ZeroEngine* e, int g) {
+    return (zero_nvme_group_elems(e, g) * sizeof(float) + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+}
+
+// buffer b holds p, m, v of one group, each `group` floats
+static float* zero_nvme_buf(const ZeroEngine* e, int b, int region) {
+    return (float*)e->nvme_bufs[b] + (size_t)region * e->group;
+}
+
+// tags: group * 8 + (is_write << 2) + region
+static int zero_nvme_submit(ZeroEngine* e, int g, int is_write) {
+    int b = g % e->nbufs;
+    size_t bytes = zero_nvme_group_bytes(e, g);
+    for (int r = NVME_P; r <= NVME_V; r++) {
+        size_t off = zero_nvme_offset(e, r, (size_t)g * e->group);
+        uint64_t tag = (uint64_t)g * 8 + ((uint64_t)is_write << 2) + (uint64_t)r;
+        int rc = is_write ? nvme_write_async(&e->nvme, zero_nvme_buf(e, b, r), off, bytes, tag)
+                          : nvme_read_async(&e->nvme, zero_nvme_buf(e, b, r), off, bytes, tag);
+        if (rc != 0) { return -1; }
+        e->moved[is_write ? ZERO_MOVE_NVME_WRITE : ZERO_MOVE_NVME_READ] += bytes;
+    }
+    return 0;
+}
+
+// waits until the 3 requests of (group g, is_write) are done; other completions that
+// arrive meanwhile are counted for their own group in `left` (2 entries per group)
+static int zero_nvme_wait_group(ZeroEngine* e, int* left, int g, int is_write) {
+    while (left[2 * g + is_write] > 0) {
+        uint64_t tag;
+        if (nvme_wait(&e->nvme, &tag) != 0) { return -1; }
+        left[2 * (tag / 8) + ((tag >> 2) & 1)]--;
+    }
+    return 0;
+}
+
+// The pipelined optimizer step (ZeRO-Infinity): with buffer_count buffers, the read of
+// group i+1 and the writes of earlier groups are in flight while group i is updated.
+// A buffer is reused only once the writes of the group it held are done.
+static int zero_nvme_step(ZeroEngine* e, CpuAdamParams* hp, float weight_decay) {
+    int ngroups = (int)((e->plan.shard_total + e->group - 1) / e->group);
+    int* left = (int*)calloc(2 * (size_t)ngroups, sizeof(int));
+    if (left == NULL) { return llmc_error("zero: out of memory for the NVMe step"); }
+    int rc = -1, seg = 0;
+    for (int g = 0; g < ngroups; g++) { left[2 * g] = 3; left[2 * g + 1] = 3; }
+    if (zero_nvme_submit(e, 0, 0) != 0) { goto done; }
+    for (int g = 0; g < ngroups; g++) {
+        int next = g + 1;
+        if (next < ngroups) {
+            int prev_owner = next - e->nbufs;  // the group that last used next's buffer
+            if (prev_owner >= 0 && zero_nvme_wait_group(e, left, prev_owner, 1) != 0) { goto done; }
+            if (zero_nvme_submit(e, next, 0) != 0) { goto done; }
+        }
+        if (zero_nvme_wait_group(e, left, g, 0) != 0) { goto done; }
+        int b = g % e->nbufs;
+        size_t g0 = (size_t)g * e->group, g1 = g0 + zero_nvme_group_elems(e, g);
+        float* p = zero_nvme_buf(e, b, NVME_P);
+        float* m = zero_nvme_buf(e, b, NVME_M);
+        float* v = zero_nvme_buf(e, b, NVME_V);
+        while (seg < e->nsegs && e->segs[seg].end <= g0) { seg++; }
+        for (int i = seg; i < e->nsegs && e->segs[i].begin < g1; i++) {
+            ZeroSegment sg = e->segs[i];
+            size_t lo = sg.begin > g0 ? sg.begin : g0, hi = sg.end < g1 ? sg.end : g1;
+            hp->weight_decay = sg.decay ? weight_decay : 0.0f;
+            float* out = zero_param_shard(e, sg.unit) + sg.unit_lo + (lo - sg.begin);
+            if (cpu_adam_step(p + (lo - g0), e->host_grads + lo, CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0),
+                              hi - lo, hp, out, CPU_ADAM_FP32) != 0) { goto done; }
+            e->moved[ZERO_MOVE_H2D] += (hi - lo) * sizeof(float);
+        }
+        if (zero_nvme_submit(e, g, 1) != 0) { goto done; }
+    }
+    if (nvme_wait_all(&e->nvme) != 0) { goto done; }
+    rc = 0;
+done:
+    free(left);
+    return rc;
+}
+
+// copies count floats between the swap file's region and a host array, group by group
+// through buffer 0 (init, checkpoints: not in the step's hot path)
+static int zero_nvme_copy(ZeroEngine* e, int region, float* host, int to_file) {
+    int ngroups = (int)((e->plan.shard_total + e->group - 1) / e->group);
+    float* buf = zero_nvme_buf(e, 0, NVME_P);
+    for (int g = 0; g < ngroups; g++) {
+        size_t n = zero_nvme_group_elems(e, g), bytes = zero_nvme_group_bytes(e, g);
+        size_t off = zero_nvme_offset(e, region, (size_t)g * e->group);
+        if (to_file) {
+            memset(buf, 0, bytes);
+            if (host != NULL) { memcpy(buf, host + (size_t)g * e->group, n * sizeof(float)); }
+            if (nvme_write(&e->nvme, buf, off, bytes) != 0) { return -1; }
+        } else {
+            if (nvme_read(&e->nvme, buf, off, bytes) != 0) { return -1; }
+            memcpy(host + (size_t)g * e->group, buf, n * sizeof(float));
+        }
+    }
+    return 0;
+}
+
 // AdamW over this rank's part of every tensor. The gradients are sums over ranks: the
 // mean is folded into AdamW's gradient scale together with the clipping factor.
 // Writes the global norm of the mean gradient to *norm_out.
@@ -404,28 +553,46 @@ static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_cli
     } else {
         if (e->stage == 1 && e->world == 1) {  // stage 1 at one rank did not reduce: the full gradient is the shard
             memcpy(e->shard_grads, e->full_grads, e->plan.shard_total * sizeof(float));
+            if (e->host_grads != NULL) {
+                memcpy(e->host_grads, e->shard_grads, e->plan.shard_total * sizeof(float));
+                e->moved[ZERO_MOVE_D2H] += e->plan.shard_total * sizeof(float);
+            }
         }
-        sumsq = grad_norm_squared(e->shard_grads, e->plan.shard_total);
+        sumsq = grad_norm_squared(e->host_grads != NULL ? e->host_grads : e->shard_grads, e->plan.shard_total);
         if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
     }
     double norm = sqrt(sumsq) * inv_world;
     float scale = (float)(clip_scale(norm, grad_clip) * inv_world);
     *norm_out = (float)norm;
+    CpuAdamParams hp = {lr, e->beta1, e->beta2, e->eps, 0.0f, scale, t};
 
-    for (int i = 0; i < e->num_tensors; i++) {
-        ZeroTensor tr = e->tensors[i];
-        float wd = tr.decay ? weight_decay : 0.0f;
-        if (e->stage == 0) {
+    if (e->stage == 0) {
+        for (int i = 0; i < e->num_tensors; i++) {
+            ZeroTensor tr = e->tensors[i];
             size_t off = e->plan.units[tr.unit].full_offset + tr.offset;
             adamw_update(e->full_params + off, e->full_grads + off, e->m + off, e->v + off, tr.size,
-                         lr, e->beta1, e->beta2, e->eps, wd, scale, t);
-            continue;
+                         lr, e->beta1, e->beta2, e->eps, tr.decay ? weight_decay : 0.0f, scale, t);
         }
-        size_t lo, hi;
-        if (zero_plan_shard_range(&e->plan, tr.unit, e->rank, tr.offset, tr.offset + tr.size, &lo, &hi) != 1) { continue; }
-        size_t so = e->plan.units[tr.unit].shard_offset;
-        adamw_update(zero_param_shard(e, tr.unit) + lo, e->shard_grads + so + lo, e->m + so + lo, e->v + so + lo,
-                     hi - lo, lr, e->beta1, e->beta2, e->eps, wd, scale, t);
+    } else if (e->offload_opt == ZERO_OFFLOAD_NONE) {
+        for (int i = 0; i < e->nsegs; i++) {
+            ZeroSegment sg = e->segs[i];
+            adamw_update(zero_param_shard(e, sg.unit) + sg.unit_lo, e->shard_grads + sg.begin, e->m + sg.begin,
+                         e->v + sg.begin, sg.end - sg.begin, lr, e->beta1, e->beta2, e->eps,
+                         sg.decay ? weight_decay : 0.0f, scale, t);
+        }
+    } else if (e->offload_opt == ZERO_OFFLOAD_CPU) {
+        // SIMD AdamW on the host shards; the updated parameters go straight to the
+        // device's shard (the copy back)
+        for (int i = 0; i < e->nsegs; i++) {
+            ZeroSegment sg = e->segs[i];
+            size_t n = sg.end - sg.begin;
+            hp.weight_decay = sg.decay ? weight_decay : 0.0f;
+            if (cpu_adam_step(e->host_master + sg.begin, e->host_grads + sg.begin, CPU_ADAM_FP32, e->m + sg.begin,
+                              e->v + sg.begin, n, &hp, zero_param_shard(e, sg.unit) + sg.unit_lo, CPU_ADAM_FP32) != 0) { return -1; }
+            e->moved[ZERO_MOVE_H2D] += n * sizeof(float);
+        }
+    } else if (zero_nvme_step(e, &hp, weight_decay) != 0) {
+        return -1;
     }
 
     // the updated shards go to every rank: stages 1-2 all-gather into the full buffer;
@@ -449,6 +616,67 @@ static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_cli
 // ----------------------------------------------------------------------------
 // init and teardown
 
+// the tensors' parts of this rank's shard, in shard-buffer order
+static int zero_segments_init(ZeroEngine* e) {
+    e->segs = (ZeroSegment*)malloc((size_t)e->num_tensors * sizeof(ZeroSegment));
+    if (e->segs == NULL) { return llmc_error("zero: out of memory"); }
+    e->nsegs = 0;
+    for (int i = 0; i < e->num_tensors; i++) {
+        ZeroTensor tr = e->tensors[i];
+        size_t lo, hi;
+        if (zero_plan_shard_range(&e->plan, tr.unit, e->rank, tr.offset, tr.offset + tr.size, &lo, &hi) != 1) { continue; }
+        size_t so = e->plan.units[tr.unit].shard_offset;
+        e->segs[e->nsegs++] = (ZeroSegment){so + lo, so + hi, tr.unit, lo, tr.decay};
+    }
+    return 0;
+}
+
+// this rank's parameter shards, copied into one array in shard-buffer order
+static void zero_shards_copy_out(ZeroEngine* e, float* dst) {
+    for (int u = 0; u < e->plan.num_units; u++) {
+        ZeroUnit* pu = &e->plan.units[u];
+        memcpy(dst + pu->shard_offset, zero_param_shard(e, u), pu->shard * sizeof(float));
+    }
+}
+
+// Optimizer offload: gradient shards on the host; the fp32 master and the moments on
+// the host (cpu) or in this rank's swap file under nvme_path (nvme).
+static int zero_offload_init(ZeroEngine* e) {
+    ZeroPlan* p = &e->plan;
+    e->host_grads = (float*)zero_alloc(e, ZERO_MEM_HOST_GRADS, p->shard_total);
+    if (e->host_grads == NULL) { return -1; }
+    if (e->offload_opt == ZERO_OFFLOAD_CPU) {
+        e->host_master = (float*)zero_alloc(e, ZERO_MEM_HOST_PARAMS, p->shard_total);
+        if (e->host_master == NULL) { return -1; }
+        zero_shards_copy_out(e, e->host_master);
+        return 0;
+    }
+    // NVMe: sub-groups of sub_group_size elements, whole 4 KiB blocks
+    size_t g = (size_t)e->cfg.sub_group_size;
+    g = (g + 1023) / 1024 * 1024;
+    size_t whole = (p->shard_total + 1023) / 1024 * 1024;
+    e->group = g < whole ? g : whole;
+    e->nvme_region = whole * sizeof(float);
+    e->nbufs = e->cfg.buffer_count >= 2 ? e->cfg.buffer_count : 2;  // one read ahead while one updates
+    if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, 3 * e->nvme_region, 8) != 0) { return -1; }
+    e->nvme_ready = 1;
+    e->mem.nvme_bytes = 3.0 * e->nvme_region;
+    void** bufs = NULL;
+    if (nvme_buffers_alloc(&e->nvme, e->nbufs, 3 * e->group * sizeof(float), &bufs) != 0) { return -1; }
+    e->nvme_bufs = bufs;
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->nbufs * 3 * e->group * sizeof(float);
+    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
+    // the master shards from the device copy, zero moments
+    float* tmp = (float*)malloc(p->shard_total * sizeof(float));
+    if (tmp == NULL) { return llmc_error("zero: out of memory"); }
+    zero_shards_copy_out(e, tmp);
+    int rc = zero_nvme_copy(e, NVME_P, tmp, 1);
+    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_M, NULL, 1);
+    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_V, NULL, 1);
+    free(tmp);
+    return rc;
+}
+
 // Builds the engine over `comm`. unit_numel: (num_units) sizes; tensors: the ranges for
 // weight decay; train/forward: the use schedules; params: the full unpadded parameters
 // in unit order, read on rank 0 only and broadcast, so every rank starts identical.
@@ -460,6 +688,14 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
     memset(e, 0, sizeof(*e));
     e->cfg = *cfg;
     e->stage = cfg->stage;
+    e->offload_opt = cfg->offload_optimizer;
+    e->offload_param = cfg->offload_param;
+    if (e->offload_param == ZERO_OFFLOAD_NVME) {
+        return llmc_error("zero: offload_param nvme is not available in this build (use cpu, or offload the optimizer to nvme)");
+    }
+    if (e->offload_opt != ZERO_OFFLOAD_NONE && e->stage == 0) {
+        return llmc_error("zero: optimizer offload needs ZeRO stage 1 or more");
+    }
     e->beta1 = beta1; e->beta2 = beta2; e->eps = eps;
     if (zero_comm_init(&e->comm, comm) != 0) { return -1; }
     e->world = e->comm.world;
@@ -492,7 +728,8 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
         e->full_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total);
         if (e->full_params == NULL) { return -1; }
     } else {
-        e->shard_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->shard_total);
+        e->shard_params = (float*)zero_alloc(e, e->offload_param == ZERO_OFFLOAD_CPU ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS,
+                                             p->shard_total);
         if (e->shard_params == NULL) { return -1; }
     }
     size_t src = 0;
@@ -525,9 +762,14 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
         if (e->shard_grads == NULL) { return -1; }
     }
     e->opt_elems = e->stage == 0 ? p->padded_total : p->shard_total;
-    e->m = (float*)zero_alloc(e, ZERO_MEM_OPTIMIZER, e->opt_elems);
-    e->v = (float*)zero_alloc(e, ZERO_MEM_OPTIMIZER, e->opt_elems);
-    if (e->m == NULL || e->v == NULL) { return -1; }
+    if (e->offload_opt != ZERO_OFFLOAD_NVME) {  // NVMe: the moments live in the swap file
+        int kind = e->offload_opt == ZERO_OFFLOAD_CPU ? ZERO_MEM_HOST_OPTIMIZER : ZERO_MEM_OPTIMIZER;
+        e->m = (float*)zero_alloc(e, kind, e->opt_elems);
+        e->v = (float*)zero_alloc(e, kind, e->opt_elems);
+        if (e->m == NULL || e->v == NULL) { return -1; }
+    }
+    if (e->stage >= 1 && zero_segments_init(e) != 0) { return -1; }
+    if (e->offload_opt != ZERO_OFFLOAD_NONE && zero_offload_init(e) != 0) { return -1; }
     return 0;
 }
 
@@ -541,6 +783,8 @@ static void zero_engine_free(ZeroEngine* e) {
     free(e->m); free(e->v);
     free(e->tensors); free(e->unit_buf); free(e->unit_state); free(e->unit_req); free(e->persistent);
     free(e->grad_buf); free(e->pending_unit); free(e->pending_req); free(e->pending_recv);
+    free(e->segs); free(e->host_grads); free(e->host_master);
+    if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
     for (int i = 0; i < ZERO_NUM_PASSES; i++) { free(e->sched[i].unit); free(e->sched[i].keep); }
     zero_plan_free(&e->plan);
     zero_comm_free(&e->comm);
@@ -588,6 +832,15 @@ static int zero_state_write(ZeroEngine* e, FILE* fp) {
             ok = fwrite(zero_param_shard(e, u), sizeof(float), p->units[u].shard, fp) == p->units[u].shard;
         }
     }
+    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments come from the swap file
+        float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
+        if (tmp == NULL) { return llmc_error("zero: out of memory"); }
+        for (int r = NVME_M; r <= NVME_V && ok; r++) {
+            ok = zero_nvme_copy(e, r, tmp, 0) == 0 && fwrite(tmp, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        }
+        free(tmp);
+        return ok ? 0 : llmc_error("zero: writing the optimizer state failed: %s", strerror(errno));
+    }
     ok = ok && fwrite(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
     ok = ok && fwrite(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
     return ok ? 0 : llmc_error("zero: writing the optimizer state failed: %s", strerror(errno));
@@ -603,9 +856,20 @@ static int zero_state_read(ZeroEngine* e, FILE* fp) {
             ok = fread(zero_param_shard(e, u), sizeof(float), p->units[u].shard, fp) == p->units[u].shard;
         }
     }
-    ok = ok && fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
-    ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
-    if (!ok) { return llmc_error("zero: the optimizer state is truncated"); }
+    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments go to the swap file, the master too
+        float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
+        if (tmp == NULL) { return llmc_error("zero: out of memory"); }
+        for (int r = NVME_M; r <= NVME_V && ok; r++) {
+            ok = fread(tmp, sizeof(float), e->opt_elems, fp) == e->opt_elems && zero_nvme_copy(e, r, tmp, 1) == 0;
+        }
+        if (ok) { zero_shards_copy_out(e, tmp); ok = zero_nvme_copy(e, NVME_P, tmp, 1) == 0; }
+        free(tmp);
+    } else {
+        ok = ok && fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    }
+    if (!ok) { return llmc_error("zero: the optimizer state is truncated or the swap file failed"); }
+    if (e->host_master != NULL) { zero_shards_copy_out(e, e->host_master); }
     if (e->stage == 1 || e->stage == 2) {
         for (int u = 0; u < p->num_units; u++) {
             if (zero_allgather(&e->comm, e->full_params + p->units[u].full_offset, p->units[u].shard, NULL) != 0) { return -1; }

@@ -1,0 +1,557 @@
+/*
+ NVMe tier of ZeRO-Infinity: an io_uring swapper that moves optimizer/parameter shards
+ between host buffers and one swap file per rank.
+
+ File: DIR/zero3_rank%05d.swp, created (or truncated) with mode 0600, opened O_RDWR |
+ O_DIRECT, and preallocated to `bytes` (rounded up to 4 KiB) with fallocate, so that a
+ full disk shows up at nvme_open (ENOSPC, naming the path) and not halfway through a
+ training step. A filesystem without fallocate gets a sparse file (ftruncate) instead.
+ O_DIRECT: the swapped data is read once per step and must not push the trainer's own
+ memory out of the page cache, and O_DIRECT avoids a copy. A filesystem that refuses
+ O_DIRECT (open fails with EINVAL) gets buffered I/O with a one-line notice on stderr
+ (f->direct says which one is used): the swapper still works, it is only slower and uses
+ page cache. Linux >= 6.6 tmpfs accepts O_DIRECT anyway.
+
+ Requests: (buffer, file offset, bytes). offset, bytes and the buffer address must be
+ multiples of NVME_ALIGN (4096: O_DIRECT wants logical-block alignment, 4 KiB covers
+ every device), bytes > 0, and offset + bytes within the preallocated size. A bad request
+ is refused with -1 and a message before anything is submitted. A request larger than
+ f->chunk_bytes (NVME_CHUNK_BYTES, 8 MiB; a test may lower the field after nvme_open) is
+ split into several SQEs: the kernel caps one read/write at about 2 GiB and smaller
+ pieces keep the device queue busy. The caller sees one request per tag.
+
+ Queue: queue_depth is the number of SQEs in flight (f->inflight). Submitting when all
+ slots are taken first reaps completions; a request completed that way is kept on a FIFO
+ until nvme_wait returns it, so any number of requests may be outstanding. nvme_wait
+ returns one fully completed request (any order). A short read/write (res < asked) is
+ resubmitted for the rest (f->retries counts those) and the request is returned only when
+ every byte is done. A read that hits end of file (res == 0: someone truncated the file)
+ and an I/O error complete the request with -1 and a message naming the path, the file
+ offset of the failed piece and strerror(-res) (or "unexpected end of file"); *tag is
+ still set so that the caller knows which request failed.
+
+ Fixed buffers: nvme_buffers_alloc allocates 4 KiB-aligned buffers and registers them
+ with the ring. A request whose buffer lies inside one of them uses READ_FIXED /
+ WRITE_FIXED (no page pinning per I/O); any other aligned buffer uses plain READ / WRITE.
+ The buffers belong to the NvmeFile: nvme_close unregisters and frees them and the
+ pointer arrays returned. Registering again while I/O is in flight is refused.
+
+ Counters: reads / writes count submitted requests (not SQEs), bytes_read / bytes_written
+ count bytes the kernel reported done (so also the part before a failure), retries counts
+ resubmitted short pieces.
+
+ Failure of io_uring_submit itself (not an I/O error: the ring cannot take SQEs) leaves
+ the ring in an unknown state: f->broken is set, every later call fails, and the caller
+ must nvme_close. nvme_close always waits for SQEs already in the kernel before freeing
+ buffers, because a direct read would otherwise write into freed memory.
+
+ One NvmeFile is used by one thread at a time (no locking). Errors: 0 / -1 and one
+ llmc_error line, as everywhere in zero3/.
+
+ Feature macros: O_DIRECT and fallocate are Linux extensions (_GNU_SOURCE). Include this
+ header before any system header, or build with -D_GNU_SOURCE; otherwise #error says so.
+*/
+#ifndef ZERO3_NVME_H
+#define ZERO3_NVME_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE      // O_DIRECT, fallocate: Linux extensions hidden without it
+#endif
+
+#include <stddef.h>      // size_t
+#include <stdint.h>      // uint64_t, uintptr_t: tags, alignment checks
+#include <stdio.h>       // snprintf, fprintf: path, the buffered-I/O notice
+#include <stdlib.h>      // aligned_alloc, calloc, realloc, free
+#include <string.h>      // memset, strerror
+#include <errno.h>       // errno, EINVAL, EINTR
+#include <fcntl.h>       // open, O_DIRECT, fallocate
+#include <unistd.h>      // close, unlink, ftruncate
+#include <sys/stat.h>    // stat, S_ISDIR: tell "missing directory" from other failures
+#include <sys/uio.h>     // struct iovec: registered buffers
+#include <liburing.h>    // io_uring_*: the submission and completion rings
+#include "llmc/utils.h"  // llmc_error
+
+#ifndef O_DIRECT
+#error "zero3/nvme.h needs _GNU_SOURCE (O_DIRECT): include it first or build with -D_GNU_SOURCE"
+#endif
+
+#define NVME_ALIGN 4096
+#ifndef NVME_CHUNK_BYTES
+#define NVME_CHUNK_BYTES ((size_t)8 << 20)
+#endif
+
+// one SQE in flight (a piece of a request); user_data of the SQE is its index
+typedef struct {
+    int req;            // index into NvmeFile.reqs, -1 when the slot is free
+    int buf_index;      // registered buffer index for *_FIXED, -1 for plain read/write
+    char* buf;          // where the rest of this piece goes / comes from
+    size_t offset;      // file offset of the rest
+    size_t bytes;       // bytes still to do
+} NvmeSlot;
+
+// one request of the caller (one tag), possibly several pieces
+typedef struct {
+    uint64_t tag;
+    int is_write;
+    int pieces;         // pieces in flight
+    int submitting;     // 1 while nvme_*_async is still adding pieces: not done even at 0
+    int err;            // first errno of a failed piece (positive), 0 if none
+    int eof;            // a read returned 0 bytes
+    size_t err_offset;  // file offset of the failed piece
+    int next;           // free list or done FIFO link, -1 at the end
+} NvmeRequest;
+
+typedef struct {
+    struct io_uring ring;
+    int ring_ok;         // ring initialised (for nvme_close)
+    int fd;
+    char path[4096];
+    size_t bytes;        // preallocated size, a multiple of NVME_ALIGN
+    int direct;          // 1: O_DIRECT, 0: buffered fallback
+    int broken;          // io_uring_submit failed: only nvme_close is allowed
+    int queue_depth;
+    int inflight;        // SQEs given to the ring and not reaped (submitted or not)
+    int unsubmitted;     // of those, prepared but not yet passed to io_uring_submit
+    size_t chunk_bytes;  // largest piece per SQE
+    NvmeSlot* slots;     // queue_depth entries
+    int* free_slots;     // stack of free slot indices
+    int n_free_slots;
+    NvmeRequest* reqs;   // grows; indices are stable
+    int reqs_cap;
+    int free_req;        // head of free list
+    int done_head, done_tail;  // FIFO of completed requests not yet returned
+    int outstanding;     // requests submitted and not yet returned by nvme_wait
+    struct iovec* iov;   // registered buffers
+    int n_iov;
+    int iov_registered;  // 0 if a failed re-registration lost them: plain read/write then
+    void*** ptr_arrays;  // arrays handed out by nvme_buffers_alloc, freed at close
+    int n_ptr_arrays;
+    // counters
+    uint64_t bytes_read, bytes_written, reads, writes, retries;
+} NvmeFile;
+
+// ----------------------------------------------------------------------------
+// open / close
+
+static void nvme_close(NvmeFile* f, int remove_file);
+
+static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int queue_depth) {
+    memset(f, 0, sizeof(*f));
+    f->fd = -1;
+    f->free_req = f->done_head = f->done_tail = -1;
+    if (dir == NULL || rank < 0 || queue_depth < 1 || bytes == 0) {
+        return llmc_error("nvme_open: bad arguments (dir %s, rank %d, bytes %zu, queue depth %d)",
+                          dir ? dir : "(null)", rank, bytes, queue_depth);
+    }
+    int n = snprintf(f->path, sizeof(f->path), "%s/zero3_rank%05d.swp", dir, rank);
+    if (n < 0 || (size_t)n >= sizeof(f->path)) {
+        return llmc_error("nvme_open: path too long under %s", dir);
+    }
+    if (bytes > SIZE_MAX - (NVME_ALIGN - 1)) { return llmc_error("nvme_open: %s: size %zu too large", f->path, bytes); }
+    f->bytes = (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+    f->queue_depth = queue_depth;
+    f->chunk_bytes = NVME_CHUNK_BYTES;
+    int created = 0;
+    // stat the directory first: "directory missing" is a clearer message than ENOENT on the file
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        llmc_error("nvme_open: swap directory %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        llmc_error("nvme_open: swap directory %s: %s", dir, strerror(ENOTDIR));
+        goto fail;
+    }
+    f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
+    f->direct = 1;
+    if (f->fd < 0 && errno == EINVAL) {
+        // the filesystem refuses O_DIRECT: keep working through the page cache
+        f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        f->direct = 0;
+        if (f->fd >= 0) {
+            fprintf(stderr, "nvme: %s: filesystem does not support O_DIRECT, using buffered I/O\n", f->path);
+        }
+    }
+    if (f->fd < 0) {
+        llmc_error("nvme_open: cannot create swap file %s: %s", f->path, strerror(errno));
+        goto fail;
+    }
+    created = 1;
+    if (fallocate(f->fd, 0, 0, (off_t)f->bytes) != 0) {
+        int e = errno;
+        if (e == EOPNOTSUPP) {
+            // no preallocation on this filesystem: a sparse file; ENOSPC would come at write time
+            if (ftruncate(f->fd, (off_t)f->bytes) != 0) {
+                llmc_error("nvme_open: cannot size %s to %zu bytes: %s", f->path, f->bytes, strerror(errno));
+                goto fail;
+            }
+        } else {
+            llmc_error("nvme_open: cannot preallocate %zu bytes for %s: %s", f->bytes, f->path, strerror(e));
+            goto fail;
+        }
+    }
+    int rc = io_uring_queue_init((unsigned)queue_depth, &f->ring, 0);
+    if (rc < 0) {
+        llmc_error("nvme_open: io_uring setup (queue depth %d) for %s failed: %s%s", queue_depth, f->path,
+                   strerror(-rc), rc == -EPERM ? " (io_uring disabled? see /proc/sys/kernel/io_uring_disabled)" : "");
+        goto fail;
+    }
+    f->ring_ok = 1;
+    f->slots = calloc((size_t)queue_depth, sizeof(NvmeSlot));
+    f->free_slots = calloc((size_t)queue_depth, sizeof(int));
+    if (f->slots == NULL || f->free_slots == NULL) {
+        llmc_error("nvme_open: %s: out of memory for %d queue slots", f->path, queue_depth);
+        goto fail;
+    }
+    for (int i = 0; i < queue_depth; i++) {
+        f->slots[i].req = -1;
+        f->free_slots[i] = queue_depth - 1 - i;
+    }
+    f->n_free_slots = queue_depth;
+    return 0;
+fail:
+    nvme_close(f, created);
+    return -1;
+}
+
+// reaps everything the kernel still holds (errors ignored), then frees; remove_file unlinks
+static void nvme_close(NvmeFile* f, int remove_file) {
+    if (f->ring_ok) {
+        // SQEs prepared but never submitted are dropped by io_uring_queue_exit; submitted
+        // ones must be reaped first, or a direct read could land in freed buffers
+        int submitted = f->inflight - f->unsubmitted;
+        while (submitted > 0) {
+            struct io_uring_cqe* cqe;
+            int rc = io_uring_wait_cqe(&f->ring, &cqe);
+            if (rc == -EINTR) { continue; }
+            if (rc < 0) { break; }
+            io_uring_cqe_seen(&f->ring, cqe);
+            submitted--;
+        }
+        io_uring_queue_exit(&f->ring);  // also drops the buffer registration
+        f->ring_ok = 0;
+    }
+    if (f->fd >= 0) { close(f->fd); f->fd = -1; }
+    if (remove_file && f->path[0] != '\0') { unlink(f->path); }
+    for (int i = 0; i < f->n_iov; i++) { free(f->iov[i].iov_base); }
+    for (int i = 0; i < f->n_ptr_arrays; i++) { free(f->ptr_arrays[i]); }
+    free(f->iov); free(f->ptr_arrays); free(f->slots); free(f->free_slots); free(f->reqs);
+    f->iov = NULL; f->ptr_arrays = NULL; f->slots = NULL; f->free_slots = NULL; f->reqs = NULL;
+    f->n_iov = f->n_ptr_arrays = f->reqs_cap = f->n_free_slots = 0;
+    f->inflight = f->unsubmitted = f->outstanding = 0;
+}
+
+// ----------------------------------------------------------------------------
+// registered buffers
+
+static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void*** out) {
+    *out = NULL;
+    if (count < 1 || bytes_each == 0 || bytes_each > ((size_t)1 << 30)) {
+        // the kernel registers at most 1 GiB per buffer
+        return llmc_error("nvme_buffers_alloc: %s: bad request (%d buffers of %zu bytes; 1 GiB max each)",
+                          f->path, count, bytes_each);
+    }
+    if (f->inflight > 0 || f->outstanding > 0) {
+        return llmc_error("nvme_buffers_alloc: %s: cannot register buffers with I/O in flight", f->path);
+    }
+    size_t size = (bytes_each + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+    int total = f->n_iov + count;
+    void** ptrs = calloc((size_t)count, sizeof(void*));
+    struct iovec* iov = calloc((size_t)total, sizeof(struct iovec));
+    void*** arrays = realloc(f->ptr_arrays, (size_t)(f->n_ptr_arrays + 1) * sizeof(void**));
+    if (arrays != NULL) { f->ptr_arrays = arrays; }
+    if (ptrs == NULL || iov == NULL || arrays == NULL) {
+        llmc_error("nvme_buffers_alloc: %s: out of memory", f->path);
+        goto fail;
+    }
+    for (int i = 0; i < count; i++) {
+        ptrs[i] = aligned_alloc(NVME_ALIGN, size);
+        if (ptrs[i] == NULL) {
+            llmc_error("nvme_buffers_alloc: %s: out of memory for %d buffers of %zu bytes", f->path, count, size);
+            goto fail;
+        }
+        memset(ptrs[i], 0, size);  // touch: the pages exist before the kernel pins them
+    }
+    // one registration per ring: register the union of the old and the new buffers
+    if (f->n_iov > 0) { memcpy(iov, f->iov, (size_t)f->n_iov * sizeof(struct iovec)); }
+    for (int i = 0; i < count; i++) {
+        iov[f->n_iov + i].iov_base = ptrs[i];
+        iov[f->n_iov + i].iov_len = size;
+    }
+    if (f->n_iov > 0) { io_uring_unregister_buffers(&f->ring); }
+    int rc = io_uring_register_buffers(&f->ring, iov, (unsigned)total);
+    if (rc < 0) {
+        llmc_error("nvme_buffers_alloc: %s: io_uring_register_buffers (%d buffers) failed: %s%s", f->path, total,
+                   strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK?)" : "");
+        // try to restore the old registration so the earlier buffers keep working
+        // (if that fails too, they are used with plain read/write: slower, still correct)
+        f->iov_registered = f->n_iov > 0 && io_uring_register_buffers(&f->ring, f->iov, (unsigned)f->n_iov) == 0;
+        goto fail;
+    }
+    free(f->iov);
+    f->iov = iov;
+    f->n_iov = total;
+    f->iov_registered = 1;
+    f->ptr_arrays[f->n_ptr_arrays++] = ptrs;
+    *out = ptrs;
+    return 0;
+fail:
+    if (ptrs != NULL) { for (int i = 0; i < count; i++) { free(ptrs[i]); } }
+    free(ptrs);
+    free(iov);
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// internals: requests, SQEs, completions
+
+// passes prepared SQEs to the kernel; a failure here makes the ring unusable (f->broken)
+static int nvme_flush(NvmeFile* f) {
+    while (f->unsubmitted > 0) {
+        int rc = io_uring_submit(&f->ring);
+        if (rc == -EINTR) { continue; }
+        if (rc <= 0) {
+            f->broken = 1;
+            return llmc_error("nvme: %s: io_uring_submit failed: %s", f->path,
+                              rc < 0 ? strerror(-rc) : "no SQE accepted");
+        }
+        f->unsubmitted -= rc;
+    }
+    return 0;
+}
+
+// prepares the SQE of slot si (its rest: buf, offset, bytes)
+static int nvme_prep(NvmeFile* f, int si) {
+    NvmeSlot* s = &f->slots[si];
+    struct io_uring_sqe* sqe = io_uring_get_sqe(&f->ring);
+    if (sqe == NULL) {
+        // cannot happen while inflight <= queue_depth <= SQ entries; guard anyway
+        if (nvme_flush(f) != 0) { return -1; }
+        sqe = io_uring_get_sqe(&f->ring);
+        if (sqe == NULL) { f->broken = 1; return llmc_error("nvme: %s: submission queue full", f->path); }
+    }
+    unsigned len = (unsigned)s->bytes;  // <= chunk_bytes <= 1 GiB
+    if (f->reqs[s->req].is_write) {
+        if (s->buf_index >= 0) { io_uring_prep_write_fixed(sqe, f->fd, s->buf, len, (uint64_t)s->offset, s->buf_index); }
+        else { io_uring_prep_write(sqe, f->fd, s->buf, len, (uint64_t)s->offset); }
+    } else {
+        if (s->buf_index >= 0) { io_uring_prep_read_fixed(sqe, f->fd, s->buf, len, (uint64_t)s->offset, s->buf_index); }
+        else { io_uring_prep_read(sqe, f->fd, s->buf, len, (uint64_t)s->offset); }
+    }
+    io_uring_sqe_set_data64(sqe, (uint64_t)si);
+    f->unsubmitted++;
+    return 0;
+}
+
+// appends request ri to the FIFO of completed requests
+static void nvme_push_done(NvmeFile* f, int ri) {
+    f->reqs[ri].next = -1;
+    if (f->done_tail >= 0) { f->reqs[f->done_tail].next = ri; } else { f->done_head = ri; }
+    f->done_tail = ri;
+}
+
+// waits for one CQE and accounts it: a short piece is resubmitted on the same slot, a
+// finished or failed piece frees its slot, and a request whose last piece is in is queued
+static int nvme_reap_one(NvmeFile* f) {
+    struct io_uring_cqe* cqe;
+    int rc;
+    do { rc = io_uring_wait_cqe(&f->ring, &cqe); } while (rc == -EINTR);
+    if (rc < 0) {
+        f->broken = 1;
+        return llmc_error("nvme: %s: waiting for a completion failed: %s", f->path, strerror(-rc));
+    }
+    int si = (int)io_uring_cqe_get_data64(cqe);
+    int res = cqe->res;
+    io_uring_cqe_seen(&f->ring, cqe);
+    NvmeSlot* s = &f->slots[si];
+    int ri = s->req;
+    NvmeRequest* r = &f->reqs[ri];
+    if (res > 0) {
+        if (r->is_write) { f->bytes_written += (uint64_t)res; } else { f->bytes_read += (uint64_t)res; }
+        if ((size_t)res < s->bytes) {
+            // short read/write: the rest goes out again on the same slot, so inflight is unchanged
+            s->buf += res;
+            s->offset += (size_t)res;
+            s->bytes -= (size_t)res;
+            f->retries++;
+            if (nvme_prep(f, si) != 0) { return -1; }
+            return nvme_flush(f);
+        }
+    } else if (r->err == 0 && r->eof == 0) {
+        // keep the first failure of the request; its other pieces still complete normally
+        if (res < 0) { r->err = -res; } else { r->eof = 1; }
+        r->err_offset = s->offset;
+    }
+    s->req = -1;
+    f->free_slots[f->n_free_slots++] = si;
+    f->inflight--;
+    r->pieces--;
+    if (r->pieces == 0 && !r->submitting) { nvme_push_done(f, ri); }
+    return 0;
+}
+
+// a free request record (the array grows; records are addressed by index)
+static int nvme_req_alloc(NvmeFile* f) {
+    if (f->free_req < 0) {
+        int cap = f->reqs_cap ? 2 * f->reqs_cap : 16;
+        NvmeRequest* reqs = realloc(f->reqs, (size_t)cap * sizeof(NvmeRequest));
+        if (reqs == NULL) { return llmc_error("nvme: %s: out of memory for %d requests", f->path, cap); }
+        for (int i = cap - 1; i >= f->reqs_cap; i--) { reqs[i].next = f->free_req; f->free_req = i; }
+        f->reqs = reqs;
+        f->reqs_cap = cap;
+    }
+    int ri = f->free_req;
+    f->free_req = f->reqs[ri].next;
+    return ri;
+}
+
+static int nvme_check_usable(NvmeFile* f, const char* what) {
+    if (f->fd < 0 || !f->ring_ok) { return llmc_error("%s: swap file is not open", what); }
+    if (f->broken) { return llmc_error("%s: %s: ring unusable after an earlier submission failure", what, f->path); }
+    return 0;
+}
+
+// validates and submits one request; *out_ri receives its record index
+static int nvme_submit(NvmeFile* f, int is_write, const void* buf, size_t offset, size_t bytes, uint64_t tag,
+                       int* out_ri) {
+    const char* what = is_write ? "nvme_write" : "nvme_read";
+    if (nvme_check_usable(f, what) != 0) { return -1; }
+    if (bytes == 0 || offset % NVME_ALIGN != 0 || bytes % NVME_ALIGN != 0 || (uintptr_t)buf % NVME_ALIGN != 0) {
+        return llmc_error("%s: %s: offset %zu, size %zu and buffer %p must be non-zero multiples of %d",
+                          what, f->path, offset, bytes, buf, NVME_ALIGN);
+    }
+    if (offset > f->bytes || bytes > f->bytes - offset) {
+        return llmc_error("%s: %s: %zu bytes at offset %zu go past the end of the file (%zu bytes)",
+                          what, f->path, bytes, offset, f->bytes);
+    }
+    int buf_index = -1;
+    if (f->iov_registered) {
+        for (int i = 0; i < f->n_iov; i++) {
+            const char* base = f->iov[i].iov_base;
+            if ((const char*)buf >= base && (size_t)((const char*)buf - base) + bytes <= f->iov[i].iov_len) {
+                buf_index = i;
+                break;
+            }
+        }
+    }
+    int ri = nvme_req_alloc(f);
+    if (ri < 0) { return -1; }
+    NvmeRequest* r = &f->reqs[ri];
+    r->tag = tag;
+    r->is_write = is_write;
+    r->pieces = 0;
+    r->submitting = 1;
+    r->err = r->eof = 0;
+    r->err_offset = 0;
+    r->next = -1;
+    f->outstanding++;
+    if (is_write) { f->writes++; } else { f->reads++; }
+    size_t chunk = f->chunk_bytes;
+    if (chunk < NVME_ALIGN || chunk > ((size_t)1 << 30) || chunk % NVME_ALIGN != 0) { chunk = NVME_CHUNK_BYTES; }
+    size_t done = 0;
+    while (done < bytes) {
+        if (f->n_free_slots == 0) {
+            // queue full: make room, completed requests wait on the FIFO for nvme_wait
+            if (nvme_flush(f) != 0 || nvme_reap_one(f) != 0) { return -1; }
+            continue;
+        }
+        int si = f->free_slots[--f->n_free_slots];
+        NvmeSlot* s = &f->slots[si];
+        size_t piece = bytes - done < chunk ? bytes - done : chunk;
+        s->req = ri;
+        s->buf_index = buf_index;
+        s->buf = (char*)buf + done;
+        s->offset = offset + done;
+        s->bytes = piece;
+        f->reqs[ri].pieces++;  // f->reqs, not r: a reap above never reallocates, but stay index-based
+        f->inflight++;
+        if (nvme_prep(f, si) != 0) { return -1; }
+        done += piece;
+    }
+    f->reqs[ri].submitting = 0;
+    if (nvme_flush(f) != 0) { return -1; }
+    if (f->reqs[ri].pieces == 0) { nvme_push_done(f, ri); }  // everything completed while submitting
+    if (out_ri) { *out_ri = ri; }
+    return 0;
+}
+
+// hands back a completed request record: 0, or -1 with the failure's message
+static int nvme_finish(NvmeFile* f, int ri) {
+    NvmeRequest* r = &f->reqs[ri];
+    int rc = 0;
+    if (r->err != 0 || r->eof) {
+        rc = llmc_error("%s: %s: I/O failed at offset %zu: %s", r->is_write ? "nvme_write" : "nvme_read",
+                        f->path, r->err_offset, r->eof ? "unexpected end of file" : strerror(r->err));
+    }
+    r->next = f->free_req;
+    f->free_req = ri;
+    f->outstanding--;
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// public I/O
+
+static int nvme_read_async(NvmeFile* f, void* buf, size_t offset, size_t bytes, uint64_t tag) {
+    return nvme_submit(f, 0, buf, offset, bytes, tag, NULL);
+}
+
+static int nvme_write_async(NvmeFile* f, const void* buf, size_t offset, size_t bytes, uint64_t tag) {
+    return nvme_submit(f, 1, buf, offset, bytes, tag, NULL);
+}
+
+static int nvme_wait(NvmeFile* f, uint64_t* tag) {
+    if (nvme_check_usable(f, "nvme_wait") != 0) { return -1; }
+    while (f->done_head < 0) {
+        if (f->outstanding == 0 || f->inflight == 0) {
+            return llmc_error("nvme_wait: %s: no request in flight", f->path);
+        }
+        if (nvme_flush(f) != 0 || nvme_reap_one(f) != 0) { return -1; }
+    }
+    int ri = f->done_head;
+    f->done_head = f->reqs[ri].next;
+    if (f->done_head < 0) { f->done_tail = -1; }
+    *tag = f->reqs[ri].tag;
+    return nvme_finish(f, ri);
+}
+
+// waits for every outstanding request; -1 (with the first failure's message) if any failed
+static int nvme_wait_all(NvmeFile* f) {
+    if (nvme_check_usable(f, "nvme_wait_all") != 0) { return -1; }
+    char first[sizeof(llmc_errbuf)] = "";
+    while (f->outstanding > 0) {
+        uint64_t tag;
+        if (nvme_wait(f, &tag) != 0) {
+            if (first[0] == '\0') { snprintf(first, sizeof(first), "%s", llmc_errmsg()); }
+            if (f->broken) { break; }
+        }
+    }
+    if (first[0] != '\0') { return llmc_error("%s", first); }
+    return 0;
+}
+
+// blocking: waits for this request only; other completions stay queued for nvme_wait
+static int nvme_io_sync(NvmeFile* f, int is_write, const void* buf, size_t offset, size_t bytes) {
+    int ri;
+    if (nvme_submit(f, is_write, buf, offset, bytes, 0, &ri) != 0) { return -1; }
+    for (;;) {
+        // is ri on the done FIFO? (short list: only completions not yet collected)
+        for (int prev = -1, i = f->done_head; i >= 0; prev = i, i = f->reqs[i].next) {
+            if (i != ri) { continue; }
+            if (prev < 0) { f->done_head = f->reqs[i].next; } else { f->reqs[prev].next = f->reqs[i].next; }
+            if (f->done_tail == i) { f->done_tail = prev; }
+            return nvme_finish(f, ri);
+        }
+        if (nvme_flush(f) != 0 || nvme_reap_one(f) != 0) { return -1; }
+    }
+}
+
+static int nvme_read(NvmeFile* f, void* buf, size_t offset, size_t bytes) {
+    return nvme_io_sync(f, 0, buf, offset, bytes);
+}
+
+static int nvme_write(NvmeFile* f, const void* buf, size_t offset, size_t bytes) {
+    return nvme_io_sync(f, 1, buf, offset, bytes);
+}
+
+#endif // ZERO3_NVME_H
