@@ -491,7 +491,7 @@ static void memory_figures(const GPT2* m, double* out) {
 static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int world, int grad_accum,
                          const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
                          const double* mem /* (world, MEM_FIELDS) */, const double* comm_per_step /* (4) */,
-                         const double* moved_per_step /* (ZERO_NUM_MOVES) */) {
+                         const double* moved_per_step /* (ZERO_NUM_MOVES) */, double update_ms_per_step) {
     cJSON* root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "world_size", world);
     cJSON_AddNumberToObject(root, "zero_stage", m->zero.stage);
@@ -553,6 +553,7 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(moved, "host_to_device", moved_per_step[ZERO_MOVE_H2D]);
     cJSON_AddNumberToObject(moved, "nvme_read", moved_per_step[ZERO_MOVE_NVME_READ]);
     cJSON_AddNumberToObject(moved, "nvme_write", moved_per_step[ZERO_MOVE_NVME_WRITE]);
+    cJSON_AddNumberToObject(moved, "update_ms", update_ms_per_step);  // the AdamW update, wherever it ran
     char* text = cJSON_Print(root);
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -861,6 +862,7 @@ int main(int argc, char** argv) {
     double comm_bytes0[ZERO_NUM_COLLECTIVES], moved0[ZERO_NUM_MOVES];
     memcpy(comm_bytes0, model.zero.comm.bytes, sizeof(comm_bytes0));
     memcpy(moved0, model.zero.moved, sizeof(moved0));
+    double update_ms0 = model.zero.update_ms;
     double wait_total = 0.0;
 
     for (int step = start_step; step <= max_steps; step++) {
@@ -951,7 +953,8 @@ int main(int argc, char** argv) {
         per_step[3] = wait_total / n;
         double moved[ZERO_NUM_MOVES];
         for (int k = 0; k < ZERO_NUM_MOVES; k++) { moved[k] = (model.zero.moved[k] - moved0[k]) / n; }
-        report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, per_step, moved);
+        report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, per_step, moved,
+                     (model.zero.update_ms - update_ms0) / n);
     }
 
     free(steps); free(vals); free(gen_tokens); free(mem_all);

@@ -199,6 +199,7 @@ Test(config, flags_override_the_file) {
         { "--nvme-path", "/other" }, { "--reduce-bucket-size", "5e8" }, { "--allgather-bucket-size", "123456789012" },
         { "--prefetch-bucket-size", "0" }, { "--param-persistence-threshold", "1.5e3" }, { "--max-live-parameters", "1e10" },
         { "--max-reuse-distance", "7" }, { "--sub-group-size", "2E9" }, { "--overlap-comm", "0" },
+        { "--max-in-cpu", "3e4" },
     };
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
         cr_assert_eq(zero_config_set_flag(&c, flags[i].flag, flags[i].value), 0, "%s %s: %s", flags[i].flag, flags[i].value, llmc_errmsg());
@@ -213,11 +214,11 @@ Test(config, flags_override_the_file) {
     cr_assert_eq(c.prefetch_bucket_size, 0);
     cr_assert_eq(c.param_persistence_threshold, 1500);
     cr_assert_eq(c.max_live_parameters, 10000000000LL);
+    cr_assert_eq(c.max_in_cpu, 30000);  // the file says 2e9
     cr_assert_eq(c.max_reuse_distance, 7);
     cr_assert_eq(c.sub_group_size, 2000000000LL);
     cr_assert_eq(c.overlap_comm, 0);
     // what no flag touched keeps the file's value
-    cr_assert_eq(c.max_in_cpu, 2000000000LL);
     cr_assert_eq(c.train_batch_size, 64);
     // pipelining belongs to NVMe offload, which the flag switched off: still loads (DeepSpeed ignores it then)
     cr_assert_eq(zero_config_validate(&c), 0, "%s", llmc_errmsg());

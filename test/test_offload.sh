@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offload through the trainer: --offload-optimizer cpu|nvme and --offload-param cpu give
+# Offload through the trainer: --offload-optimizer cpu|nvme and --offload-param cpu|nvme give
 # the losses of the same run without offload, at N=1 and N=2 and stages 1-3; the NVMe
 # pipeline with many small sub-groups and few buffers; resume from NVMe-held state;
 # the report's host/NVMe bytes and transfers; clear errors for a bad NVMe path.
@@ -51,7 +51,9 @@ for n in 1 2; do
         [ $z = 3 ] && configs+=("--offload-optimizer nvme --nvme-path $tmp/nvme"
                                 "--offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000"
                                 "--offload-param cpu"
-                                "--offload-param cpu --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 5000")
+                                "--offload-param cpu --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 5000"
+                                "--offload-param nvme --max-in-cpu 0 --param-persistence-threshold 0 --offload-optimizer cpu --nvme-path $tmp/nvme"
+                                "--offload-param nvme --max-in-cpu 30000 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000")
         for c in "${configs[@]}"; do
             if run off $n $STD -b $B -z $z $c; then
                 d=$(close_to "$tmp/base${n}_$z.json" "$tmp/off.json") && ok "N=$n stage $z $c: losses as without offload (max diff $d)" \
@@ -86,13 +88,25 @@ assert t["nvme_read"] >= 3 * shard and t["nvme_write"] >= 3 * shard
 assert b["host_params"] == 0 and base["transfers_per_step"]["nvme_read"] == 0
 EOF2
 
-# resume with the moments on NVMe: bit-identical to running straight through
-R="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0 -b 4 --shuffle 1 -k constant -u 2 -l 1e-3 -c 0.1 -z 3 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 4096"
+# parameters on NVMe: the units beyond max_in_cpu live in the swap file and are read
+# before each gather (with the default reuse distance, once per step) and written after
+run pnv 2 $STD -b 4 -z 3 --offload-param nvme --max-in-cpu 0 --param-persistence-threshold 0 --offload-optimizer cpu --nvme-path "$tmp/nvme"
+$PY - "$tmp/pnv.json" "$tmp/base2_3.json" <<'EOF2' && ok "report: parameter shards on NVMe, read and written each step" || bad "report: parameter NVMe accounting"
+import json, sys
+off, base = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+m, shard = off["memory"]["per_rank"][0], base["memory"]["per_rank"][0]["params"]
+assert m["params"] == 0 and m["nvme"] >= shard, m           # every shard in the file (4 KiB-padded per unit)
+t = off["transfers_per_step"]
+assert t["nvme_read"] >= shard and t["nvme_write"] >= shard, t
+EOF2
+
+# resume with the moments and most parameter shards on NVMe: bit-identical to running straight through
+R="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0 -b 4 --shuffle 1 -k constant -u 2 -l 1e-3 -c 0.1 -z 3 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 4096 --offload-param nvme --max-in-cpu 30000"
 run full 2 $R -x 6 > /dev/null
 $MPIRUN -np 2 $BIN $R -x 3 -o "$tmp/ck" -n 3 > "$tmp/part.log" 2>&1
 run res 2 $R -x 6 -o "$tmp/ck" -n 3 -y 1
 losses "$tmp/full.json" | tail -3 > "$tmp/f"; losses "$tmp/res.json" > "$tmp/r" 2>/dev/null
-[ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "resume with NVMe-held optimizer state is bit-identical" || bad "NVMe resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
+[ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "resume with NVMe-held optimizer state and parameters is bit-identical" || bad "NVMe resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
 
 # bad NVMe settings fail clearly, naming the path
 expect_error() {  # name needle args...
@@ -105,6 +119,7 @@ expect_error "missing NVMe directory"  "$tmp/none"   $STD -b 8 -z 3 --offload-op
 expect_error "NVMe without a path"     "nvme"        $STD -b 8 -z 3 --offload-optimizer nvme
 expect_error "NVMe below stage 3"      "stage"       $STD -b 8 -z 2 --offload-optimizer nvme --nvme-path "$tmp/nvme"
 expect_error "offload at stage 0"      "stage"       $STD -b 8 -z 0 --offload-optimizer cpu
+expect_error "param nvme, optimizer on device" "offload_param nvme" $STD -b 8 -z 3 --offload-param nvme --nvme-path "$tmp/nvme"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -68,7 +68,7 @@ expect_error "T above the model's max" "-t"              $BIN $SMALL -t 2048
 expect_error "batch does not divide"   "-d"              $BIN $SMALL -b 4 -d 1000
 expect_error "checkpoints without -o"  "-o"              $BIN $SMALL -n 5
 expect_error "ZeRO stage out of range" "-z"             $BIN $SMALL -z 4
-expect_error "parameter offload to nvme" "offload_param nvme" $BIN $SMALL -z 3 --offload-param nvme --nvme-path "$tmp"
+expect_error "param nvme without optimizer offload" "offload_param nvme" $BIN $SMALL -z 3 --offload-param nvme --nvme-path "$tmp"
 expect_error "unwritable report"       "$tmp/no/dir/r.json" $BIN $SMALL -b 2 -x 1 --report "$tmp/no/dir/r.json"
 expect_error "bad val data"            "badmagic.bin"    $BIN $SMALL -v 5 -j "$tmp/badmagic.bin"
 

@@ -215,6 +215,7 @@ static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const ch
         { "--max-live-parameters", offsetof(ZeroConfig, max_live_parameters), 0 },
         { "--max-reuse-distance", offsetof(ZeroConfig, max_reuse_distance), 0 },
         { "--sub-group-size", offsetof(ZeroConfig, sub_group_size), 1 },
+        { "--max-in-cpu", offsetof(ZeroConfig, max_in_cpu), 0 },
     };
     char what[128];
     snprintf(what, sizeof(what), "flag %s", name);

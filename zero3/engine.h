@@ -128,6 +128,15 @@ typedef struct {
     int nbufs;              // buffer_count: pinned group buffers (p, m, v each)
     void** nvme_bufs;
     double moved[ZERO_NUM_MOVES];
+    double update_ms;       // cumulative wall time of the AdamW update, wherever it runs (device, CPU Adam, NVMe)
+    // --offload-param nvme (stage 3): the shards of units not cached on the host live in
+    // the swap file's parameter region; max_in_cpu elements (persistent units first)
+    // stay on the host
+    float** param_ptr;      // (num_units) stage 3: the unit's shard on the host, NULL if on NVMe
+    size_t* param_file_off; // (num_units) byte offset of an NVMe unit's shard in the swap file
+    float* param_stage;     // 4 KiB-aligned staging for one shard: reads, and the step's output
+    size_t param_stage_bytes;
+    int staged_unit;        // the unit whose updated shard sits in param_stage, -1 if none
 
     // where we are
     int pass, pos, last_micro;
@@ -197,13 +206,17 @@ static int zero_schedule_init(ZeroEngine* e, int pass, const int* units, int len
 // ----------------------------------------------------------------------------
 // stage 3 gathers
 
+static int zero_param_shard_get(ZeroEngine* e, int u, float* dst);  // below, with the step
+
 // starts gathering unit u into a fresh buffer (this rank's shard is its input block)
 static int zero_gather_start(ZeroEngine* e, int u) {
     ZeroUnit* pu = &e->plan.units[u];
     float* buf = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
     if (buf == NULL) { return -1; }
-    memcpy(buf + (size_t)e->rank * pu->shard, e->shard_params + pu->shard_offset, pu->shard * sizeof(float));
-    if (e->offload_param == ZERO_OFFLOAD_CPU) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
+    // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
+    // prefetch schedule starts this early, so the read runs ahead of the unit's use
+    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard) != 0) { return -1; }
+    if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
     e->unit_buf[u] = buf;
     e->unit_state[u] = UNIT_IN_FLIGHT;
     e->inflight_elems += pu->numel;
@@ -406,8 +419,63 @@ static int zero_end(ZeroEngine* e) {
 // or the shard buffer (stage 3)
 static float* zero_param_shard(ZeroEngine* e, int u) {
     ZeroUnit* pu = &e->plan.units[u];
-    if (e->stage == 3) { return e->shard_params + pu->shard_offset; }
+    if (e->stage == 3) { return e->param_ptr[u]; }  // NULL: on NVMe, see zero_param_shard_get/put
     return e->full_params + pu->full_offset + (size_t)e->rank * pu->shard;
+}
+
+static size_t zero_align4k(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
+
+// copies unit u's parameter shard into dst, from the host or from NVMe
+static int zero_param_shard_get(ZeroEngine* e, int u, float* dst) {
+    ZeroUnit* pu = &e->plan.units[u];
+    if (zero_param_shard(e, u) != NULL) {
+        memcpy(dst, zero_param_shard(e, u), pu->shard * sizeof(float));
+        return 0;
+    }
+    if (e->staged_unit == u) { e->staged_unit = -1; }  // about to be overwritten: it was flushed already
+    size_t bytes = zero_align4k(pu->shard * sizeof(float));
+    if (nvme_read(&e->nvme, e->param_stage, e->param_file_off[u], bytes) != 0) { return -1; }
+    e->moved[ZERO_MOVE_NVME_READ] += bytes;
+    memcpy(dst, e->param_stage, pu->shard * sizeof(float));
+    return 0;
+}
+
+// writes the staged shard of an NVMe unit back to the swap file
+static int zero_param_flush(ZeroEngine* e) {
+    if (e->staged_unit < 0) { return 0; }
+    int u = e->staged_unit;
+    size_t bytes = zero_align4k(e->plan.units[u].shard * sizeof(float));
+    e->staged_unit = -1;
+    if (nvme_write(&e->nvme, e->param_stage, e->param_file_off[u], bytes) != 0) { return -1; }
+    e->moved[ZERO_MOVE_NVME_WRITE] += bytes;
+    return 0;
+}
+
+// where the step writes unit u's updated shard: the host copy, or the staging buffer of
+// an NVMe unit (the previous staged unit is flushed first). The optimizer walks the
+// shard in order, so each NVMe unit is staged once per step.
+static float* zero_param_out(ZeroEngine* e, int u) {
+    float* p = zero_param_shard(e, u);
+    if (p != NULL) { return p; }
+    if (e->staged_unit != u) {
+        if (zero_param_flush(e) != 0) { return NULL; }
+        memset(e->param_stage, 0, e->param_stage_bytes);
+        e->staged_unit = u;
+    }
+    return e->param_stage;
+}
+
+// stores src as unit u's parameter shard (init, checkpoints)
+static int zero_param_shard_put(ZeroEngine* e, int u, const float* src) {
+    ZeroUnit* pu = &e->plan.units[u];
+    if (zero_param_shard(e, u) != NULL) {
+        memcpy(zero_param_shard(e, u), src, pu->shard * sizeof(float));
+        return 0;
+    }
+    float* out = zero_param_out(e, u);
+    if (out == NULL) { return -1; }
+    memcpy(out, src, pu->shard * sizeof(float));
+    return zero_param_flush(e);
 }
 
 // zeroes the accumulated gradients (zero_step does it after each update)
@@ -421,7 +489,7 @@ static int zero_refresh_persistent(ZeroEngine* e) {
     for (int u = 0; u < e->plan.num_units; u++) {
         if (!e->persistent[u]) { continue; }
         ZeroUnit* pu = &e->plan.units[u];
-        memcpy(e->unit_buf[u] + (size_t)e->rank * pu->shard, e->shard_params + pu->shard_offset, pu->shard * sizeof(float));
+        memcpy(e->unit_buf[u] + (size_t)e->rank * pu->shard, zero_param_shard(e, u), pu->shard * sizeof(float));
         if (zero_allgather(&e->comm, e->unit_buf[u], pu->shard, NULL) != 0) { return -1; }
     }
     return 0;
@@ -507,14 +575,16 @@ static int zero_nvme_step(ZeroEngine* e, CpuAdamParams* hp, float weight_decay) 
             ZeroSegment sg = e->segs[i];
             size_t lo = sg.begin > g0 ? sg.begin : g0, hi = sg.end < g1 ? sg.end : g1;
             hp->weight_decay = sg.decay ? weight_decay : 0.0f;
-            float* out = zero_param_shard(e, sg.unit) + sg.unit_lo + (lo - sg.begin);
+            float* out = zero_param_out(e, sg.unit);
+            if (out == NULL) { goto done; }
+            out += sg.unit_lo + (lo - sg.begin);
             if (cpu_adam_step(p + (lo - g0), e->host_grads + lo, CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0),
                               hi - lo, hp, out, CPU_ADAM_FP32) != 0) { goto done; }
             e->moved[ZERO_MOVE_H2D] += (hi - lo) * sizeof(float);
         }
         if (zero_nvme_submit(e, g, 1) != 0) { goto done; }
     }
-    if (nvme_wait_all(&e->nvme) != 0) { goto done; }
+    if (nvme_wait_all(&e->nvme) != 0 || zero_param_flush(e) != 0) { goto done; }
     rc = 0;
 done:
     free(left);
@@ -566,6 +636,7 @@ static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_cli
     *norm_out = (float)norm;
     CpuAdamParams hp = {lr, e->beta1, e->beta2, e->eps, 0.0f, scale, t};
 
+    double t_update = MPI_Wtime();
     if (e->stage == 0) {
         for (int i = 0; i < e->num_tensors; i++) {
             ZeroTensor tr = e->tensors[i];
@@ -587,13 +658,16 @@ static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_cli
             ZeroSegment sg = e->segs[i];
             size_t n = sg.end - sg.begin;
             hp.weight_decay = sg.decay ? weight_decay : 0.0f;
-            if (cpu_adam_step(e->host_master + sg.begin, e->host_grads + sg.begin, CPU_ADAM_FP32, e->m + sg.begin,
-                              e->v + sg.begin, n, &hp, zero_param_shard(e, sg.unit) + sg.unit_lo, CPU_ADAM_FP32) != 0) { return -1; }
+            float* out = zero_param_out(e, sg.unit);
+            if (out == NULL || cpu_adam_step(e->host_master + sg.begin, e->host_grads + sg.begin, CPU_ADAM_FP32, e->m + sg.begin,
+                                             e->v + sg.begin, n, &hp, out + sg.unit_lo, CPU_ADAM_FP32) != 0) { return -1; }
             e->moved[ZERO_MOVE_H2D] += n * sizeof(float);
         }
+        if (zero_param_flush(e) != 0) { return -1; }
     } else if (zero_nvme_step(e, &hp, weight_decay) != 0) {
         return -1;
     }
+    e->update_ms += (MPI_Wtime() - t_update) * 1e3;
 
     // the updated shards go to every rank: stages 1-2 all-gather into the full buffer;
     // stage 3 refreshes its persistent units (the others are gathered at their next use)
@@ -616,6 +690,74 @@ static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_cli
 // ----------------------------------------------------------------------------
 // init and teardown
 
+// Opens this rank's swap file: the optimizer's regions (master, m, v) when it is on
+// NVMe, then the parameter region for the units not cached on the host.
+static int zero_nvme_open(ZeroEngine* e, size_t param_bytes) {
+    ZeroPlan* p = &e->plan;
+    size_t whole = (p->shard_total + 1023) / 1024 * 1024;
+    e->nvme_region = whole * sizeof(float);
+    size_t opt_bytes = e->offload_opt == ZERO_OFFLOAD_NVME ? 3 * e->nvme_region : 0;
+    if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, opt_bytes + param_bytes, 8) != 0) { return -1; }
+    e->nvme_ready = 1;
+    e->mem.nvme_bytes = (double)(opt_bytes + param_bytes);
+    return 0;
+}
+
+// Stage 3: where each unit's parameter shard lives. Persistent units (small, always
+// gathered) are decided here too. With --offload-param nvme, units stay on the host
+// while max_in_cpu elements allow, persistent ones first; the rest go to the swap file.
+static int zero_param_store_init(ZeroEngine* e) {
+    ZeroPlan* p = &e->plan;
+    int nu = p->num_units;
+    e->param_ptr = (float**)calloc(nu, sizeof(float*));
+    e->param_file_off = (size_t*)calloc(nu, sizeof(size_t));
+    int* on_host = (int*)calloc(nu, sizeof(int));
+    if (e->param_ptr == NULL || e->param_file_off == NULL || on_host == NULL) { free(on_host); return llmc_error("zero: out of memory"); }
+    e->staged_unit = -1;
+    size_t host_elems = 0, file_bytes = 0, max_shard = 0;
+    double budget = e->offload_param == ZERO_OFFLOAD_NVME ? (double)e->cfg.max_in_cpu : 1e300;
+    for (int pass = 0; pass < 2; pass++) {  // persistent units first, then in order
+        for (int u = 0; u < nu; u++) {
+            ZeroUnit* pu = &p->units[u];
+            e->persistent[u] = (long long)pu->numel < e->cfg.param_persistence_threshold;
+            if (e->persistent[u] != (pass == 0) || on_host[u]) { continue; }
+            if (e->persistent[u] || (double)(host_elems + pu->shard) <= budget) {
+                on_host[u] = 1;
+                host_elems += pu->shard;
+            }
+        }
+    }
+    for (int u = 0; u < nu; u++) {
+        size_t sb = p->units[u].shard * sizeof(float);
+        if (!on_host[u]) { file_bytes += zero_align4k(sb); }
+        if (sb > max_shard) { max_shard = sb; }
+    }
+    int kind = e->offload_param != ZERO_OFFLOAD_NONE ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS;
+    e->shard_params = (float*)zero_alloc(e, kind, host_elems);
+    if (e->shard_params == NULL) { free(on_host); return -1; }
+    int need_nvme = file_bytes > 0 || e->offload_opt == ZERO_OFFLOAD_NVME;
+    if (need_nvme && zero_nvme_open(e, file_bytes) != 0) { free(on_host); return -1; }
+    size_t host_off = 0, file_off = e->offload_opt == ZERO_OFFLOAD_NVME ? 3 * e->nvme_region : 0;
+    for (int u = 0; u < nu; u++) {
+        if (on_host[u]) {
+            e->param_ptr[u] = e->shard_params + host_off;
+            host_off += p->units[u].shard;
+        } else {
+            e->param_file_off[u] = file_off;
+            file_off += zero_align4k(p->units[u].shard * sizeof(float));
+        }
+    }
+    free(on_host);
+    if (file_bytes > 0) {
+        e->param_stage_bytes = zero_align4k(max_shard);
+        e->param_stage = (float*)aligned_alloc(NVME_ALIGN, e->param_stage_bytes);
+        if (e->param_stage == NULL) { return llmc_error("zero: out of memory for the parameter staging buffer"); }
+        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->param_stage_bytes;
+        e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
+    }
+    return 0;
+}
+
 // the tensors' parts of this rank's shard, in shard-buffer order
 static int zero_segments_init(ZeroEngine* e) {
     e->segs = (ZeroSegment*)malloc((size_t)e->num_tensors * sizeof(ZeroSegment));
@@ -632,11 +774,11 @@ static int zero_segments_init(ZeroEngine* e) {
 }
 
 // this rank's parameter shards, copied into one array in shard-buffer order
-static void zero_shards_copy_out(ZeroEngine* e, float* dst) {
+static int zero_shards_copy_out(ZeroEngine* e, float* dst) {
     for (int u = 0; u < e->plan.num_units; u++) {
-        ZeroUnit* pu = &e->plan.units[u];
-        memcpy(dst + pu->shard_offset, zero_param_shard(e, u), pu->shard * sizeof(float));
+        if (zero_param_shard_get(e, u, dst + e->plan.units[u].shard_offset) != 0) { return -1; }
     }
+    return 0;
 }
 
 // Optimizer offload: gradient shards on the host; the fp32 master and the moments on
@@ -648,19 +790,15 @@ static int zero_offload_init(ZeroEngine* e) {
     if (e->offload_opt == ZERO_OFFLOAD_CPU) {
         e->host_master = (float*)zero_alloc(e, ZERO_MEM_HOST_PARAMS, p->shard_total);
         if (e->host_master == NULL) { return -1; }
-        zero_shards_copy_out(e, e->host_master);
-        return 0;
+        return zero_shards_copy_out(e, e->host_master);
     }
-    // NVMe: sub-groups of sub_group_size elements, whole 4 KiB blocks
+    // NVMe (stage 3; the file was opened with the parameter store): sub-groups of
+    // sub_group_size elements, whole 4 KiB blocks
     size_t g = (size_t)e->cfg.sub_group_size;
     g = (g + 1023) / 1024 * 1024;
-    size_t whole = (p->shard_total + 1023) / 1024 * 1024;
+    size_t whole = e->nvme_region / sizeof(float);
     e->group = g < whole ? g : whole;
-    e->nvme_region = whole * sizeof(float);
     e->nbufs = e->cfg.buffer_count >= 2 ? e->cfg.buffer_count : 2;  // one read ahead while one updates
-    if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, 3 * e->nvme_region, 8) != 0) { return -1; }
-    e->nvme_ready = 1;
-    e->mem.nvme_bytes = 3.0 * e->nvme_region;
     void** bufs = NULL;
     if (nvme_buffers_alloc(&e->nvme, e->nbufs, 3 * e->group * sizeof(float), &bufs) != 0) { return -1; }
     e->nvme_bufs = bufs;
@@ -669,8 +807,8 @@ static int zero_offload_init(ZeroEngine* e) {
     // the master shards from the device copy, zero moments
     float* tmp = (float*)malloc(p->shard_total * sizeof(float));
     if (tmp == NULL) { return llmc_error("zero: out of memory"); }
-    zero_shards_copy_out(e, tmp);
-    int rc = zero_nvme_copy(e, NVME_P, tmp, 1);
+    int rc = zero_shards_copy_out(e, tmp);
+    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_P, tmp, 1);
     rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_M, NULL, 1);
     rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_V, NULL, 1);
     free(tmp);
@@ -690,8 +828,13 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
     e->stage = cfg->stage;
     e->offload_opt = cfg->offload_optimizer;
     e->offload_param = cfg->offload_param;
-    if (e->offload_param == ZERO_OFFLOAD_NVME) {
-        return llmc_error("zero: offload_param nvme is not available in this build (use cpu, or offload the optimizer to nvme)");
+    e->staged_unit = -1;  // no NVMe parameter shard staged
+    if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
+        return llmc_error("zero: parameter offload needs ZeRO stage 3");
+    }
+    if (e->offload_param == ZERO_OFFLOAD_NVME && e->offload_opt == ZERO_OFFLOAD_NONE) {
+        // the step writes NVMe-resident shards through the host: the optimizer must run there
+        return llmc_error("zero: offload_param nvme needs offload_optimizer cpu or nvme");
     }
     if (e->offload_opt != ZERO_OFFLOAD_NONE && e->stage == 0) {
         return llmc_error("zero: optimizer offload needs ZeRO stage 1 or more");
@@ -727,10 +870,8 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
     if (e->stage < 3) {
         e->full_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total);
         if (e->full_params == NULL) { return -1; }
-    } else {
-        e->shard_params = (float*)zero_alloc(e, e->offload_param == ZERO_OFFLOAD_CPU ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS,
-                                             p->shard_total);
-        if (e->shard_params == NULL) { return -1; }
+    } else if (zero_param_store_init(e) != 0) {
+        return -1;
     }
     size_t src = 0;
     for (int u = 0; u < num_units; u++) {
@@ -742,9 +883,8 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
         src += pu->numel;
         if (zero_broadcast(&e->comm, buf, pu->padded * sizeof(float), 0) != 0) { return -1; }
         if (e->stage < 3) { continue; }
-        memcpy(e->shard_params + pu->shard_offset, buf + (size_t)e->rank * pu->shard, pu->shard * sizeof(float));
-        if ((long long)pu->numel < cfg->param_persistence_threshold) {
-            e->persistent[u] = 1;  // small: stays gathered for the whole run
+        if (zero_param_shard_put(e, u, buf + (size_t)e->rank * pu->shard) != 0) { return -1; }
+        if (e->persistent[u]) {  // small: stays gathered for the whole run
             e->unit_buf[u] = buf;
             e->unit_state[u] = UNIT_LIVE;
             e->live_elems += pu->numel;
@@ -784,6 +924,7 @@ static void zero_engine_free(ZeroEngine* e) {
     free(e->tensors); free(e->unit_buf); free(e->unit_state); free(e->unit_req); free(e->persistent);
     free(e->grad_buf); free(e->pending_unit); free(e->pending_req); free(e->pending_recv);
     free(e->segs); free(e->host_grads); free(e->host_master);
+    free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
     if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
     for (int i = 0; i < ZERO_NUM_PASSES; i++) { free(e->sched[i].unit); free(e->sched[i].keep); }
     zero_plan_free(&e->plan);
@@ -808,7 +949,7 @@ static int zero_params_gather(ZeroEngine* e, float* out, int root) {
         } else {
             tmp = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
             if (tmp == NULL) { return -1; }
-            memcpy(tmp + (size_t)e->rank * pu->shard, e->shard_params + pu->shard_offset, pu->shard * sizeof(float));
+            if (zero_param_shard_get(e, u, tmp + (size_t)e->rank * pu->shard) != 0) { zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded); return -1; }
             if (zero_allgather(&e->comm, tmp, pu->shard, NULL) != 0) { zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded); return -1; }
             src = tmp;
         }
@@ -828,9 +969,9 @@ static int zero_state_write(ZeroEngine* e, FILE* fp) {
     if (e->stage == 0) {
         ok = fwrite(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
     } else {
-        for (int u = 0; u < p->num_units && ok; u++) {
-            ok = fwrite(zero_param_shard(e, u), sizeof(float), p->units[u].shard, fp) == p->units[u].shard;
-        }
+        float* tmp = (float*)malloc(p->shard_total * sizeof(float));
+        ok = tmp != NULL && zero_shards_copy_out(e, tmp) == 0 && fwrite(tmp, sizeof(float), p->shard_total, fp) == p->shard_total;
+        free(tmp);
     }
     if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments come from the swap file
         float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
@@ -852,9 +993,10 @@ static int zero_state_read(ZeroEngine* e, FILE* fp) {
     if (e->stage == 0) {
         ok = fread(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
     } else {
-        for (int u = 0; u < p->num_units && ok; u++) {
-            ok = fread(zero_param_shard(e, u), sizeof(float), p->units[u].shard, fp) == p->units[u].shard;
-        }
+        float* tmp = (float*)malloc(p->shard_total * sizeof(float));
+        ok = tmp != NULL && fread(tmp, sizeof(float), p->shard_total, fp) == p->shard_total;
+        for (int u = 0; u < p->num_units && ok; u++) { ok = zero_param_shard_put(e, u, tmp + p->units[u].shard_offset) == 0; }
+        free(tmp);
     }
     if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments go to the swap file, the master too
         float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
@@ -862,14 +1004,14 @@ static int zero_state_read(ZeroEngine* e, FILE* fp) {
         for (int r = NVME_M; r <= NVME_V && ok; r++) {
             ok = fread(tmp, sizeof(float), e->opt_elems, fp) == e->opt_elems && zero_nvme_copy(e, r, tmp, 1) == 0;
         }
-        if (ok) { zero_shards_copy_out(e, tmp); ok = zero_nvme_copy(e, NVME_P, tmp, 1) == 0; }
+        ok = ok && zero_shards_copy_out(e, tmp) == 0 && zero_nvme_copy(e, NVME_P, tmp, 1) == 0;
         free(tmp);
     } else {
         ok = ok && fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
         ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
     }
     if (!ok) { return llmc_error("zero: the optimizer state is truncated or the swap file failed"); }
-    if (e->host_master != NULL) { zero_shards_copy_out(e, e->host_master); }
+    if (e->host_master != NULL && zero_shards_copy_out(e, e->host_master) != 0) { return -1; }
     if (e->stage == 1 || e->stage == 2) {
         for (int u = 0; u < p->num_units; u++) {
             if (zero_allgather(&e->comm, e->full_params + p->units[u].full_offset, p->units[u].shard, NULL) != 0) { return -1; }
