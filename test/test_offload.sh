@@ -4,29 +4,11 @@
 # pipeline with many small sub-groups and few buffers; resume from NVMe-held state;
 # the report's host/NVMe bytes and transfers; clear errors for a bad NVMe path.
 # Ends with "N passed, N failed".
-set -u
-cd "$(dirname "$0")/.."
-BIN=./train_gpt2_zero3_cpu
-PY=/usr/bin/python3
-MPIRUN="mpirun --allow-run-as-root --oversubscribe"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
 
 if ! $PY test/ref_gpt2.py "$tmp" > "$tmp/ref.log" 2>&1; then cat "$tmp/ref.log"; echo "0 passed, 1 failed"; exit 1; fi
 mkdir -p "$tmp/nvme"
 STD="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0 -a 1 -x 8 -l 1e-3 -u 0 -q 1.0 -c 0.1"
-run() {  # name N args...
-    local name=$1 n=$2; shift 2
-    $MPIRUN -np "$n" $BIN "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1
-    local rc=$?
-    [ $rc -eq 0 ] || echo "  ($name: exit $rc: $(grep -m1 -i error "$tmp/$name.log"))"
-    return $rc
-}
-losses() { $PY -c "import json,sys; [print(repr(s['loss'])) for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
 # The same arithmetic except the AdamW update itself: the offloaded one is the SIMD CPU
 # Adam (FMA, the divide and square root in another order), within a few ulps of the
 # scalar one per element and step (test/test_cpu_adam.c bounds it). Over 8 steps that
@@ -109,17 +91,10 @@ losses "$tmp/full.json" | tail -3 > "$tmp/f"; losses "$tmp/res.json" > "$tmp/r" 
 [ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "resume with NVMe-held optimizer state and parameters is bit-identical" || bad "NVMe resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
 
 # bad NVMe settings fail clearly, naming the path
-expect_error() {  # name needle args...
-    local name=$1 needle=$2; shift 2
-    $MPIRUN -np 1 $BIN "$@" > "$tmp/out" 2>&1
-    local rc=$?
-    [ $rc -ne 0 ] && grep -qF -- "$needle" "$tmp/out" && ok "error: $name" || bad "error: $name (exit $rc: $(grep -m1 -i error "$tmp/out"))"
-}
-expect_error "missing NVMe directory"  "$tmp/none"   $STD -b 8 -z 3 --offload-optimizer nvme --nvme-path "$tmp/none"
-expect_error "NVMe without a path"     "nvme"        $STD -b 8 -z 3 --offload-optimizer nvme
-expect_error "NVMe below stage 3"      "stage"       $STD -b 8 -z 2 --offload-optimizer nvme --nvme-path "$tmp/nvme"
-expect_error "offload at stage 0"      "stage"       $STD -b 8 -z 0 --offload-optimizer cpu
-expect_error "param nvme, optimizer on device" "offload_param nvme" $STD -b 8 -z 3 --offload-param nvme --nvme-path "$tmp/nvme"
+expect_error "missing NVMe directory"  "$tmp/none"   $MPIRUN -np 1 $BIN $STD -b 8 -z 3 --offload-optimizer nvme --nvme-path "$tmp/none"
+expect_error "NVMe without a path"     "nvme"        $MPIRUN -np 1 $BIN $STD -b 8 -z 3 --offload-optimizer nvme
+expect_error "NVMe below stage 3"      "stage"       $MPIRUN -np 1 $BIN $STD -b 8 -z 2 --offload-optimizer nvme --nvme-path "$tmp/nvme"
+expect_error "offload at stage 0"      "stage"       $MPIRUN -np 1 $BIN $STD -b 8 -z 0 --offload-optimizer cpu
+expect_error "param nvme, optimizer on device" "offload_param nvme" $MPIRUN -np 1 $BIN $STD -b 8 -z 3 --offload-param nvme --nvme-path "$tmp/nvme"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

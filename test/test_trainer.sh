@@ -6,17 +6,7 @@
 #   report           the --report JSON holds the fields DESIGN.md promises
 #   training         the loss falls on tinyshakespeare, a sample is printed
 # Ends with "N passed, N failed".
-set -u
-cd "$(dirname "$0")/.."
-BIN=./train_gpt2_zero3_cpu
-PY=/usr/bin/python3
-MPIRUN="mpirun --allow-run-as-root --oversubscribe"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1   # same arithmetic in every run
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
 
 # a synthetic shard of random tokens (uint16 < 50257) and a deliberately broken copy
 $PY - "$tmp" <<'EOF'
@@ -43,17 +33,7 @@ EOF
 SMALL="-e d2 -i $tmp/train.bin -j $tmp/train.bin -t 32 -v 0 -s 0 -l 1e-3 --seed 5"
 
 # ---------------------------------------------------------------------------
-# bad input: expect exit code 1 (not a crash) and stderr naming $2
-expect_error() {
-    local name=$1 needle=$2; shift 2
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    local rc=$?
-    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qF -- "$needle" "$tmp/err"; then
-        ok "bad input: $name"
-    else
-        bad "bad input: $name (exit $rc, stderr: $(head -c 300 "$tmp/err"))"
-    fi
-}
+# bad input: exit code 1 (not a crash) and a message naming the flag or file
 expect_error "unknown flag"            "-w"              $BIN $SMALL -w 1
 expect_error "malformed value"         "-b"              $BIN $SMALL -b 4x
 expect_error "missing value"           "-x"              $BIN $SMALL -x
@@ -82,16 +62,6 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-# losses from a report, one per line, as JSON wrote them (17 significant digits)
-losses() { $PY -c "import json,sys; [print(repr(s['loss'])) for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
-
-# max |a - b| over two loss lists; prints the value
-maxdiff() { $PY -c "
-import sys
-a=[float(x) for x in open(sys.argv[1])]; b=[float(x) for x in open(sys.argv[2])]
-assert len(a)==len(b) and len(a)>0, (len(a),len(b))
-print(max(abs(x-y) for x,y in zip(a,b)))" "$1" "$2"; }
-
 # Data parallel: the same global batch of 8 sequences split three ways. fp32 sums in
 # a different order (per-rank sgemm of 4 rows vs 8, the all-reduce, the accumulation)
 # differ by a few ulps of the gradient; over 4 AdamW steps at lr 1e-3 they move the
@@ -188,5 +158,4 @@ else
     bad "tinyshakespeare run: $(tail -3 "$tmp/ts.log" | tr '\n' ' ')"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

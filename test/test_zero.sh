@@ -13,37 +13,13 @@
 #   config      --ds-config equals the same flags, flags override it, unknown keys warn;
 #               bad values, mismatched ranks, a batch the world size does not divide fail
 # Ends with "N passed, N failed".
-set -u
-cd "$(dirname "$0")/.."
-BIN=./train_gpt2_zero3_cpu
-PY=/usr/bin/python3
-MPIRUN="mpirun --allow-run-as-root --oversubscribe"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1   # same arithmetic in every run
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { echo "PASS $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
 
 if ! $PY test/ref_gpt2.py "$tmp" 24 > "$tmp/ref.log" 2>&1; then
     cat "$tmp/ref.log"; echo "0 passed, 1 failed"; exit 1
 fi
 M="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0"
 STD="$M -a 1 -x 8 -l 1e-3 -u 0 -q 1.0 -c 0.1"
-
-# run NAME N ARGS...: the trainer on N ranks with --report $tmp/NAME.json
-run() {
-    local name=$1 n=$2; shift 2
-    $MPIRUN -np "$n" $BIN "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1
-    local rc=$?
-    [ $rc -eq 0 ] || echo "  ($name: exit $rc: $(grep -m1 -i error "$tmp/$name.log"))"
-    return $rc
-}
-losses() { $PY -c "import json,sys; [print(repr(s['loss'])) for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
-maxdiff() { $PY -c "
-import sys
-a=[float(x) for x in open(sys.argv[1])]; b=[float(x) for x in open(sys.argv[2])]
-print(max(abs(x-y) for x,y in zip(a,b)) if len(a)==len(b) and a else 'length-mismatch')" "$1" "$2"; }
 
 # ---------------------------------------------------------------------------
 # losses at every world size and stage
@@ -60,7 +36,7 @@ for n in 1 2 3 4; do
         if ! run "$name" "$n" $STD -b $((24 / n)) -z "$z"; then bad "N=$n stage $z run"; continue; fi
         losses "$tmp/$name.json" > "$tmp/$name.l"
         d=$(maxdiff "$tmp/base.l" "$tmp/$name.l")
-        if $PY -c "import sys; sys.exit(0 if '$d' != 'length-mismatch' and float('$d') <= 2e-5 else 1)"; then
+        if within "$d" 2e-5; then
             ok "N=$n stage $z equals the single-rank stage-0 run (max diff $d)"
         else
             bad "N=$n stage $z vs single-rank stage 0: $d"
@@ -80,7 +56,7 @@ for z in 0 1 2 3; do
     if run "acc2_$z" 2 $ACC -d 1536 -z "$z" && run "acc4_$z" 4 $ACC -z "$z"; then
         losses "$tmp/acc2_$z.json" > "$tmp/a2"; losses "$tmp/acc4_$z.json" > "$tmp/a4"
         d=$(maxdiff "$tmp/a2" "$tmp/a4")
-        $PY -c "import sys; sys.exit(0 if '$d' != 'length-mismatch' and float('$d') <= 2e-5 else 1)" \
+        within "$d" 2e-5 \
             && ok "stage $z: N=2 x 2 micro-steps equals N=4 x 1 (max diff $d)" || bad "stage $z accumulation: $d"
     else
         bad "stage $z accumulation runs"
@@ -220,29 +196,22 @@ run dso 2 $M -a 1 -x 2 -u 0 --ds-config "$tmp/ds.json" -z 1 -b 6 \
   && $PY -c "import json,sys; r=json.load(open('$tmp/dso.json')); sys.exit(0 if r['zero_stage']==1 and r['config']['B']==6 else 1)" \
   && ok "flags override the JSON (-z 1 -b 6)" || bad "flags did not override the JSON"
 
-expect_error() {  # name needle np args...
-    local name=$1 needle=$2 np=$3; shift 3
-    $MPIRUN -np "$np" "$@" > "$tmp/out" 2>&1
-    local rc=$?
-    if [ $rc -ne 0 ] && grep -qF -- "$needle" "$tmp/out"; then ok "error: $name"
-    else bad "error: $name (exit $rc: $(grep -m2 -i -E 'error|warn' "$tmp/out" | tr '\n' ' '))"; fi
-}
 echo '{"zero_optimization": {"stage": 5}}' > "$tmp/bad_stage.json"
 echo '{"zero_optimization": {"stage": 3, "reduce_bucket_size": -1}}' > "$tmp/bad_bucket.json"
 echo '{"zero_optimization": {"stage": "three"}}' > "$tmp/bad_type.json"
 printf '{"zero_optimization": {\n  "stage": 3,\n  oops\n}}\n' > "$tmp/bad_json.json"
 echo '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1}' > "$tmp/bad_batch.json"
-expect_error "stage out of range in JSON"  "stage"             1 $BIN $M -x 1 --ds-config "$tmp/bad_stage.json"
-expect_error "negative bucket in JSON"     "reduce_bucket_size" 1 $BIN $M -x 1 --ds-config "$tmp/bad_bucket.json"
-expect_error "wrong type in JSON"          "stage"             1 $BIN $M -x 1 --ds-config "$tmp/bad_type.json"
-expect_error "malformed JSON"              "bad_json.json"     1 $BIN $M -x 1 --ds-config "$tmp/bad_json.json"
-expect_error "missing JSON file"           "nope.json"         1 $BIN $M -x 1 --ds-config "$tmp/nope.json"
-expect_error "inconsistent batch sizes"    "train_batch_size"  2 $BIN $M -x 1 --ds-config "$tmp/bad_batch.json"
-expect_error "world size not dividing -d"  "-d"                3 $BIN $M -x 1 -b 4 -d 1024
-expect_error "bad --prefetch"              "--prefetch"        1 $BIN $M -x 1 -z 3 --prefetch lots
-expect_error "offload_param without stage 3" "offload"         1 $BIN $M -x 1 -z 2 --offload-param cpu
-expect_error "ranks with different stages" "different ZeRO"   1 $BIN $M -x 1 -b 4 -z 2 : -np 1 $BIN $M -x 1 -b 4 -z 3
-expect_error "ranks with different batch"  "different training" 1 $BIN $M -x 1 -b 4 : -np 1 $BIN $M -x 1 -b 2
+expect_error "stage out of range in JSON"  "stage"             $MPIRUN -np 1 $BIN $M -x 1 --ds-config "$tmp/bad_stage.json"
+expect_error "negative bucket in JSON"     "reduce_bucket_size" $MPIRUN -np 1 $BIN $M -x 1 --ds-config "$tmp/bad_bucket.json"
+expect_error "wrong type in JSON"          "stage"             $MPIRUN -np 1 $BIN $M -x 1 --ds-config "$tmp/bad_type.json"
+expect_error "malformed JSON"              "bad_json.json"     $MPIRUN -np 1 $BIN $M -x 1 --ds-config "$tmp/bad_json.json"
+expect_error "missing JSON file"           "nope.json"         $MPIRUN -np 1 $BIN $M -x 1 --ds-config "$tmp/nope.json"
+expect_error "inconsistent batch sizes"    "train_batch_size"  $MPIRUN -np 2 $BIN $M -x 1 --ds-config "$tmp/bad_batch.json"
+expect_error "world size not dividing -d"  "-d"                $MPIRUN -np 3 $BIN $M -x 1 -b 4 -d 1024
+expect_error "bad --prefetch"              "--prefetch"        $MPIRUN -np 1 $BIN $M -x 1 -z 3 --prefetch lots
+expect_error "offload_param without stage 3" "offload"         $MPIRUN -np 1 $BIN $M -x 1 -z 2 --offload-param cpu
+expect_error "ranks with different stages" "different ZeRO"   $MPIRUN -np 1 $BIN $M -x 1 -b 4 -z 2 : -np 1 $BIN $M -x 1 -b 4 -z 3
+expect_error "ranks with different batch"  "different training" $MPIRUN -np 1 $BIN $M -x 1 -b 4 : -np 1 $BIN $M -x 1 -b 2
 
 # the estimator prints a table for a GPT-3 size without training
 if $BIN -e gpt3:c12288 --estimate 8:8 > "$tmp/est.log" 2>&1 && grep -qi "stage" "$tmp/est.log" && grep -q "gpt3:c12288" "$tmp/est.log"; then
@@ -251,5 +220,4 @@ else
     bad "--estimate: $(head -3 "$tmp/est.log")"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
