@@ -17,6 +17,7 @@
 #include <unistd.h>      // sysconf, access
 #include <sys/stat.h>    // mkdir, stat
 #include <dirent.h>      // opendir for finding the latest checkpoint
+#include <signal.h>      // signal: SIGXFSZ ignored, so a full file fails a write instead
 #include <omp.h>         // omp_set_num_threads
 #include <cblas.h>       // openblas_set_num_threads
 #include <mpi.h>         // data parallelism: all-reduce of gradients and losses
@@ -393,7 +394,10 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int wo
     zeroCheck(zero_params_gather(&m->zero, full, 0));
     if (rank == 0) {
         snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
-        llmcCheck(gpt2_write_model(path, &m->config, full));
+        if (gpt2_write_model(path, &m->config, full) != 0) {  // nothing of this checkpoint counts: no DONE marker
+            fprintf(stderr, "error: checkpoint at step %d not saved: %s\n", step, llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
         free(full);
     }
     StateHeader h = {STATE_MAGIC, STATE_VERSION, rank, world, step, m->zero.stage,
@@ -659,6 +663,8 @@ static int estimate_print(const TrainConfig* tc, const GPT2Config* c) {
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
+    // past a file-size limit, a write should fail with EFBIG and be reported, not kill us
+    signal(SIGXFSZ, SIG_IGN);
     mpiCheck(MPI_Init(&argc, &argv));
     int rank, world;
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

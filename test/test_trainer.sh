@@ -101,6 +101,25 @@ resume_test 1
 resume_test 2
 ls "$tmp/part1"/*.tmp > /dev/null 2>&1 && bad "temporary checkpoint files left behind" || ok "no temporary files left in the checkpoint directory"
 
+# A checkpoint that cannot be written (here a file-size limit, as on a full disk) is a
+# clear error; the earlier checkpoint stays complete and is the one resumed from. The
+# limit (20 MB) is below the d2 model file (28 MB) and above what MPI itself writes.
+R1="$SMALL -b 2 --shuffle 1 -k constant -u 2 -c 0.1"
+$BIN $R1 -x 2 -o "$tmp/full_disk" -n 1 > /dev/null 2>&1
+size2=$(stat -c %s "$tmp/full_disk/model_00000002.bin" 2>/dev/null)
+(ulimit -f 20000; exec $BIN $R1 -x 4 -o "$tmp/full_disk" -n 1 -y 1) > "$tmp/fd.out" 2> "$tmp/fd.err"
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "model_00000003.bin" "$tmp/fd.err" && grep -qi "too large" "$tmp/fd.err"; then
+    ok "a checkpoint that does not fit fails with a clear error (exit $rc)"
+else
+    bad "full disk: exit $rc, $(tail -2 "$tmp/fd.err" | tr '\n' ' ')"
+fi
+[ ! -e "$tmp/full_disk/DONE_00000003" ] && ! ls "$tmp/full_disk"/*.tmp > /dev/null 2>&1 \
+    && [ "$(stat -c %s "$tmp/full_disk/model_00000002.bin")" = "$size2" ] \
+    && ok "after the failed save: no marker, no temporary files, step 2 intact" || bad "the failed save left debris: $(ls "$tmp/full_disk")"
+$BIN $R1 -x 3 -o "$tmp/full_disk" -y 1 > "$tmp/fd2.out" 2>&1 && grep -q "resumed from .* at step 2" "$tmp/fd2.out" \
+    && ok "the run resumes from the last complete checkpoint" || bad "resume after a failed save: $(tail -2 "$tmp/fd2.out")"
+
 # a saved checkpoint is an llm.c model file that loads with -e and trains on
 if [ -f "$tmp/part1/model_00000003.bin" ] && $BIN $SMALL -b 2 -x 1 -e "$tmp/part1/model_00000003.bin" > "$tmp/load.log" 2>&1; then
     ok "a checkpoint loads as a model with -e"
