@@ -1,13 +1,14 @@
 /*
  train_gpt2_zero3_cpu: the fp32 CPU GPT-2/GPT-3 trainer. It is the reference that the
- GPU trainer and the ZeRO engine are measured against, and it trains for real on
- machines without a GPU. Data parallel over MPI: every rank computes the gradient of
- its own micro-batches, the gradients are averaged with an all-reduce, and every rank
- applies the same AdamW step.
+ GPU trainer is measured against, and it trains for real on machines without a GPU.
+ Data parallel over MPI through the ZeRO engine (zero3/): stages 0-3 partition the
+ optimizer state, the gradients and the parameters over the ranks, with optimizer
+ and parameter offload to the host or NVMe.
 
  The forward and backward reach parameters and gradients one *layer unit* at a time
- through params_unit() and grads_unit() (see llmc/gpt2.h for the units): these are
- the places where the ZeRO engine gathers, releases and reduces.
+ (see llmc/gpt2.h for the units) through params_fetch / params_release / grads_unit /
+ grads_reduce: the places where the engine gathers, releases and reduces, in the order
+ registered by gpt2_schedule.
 */
 #include <stdio.h>       // printf, FILE
 #include <stdlib.h>      // exit, calloc
@@ -949,8 +950,8 @@ int main(int argc, char** argv) {
         mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, mem_all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
     }
     if (rank == 0 && tc.report != NULL) {
-        // validation, sampling and checkpoints also gather at stage 3: count the steps'
-        // traffic only when they were off, else say nothing wrong by leaving them in
+        // per training step, averaged; the traffic of validation, sampling and
+        // checkpoints between steps is included (run with -v 0 -s 0 -n 0 to leave it out)
         double per_step[4] = {0, 0, 0, 0};
         int n = nsteps > 0 ? nsteps : 1;
         per_step[0] = (model.zero.comm.bytes[ZERO_ALLGATHER] - comm_bytes0[ZERO_ALLGATHER]) / n;
