@@ -14,7 +14,8 @@
  fixed by the inputs alone, so results are bitwise reproducible run to run.
  Design choice: this needs a device scratch buffer (size from
  encoder_backward_scratch_bytes), hence the extra `scratch` argument of encoder_backward;
- it avoids any host work or host<->device transfer in the middle of the step.
+ it avoids any host work or host<->device transfer in the middle of the step. An overload
+ with the scratch-free signature allocates it stream-ordered (cudaMallocAsync).
 */
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
@@ -148,6 +149,18 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, void* scratch,
     dim3 grid((unsigned int)N, (unsigned int)CEIL_DIV(C, block));
     encoder_backward_wte_kernel<<<grid, block, 0, s>>>(dwte, dout, sorted_tok, sorted_pos, N, C);
     cudaCheck(cudaGetLastError());
+}
+
+// Convenience overload with the scratch-free signature: takes the scratch from the
+// stream-ordered allocator (cudaMallocAsync/cudaFreeAsync on s: no device synchronization;
+// after the first call the default memory pool normally serves it without a driver call).
+// Prefer the explicit-scratch version in the training loop (fixed memory, no allocator).
+static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
+                                    int B, int T, int C, cudaStream_t s) {
+    void* scratch = nullptr;
+    cudaCheck(cudaMallocAsync(&scratch, encoder_backward_scratch_bytes(B, T), s));
+    encoder_backward(dwte, dwpe, scratch, dout, inp, B, T, C, s);
+    cudaCheck(cudaFreeAsync(scratch, s));
 }
 
 #endif // LLMC_ENCODER_CUH

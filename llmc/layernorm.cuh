@@ -1,0 +1,245 @@
+/*
+ LayerNorm on the GPU (CUDA twin of llmc/layernorm.h, same math, shapes and eps):
+   mean = sum_c x_c / C,  var = sum_c (x_c - mean)^2 / C  (biased),  rstd = 1/sqrt(var + eps)
+   out_c = (x_c - mean) * rstd * weight_c + bias_c
+ All arithmetic is fp32 whatever floatX is; only the loads and the final stores are floatX.
+ mean and rstd are saved in fp32 for the backward pass.
+
+ Forward: one warp per row. The variance uses two passes (mean first, then squared
+ deviations) like the CPU code: E[x^2] - E[x]^2 cancels badly when |mean| >> std, which
+ happens on the residual stream. The row is re-read from global memory for each pass; at
+ GPT-2 widths (C <= 1600, 3.2 KB in bf16) the re-reads hit L1/L2.
+
+ Backward: dinp per row (one warp per row, as the forward); dweight/dbias are sums over all
+ rows, made DETERMINISTIC without atomics in two kernels:
+   1. a grid of (column tile) x (row chunk) blocks; each block sums its chunk of rows for
+      its 32 columns in a fixed order (fixed per-thread row subsets, then a fixed tree over
+      the threads) and writes the fp32 partial sums to `scratch`;
+   2. one thread per column adds the partials in chunk order and accumulates into
+      dweight/dbias.
+ The number of chunks depends only on N = B*T, so the summation order (and the bits of
+ the result) depends on the inputs only, not on the GPU or on scheduling.
+*/
+#ifndef LLMC_LAYERNORM_CUH
+#define LLMC_LAYERNORM_CUH
+
+#include <math.h>                  // sqrtf (rsqrtf is avoided: it is approximate)
+#include <stddef.h>                // size_t for offsets that may pass 2^31
+#include "llmc/cuda_common.cuh"    // floatX, to_float/from_float, warp_reduce_sum, cudaCheck, CEIL_DIV
+
+#ifndef LAYERNORM_EPS
+#define LAYERNORM_EPS 1e-5f        // same value as llmc/layernorm.h (torch's default)
+#endif
+
+// rows per block in the one-warp-per-row kernels: 8 warps = 256 threads
+#define LN_WARPS_PER_BLOCK 8
+// backward dweight/dbias: columns per block (one warp wide: a row segment read coalesced)
+// and threads stacked over rows within the block
+#define LN_BWD_COLS 32
+#define LN_BWD_ROWS 8
+// at most this many row chunks (partial sums per column); fewer when N is small
+#define LN_BWD_MAX_CHUNKS 128
+// aim for at least this many rows per chunk, so that tiny N does not make empty chunks
+#define LN_BWD_MIN_ROWS_PER_CHUNK 32
+
+// ----------------------------------------------------------------------------
+// kernels
+
+// one warp normalizes one row x (C,) into y (C,); stores mean/rstd when the pointers are
+// non-null (inference can skip them). Lane l handles columns l, l+32, ...
+__device__ __forceinline__ void layernorm_row_warp(floatX* y, float* mean, float* rstd, size_t row,
+                                                   const floatX* x, const floatX* weight,
+                                                   const floatX* bias, int C, int lane) {
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) { sum += to_float(x[c]); }
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
+    var = warp_reduce_sum(var) / C;
+    float s = 1.0f / sqrtf(var + LAYERNORM_EPS);
+    for (int c = lane; c < C; c += 32) {
+        float xhat = (to_float(x[c]) - m) * s;
+        y[c] = from_float<floatX>(xhat * to_float(weight[c]) + to_float(bias[c]));
+    }
+    if (lane == 0) {
+        if (mean != nullptr) { mean[row] = m; }
+        if (rstd != nullptr) { rstd[row] = s; }
+    }
+}
+
+// out (N,C), mean (N,), rstd (N,) <- inp (N,C); one warp per row
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                         const floatX* weight, const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32;
+    size_t row = (size_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= (size_t)N) { return; }  // whole warps exit together: the shuffles stay full
+    layernorm_row_warp(out + row * C, mean, rstd, row, inp + row * C, weight, bias, C, lane);
+}
+
+// residual (N,C) = inp1 + inp2, then normed (N,C) = layernorm(residual); one warp per row.
+// The sum is rounded to floatX and stored first; the statistics are computed from the
+// STORED (rounded) values, so the forward normalizes exactly the tensor that the backward
+// will see as its input. Each lane re-reads only the columns it wrote itself (same
+// lane-to-column mapping in every pass), so no synchronization is needed.
+__global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX* normed, float* mean,
+                                                        float* rstd, const floatX* inp1, const floatX* inp2,
+                                                        const floatX* weight, const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32;
+    size_t row = (size_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= (size_t)N) { return; }
+    floatX* r = residual + row * C;
+    const floatX* a = inp1 + row * C;
+    const floatX* b = inp2 + row * C;
+    for (int c = lane; c < C; c += 32) { r[c] = from_float<floatX>(to_float(a[c]) + to_float(b[c])); }
+    layernorm_row_warp(normed + row * C, mean, rstd, row, r, weight, bias, C, lane);
+}
+
+// dinp (N,C) += per-row LayerNorm backward; one warp per row.
+//   xhat = (x - mean) * rstd,  g = weight * dout
+//   dinp_c += rstd * (g_c - mean_c'(g) - xhat_c * mean_c'(g * xhat))
+__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+                                               const floatX* weight, const float* mean, const float* rstd,
+                                               int N, int C) {
+    int lane = threadIdx.x % 32;
+    size_t row = (size_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= (size_t)N) { return; }
+    const floatX* x = inp + row * C;
+    const floatX* dy = dout + row * C;
+    floatX* dx = dinp + row * C;
+    float m = mean[row], s = rstd[row];
+    float g_sum = 0.0f, gx_sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float xhat = (to_float(x[c]) - m) * s;
+        float g = to_float(weight[c]) * to_float(dy[c]);
+        g_sum += g;
+        gx_sum += g * xhat;
+    }
+    float g_mean = warp_reduce_sum(g_sum) / C;
+    float gx_mean = warp_reduce_sum(gx_sum) / C;
+    for (int c = lane; c < C; c += 32) {
+        float xhat = (to_float(x[c]) - m) * s;
+        float g = to_float(weight[c]) * to_float(dy[c]);
+        float d = s * (g - g_mean - xhat * gx_mean);
+        dx[c] = from_float<floatX>(to_float(dx[c]) + d);
+    }
+}
+
+// partial sums of dweight/dbias. grid (CEIL_DIV(C, 32), nchunks), block (32, LN_BWD_ROWS).
+// Block (tile, k) handles columns [32*tile, 32*tile+32) and rows [k*rows_per_chunk, ...).
+// Thread (tx, ty) sums rows ty, ty+LN_BWD_ROWS, ... of the chunk for column tx; then the
+// LN_BWD_ROWS partial sums are combined by a fixed tree in shared memory.
+// scratch (2, nchunks, C) fp32: [0] dweight partials, [1] dbias partials.
+__global__ void layernorm_backward_partial_kernel(float* scratch, const floatX* dout, const floatX* inp,
+                                                  const float* mean, const float* rstd,
+                                                  int N, int C, int rows_per_chunk) {
+    __shared__ float sh_dw[LN_BWD_ROWS][LN_BWD_COLS];
+    __shared__ float sh_db[LN_BWD_ROWS][LN_BWD_COLS];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * LN_BWD_COLS + tx;
+    int k = blockIdx.y;
+    int nchunks = gridDim.y;
+    int r0 = k * rows_per_chunk;
+    int r1 = min(r0 + rows_per_chunk, N);
+    float dw = 0.0f, db = 0.0f;
+    if (c < C) {
+        for (int r = r0 + ty; r < r1; r += LN_BWD_ROWS) {
+            float dy = to_float(dout[(size_t)r * C + c]);
+            float xhat = (to_float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
+            dw += dy * xhat;
+            db += dy;
+        }
+    }
+    sh_dw[ty][tx] = dw;
+    sh_db[ty][tx] = db;
+    __syncthreads();
+    // fixed tree over ty: the same additions in the same order on every run
+    for (int stride = LN_BWD_ROWS / 2; stride > 0; stride /= 2) {
+        if (ty < stride) {
+            sh_dw[ty][tx] += sh_dw[ty + stride][tx];
+            sh_db[ty][tx] += sh_db[ty + stride][tx];
+        }
+        __syncthreads();
+    }
+    if (ty == 0 && c < C) {
+        scratch[(size_t)k * C + c] = sh_dw[0][tx];
+        scratch[(size_t)nchunks * C + (size_t)k * C + c] = sh_db[0][tx];
+    }
+}
+
+// dweight (C,) +=, dbias (C,) += sums over the chunks, in chunk order; one thread per column
+__global__ void layernorm_backward_final_kernel(floatX* dweight, floatX* dbias, const float* scratch,
+                                                int nchunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) { return; }
+    float dw = 0.0f, db = 0.0f;
+    for (int k = 0; k < nchunks; k++) {
+        dw += scratch[(size_t)k * C + c];
+        db += scratch[(size_t)nchunks * C + (size_t)k * C + c];
+    }
+    dweight[c] = from_float<floatX>(to_float(dweight[c]) + dw);
+    dbias[c] = from_float<floatX>(to_float(dbias[c]) + db);
+}
+
+// ----------------------------------------------------------------------------
+// host launchers
+
+// out (B,T,C), mean (B,T), rstd (B,T) <- inp (B,T,C), weight (C,), bias (C,).
+// mean/rstd may be nullptr (not stored).
+static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                     const floatX* weight, const floatX* bias,
+                                     int B, int T, int C, cudaStream_t s) {
+    int N = B * T;
+    layernorm_forward_kernel<<<CEIL_DIV(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, s>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// residual (N,C) = inp1 + inp2 (N,C); normed (N,C), mean (N,), rstd (N,) = layernorm(residual).
+// residual must not alias inp1/inp2 partially (exact aliasing, residual == inp1, is fine:
+// each element is read before it is written, by the same thread).
+static inline void fused_residual_layernorm_forward(floatX* residual, floatX* normed, float* mean, float* rstd,
+                                                    const floatX* inp1, const floatX* inp2,
+                                                    const floatX* weight, const floatX* bias,
+                                                    int N, int C, cudaStream_t s) {
+    fused_residual_layernorm_forward_kernel<<<CEIL_DIV(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, s>>>(
+        residual, normed, mean, rstd, inp1, inp2, weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// number of row chunks the backward uses for N rows (depends on N only: determinism)
+static inline int layernorm_backward_nchunks(int N) {
+    int n = CEIL_DIV(N, LN_BWD_MIN_ROWS_PER_CHUNK);
+    if (n > LN_BWD_MAX_CHUNKS) { n = LN_BWD_MAX_CHUNKS; }
+    if (n < 1) { n = 1; }
+    return n;
+}
+
+// floats of `scratch` layernorm_backward needs: 2 * nchunks * C <= 2 * 128 * C
+// (for C = 768: 196,608 floats = 768 KB). Allocating 2 * LN_BWD_MAX_CHUNKS * C always works.
+static inline size_t layernorm_backward_scratch_floats(int B, int T, int C) {
+    return (size_t)2 * layernorm_backward_nchunks(B * T) * C;
+}
+
+// dinp (B,T,C) +=, dweight (C,) +=, dbias (C,) += from dout (B,T,C), with inp (B,T,C),
+// weight (C,), mean/rstd (B,T) of the forward. ACCUMULATES into all three (as the CPU).
+// scratch: fp32 device buffer of layernorm_backward_scratch_floats(B,T,C) floats, content
+// irrelevant on entry. dinp must not alias dout or inp.
+static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
+                                      const floatX* dout, const floatX* inp, const floatX* weight,
+                                      const float* mean, const float* rstd,
+                                      int B, int T, int C, cudaStream_t s) {
+    int N = B * T;
+    layernorm_backward_dinp_kernel<<<CEIL_DIV(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, s>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C);
+    cudaCheck(cudaGetLastError());
+    int nchunks = layernorm_backward_nchunks(N);
+    int rows_per_chunk = CEIL_DIV(N, nchunks);
+    dim3 grid(CEIL_DIV(C, LN_BWD_COLS), nchunks);
+    dim3 block(LN_BWD_COLS, LN_BWD_ROWS);
+    layernorm_backward_partial_kernel<<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+    cudaCheck(cudaGetLastError());
+    layernorm_backward_final_kernel<<<CEIL_DIV(C, 256), 256, 0, s>>>(dweight, dbias, scratch, nchunks, C);
+    cudaCheck(cudaGetLastError());
+}
+
+#endif // LLMC_LAYERNORM_CUH

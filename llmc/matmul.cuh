@@ -1,0 +1,307 @@
+/*
+ Fully connected layer on the GPU through cuBLASLt, weights stored (OC, C) row-major as
+ in llmc/matmul.h (torch.nn.Linear):
+   forward:  out (BT,OC) = inp (BT,C) @ weight^T (C,OC) + bias (OC,)   [optionally GELU fused]
+   backward: dinp (BT,C) (=|+=) dout (BT,OC) @ weight (OC,C)          [optionally * gelu'(pre_gelu)]
+             dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C)
+             dbias (OC,)    += column sums of dout (deterministic two-pass kernel, no atomics)
+ Inputs and outputs are floatX (bf16, or fp32 with -DENABLE_FP32); every product
+ accumulates in fp32 (CUBLAS_COMPUTE_32F: true fp32, no TF32, in the fp32 build).
+
+ Layout. cuBLASLt is column-major. A row-major (R, K) matrix with leading dimension K is,
+ byte for byte, the column-major (K, R) matrix with leading dimension K: its transpose.
+ So every row-major product Y = X @ W is computed as the column-major Y^T = W^T @ X^T,
+ where each ^T costs nothing (it is the same memory read the other way). The three
+ products, written as column-major D (m,n) = op(A) (m,k) @ op(B) (k,n):
+   forward  out^T (OC,BT)  = [weight: col-major (C,OC), op T] @ [inp:  col-major (C,BT), op N]
+   dinp     dinp^T (C,BT)  = [weight: col-major (C,OC), op N] @ [dout: col-major (OC,BT), op N]
+   dweight  dweight^T(C,OC)= [inp:    col-major (C,BT), op N] @ [dout: col-major (OC,BT), op T]
+ In the forward, D's rows are the OC output features, so the epilogue's bias vector
+ (one value per row of D) is exactly bias (OC,), broadcast over the BT columns.
+
+ GELU. The forward can fuse GELU into the epilogue (CUBLASLT_EPILOGUE_GELU_AUX_BIAS): out =
+ gelu(inp @ weight^T + bias), and the pre-activation is written to pre_gelu (BT,OC) for the
+ backward. In the backward, pre_gelu != NULL means "the input of this matmul was
+ gelu(pre_gelu)", so dinp = (dout @ weight) * gelu'(pre_gelu). That is done by a separate
+ elementwise kernel (gelu_backward_inplace_kernel) with exactly the formula of llmc/gelu.h,
+ not by the DGELU epilogue: the epilogue's GELU derivative is not documented precisely, and a
+ separate kernel can be checked against the CPU. The price is one extra pass over dinp and,
+ in bf16, one extra rounding (dinp is rounded to bf16 before the multiply).
+*/
+#ifndef LLMC_MATMUL_CUH
+#define LLMC_MATMUL_CUH
+
+#include <stdint.h>         // uintptr_t for alignment checks, int64_t for cuBLASLt attributes
+#include <stdio.h>          // fprintf for the error messages
+#include <stdlib.h>         // exit
+#include <cublasLt.h>       // cublasLtMatmul and its descriptors
+#include "cuda_common.cuh"  // floatX, cudaCheck, cublasCheck, to_float/from_float, CEIL_DIV
+
+// cuBLASLt workspace: 32 MiB is what NVIDIA recommends for Hopper (some kernels, e.g. with
+// split-K, need it; with less the heuristic just picks other kernels)
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+// cuBLASLt's name for floatX
+#if defined(ENABLE_FP32)
+#define CUBLASLT_FLOATX CUDA_R_32F
+#else
+#define CUBLASLT_FLOATX CUDA_R_16BF
+#endif
+
+// dbias reduction: the BT rows are cut into this many fixed row blocks (whatever the GPU),
+// each summed by one thread block into dbias_scratch, then the row-block sums are added in
+// index order. The result depends only on (BT, OC), never on scheduling: deterministic.
+#define MATMUL_DBIAS_ROW_BLOCKS 32
+// size in floats of the dbias_scratch buffer that matmul_backward needs for a given OC
+#define MATMUL_DBIAS_SCRATCH_FLOATS(OC) ((size_t)MATMUL_DBIAS_ROW_BLOCKS * (size_t)(OC))
+// threads of a dbias block: 32 columns (one warp wide, coalesced reads of a row) x 8 rows
+#define MATMUL_DBIAS_TX 32
+#define MATMUL_DBIAS_TY 8
+
+// GELU constants of llmc/gelu.h (tanh approximation, as GPT-2)
+#define MATMUL_GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
+#define MATMUL_GELU_CUBIC 0.044715f
+
+// ----------------------------------------------------------------------------
+// handle and workspace
+
+// creates the cuBLASLt handle and its workspace (*bytes = CUBLASLT_WORKSPACE_BYTES)
+static inline void cublaslt_init(cublasLtHandle_t* lt, void** workspace, size_t* bytes) {
+    cublasCheck(cublasLtCreate(lt));
+    *bytes = CUBLASLT_WORKSPACE_BYTES;
+    cudaCheck(cudaMalloc(workspace, *bytes));
+}
+
+static inline void cublaslt_free(cublasLtHandle_t lt, void* workspace) {
+    cudaCheck(cudaFree(workspace));
+    cublasCheck(cublasLtDestroy(lt));
+}
+
+// ----------------------------------------------------------------------------
+// kernels
+
+// pass 1 of dbias. grid (CEIL_DIV(OC, 32), MATMUL_DBIAS_ROW_BLOCKS), block (32, 8).
+// partial (ROW_BLOCKS, OC) [blockIdx.y, o] = sum of dout (BT,OC) [r, o] over the rows r of
+// row block blockIdx.y. Each thread walks its rows in order, then the 8 thread rows are
+// added in order through shared memory: a fixed summation order.
+__global__ void matmul_dbias_partial_kernel(float* partial, const floatX* dout, int BT, int OC) {
+    __shared__ float sums[MATMUL_DBIAS_TY][MATMUL_DBIAS_TX + 1];  // +1: no bank conflicts on the column read
+    int o = blockIdx.x * MATMUL_DBIAS_TX + threadIdx.x;
+    int rows_per_block = CEIL_DIV(BT, (int)gridDim.y);
+    int r0 = blockIdx.y * rows_per_block;
+    int r1 = min(BT, r0 + rows_per_block);
+    float acc = 0.0f;
+    if (o < OC) {
+        for (int r = r0 + threadIdx.y; r < r1; r += MATMUL_DBIAS_TY) {
+            acc += to_float(dout[(size_t)r * OC + o]);
+        }
+    }
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < OC) {
+        float total = 0.0f;
+        for (int y = 0; y < MATMUL_DBIAS_TY; y++) { total += sums[y][threadIdx.x]; }
+        partial[(size_t)blockIdx.y * OC + o] = total;
+    }
+}
+
+// pass 2 of dbias: dbias (OC,) += sum over row blocks b (in order) of partial (nblocks, OC) [b, o]
+__global__ void matmul_dbias_final_kernel(floatX* dbias, const float* partial, int OC, int nblocks) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) { return; }
+    float total = 0.0f;
+    for (int b = 0; b < nblocks; b++) { total += partial[(size_t)b * OC + o]; }
+    dbias[o] = from_float<floatX>(to_float(dbias[o]) + total);
+}
+
+// d (N,) = d * gelu'(pre) (N,), in place; the formula of llmc/gelu.h:
+//   gelu'(x) = s + 2 x s (1 - s) du/dx,  s = sigmoid(2u),  u = sqrt(2/pi) (x + 0.044715 x^3)
+__global__ void gelu_backward_inplace_kernel(floatX* d, const floatX* pre, size_t N) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride) {
+        float x = to_float(pre[i]);
+        float u = MATMUL_GELU_SCALE * (x + MATMUL_GELU_CUBIC * x * x * x);
+        float s = 1.0f / (1.0f + expf(-2.0f * u));
+        float du_dx = MATMUL_GELU_SCALE * (1.0f + 3.0f * MATMUL_GELU_CUBIC * x * x);
+        float grad = s + 2.0f * x * s * (1.0f - s) * du_dx;
+        d[i] = from_float<floatX>(grad * to_float(d[i]));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// checks: cuBLASLt wants 16-byte aligned pointers and leading dimensions that are a multiple
+// of 16 bytes for its fast (tensor core) kernels; rather than silently falling back or
+// failing in the heuristic with a bare status code, say what is wrong
+
+static inline void matmul_check_aligned(const void* p, const char* what, const char* fn) {
+    if (((uintptr_t)p & 15u) != 0) {
+        fprintf(stderr, "error: %s: %s = %p is not 16-byte aligned (cuBLASLt needs 16 bytes)\n", fn, what, p);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static inline void matmul_check_ld(int ld, const char* what, const char* fn) {
+    if (ld <= 0 || ((size_t)ld * sizeof(floatX)) % 16 != 0) {
+        fprintf(stderr, "error: %s: %s = %d: rows of %zu bytes are not a multiple of 16 bytes "
+                        "(cuBLASLt alignment; pad the dimension to a multiple of %zu)\n",
+                fn, what, ld, (size_t)ld * sizeof(floatX), 16 / sizeof(floatX));
+        exit(EXIT_FAILURE);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// one cuBLASLt call, column-major:
+//   D (m,n) [ld ldd] = op(A) (m,k) [stored with ld lda] @ op(B) (k,n) [ld ldb] + beta * D
+// with the given epilogue (bias: (m,) per row of D; aux: (m,n) [ld ldaux] for GELU_AUX).
+// Descriptors are created and destroyed on each call: a few microseconds of CPU time,
+// small next to the GEMMs of a GPT-2 layer.
+static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
+                                   int trans_a, int trans_b, int lda, int ldb, int ldd, float beta,
+                                   cublasLtEpilogue_t epilogue, const floatX* bias, floatX* aux, int ldaux,
+                                   cublasLtHandle_t lt, void* workspace, size_t workspace_bytes,
+                                   cudaStream_t s, const char* fn) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // fp32 accumulate, fp32 alpha/beta
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias != NULL) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux != NULL) {
+        int64_t ld64 = ldaux;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld64, sizeof(ld64)));
+    }
+    // layouts describe the matrices as stored, before op(): A is (k,m) when transposed
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUBLASLT_FLOATX, trans_a ? k : m, trans_a ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUBLASLT_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUBLASLT_FLOATX, m, n, ldd));
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = workspace_bytes;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        fprintf(stderr, "error: %s: cuBLASLt found no algorithm (status %d) for m=%d n=%d k=%d "
+                        "trans_a=%d trans_b=%d epilogue=%d\n", fn, (int)st, m, n, k, trans_a, trans_b, (int)epilogue);
+        exit(EXIT_FAILURE);
+    }
+    float alpha = 1.0f;
+    // C = D: beta = 1 accumulates into D, beta = 0 overwrites it (C is then not read)
+    cublasCheck(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
+                               &heur.algo, workspace, workspace_bytes, s));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// ----------------------------------------------------------------------------
+// host launchers
+
+// out (BT,OC) = inp (BT,C) @ weight^T (C,OC) + bias (OC,), overwritten; bias may be NULL.
+// gelu_fusion != 0: out = gelu(...) and, when pre_gelu != NULL, pre_gelu (BT,OC) gets the
+// pre-activation (what matmul_backward needs). C and OC must be multiples of 16 bytes of floatX.
+static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                                  int BT, int C, int OC, floatX* pre_gelu, int gelu_fusion,
+                                  cublasLtHandle_t lt, void* workspace, size_t workspace_bytes, cudaStream_t s) {
+    const char* fn = "matmul_forward";
+    matmul_check_aligned(out, "out", fn);
+    matmul_check_aligned(inp, "inp", fn);
+    matmul_check_aligned(weight, "weight", fn);
+    if (bias != NULL) { matmul_check_aligned(bias, "bias", fn); }
+    matmul_check_ld(C, "C", fn);
+    matmul_check_ld(OC, "OC", fn);
+    cublasLtEpilogue_t epilogue;
+    floatX* aux = NULL;
+    if (gelu_fusion) {
+        if (pre_gelu != NULL) {
+            matmul_check_aligned(pre_gelu, "pre_gelu", fn);
+            // cuBLASLt documents the GELU aux leading dimension as a multiple of 8 elements
+            if (OC % 8 != 0) {
+                fprintf(stderr, "error: %s: GELU fusion with pre_gelu needs OC %% 8 == 0 (got OC=%d)\n", fn, OC);
+                exit(EXIT_FAILURE);
+            }
+            aux = pre_gelu;
+            epilogue = bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        } else {
+            epilogue = bias != NULL ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        }
+    } else {
+        epilogue = bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    }
+    // out^T (OC,BT) = weight (stored col-major (C,OC), op T) @ inp (stored col-major (C,BT), op N)
+    matmul_cublaslt(out, weight, inp, OC, BT, C, 1, 0, C, C, OC, 0.0f,
+                    epilogue, bias, aux, OC, lt, workspace, workspace_bytes, s, fn);
+}
+
+// given dout (BT,OC):
+//   dinp (BT,C)    = dout @ weight    (accumulate_dinp == 0: overwritten)
+//                 += dout @ weight    (accumulate_dinp != 0)
+//                  skipped when dinp is NULL (e.g. nothing upstream needs it);
+//                  when pre_gelu (BT,C) != NULL the input was gelu(pre_gelu) and
+//                  dinp = (dout @ weight) * gelu'(pre_gelu) (overwrite only: accumulate_dinp
+//                  must be 0 then, as the fused GELU output has no other consumer)
+//   dweight (OC,C) += dout^T @ inp    (always accumulated, beta = 1, like llmc/matmul.h)
+//   dbias (OC,)    += column sums of dout (skipped when dbias is NULL; otherwise
+//                  dbias_scratch must hold MATMUL_DBIAS_SCRATCH_FLOATS(OC) floats)
+// Everything is queued on stream s; dbias_scratch is in use until those kernels finish.
+static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
+                                   const floatX* dout, const floatX* inp, const floatX* weight,
+                                   float* dbias_scratch, int BT, int C, int OC,
+                                   const floatX* pre_gelu, int accumulate_dinp,
+                                   cublasLtHandle_t lt, void* workspace, size_t workspace_bytes, cudaStream_t s) {
+    const char* fn = "matmul_backward";
+    matmul_check_aligned(dweight, "dweight", fn);
+    matmul_check_aligned(dout, "dout", fn);
+    matmul_check_aligned(inp, "inp", fn);
+    matmul_check_aligned(weight, "weight", fn);
+    matmul_check_ld(C, "C", fn);
+    matmul_check_ld(OC, "OC", fn);
+    if (dinp != NULL) {
+        matmul_check_aligned(dinp, "dinp", fn);
+        if (pre_gelu != NULL && accumulate_dinp) {
+            fprintf(stderr, "error: %s: pre_gelu with accumulate_dinp is not supported "
+                            "(the GELU derivative would scale the old dinp too)\n", fn);
+            exit(EXIT_FAILURE);
+        }
+        // dinp^T (C,BT) = weight (stored col-major (C,OC), op N) @ dout (stored col-major (OC,BT), op N)
+        matmul_cublaslt(dinp, weight, dout, C, BT, OC, 0, 0, C, OC, C, accumulate_dinp ? 1.0f : 0.0f,
+                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, lt, workspace, workspace_bytes, s, fn);
+        if (pre_gelu != NULL) {
+            size_t N = (size_t)BT * C;
+            int threads = 256;
+            // grid-stride loop: cap the grid, every thread does a few elements
+            size_t blocks = CEIL_DIV(N, (size_t)threads);
+            if (blocks > 65536) { blocks = 65536; }
+            if (blocks == 0) { blocks = 1; }
+            gelu_backward_inplace_kernel<<<(unsigned)blocks, threads, 0, s>>>(dinp, pre_gelu, N);
+            cudaCheck(cudaGetLastError());
+        }
+    }
+    // dweight^T (C,OC) += inp (stored col-major (C,BT), op N) @ dout (stored col-major (OC,BT), op T)
+    matmul_cublaslt(dweight, inp, dout, C, OC, BT, 0, 1, C, OC, C, 1.0f,
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, lt, workspace, workspace_bytes, s, fn);
+    if (dbias != NULL) {
+        if (dbias_scratch == NULL) {
+            fprintf(stderr, "error: %s: dbias needs dbias_scratch (MATMUL_DBIAS_SCRATCH_FLOATS(OC) floats)\n", fn);
+            exit(EXIT_FAILURE);
+        }
+        dim3 grid(CEIL_DIV(OC, MATMUL_DBIAS_TX), MATMUL_DBIAS_ROW_BLOCKS);
+        dim3 block(MATMUL_DBIAS_TX, MATMUL_DBIAS_TY);
+        matmul_dbias_partial_kernel<<<grid, block, 0, s>>>(dbias_scratch, dout, BT, OC);
+        cudaCheck(cudaGetLastError());
+        matmul_dbias_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, s>>>(dbias, dbias_scratch, OC, MATMUL_DBIAS_ROW_BLOCKS);
+        cudaCheck(cudaGetLastError());
+    }
+}
+
+#endif // LLMC_MATMUL_CUH
