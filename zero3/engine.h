@@ -71,6 +71,7 @@ typedef struct { int unit; size_t offset, size; int decay; } ZeroTensor;
 enum { ZERO_PASS_TRAIN, ZERO_PASS_FORWARD, ZERO_NUM_PASSES };
 
 enum { UNIT_NOT_LIVE, UNIT_IN_FLIGHT, UNIT_LIVE };
+#define ZERO_POOL_MAX 64
 
 typedef struct {
     int len;
@@ -138,6 +139,11 @@ typedef struct {
     size_t param_stage_bytes;
     int staged_unit;        // the unit whose updated shard sits in param_stage, -1 if none
 
+    // working-set buffers freed during the step, kept for reuse by size: no allocation
+    // (and no page faults) in the steady state
+    struct { void* ptr; size_t elems; } pool[ZERO_POOL_MAX];
+    int npool;
+
     // where we are
     int pass, pos, last_micro;
     ZeroMemory mem;
@@ -167,6 +173,32 @@ static void zero_release_mem(ZeroEngine* e, int kind, void* p, size_t elems) {
     free(p);
     e->mem.current[kind] -= elems * sizeof(float);
     if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total -= elems * sizeof(float); }
+}
+
+// A working-set buffer (ZERO_MEM_BUFFERS): one of the same size from the pool if there
+// is one, else a new allocation. zeroed: 0 for buffers that are overwritten whole (a
+// gather, a reduce-scatter's receive), 1 for accumulators. Pooled buffers stay counted
+// as allocated, so the peak is what the process really holds.
+static void* zero_buf_get(ZeroEngine* e, size_t elems, int zeroed) {
+    for (int i = e->npool - 1; i >= 0; i--) {
+        if (e->pool[i].elems != elems) { continue; }
+        void* p = e->pool[i].ptr;
+        e->pool[i] = e->pool[--e->npool];
+        if (zeroed) { memset(p, 0, elems * sizeof(float)); }
+        return p;
+    }
+    return zero_alloc(e, ZERO_MEM_BUFFERS, elems);  // new memory comes zeroed
+}
+
+static void zero_buf_put(ZeroEngine* e, void* p, size_t elems) {
+    if (p == NULL) { return; }
+    if (e->npool < ZERO_POOL_MAX) {
+        e->pool[e->npool].ptr = p;
+        e->pool[e->npool].elems = elems;
+        e->npool++;
+        return;
+    }
+    zero_release_mem(e, ZERO_MEM_BUFFERS, p, elems);
 }
 
 // ----------------------------------------------------------------------------
@@ -211,7 +243,7 @@ static int zero_param_shard_get(ZeroEngine* e, int u, float* dst);  // below, wi
 // starts gathering unit u into a fresh buffer (this rank's shard is its input block)
 static int zero_gather_start(ZeroEngine* e, int u) {
     ZeroUnit* pu = &e->plan.units[u];
-    float* buf = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
+    float* buf = (float*)zero_buf_get(e, pu->padded, 0);
     if (buf == NULL) { return -1; }
     // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
     // prefetch schedule starts this early, so the read runs ahead of the unit's use
@@ -234,7 +266,7 @@ static int zero_gather_finish(ZeroEngine* e, int u) {
 
 static void zero_unit_free(ZeroEngine* e, int u) {
     if (e->unit_state[u] == UNIT_NOT_LIVE) { return; }
-    zero_release_mem(e, ZERO_MEM_BUFFERS, e->unit_buf[u], e->plan.units[u].padded);
+    zero_buf_put(e, e->unit_buf[u], e->plan.units[u].padded);
     e->unit_buf[u] = NULL;
     e->unit_state[u] = UNIT_NOT_LIVE;
     e->live_elems -= e->plan.units[u].numel;
@@ -327,7 +359,7 @@ static int zero_grad(ZeroEngine* e, int u, float** out) {
         return 0;
     }
     if (e->grad_buf[u] == NULL) {
-        e->grad_buf[u] = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, e->plan.units[u].padded);
+        e->grad_buf[u] = (float*)zero_buf_get(e, e->plan.units[u].padded, 1);
         if (e->grad_buf[u] == NULL) { return -1; }
     }
     *out = e->grad_buf[u];
@@ -345,9 +377,9 @@ static int zero_reduce_complete_one(ZeroEngine* e) {
         float* acc = e->shard_grads + pu->shard_offset;
         const float* got = e->pending_recv[slot];
         for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
-        zero_release_mem(e, ZERO_MEM_BUFFERS, e->pending_recv[slot], pu->shard);
+        zero_buf_put(e, e->pending_recv[slot], pu->shard);
         e->pending_recv[slot] = NULL;
-        zero_release_mem(e, ZERO_MEM_BUFFERS, e->grad_buf[u], pu->padded);
+        zero_buf_put(e, e->grad_buf[u], pu->padded);
         e->grad_buf[u] = NULL;
     }
     if (copy_out && e->stage >= 1) {
@@ -385,7 +417,7 @@ static int zero_reduce(ZeroEngine* e, int u) {
         rc = zero_reduce_scatter(&e->comm, e->full_grads + pu->full_offset, e->shard_grads + pu->shard_offset,
                                  pu->shard, &e->pending_req[slot]);
     } else {
-        float* recv = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->shard);
+        float* recv = (float*)zero_buf_get(e, pu->shard, 0);
         if (recv == NULL) { return -1; }
         e->pending_recv[slot] = recv;
         rc = zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, &e->pending_req[slot]);
@@ -877,7 +909,7 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
     for (int u = 0; u < num_units; u++) {
         ZeroUnit* pu = &p->units[u];
         float* buf = e->full_params != NULL ? e->full_params + pu->full_offset
-                                            : (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
+                                            : (float*)zero_buf_get(e, pu->padded, 1);  // zero padding
         if (buf == NULL) { return -1; }
         if (e->rank == 0) { memcpy(buf, params + src, pu->numel * sizeof(float)); }
         src += pu->numel;
@@ -889,7 +921,7 @@ static int zero_engine_init(ZeroEngine* e, const ZeroConfig* cfg, MPI_Comm comm,
             e->unit_state[u] = UNIT_LIVE;
             e->live_elems += pu->numel;
         } else {
-            zero_release_mem(e, ZERO_MEM_BUFFERS, buf, pu->padded);
+            zero_buf_put(e, buf, pu->padded);  // the first gather of a unit this size reuses it
         }
     }
 
@@ -923,6 +955,7 @@ static void zero_engine_free(ZeroEngine* e) {
     free(e->m); free(e->v);
     free(e->tensors); free(e->unit_buf); free(e->unit_state); free(e->unit_req); free(e->persistent);
     free(e->grad_buf); free(e->pending_unit); free(e->pending_req); free(e->pending_recv);
+    for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
     free(e->segs); free(e->host_grads); free(e->host_master);
     free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
     if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
