@@ -371,7 +371,7 @@ static int sample_token(const float* probs, int V, float coin) {
 // marker written last, so a checkpoint without its marker is never resumed from
 
 #define STATE_MAGIC 20240327
-#define STATE_VERSION 1
+#define STATE_VERSION 2
 
 static double now_ms(void) {
     struct timespec ts;
@@ -383,13 +383,17 @@ typedef struct {
     int32_t magic, version, rank, world_size, step, zero_stage;
     uint64_t num_params, state_bytes, sample_rng;
     DataLoaderState loader;
+    // what the data position means: a resume must read the data the same way
+    int32_t B, T, shuffle, grad_accum;
+    uint64_t seed;
 } StateHeader;
 
 // Each rank writes its own state file (its ZeRO shards, AdamW moments, the dataloader
 // position, the sampler RNG) under a temporary name and renames it; rank 0 also writes
 // the llm.c model file, gathered from the shards; the DONE marker comes last, after a
 // barrier, so a checkpoint is resumed from only when every file of it is complete.
-static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int world, uint64_t sample_rng, const DataLoader* loader) {
+static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int world, uint64_t sample_rng,
+                            const DataLoader* loader, const TrainConfig* tc, int grad_accum) {
     char path[4096], tmp[4200];
     float* full = rank == 0 ? (float*)mallocCheck(m->num_params * sizeof(float)) : NULL;
     zeroCheck(zero_params_gather(&m->zero, full, 0));
@@ -402,7 +406,8 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int wo
         free(full);
     }
     StateHeader h = {STATE_MAGIC, STATE_VERSION, rank, world, step, m->zero.stage,
-                     m->num_params, zero_state_bytes(&m->zero), sample_rng, {0, 0, 0}};
+                     m->num_params, zero_state_bytes(&m->zero), sample_rng, {0, 0, 0},
+                     tc->B, tc->T, tc->shuffle && !tc->overfit_single_batch, grad_accum, tc->seed};
     dataloader_get_state(loader, &h.loader);
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -439,7 +444,8 @@ static int checkpoint_latest(const char* dir) {
     return best;
 }
 
-static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, int world, uint64_t* sample_rng, DataLoaderState* loader) {
+static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, int world, uint64_t* sample_rng,
+                                  DataLoaderState* loader, const TrainConfig* tc, int grad_accum) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
     FILE* fp = fopen(path, "rb");
@@ -458,6 +464,14 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, 
                 "this run is rank %d of %d at stage %d with %zu parameters (resuming needs the same ranks, stage and model)\n",
                 path, h.rank, h.world_size, h.zero_stage, (unsigned long long)h.num_params, h.step,
                 rank, world, m->zero.stage, m->num_params);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int shuffle = tc->shuffle && !tc->overfit_single_batch;
+    if (h.B != tc->B || h.T != tc->T || h.shuffle != shuffle || h.grad_accum != grad_accum || h.seed != tc->seed) {
+        fprintf(stderr, "error: %s was saved with -b %d -t %d, %d accumulation steps, shuffle %d, --seed %llu; "
+                "this run has -b %d -t %d, %d, %d, %llu: the data position would not mean the same batches\n",
+                path, h.B, h.T, h.grad_accum, h.shuffle, (unsigned long long)h.seed,
+                tc->B, tc->T, grad_accum, shuffle, (unsigned long long)tc->seed);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (zero_state_read(&m->zero, fp) != 0) {
@@ -825,7 +839,7 @@ int main(int argc, char** argv) {
             if (rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc.output_dir); }
         } else {
             DataLoaderState ls;
-            checkpoint_load_state(tc.output_dir, latest, &model, rank, world, &sample_rng.state, &ls);
+            checkpoint_load_state(tc.output_dir, latest, &model, rank, world, &sample_rng.state, &ls, &tc, grad_accum);
             if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
             start_step = latest;
             if (rank == 0) { printf("resumed from %s at step %d\n", tc.output_dir, latest); }
@@ -910,7 +924,7 @@ int main(int argc, char** argv) {
         }
 
         if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
-            checkpoint_save(tc.output_dir, step, &model, rank, world, sample_rng.state, &train_loader);
+            checkpoint_save(tc.output_dir, step, &model, rank, world, sample_rng.state, &train_loader, &tc, grad_accum);
             if (rank == 0) { printf("saved checkpoint at step %d in %s\n", step, tc.output_dir); }
         }
         if (last_step) { break; }

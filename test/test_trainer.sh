@@ -120,6 +120,9 @@ fi
 $BIN $R1 -x 3 -o "$tmp/full_disk" -y 1 > "$tmp/fd2.out" 2>&1 && grep -q "resumed from .* at step 2" "$tmp/fd2.out" \
     && ok "the run resumes from the last complete checkpoint" || bad "resume after a failed save: $(tail -2 "$tmp/fd2.out")"
 
+# resuming with another batch shape would read other data: refused, naming it
+expect_error "resume with another -b" "-b 2" $BIN $R1 -b 4 -x 4 -o "$tmp/full_disk" -y 1
+
 # a saved checkpoint is an llm.c model file that loads with -e and trains on
 if [ -f "$tmp/part1/model_00000003.bin" ] && $BIN $SMALL -b 2 -x 1 -e "$tmp/part1/model_00000003.bin" > "$tmp/load.log" 2>&1; then
     ok "a checkpoint loads as a model with -e"
