@@ -532,12 +532,15 @@ static int sample_from_logits(const float* logits, int V, float coin) {
 // dataloader position and the sampler RNG; a DONE_%08d marker written last.
 
 #define GPU_STATE_MAGIC 20240328
-#define GPU_STATE_VERSION 1
+#define GPU_STATE_VERSION 2
 
 typedef struct {
     int32_t magic, version, rank, world_size, step, zero_stage, floatx_bytes, pad;
     uint64_t num_params, sample_rng;
     DataLoaderState loader;
+    // what the data position means (as the CPU trainer): a resume must read the data the same way
+    int32_t B, T, shuffle, grad_accum;
+    uint64_t seed;
 } GpuStateHeader;
 
 static int write_device_array(FILE* fp, const void* dev, size_t bytes) {
@@ -566,7 +569,8 @@ static int read_device_array(FILE* fp, void* dev, size_t bytes) {
     return ok;
 }
 
-static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_rng, const DataLoader* loader) {
+static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_rng, const DataLoader* loader,
+                            const TrainConfig* tc, int grad_accum) {
     char path[4096], tmp[4200];
     cudaCheck(cudaStreamSynchronize(m->stream));
     float* full = (float*)mallocCheck(m->num_params * sizeof(float));
@@ -583,6 +587,8 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_
     h.zero_stage = 0; h.floatx_bytes = (int32_t)sizeof(floatX);
     h.num_params = m->num_params; h.sample_rng = sample_rng;
     dataloader_get_state(loader, &h.loader);
+    h.B = tc->B; h.T = tc->T; h.shuffle = tc->shuffle && !tc->overfit_single_batch;
+    h.grad_accum = grad_accum; h.seed = tc->seed;
     snprintf(path, sizeof(path), "%s/gpu_state_%08d_%05d.bin", dir, step, 0);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* fp = fopen(tmp, "wb");
@@ -619,7 +625,8 @@ static int checkpoint_latest(const char* dir) {
     return best;
 }
 
-static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* sample_rng, DataLoaderState* loader) {
+static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* sample_rng, DataLoaderState* loader,
+                                  const TrainConfig* tc, int grad_accum) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/gpu_state_%08d_%05d.bin", dir, step, 0);
     FILE* fp = fopen(path, "rb");
@@ -638,6 +645,14 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* 
         fprintf(stderr, "error: %s was saved for %llu parameters at step %d in %s; this run has %zu parameters in %s "
                 "(resuming needs the same model and precision)\n", path, (unsigned long long)h.num_params, h.step,
                 h.floatx_bytes == 4 ? "fp32" : "bf16", m->num_params, PRECISION_MODE);
+        exit(EXIT_FAILURE);
+    }
+    int shuffle = tc->shuffle && !tc->overfit_single_batch;
+    if (h.B != tc->B || h.T != tc->T || h.shuffle != shuffle || h.grad_accum != grad_accum || h.seed != tc->seed) {
+        fprintf(stderr, "error: %s was saved with -b %d -t %d, %d accumulation steps, shuffle %d, --seed %llu; "
+                "this run has -b %d -t %d, %d, %d, %llu: the data position would not mean the same batches\n",
+                path, h.B, h.T, h.grad_accum, h.shuffle, (unsigned long long)h.seed,
+                tc->B, tc->T, grad_accum, shuffle, (unsigned long long)tc->seed);
         exit(EXIT_FAILURE);
     }
     size_t n = m->num_params;
@@ -914,7 +929,7 @@ int main(int argc, char** argv) {
             printf("no checkpoint in %s: starting from step 0\n", tc.output_dir);
         } else {
             DataLoaderState ls;
-            checkpoint_load_state(tc.output_dir, latest, &model, &sample_rng.state, &ls);
+            checkpoint_load_state(tc.output_dir, latest, &model, &sample_rng.state, &ls, &tc, grad_accum);
             if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
             start_step = latest;
             printf("resumed from %s at step %d\n", tc.output_dir, latest);
@@ -1000,7 +1015,7 @@ int main(int argc, char** argv) {
         }
 
         if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
-            checkpoint_save(tc.output_dir, step, &model, sample_rng.state, &train_loader);
+            checkpoint_save(tc.output_dir, step, &model, sample_rng.state, &train_loader, &tc, grad_accum);
             printf("saved checkpoint at step %d in %s\n", step, tc.output_dir);
         }
         if (last_step) { break; }

@@ -260,7 +260,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, size_t B,
         return llmc_error("dataloader: pattern %s matches too many files", pattern);
     }
     dl->num_shards = g.gl_pathc;
-    dl->shard_paths = calloc(dl->num_shards, sizeof(char*));
+    dl->shard_paths = (char**)calloc(dl->num_shards, sizeof(char*));
     if (dl->shard_paths == NULL) {
         globfree(&g);
         llmc_error("dataloader: out of memory for the shard paths of %s", pattern);
@@ -269,7 +269,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, size_t B,
     }
     for (size_t f = 0; f < dl->num_shards; f++) {
         size_t len = strlen(g.gl_pathv[f]);
-        dl->shard_paths[f] = malloc(len + 1);
+        dl->shard_paths[f] = (char*)malloc(len + 1);
         if (dl->shard_paths[f] == NULL) {
             globfree(&g);
             llmc_error("dataloader: out of memory for the shard paths of %s", pattern);
@@ -282,10 +282,10 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, size_t B,
     qsort(dl->shard_paths, dl->num_shards, sizeof(char*), dataloader_path_compare);
 
     // validate every shard now, so a bad file fails at startup and not hours into training
-    dl->shard_ntok = calloc(dl->num_shards, sizeof(size_t));
-    dl->shard_nchunks = calloc(dl->num_shards, sizeof(size_t));
-    dl->chunk_offset = calloc(dl->num_shards, sizeof(size_t));
-    dl->shard_order = calloc(dl->num_shards, sizeof(int));
+    dl->shard_ntok = (size_t*)calloc(dl->num_shards, sizeof(size_t));
+    dl->shard_nchunks = (size_t*)calloc(dl->num_shards, sizeof(size_t));
+    dl->chunk_offset = (size_t*)calloc(dl->num_shards, sizeof(size_t));
+    dl->shard_order = (int*)calloc(dl->num_shards, sizeof(int));
     if (!dl->shard_ntok || !dl->shard_nchunks || !dl->chunk_offset || !dl->shard_order) {
         llmc_error("dataloader: out of memory for %zu shards", dl->num_shards);
         dataloader_free(dl);
@@ -316,10 +316,10 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, size_t B,
     }
 
     size_t bt = B * T;
-    dl->chunk_order = malloc(dl->total_chunks * sizeof(int));
-    dl->buffer = malloc((bt + 1) * 2);
-    dl->inputs = malloc(bt * sizeof(int));
-    dl->targets = malloc(bt * sizeof(int));
+    dl->chunk_order = (int*)malloc(dl->total_chunks * sizeof(int));
+    dl->buffer = (uint8_t*)malloc((bt + 1) * 2);
+    dl->inputs = (int*)malloc(bt * sizeof(int));
+    dl->targets = (int*)malloc(bt * sizeof(int));
     if (!dl->chunk_order || !dl->buffer || !dl->inputs || !dl->targets) {
         llmc_error("dataloader: out of memory for a batch of B*T = %zu tokens", bt);
         dataloader_free(dl);

@@ -240,6 +240,10 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
     int32_t header[256];
     float* out = NULL;
     void* file_buf = NULL;
+    TensorRange* ranges = NULL;
+    int version;
+    size_t n, elem, off;
+    long expected, actual;
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { return llmc_error("cannot open model file %s: %s", path, strerror(errno)); }
     if (fread(header, sizeof(int32_t), 256, fp) != 256) {
@@ -250,7 +254,7 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
         llmc_error("model file %s has bad magic %d (expected %d): not an llm.c model file", path, header[0], GPT2_MODEL_MAGIC);
         goto fail;
     }
-    int version = header[1];
+    version = header[1];
     if (version != GPT2_MODEL_VERSION_FP32 && version != GPT2_MODEL_VERSION_BF16) {
         llmc_error("model file %s has version %d: only 3 (fp32) and 5 (bf16) are supported", path, version);
         goto fail;
@@ -263,11 +267,11 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
     c->padded_vocab_size = header[7];
     if (gpt2_config_validate(c, path) != 0) { goto fail; }
 
-    size_t n = gpt2_num_params(c);
-    size_t elem = version == GPT2_MODEL_VERSION_FP32 ? 4 : 2;
-    long expected = 1024 + (long)(n * elem);
+    n = gpt2_num_params(c);
+    elem = version == GPT2_MODEL_VERSION_FP32 ? 4 : 2;
+    expected = 1024 + (long)(n * elem);
     if (fseek(fp, 0, SEEK_END) != 0) { llmc_error("cannot seek in model file %s", path); goto fail; }
-    long actual = ftell(fp);
+    actual = ftell(fp);
     if (actual != expected) {
         llmc_error("model file %s is %ld bytes but its header describes %ld (%zu parameters, %s)%s",
                    path, actual, expected, n, elem == 4 ? "fp32" : "bf16", actual < expected ? ": truncated" : "");
@@ -282,11 +286,11 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
     // scatter the file's kind-major order into the unit-major layout
     size_t sizes[NUM_PARAM_KINDS];
     gpt2_param_sizes(c, sizes);
-    TensorRange* ranges = (TensorRange*)malloc(gpt2_num_tensors(c) * sizeof(TensorRange));
+    ranges = (TensorRange*)malloc(gpt2_num_tensors(c) * sizeof(TensorRange));
     if (ranges == NULL) { llmc_error("out of memory"); goto fail; }
     gpt2_tensor_ranges(c, ranges);
     size_t kind_offset[NUM_PARAM_KINDS];  // where each kind starts in the file
-    size_t off = 0;
+    off = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
         kind_offset[k] = off;
         off += sizes[k] * (gpt2_is_block_kind(k) ? (size_t)c->num_layers : 1);

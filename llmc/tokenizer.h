@@ -68,13 +68,13 @@ static inline int tokenizer_slurp(const char* path, char** data, size_t* size) {
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { return llmc_error("%s: cannot open: %s", path, strerror(errno)); }
     size_t cap = 1 << 16, n = 0;
-    char* buf = malloc(cap + 1);
+    char* buf = (char*)malloc(cap + 1);
     if (buf == NULL) { fclose(fp); return llmc_error("%s: out of memory", path); }
     // read in chunks instead of trusting ftell, so pipes and /proc files work too
     for (;;) {
         if (n == cap) {
             cap *= 2;
-            char* nb = realloc(buf, cap + 1);
+            char* nb = (char*)realloc(buf, cap + 1);
             if (nb == NULL) { free(buf); fclose(fp); return llmc_error("%s: out of memory", path); }
             buf = nb;
         }
@@ -132,9 +132,9 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
     // each token takes 1 length byte + L bytes in the file and L bytes + 1 NUL in
     // storage, so the body size is exactly the storage size
     size_t body = size - header_bytes;
-    t->storage = malloc(body > 0 ? body : 1);
-    t->offsets = malloc((size_t)vocab_size * sizeof(uint32_t));
-    t->lengths = malloc(vocab_size);
+    t->storage = (char*)malloc(body > 0 ? body : 1);
+    t->offsets = (uint32_t*)malloc((size_t)vocab_size * sizeof(uint32_t));
+    t->lengths = (uint8_t*)malloc(vocab_size);
     int rc = 0;
     if (t->storage == NULL || t->offsets == NULL || t->lengths == NULL) {
         rc = llmc_error("%s: out of memory for %u tokens", path, vocab_size);
@@ -263,7 +263,7 @@ static inline int bpe_map_put(BpeMap* m, const char* key, size_t len, uint64_t v
     if ((m->count + 1) * 2 > m->cap) {
         // grow at half load so probe chains stay short
         size_t ncap = m->cap ? m->cap * 2 : 1024;
-        BpeMapSlot* ns = calloc(ncap, sizeof(BpeMapSlot));
+        BpeMapSlot* ns = (BpeMapSlot*)calloc(ncap, sizeof(BpeMapSlot));
         if (ns == NULL) { return llmc_error("tokenizer: out of memory growing a hash map to %zu slots", ncap); }
         for (size_t i = 0; i < m->cap; i++) {
             if (!m->slots[i].used) { continue; }
@@ -287,7 +287,7 @@ static inline int bpe_map_put(BpeMap* m, const char* key, size_t len, uint64_t v
     if (m->keys_len + len > m->keys_cap) {
         size_t ncap = m->keys_cap ? m->keys_cap : 4096;
         while (ncap < m->keys_len + len) { ncap *= 2; }
-        char* nk = realloc(m->keys, ncap);
+        char* nk = (char*)realloc(m->keys, ncap);
         if (nk == NULL) { return llmc_error("tokenizer: out of memory growing a key arena to %zu bytes", ncap); }
         m->keys = nk;
         m->keys_cap = ncap;
@@ -455,11 +455,11 @@ static inline int bpe_load_encoder(Bpe* b, const char* path, const int inv[324],
         return llmc_error("%s: %d entries: expected 1..65536 tokens", path, n);
     }
     b->vocab_size = (uint32_t)n;
-    b->tok_off = malloc((size_t)n * sizeof(uint32_t));
-    b->tok_len = calloc((size_t)n, sizeof(uint32_t));
-    uint8_t* seen = calloc((size_t)n, 1);
+    b->tok_off = (uint32_t*)malloc((size_t)n * sizeof(uint32_t));
+    b->tok_len = (uint32_t*)calloc((size_t)n, sizeof(uint32_t));
+    uint8_t* seen = (uint8_t*)calloc((size_t)n, 1);
     size_t bytes_cap = 1 << 20, bytes_len = 0;
-    b->tok_bytes = malloc(bytes_cap);
+    b->tok_bytes = (char*)malloc(bytes_cap);
     if (b->tok_off == NULL || b->tok_len == NULL || seen == NULL || b->tok_bytes == NULL) {
         free(seen); cJSON_Delete(root);
         return llmc_error("%s: out of memory", path);
@@ -479,7 +479,7 @@ static inline int bpe_load_encoder(Bpe* b, const char* path, const int inv[324],
         seen[id] = 1;
         if (bytes_len + klen > bytes_cap) {
             while (bytes_len + klen > bytes_cap) { bytes_cap *= 2; }
-            char* nb = realloc(b->tok_bytes, bytes_cap);
+            char* nb = (char*)realloc(b->tok_bytes, bytes_cap);
             if (nb == NULL) { rc = llmc_error("%s: out of memory", path); break; }
             b->tok_bytes = nb;
         }
@@ -524,9 +524,9 @@ static inline int bpe_load_merges(Bpe* b, const char* path, const int inv[324], 
     for (size_t i = 0; i < size; i++) { lines += text[i] == '\n'; }
     b->merge_cap = 1;
     while (b->merge_cap < lines * 2) { b->merge_cap *= 2; }
-    b->merge_keys = malloc(b->merge_cap * sizeof(uint64_t));
-    b->merge_vals = malloc(b->merge_cap * sizeof(uint64_t));
-    char* buf = malloc(size + 1);
+    b->merge_keys = (uint64_t*)malloc(b->merge_cap * sizeof(uint64_t));
+    b->merge_vals = (uint64_t*)malloc(b->merge_cap * sizeof(uint64_t));
+    char* buf = (char*)malloc(size + 1);
     if (b->merge_keys == NULL || b->merge_vals == NULL || buf == NULL) {
         free(text); free(buf);
         return llmc_error("%s: out of memory", path);
@@ -613,7 +613,7 @@ static inline int bpe_init(Bpe* b, const char* encoder_json, const char* vocab_b
     pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE);
     b->md = pcre2_match_data_create_from_pattern(b->re, NULL);
     b->work_cap = 256;
-    b->work = malloc(b->work_cap * sizeof(uint32_t));
+    b->work = (uint32_t*)malloc(b->work_cap * sizeof(uint32_t));
     if (b->md == NULL || b->work == NULL) {
         bpe_free(b);
         return llmc_error("tokenizer: out of memory");
@@ -649,7 +649,7 @@ static inline int bpe_encode_word(Bpe* b, const char* s, size_t len, uint16_t* o
         return 0;
     }
     if (len > b->work_cap) {
-        uint32_t* nw = realloc(b->work, len * sizeof(uint32_t));
+        uint32_t* nw = (uint32_t*)realloc(b->work, len * sizeof(uint32_t));
         if (nw == NULL) { return llmc_error("tokenizer: out of memory for a %zu-byte pre-token", len); }
         b->work = nw;
         b->work_cap = len;
@@ -687,7 +687,7 @@ static inline int bpe_encode_word(Bpe* b, const char* s, size_t len, uint16_t* o
         }
         if (b->cache_toks_len + m > b->cache_toks_cap) {
             size_t ncap = b->cache_toks_cap ? b->cache_toks_cap * 2 : 1 << 16;
-            uint16_t* nt = realloc(b->cache_toks, ncap * sizeof(uint16_t));
+            uint16_t* nt = (uint16_t*)realloc(b->cache_toks, ncap * sizeof(uint16_t));
             if (nt == NULL) { return llmc_error("tokenizer: out of memory growing the cache"); }
             b->cache_toks = nt;
             b->cache_toks_cap = ncap;
@@ -711,7 +711,7 @@ static inline int bpe_encode(Bpe* b, const char* text, size_t len, uint16_t** ou
         return llmc_error("bpe_encode: invalid UTF-8 at byte offset %zu (byte 0x%02x)", bad, (unsigned char)text[bad]);
     }
     // every token covers at least one byte, so len tokens is always enough
-    uint16_t* toks = malloc((len > 0 ? len : 1) * sizeof(uint16_t));
+    uint16_t* toks = (uint16_t*)malloc((len > 0 ? len : 1) * sizeof(uint16_t));
     if (toks == NULL) { return llmc_error("bpe_encode: out of memory for %zu tokens", len); }
     size_t n = 0, off = 0;
     while (off < len) {
@@ -735,7 +735,7 @@ static inline int bpe_encode(Bpe* b, const char* text, size_t len, uint16_t** ou
         if (bpe_encode_word(b, text + start, end - start, toks, &n) != 0) { free(toks); return -1; }
         off = end;
     }
-    uint16_t* shrunk = realloc(toks, (n > 0 ? n : 1) * sizeof(uint16_t));
+    uint16_t* shrunk = (uint16_t*)realloc(toks, (n > 0 ? n : 1) * sizeof(uint16_t));
     *out = shrunk != NULL ? shrunk : toks;
     *n_out = n;
     return 0;
@@ -746,7 +746,7 @@ static inline int bpe_encode(Bpe* b, const char* text, size_t len, uint16_t** ou
 static inline int bpe_write_tokenizer_file(const Bpe* b, const char* path) {
     if (!b->init_ok) { return llmc_error("%s: the encoder is not initialized", path); }
     size_t plen = strlen(path);
-    char* tmp = malloc(plen + 5);
+    char* tmp = (char*)malloc(plen + 5);
     if (tmp == NULL) { return llmc_error("%s: out of memory", path); }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);

@@ -20,7 +20,11 @@
 // ----------------------------------------------------------------------------
 // error messages of library code: one line, kept per thread
 
+#ifdef __cplusplus
+static thread_local char llmc_errbuf[1024];  // C++ spelling of _Thread_local
+#else
 static _Thread_local char llmc_errbuf[1024];
+#endif
 
 // records a message (printf format) and returns -1, so: `return llmc_error("...");`
 __attribute__((format(printf, 1, 2)))

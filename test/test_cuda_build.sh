@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA kernels and their GPU tests must keep compiling on machines without a GPU
+# The CUDA kernels, their GPU tests and the GPU trainer must keep compiling on machines without a GPU
 # (CI): this builds them with the Makefile's rules (bf16 and fp32, sm_80 and sm_90 when
 # no GPU is found). It checks compilation only; running them is `make test-gpu`, on a
 # machine with a GPU. Ends with "N passed, N failed".
@@ -11,7 +11,8 @@ if ! command -v "${NVCC:-nvcc}" > /dev/null; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-for t in build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32; do
+for t in build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32 \
+         train_gpt2_zero3 train_gpt2_zero3_fp32; do
     if make -s "$t" > "/tmp/cuda_build.$$" 2>&1 && [ ! -s "/tmp/cuda_build.$$" ]; then
         echo "PASS $t compiles without warnings"; pass=$((pass + 1))
     else

@@ -507,7 +507,7 @@ static inline int zero_json_zero_optimization(ZeroJsonCtx* x, const cJSON* z, Ze
     if (zero_json_object(x, z, P) != 0) { return -1; }
     // sizes, with the stage3_ prefix optional (DeepSpeed documents the prefixed names;
     // the bare ones are its internal field names and turn up in configs too)
-    static const struct { const char* name; int stage3; size_t offset; long long lo; } sizes[] = {
+    static const struct ZeroSizeKey { const char* name; int stage3; size_t offset; long long lo; } sizes[] = {
         { "reduce_bucket_size", 0, offsetof(ZeroConfig, reduce_bucket_size), 1 },
         { "allgather_bucket_size", 0, offsetof(ZeroConfig, allgather_bucket_size), 1 },
         { "sub_group_size", 0, offsetof(ZeroConfig, sub_group_size), 1 },

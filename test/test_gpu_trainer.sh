@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# End-to-end tests of the CUDA trainer (./train_gpt2_zero3 bf16, ./train_gpt2_zero3_fp32),
+# run by `make test-gpu` on a machine with a GPU, from the repo root, after the two GPU
+# binaries and ./train_gpt2_zero3_cpu are built. Ends with "N passed, N failed".
+#
+#   fp32 vs PyTorch   the 10-step overfit run of test/ref_gpt2.py's model: loss and grad
+#                     norm of every step within check_report.py's tolerance (the same as
+#                     the CPU trainer's: max(10 d, 16 fp32 ulps), d = PyTorch fp32-vs-fp64)
+#   fp32 vs CPU       the same run: losses within 1e-4 absolute, grad norms within 1e-3
+#                     relative. Both are fp32 with different summation orders (cuBLAS vs
+#                     OpenBLAS, the GPU's fixed reduction trees): ulp-level gradient
+#                     differences, which 10 AdamW steps at lr 1e-3 keep around 1e-6 in the
+#                     loss (about 5.3); a wrong offset or scale moves it by > 1e-2.
+#   bf16 vs CPU       see the tolerance argument at that section
+#   recompute         -r 0 / 1 / 2 agree (fp32)
+#   accumulation      -b 4 -d 512 equals -b 8 (fp32)
+#   resume            a run resumed from a checkpoint repeats the uninterrupted losses
+#                     bit for bit (bf16: the compute copy is saved, the stochastic
+#                     rounding bits depend only on (seed, step, offset))
+#   refusals          -z 1, --offload-optimizer cpu and 2 ranks: exit 1, one clear line
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, losses, maxdiff, within, expect_error
+GPU=./train_gpt2_zero3
+GPU32=./train_gpt2_zero3_fp32
+CPU=./train_gpt2_zero3_cpu
+for b in $GPU $GPU32 $CPU; do
+    [ -x "$b" ] || { bad "missing binary $b (build: make train_gpt2_zero3 train_gpt2_zero3_fp32 train_gpt2_zero3_cpu)"; finish; exit 1; }
+done
+
+# norms of a report, one per line
+norms() { $PY -c "import json,sys; [print(repr(s['grad_norm'])) for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
+# max relative difference of two files of numbers
+maxrel() { $PY -c "
+import sys
+a=[float(x) for x in open(sys.argv[1])]; b=[float(x) for x in open(sys.argv[2])]
+print(max(abs(x-y)/max(abs(y),1e-30) for x,y in zip(a,b)) if len(a)==len(b) and a else 'length-mismatch')" "$1" "$2"; }
+# gpu_run NAME BIN ARGS...: output in $tmp/NAME.log, report $tmp/NAME.json
+gpu_run() {
+    local name=$1 bin=$2; shift 2
+    $bin "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || { echo "  ($name: exit $rc)"; tail -3 "$tmp/$name.log" | sed 's/^/    /'; }
+    return $rc
+}
+
+REF=$tmp/ref
+mkdir -p "$REF"
+$PY test/ref_gpt2.py "$REF" > "$tmp/ref.log" 2>&1 || { bad "test/ref_gpt2.py ($(tail -1 "$tmp/ref.log"))"; finish; exit 1; }
+RUN="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 8 -t 64 -a 1 -x 10 -l 1e-3 -u 0 -q 1.0 -c 0.1 -v 0 -s 0"
+
+# ---------------------------------------------------------------------------
+# fp32 against the PyTorch reference and against the CPU trainer
+gpu_run fp32 $GPU32 $RUN || bad "fp32 GPU run"
+gpu_run cpu $CPU $RUN || bad "CPU run"
+gpu_run bf16 $GPU $RUN || bad "bf16 GPU run"
+if [ -f "$tmp/fp32.json" ]; then
+    $PY test/check_report.py "$REF/ref.bin" "$tmp/fp32.json" 10 gpu_fp32 > "$tmp/check.log" 2>&1
+    read -r P F < <(tail -1 "$tmp/check.log")
+    if [ "${F:-1}" = "0" ] && [ "${P:-0}" -gt 0 ]; then ok "fp32 GPU matches the PyTorch reference ($P checks)"
+    else bad "fp32 GPU vs PyTorch reference: $(grep FAIL "$tmp/check.log" | head -3 | tr '\n' ';')"; fi
+fi
+if [ -f "$tmp/fp32.json" ] && [ -f "$tmp/cpu.json" ]; then
+    losses "$tmp/fp32.json" > "$tmp/l_fp32"; losses "$tmp/cpu.json" > "$tmp/l_cpu"
+    norms "$tmp/fp32.json" > "$tmp/n_fp32"; norms "$tmp/cpu.json" > "$tmp/n_cpu"
+    d=$(maxdiff "$tmp/l_fp32" "$tmp/l_cpu"); r=$(maxrel "$tmp/n_fp32" "$tmp/n_cpu")
+    within "$d" 1e-4 && ok "fp32 GPU losses = CPU losses (max abs diff $d <= 1e-4)" || bad "fp32 GPU vs CPU losses: max abs diff $d"
+    within "$r" 1e-3 && ok "fp32 GPU grad norms = CPU grad norms (max rel diff $r <= 1e-3)" || bad "fp32 GPU vs CPU grad norms: max rel diff $r"
+fi
+
+# ---------------------------------------------------------------------------
+# bf16 against the CPU trainer. Tolerance: bf16 keeps 8 significant bits, a relative
+# rounding error of up to 2^-9 = 0.2% at every stored activation and at the compute copy
+# of every weight (fp32 master and fp32 accumulation elsewhere). About 15 such roundings
+# lie between the embedding and the logits of this 2-layer model, so the logits (O(1)
+# here) carry errors of roughly 0.5%, and each position's loss, a log-sum-exp minus one
+# logit, errs by up to ~0.01-0.02; the mean over 512 positions averages the random part
+# away but not the bias. Hence:
+#   step 0 (no update yet, forward only):  |loss_bf16 - loss_cpu| <= 0.02
+#   every step of the 10:                  |loss_bf16 - loss_cpu| <= 0.05  (~1% of 5.3)
+#   the training effect:                   the drop loss[0] - loss[9] within 10% of the CPU's
+# A broken backward or optimizer leaves the first check passing but fails the other two;
+# a broken forward fails the first (errors of a bug are >= 0.1 here).
+if [ -f "$tmp/bf16.json" ] && [ -f "$tmp/cpu.json" ]; then
+    losses "$tmp/bf16.json" > "$tmp/l_bf16"
+    res=$($PY -c "
+a=[float(x) for x in open('$tmp/l_bf16')]; b=[float(x) for x in open('$tmp/l_cpu')]
+if len(a) != len(b) or len(a) < 2: print('length-mismatch 1 1 0 0'); raise SystemExit
+d0=abs(a[0]-b[0]); dm=max(abs(x-y) for x,y in zip(a,b)); da=a[0]-a[-1]; db=b[0]-b[-1]
+print(d0, dm, abs(da-db)/max(abs(db),1e-12), da, db)")
+    read -r d0 dm dr da db <<< "$res"
+    within "$d0" 0.02 && ok "bf16 step-0 loss = CPU (|diff| $d0 <= 0.02)" || bad "bf16 step-0 loss vs CPU: $d0"
+    within "$dm" 0.05 && ok "bf16 losses = CPU over 10 steps (max |diff| $dm <= 0.05)" || bad "bf16 losses vs CPU: max diff $dm"
+    within "$dr" 0.1 && ok "bf16 loss drop $da = CPU's $db within 10%" || bad "bf16 loss drop $da vs CPU $db (rel diff $dr)"
+fi
+
+# ---------------------------------------------------------------------------
+# recompute: -r 1 (GELU recomputed by the exact-formula kernel instead of reusing the
+# cuBLASLt epilogue's output) and -r 2 (layernorms too) against -r 0, fp32
+for r in 0 2; do
+    gpu_run "r$r" $GPU32 $RUN -r $r || bad "fp32 run -r $r"
+    if [ -f "$tmp/r$r.json" ] && [ -f "$tmp/fp32.json" ]; then
+        losses "$tmp/r$r.json" > "$tmp/l_r$r"
+        d=$(maxdiff "$tmp/l_r$r" "$tmp/l_fp32")
+        within "$d" 1e-4 && ok "fp32 -r $r = -r 1 (max diff $d)" || bad "fp32 -r $r vs -r 1: max diff $d"
+    fi
+done
+
+# ---------------------------------------------------------------------------
+# gradient accumulation: 2 micro-steps of 4 sequences = one batch of 8 (same tokens)
+ACC="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -t 64 -x 2 -l 1e-3 -c 0.1 -v 0 -s 0 --shuffle 0"
+gpu_run acc8 $GPU32 $ACC -b 8 || bad "fp32 -b 8 run"
+gpu_run acc4 $GPU32 $ACC -b 4 -d 512 || bad "fp32 -b 4 -d 512 run"
+if [ -f "$tmp/acc8.json" ] && [ -f "$tmp/acc4.json" ]; then
+    losses "$tmp/acc8.json" > "$tmp/l_a8"; losses "$tmp/acc4.json" > "$tmp/l_a4"
+    d=$(maxdiff "$tmp/l_a8" "$tmp/l_a4")
+    within "$d" 1e-4 && ok "2 accumulation steps of 4 = one batch of 8 (max diff $d)" || bad "accumulation: max diff $d"
+fi
+
+# ---------------------------------------------------------------------------
+# checkpoint and resume (bf16): 4 steps straight vs 2 steps + resume for 2 more
+CK="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 4 -t 64 -x 4 -l 1e-3 -c 0.1 -v 0 -s 0 --shuffle 0"
+gpu_run straight $GPU $CK || bad "bf16 4-step run"
+gpu_run first $GPU $CK -n 2 -o "$tmp/ck" || bad "bf16 run with checkpoints"
+if [ -f "$tmp/ck/model_00000002.bin" ] && [ -f "$tmp/ck/DONE_00000002" ]; then ok "checkpoint files written"; else bad "no checkpoint at step 2 in $tmp/ck"; fi
+rm -f "$tmp/ck/DONE_00000004"   # resume from step 2
+gpu_run resumed $GPU $CK -n 2 -o "$tmp/ck" -y 1 || bad "bf16 resumed run"
+if [ -f "$tmp/straight.json" ] && [ -f "$tmp/resumed.json" ]; then
+    losses "$tmp/straight.json" | tail -2 > "$tmp/l_s"; losses "$tmp/resumed.json" > "$tmp/l_r"
+    d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
+    within "$d" 0 && ok "resumed losses = uninterrupted losses, bit for bit" || bad "resume: max diff $d"
+fi
+# resuming with another batch shape would read other data: refused, naming it
+expect_error "resume with another -b" "-b 4" $GPU ${CK/-b 4/-b 2} -n 2 -o "$tmp/ck" -y 1
+# the checkpoint's model file loads into the CPU trainer
+if [ -f "$tmp/ck/model_00000004.bin" ]; then
+    $CPU -e "$tmp/ck/model_00000004.bin" -i $REF/train.bin -b 4 -t 64 -x 1 -v 0 -s 0 > "$tmp/load.log" 2>&1 \
+        && ok "the GPU's model file loads in the CPU trainer" || bad "CPU trainer cannot load the GPU's model file ($(tail -1 "$tmp/load.log"))"
+fi
+
+# ---------------------------------------------------------------------------
+# report fields and the log line
+if [ -f "$tmp/bf16.json" ]; then
+    $PY - "$tmp/bf16.json" <<'EOF' && ok "report has the promised fields" || bad "report fields"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["world_size"] == 1 and r["zero_stage"] == 0 and r["num_parameters"] > 0
+assert len(r["steps"]) == 10 and all(k in r["steps"][0] for k in ("step", "loss", "ms", "tokens_per_s"))
+m = r["memory"]["per_rank"][0]
+assert all(m[k] > 0 for k in ("params", "grads", "optimizer", "buffers", "peak"))
+assert m["peak"] >= m["params"] + m["grads"] + m["optimizer"]
+assert all(v == 0 for v in r["comm"]["per_rank_bytes_per_step"].values())
+EOF
+    grep -q "MFU" "$tmp/bf16.log" && grep -q "GPU mem" "$tmp/bf16.log" && ok "step lines show MFU and GPU memory" || bad "step line: $(grep -m1 '^step' "$tmp/bf16.log")"
+fi
+
+# ---------------------------------------------------------------------------
+# what the first version refuses
+expect_error "-z 1 refused" "not in the GPU trainer yet" $GPU $RUN -z 1
+expect_error "optimizer offload refused" "not in the GPU trainer yet" $GPU $RUN -z 2 --offload-optimizer cpu
+expect_error "2 ranks refused" "not in the GPU trainer yet" $MPIRUN -np 2 $GPU $RUN
+
+finish
