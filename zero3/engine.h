@@ -32,7 +32,7 @@
 #include <string.h>      // memset, memcpy
 #include <math.h>        // sqrt
 #include "llmc/utils.h"  // llmc_error
-#include "llmc/adamw.h"  // adamw_update, grad_norm_squared, clip_scale
+#include "llmc/adamw.h"  // grad_norm_squared, clip_scale
 #include "zero3/plan.h"  // ZeroPlan: padded units and shards
 #include "zero3/comm.h"  // ZeroComm: collectives with byte counters
 #include "zero3/config.h"  // ZeroConfig
@@ -668,20 +668,24 @@ static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_cli
     *norm_out = (float)norm;
     CpuAdamParams hp = {lr, e->beta1, e->beta2, e->eps, 0.0f, scale, t};
 
+    // Every path updates with the SIMD CPU Adam (zero3/cpu_adam.h), in place: on the
+    // CPU trainer the "device" is host memory too. llmc/adamw.h's scalar adamw_update
+    // stays as the tests' reference.
     double t_update = MPI_Wtime();
     if (e->stage == 0) {
         for (int i = 0; i < e->num_tensors; i++) {
             ZeroTensor tr = e->tensors[i];
             size_t off = e->plan.units[tr.unit].full_offset + tr.offset;
-            adamw_update(e->full_params + off, e->full_grads + off, e->m + off, e->v + off, tr.size,
-                         lr, e->beta1, e->beta2, e->eps, tr.decay ? weight_decay : 0.0f, scale, t);
+            hp.weight_decay = tr.decay ? weight_decay : 0.0f;
+            if (cpu_adam_step(e->full_params + off, e->full_grads + off, CPU_ADAM_FP32, e->m + off, e->v + off,
+                              tr.size, &hp, NULL, CPU_ADAM_FP32) != 0) { return -1; }
         }
     } else if (e->offload_opt == ZERO_OFFLOAD_NONE) {
         for (int i = 0; i < e->nsegs; i++) {
             ZeroSegment sg = e->segs[i];
-            adamw_update(zero_param_shard(e, sg.unit) + sg.unit_lo, e->shard_grads + sg.begin, e->m + sg.begin,
-                         e->v + sg.begin, sg.end - sg.begin, lr, e->beta1, e->beta2, e->eps,
-                         sg.decay ? weight_decay : 0.0f, scale, t);
+            hp.weight_decay = sg.decay ? weight_decay : 0.0f;
+            if (cpu_adam_step(zero_param_shard(e, sg.unit) + sg.unit_lo, e->shard_grads + sg.begin, CPU_ADAM_FP32,
+                              e->m + sg.begin, e->v + sg.begin, sg.end - sg.begin, &hp, NULL, CPU_ADAM_FP32) != 0) { return -1; }
         }
     } else if (e->offload_opt == ZERO_OFFLOAD_CPU) {
         // SIMD AdamW on the host shards; the updated parameters go straight to the
