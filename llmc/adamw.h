@@ -7,6 +7,8 @@
    p -= lr * mhat / (sqrt(vhat) + eps),  mhat = m / (1 - beta1^t),  vhat = v / (1 - beta2^t)
  The caller picks which tensors get weight_decay (GPT-2 convention: matrices yes, biases
  and layernorm parameters no) by calling adamw_update per group.
+ adamw_update is the plain scalar reference: the ZeRO engine runs the SIMD
+ zero3/cpu_adam.h, which the tests hold to this within a few ulps.
 */
 #ifndef LLMC_ADAMW_H
 #define LLMC_ADAMW_H
