@@ -14,10 +14,8 @@
 #include <stdlib.h>      // exit, calloc
 #include <string.h>      // memset, memcpy
 #include <math.h>        // sqrt, logf
-#include <time.h>        // clock_gettime for step timings
 #include <unistd.h>      // sysconf, access
 #include <sys/stat.h>    // mkdir, stat
-#include <dirent.h>      // opendir for finding the latest checkpoint
 #include <signal.h>      // signal: SIGXFSZ ignored, so a full file fails a write instead
 #include <omp.h>         // omp_set_num_threads
 #include <cblas.h>       // openblas_set_num_threads
@@ -40,20 +38,7 @@
 #include "llmc/dataloader.h"  // llm.c token shards
 #include "llmc/tokenizer.h"   // decoding samples
 #include "zero3/engine.h"     // ZeRO: fetch, release, reduce, step over MPI
-
-// ----------------------------------------------------------------------------
-// MPI checked wrapper
-
-static void mpi_check(int rc, const char* file, int line) {
-    if (rc != MPI_SUCCESS) {
-        char msg[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, msg, &len);
-        fprintf(stderr, "error: MPI: %s [%s:%d]\n", msg, file, line);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-#define mpiCheck(rc) mpi_check((rc), __FILE__, __LINE__)
+#include "llmc/trainer.h"     // mpiCheck, now_ms, die_all, log_line, checkpoint_latest, trainer_total_batch
 
 // ----------------------------------------------------------------------------
 // activations
@@ -373,12 +358,6 @@ static int sample_token(const float* probs, int V, float coin) {
 #define STATE_MAGIC 20240327
 #define STATE_VERSION 2
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 typedef struct {
     int32_t magic, version, rank, world_size, step, zero_stage;
     uint64_t num_params, state_bytes, sample_rng;
@@ -427,21 +406,6 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int wo
         FILE* done = fopenCheck(path, "w");
         fclose(done);
     }
-}
-
-// the latest step with a DONE marker in dir, or -1
-static int checkpoint_latest(const char* dir) {
-    DIR* d = opendir(dir);
-    if (d == NULL) { return -1; }
-    int best = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int s;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &s, &tail) == 1 && s > best) { best = s; }
-    }
-    closedir(d);
-    return best;
 }
 
 static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, int world, uint64_t* sample_rng,
@@ -590,25 +554,9 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
 
 // ----------------------------------------------------------------------------
 
-static void log_line(const char* dir, int rank, const char* fmt, int step, float value) {
-    if (dir == NULL || rank != 0) { return; }
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/main.log", dir);
-    FILE* fp = fopenCheck(path, "a");
-    fprintf(fp, fmt, step, value);
-    fclose(fp);
-}
-
 static float allreduce_mean(float x, int world) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     return x / world;
-}
-
-// errors found before training starts, the same on every rank: print once, stop all
-static void die_all(int rank, const char* msg) {
-    if (rank == 0) { fprintf(stderr, "error: %s\n", msg); }
-    MPI_Finalize();
-    exit(EXIT_FAILURE);
 }
 
 // FNV-1a over bytes, chained: for the check that every rank runs the same thing
@@ -743,25 +691,8 @@ int main(int argc, char** argv) {
         die_all(rank, msg);
     }
 
-    // batch: -d (tokens) if given, else DeepSpeed's rule over the JSON's
-    // train_batch_size (sequences), micro batch and accumulation steps, else B*T*ranks
     long tokens_per_micro = (long)tc.B * tc.T * world;
-    long total_batch = tokens_per_micro;
-    if (tc.given_d) {
-        total_batch = tc.total_batch_size;
-        if (total_batch % tokens_per_micro != 0) {
-            char msg[256];
-            snprintf(msg, sizeof(msg), "flag -d: total batch size %ld is not a multiple of B*T*ranks = %d*%d*%d = %ld",
-                     total_batch, tc.B, tc.T, world, tokens_per_micro);
-            die_all(rank, msg);
-        }
-    } else if (tc.zero.train_batch_size > 0 || tc.zero.gradient_accumulation_steps > 0) {
-        int micro = 0, accum = 0;
-        if (zero_config_resolve_batch(tc.zero.train_batch_size, tc.B, tc.zero.gradient_accumulation_steps, world, &micro, &accum) != 0) {
-            die_all(rank, llmc_errmsg());
-        }
-        total_batch = (long)micro * accum * world * tc.T;
-    }
+    long total_batch = trainer_total_batch(&tc, rank, world);
     int grad_accum = (int)(total_batch / tokens_per_micro);
     check_ranks_agree(&tc, &config, total_batch, rank, world);
 

@@ -18,11 +18,9 @@
 #include <stdlib.h>      // exit, malloc
 #include <string.h>      // memset, strstr
 #include <math.h>        // sqrt, expf
-#include <time.h>        // clock_gettime
 #include <unistd.h>      // access
 #include <signal.h>      // SIGXFSZ
 #include <sys/stat.h>    // mkdir, stat
-#include <dirent.h>      // opendir: the latest checkpoint
 #include <mpi.h>         // one rank for now; the place of the later NCCL setup
 #include <cjson/cJSON.h> // the --report JSON
 #include <nvtx3/nvToolsExt.h>  // NVTX ranges (header-only)
@@ -49,34 +47,14 @@
 #include "llmc/schedulers.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
+#include "llmc/trainer.h"    // mpiCheck, now_ms, die_all, log_line, checkpoint_latest, trainer_total_batch
 #pragma nv_diag_default 550
 
 // ----------------------------------------------------------------------------
 // small helpers
 
-static void mpi_check(int rc, const char* file, int line) {
-    if (rc != MPI_SUCCESS) {
-        char msg[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, msg, &len);
-        fprintf(stderr, "error: MPI: %s [%s:%d]\n", msg, file, line);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-#define mpiCheck(rc) mpi_check((rc), __FILE__, __LINE__)
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
-// errors found before training starts: one line, exit 1
-static void die_all(int rank, const char* msg) {
-    if (rank == 0) { fprintf(stderr, "error: %s\n", msg); }
-    MPI_Finalize();
-    exit(EXIT_FAILURE);
-}
 
 // floatX -> float on the host (bf16 is the top half of an fp32: exact)
 static inline float floatx_to_float_host(floatX x) {
@@ -611,19 +589,6 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_
     fclose(done);
 }
 
-static int checkpoint_latest(const char* dir) {
-    DIR* d = opendir(dir);
-    if (d == NULL) { return -1; }
-    int best = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int s;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &s, &tail) == 1 && s > best) { best = s; }
-    }
-    closedir(d);
-    return best;
-}
 
 static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* sample_rng, DataLoaderState* loader,
                                   const TrainConfig* tc, int grad_accum) {
@@ -757,14 +722,6 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_Delete(root);
 }
 
-static void log_line(const char* dir, const char* fmt, int step, float value) {
-    if (dir == NULL) { return; }
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/main.log", dir);
-    FILE* fp = fopenCheck(path, "a");
-    fprintf(fp, fmt, step, value);
-    fclose(fp);
-}
 
 // peak dense bf16 tensor TFLOP/s by device name; 0 when unknown
 static double peak_bf16_tflops(const char* name) {
@@ -848,24 +805,8 @@ int main(int argc, char** argv) {
         die_all(rank, msg);
     }
 
-    // batch: -d (tokens), else the JSON's batch keys, else B*T
-    long tokens_per_micro = (long)tc.B * tc.T;
-    long total_batch = tokens_per_micro;
-    if (tc.given_d) {
-        total_batch = tc.total_batch_size;
-        if (total_batch % tokens_per_micro != 0) {
-            char msg[256];
-            snprintf(msg, sizeof(msg), "flag -d: total batch size %ld is not a multiple of B*T*ranks = %d*%d*%d = %ld",
-                     total_batch, tc.B, tc.T, world, tokens_per_micro);
-            die_all(rank, msg);
-        }
-    } else if (tc.zero.train_batch_size > 0 || tc.zero.gradient_accumulation_steps > 0) {
-        int micro = 0, accum = 0;
-        if (zero_config_resolve_batch(tc.zero.train_batch_size, tc.B, tc.zero.gradient_accumulation_steps, world, &micro, &accum) != 0) {
-            die_all(rank, llmc_errmsg());
-        }
-        total_batch = (long)micro * accum * world * tc.T;
-    }
+    long tokens_per_micro = (long)tc.B * tc.T;  // one rank
+    long total_batch = trainer_total_batch(&tc, rank, world);
     int grad_accum = (int)(total_batch / tokens_per_micro);
 
     if (tc.output_dir != NULL) {
@@ -988,7 +929,7 @@ int main(int argc, char** argv) {
             }
             float val_loss = (float)(sum / val_steps);
             printf("val loss %f\n", val_loss);
-            log_line(tc.output_dir, "s:%d tel:%f\n", step, val_loss);
+            log_line(tc.output_dir, rank, "s:%d tel:%f\n", step, val_loss);
             vals[nvals++] = (ValRecord){step, val_loss};
         }
 
@@ -1054,7 +995,7 @@ int main(int argc, char** argv) {
         if (mfu >= 0) { snprintf(mfu_s, sizeof(mfu_s), "%.1f%%", 100.0 * mfu); } else { snprintf(mfu_s, sizeof(mfu_s), "n/a"); }
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | GPU mem %.0f MiB\n",
                step + 1, max_steps, loss, lr, norm, ms, tps, mfu_s, in_use / 1048576.0);
-        log_line(tc.output_dir, "s:%d trl:%f\n", step, loss);
+        log_line(tc.output_dir, rank, "s:%d trl:%f\n", step, loss);
         steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, mfu};
     }
 
