@@ -14,9 +14,7 @@
 #include <stdlib.h>      // exit, calloc
 #include <string.h>      // memset, memcpy
 #include <math.h>        // sqrt, logf
-#include <unistd.h>      // sysconf, access
-#include <sys/stat.h>    // mkdir, stat
-#include <signal.h>      // signal: SIGXFSZ ignored, so a full file fails a write instead
+#include <unistd.h>      // sysconf: cores per node
 #include <omp.h>         // omp_set_num_threads
 #include <cblas.h>       // openblas_set_num_threads
 #include <mpi.h>         // data parallelism: all-reduce of gradients and losses
@@ -38,7 +36,7 @@
 #include "llmc/dataloader.h"  // llm.c token shards
 #include "llmc/tokenizer.h"   // decoding samples
 #include "zero3/engine.h"     // ZeRO: fetch, release, reduce, step over MPI
-#include "llmc/trainer.h"     // mpiCheck, now_ms, die_all, log_line, checkpoint_latest, trainer_total_batch
+#include "llmc/trainer.h"     // start-up, model, batch, output dir, loaders, tokenizer, main.log, checkpoints
 
 // ----------------------------------------------------------------------------
 // activations
@@ -625,23 +623,9 @@ static int estimate_print(const TrainConfig* tc, const GPT2Config* c) {
 }
 
 int main(int argc, char** argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
-    // past a file-size limit, a write should fail with EFBIG and be reported, not kill us
-    signal(SIGXFSZ, SIG_IGN);
-    mpiCheck(MPI_Init(&argc, &argv));
-    int rank, world;
-    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
-
     TrainConfig tc;
-    int rc = args_parse(&tc, argc, argv);
-    if (rc == 1) {
-        if (rank == 0) { args_usage(stdout); }
-        MPI_Finalize();
-        return 0;
-    }
-    if (rc != 0) { die_all(rank, llmc_errmsg()); }
-    if (rank == 0 && tc.warnings[0] != '\0') { fputs(tc.warnings, stderr); }
+    int rank, world;
+    trainer_start(&argc, &argv, &tc, &rank, &world);
     if (tc.zero.bf16 == 1 && rank == 0) {
         fprintf(stderr, "warning: bf16.enabled is ignored: the CPU trainer computes in fp32\n");
     }
@@ -661,34 +645,15 @@ int main(int argc, char** argv) {
         openblas_set_num_threads(omp_get_max_threads());
     }
 
-    // the model: a file, or a descriptor with random init from --seed
+    // the model: a file, or a descriptor with random init from --seed (not for --estimate,
+    // which needs only the shape)
     GPT2Config config;
     float* params = NULL;
-    int from_file = access(tc.model, F_OK) == 0;
-    if (from_file) {
-        if (gpt2_read_model(tc.model, &config, &params) != 0) { die_all(rank, llmc_errmsg()); }
-    } else {
-        if (strstr(tc.model, ".bin") != NULL) {
-            char msg[4200];
-            snprintf(msg, sizeof(msg), "model file %s does not exist", tc.model);
-            die_all(rank, msg);
-        }
-        if (gpt2_config_from_descriptor(tc.model, &config) != 0) { die_all(rank, llmc_errmsg()); }
-    }
+    trainer_model(&tc, rank, tc.estimate == NULL, &config, &params);
     if (tc.estimate != NULL) {
         if (rank == 0 && estimate_print(&tc, &config) != 0) { fprintf(stderr, "error: %s\n", llmc_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
         MPI_Finalize();
         return 0;
-    }
-    if (!from_file && rank == 0) {  // the engine broadcasts rank 0's parameters
-        params = (float*)malloc(gpt2_num_params(&config) * sizeof(float));
-        if (params == NULL) { die_all(rank, "out of memory for the model's parameters"); }
-        gpt2_init_params(&config, params, tc.seed);
-    }
-    if (tc.T > config.max_seq_len) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag -t: sequence length %d exceeds the model's maximum of %d", tc.T, config.max_seq_len);
-        die_all(rank, msg);
     }
 
     long tokens_per_micro = (long)tc.B * tc.T * world;
@@ -696,19 +661,7 @@ int main(int argc, char** argv) {
     int grad_accum = (int)(total_batch / tokens_per_micro);
     check_ranks_agree(&tc, &config, total_batch, rank, world);
 
-    if (tc.output_dir != NULL) {
-        struct stat st;
-        int bad = 0;
-        if (rank == 0 && stat(tc.output_dir, &st) != 0 && mkdir(tc.output_dir, 0755) != 0) { bad = 1; }
-        mpiCheck(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
-        if (bad) {
-            char msg[4200];
-            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s", tc.output_dir);
-            die_all(rank, msg);
-        }
-    } else if (tc.checkpoint_every > 0 || tc.resume) {
-        die_all(rank, "flags -n and -y need an output directory: add -o DIR");
-    }
+    trainer_output_dir(&tc, rank);
 
     GPT2 model;
     if (gpt2_build(&model, &config, params, &tc.zero, MPI_COMM_WORLD, tc.beta1, tc.beta2, tc.eps) != 0) {
@@ -718,42 +671,13 @@ int main(int argc, char** argv) {
     free(params);
 
     DataLoader train_loader, val_loader;
-    int shuffle = tc.shuffle && !tc.overfit_single_batch;
-    if (dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, rank, world, shuffle, tc.seed) != 0) {
-        fprintf(stderr, "error: %s\n", llmc_errmsg());  // each rank reports: files may differ per node
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    int val_steps, max_steps;
+    trainer_loaders(&tc, rank, world, grad_accum, &train_loader, &val_loader, &val_steps, &max_steps);
     int use_val = tc.val_every > 0;
-    if (use_val && dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, rank, world, 0, 0) != 0) {
-        fprintf(stderr, "error: %s (or disable validation with -v 0)\n", llmc_errmsg());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    int val_steps = 0;
-    if (use_val) {
-        size_t nb = dataloader_num_batches(&val_loader);
-        val_steps = tc.val_max_steps < 0 || (size_t)tc.val_max_steps > nb ? (int)nb : tc.val_max_steps;
-    }
-    int max_steps = tc.max_steps;
-    if (max_steps < 0) { max_steps = (int)(dataloader_num_batches(&train_loader) / grad_accum); }
 
-    // samples are decoded only with a tokenizer of the model's vocabulary; a model of
-    // another vocabulary (a small test model) samples token ids
     Tokenizer tokenizer;
-    int have_tokenizer = tc.sample_every > 0 && tokenizer_init(&tokenizer, tc.tokenizer) == 0;
-    if (tc.sample_every > 0 && !have_tokenizer && rank == 0) {
-        printf("warning: %s; samples are printed as token ids\n", llmc_errmsg());
-    }
-    if (have_tokenizer && (int)tokenizer.vocab_size != config.vocab_size) {
-        if (rank == 0) {
-            printf("warning: tokenizer %s has %u tokens but the model has %d; samples are printed as token ids\n",
-                   tc.tokenizer, tokenizer.vocab_size, config.vocab_size);
-        }
-        tokenizer_free(&tokenizer);
-        have_tokenizer = 0;
-    }
-    // the first sampled position sees <|endoftext|>, or the last token of a smaller vocabulary
-    int start_token = have_tokenizer ? (int)tokenizer.eot_token
-                    : (config.vocab_size > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : config.vocab_size - 1);
+    int start_token;
+    int have_tokenizer = trainer_tokenizer(&tc, rank, config.vocab_size, &tokenizer, &start_token);
     gpt2_alloc_activations(&model, tc.B, tc.T, tc.recompute);
 
     LRScheduler sched = {0};

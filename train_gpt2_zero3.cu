@@ -18,9 +18,6 @@
 #include <stdlib.h>      // exit, malloc
 #include <string.h>      // memset, strstr
 #include <math.h>        // sqrt, expf
-#include <unistd.h>      // access
-#include <signal.h>      // SIGXFSZ
-#include <sys/stat.h>    // mkdir, stat
 #include <mpi.h>         // one rank for now; the place of the later NCCL setup
 #include <cjson/cJSON.h> // the --report JSON
 #include <nvtx3/nvToolsExt.h>  // NVTX ranges (header-only)
@@ -47,7 +44,7 @@
 #include "llmc/schedulers.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
-#include "llmc/trainer.h"    // mpiCheck, now_ms, die_all, log_line, checkpoint_latest, trainer_total_batch
+#include "llmc/trainer.h"    // start-up, model, batch, output dir, loaders, tokenizer, main.log, checkpoints
 #pragma nv_diag_default 550
 
 // ----------------------------------------------------------------------------
@@ -744,22 +741,9 @@ static double device_bytes_in_use(void) {
 // ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGXFSZ, SIG_IGN);
-    mpiCheck(MPI_Init(&argc, &argv));
-    int rank, world;
-    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &world));
-
     TrainConfig tc;
-    int rc = args_parse(&tc, argc, argv);
-    if (rc == 1) {
-        if (rank == 0) { args_usage(stdout); }
-        MPI_Finalize();
-        return 0;
-    }
-    if (rc != 0) { die_all(rank, llmc_errmsg()); }
-    if (rank == 0 && tc.warnings[0] != '\0') { fputs(tc.warnings, stderr); }
+    int rank, world;
+    trainer_start(&argc, &argv, &tc, &rank, &world);
     // what this first version does not do: say so once and stop
     if (world != 1 || tc.zero.stage != 0 || tc.zero.offload_optimizer != ZERO_OFFLOAD_NONE ||
         tc.zero.offload_param != ZERO_OFFLOAD_NONE) {
@@ -780,24 +764,7 @@ int main(int argc, char** argv) {
     // the model: a file, or a descriptor with random init from --seed
     GPT2Config config;
     float* params = NULL;
-    if (access(tc.model, F_OK) == 0) {
-        if (gpt2_read_model(tc.model, &config, &params) != 0) { die_all(rank, llmc_errmsg()); }
-    } else {
-        if (strstr(tc.model, ".bin") != NULL) {
-            char msg[4200];
-            snprintf(msg, sizeof(msg), "model file %s does not exist", tc.model);
-            die_all(rank, msg);
-        }
-        if (gpt2_config_from_descriptor(tc.model, &config) != 0) { die_all(rank, llmc_errmsg()); }
-        params = (float*)malloc(gpt2_num_params(&config) * sizeof(float));
-        if (params == NULL) { die_all(rank, "out of memory for the model's parameters"); }
-        gpt2_init_params(&config, params, tc.seed);
-    }
-    if (tc.T > config.max_seq_len) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag -t: sequence length %d exceeds the model's maximum of %d", tc.T, config.max_seq_len);
-        die_all(rank, msg);
-    }
+    trainer_model(&tc, rank, 1, &config, &params);
     if ((config.padded_vocab_size * sizeof(floatX)) % 16 != 0) {
         char msg[256];
         snprintf(msg, sizeof(msg), "padded vocabulary %d: the GPU trainer needs a multiple of %zu",
@@ -809,51 +776,18 @@ int main(int argc, char** argv) {
     long total_batch = trainer_total_batch(&tc, rank, world);
     int grad_accum = (int)(total_batch / tokens_per_micro);
 
-    if (tc.output_dir != NULL) {
-        struct stat st;
-        if (stat(tc.output_dir, &st) != 0 && mkdir(tc.output_dir, 0755) != 0) {
-            char msg[4200];
-            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s", tc.output_dir);
-            die_all(rank, msg);
-        }
-    } else if (tc.checkpoint_every > 0 || tc.resume) {
-        die_all(rank, "flags -n and -y need an output directory: add -o DIR");
-    }
-
+    trainer_output_dir(&tc, rank);
     GPT2 model;
     gpt2_build(&model, &config, params);
     free(params);
 
     DataLoader train_loader, val_loader;
-    int shuffle = tc.shuffle && !tc.overfit_single_batch;
-    if (dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, rank, world, shuffle, tc.seed) != 0) {
-        die_all(rank, llmc_errmsg());
-    }
+    int val_steps, max_steps;
+    trainer_loaders(&tc, rank, world, grad_accum, &train_loader, &val_loader, &val_steps, &max_steps);
     int use_val = tc.val_every > 0;
-    if (use_val && dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, rank, world, 0, 0) != 0) {
-        char msg[1200];
-        snprintf(msg, sizeof(msg), "%s (or disable validation with -v 0)", llmc_errmsg());
-        die_all(rank, msg);
-    }
-    int val_steps = 0;
-    if (use_val) {
-        size_t nb = dataloader_num_batches(&val_loader);
-        val_steps = tc.val_max_steps < 0 || (size_t)tc.val_max_steps > nb ? (int)nb : tc.val_max_steps;
-    }
-    int max_steps = tc.max_steps;
-    if (max_steps < 0) { max_steps = (int)(dataloader_num_batches(&train_loader) / grad_accum); }
-
     Tokenizer tokenizer;
-    int have_tokenizer = tc.sample_every > 0 && tokenizer_init(&tokenizer, tc.tokenizer) == 0;
-    if (tc.sample_every > 0 && !have_tokenizer) { printf("warning: %s; samples are printed as token ids\n", llmc_errmsg()); }
-    if (have_tokenizer && (int)tokenizer.vocab_size != config.vocab_size) {
-        printf("warning: tokenizer %s has %u tokens but the model has %d; samples are printed as token ids\n",
-               tc.tokenizer, tokenizer.vocab_size, config.vocab_size);
-        tokenizer_free(&tokenizer);
-        have_tokenizer = 0;
-    }
-    int start_token = have_tokenizer ? (int)tokenizer.eot_token
-                    : (config.vocab_size > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : config.vocab_size - 1);
+    int start_token;
+    int have_tokenizer = trainer_tokenizer(&tc, rank, config.vocab_size, &tokenizer, &start_token);
     gpt2_alloc_activations(&model, tc.B, tc.T, tc.recompute);
 
     LRScheduler sched;

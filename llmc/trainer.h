@@ -1,8 +1,9 @@
 /*
- Host-side pieces shared by the two trainers (train_gpt2_zero3.c and .cu): the MPI
- checked wrapper, timing, stopping every rank on a start-up error, llm.c's main.log,
- finding the latest complete checkpoint, and the batch arithmetic (-d, DeepSpeed's
- batch keys from --ds-config, or B*T*ranks).
+ Host-side pieces shared by the two trainers (train_gpt2_zero3.c and .cu): start-up
+ (MPI, flags), the model from a file or a descriptor, the batch arithmetic (-d,
+ DeepSpeed's batch keys from --ds-config, or B*T*ranks), the output directory, the data
+ loaders, the tokenizer for samples, llm.c's main.log, the latest complete checkpoint,
+ the MPI checked wrapper and timing. Errors stop every rank with one line.
 */
 #ifndef LLMC_TRAINER_H
 #define LLMC_TRAINER_H
@@ -10,10 +11,17 @@
 #include <stdio.h>        // fprintf, snprintf, sscanf
 #include <stdlib.h>       // exit
 #include <time.h>         // clock_gettime
+#include <string.h>       // strstr
+#include <signal.h>       // signal: SIGXFSZ ignored, so a full file fails a write instead
+#include <unistd.h>       // access
+#include <sys/stat.h>     // stat, mkdir
 #include <dirent.h>       // opendir: the DONE markers
 #include <mpi.h>          // MPI_Abort, MPI_Finalize
 #include "llmc/utils.h"   // fopenCheck, llmc_errmsg
-#include "llmc/args.h"    // TrainConfig
+#include "llmc/args.h"    // TrainConfig, args_parse
+#include "llmc/gpt2.h"    // model files, descriptors, init
+#include "llmc/dataloader.h"  // DataLoader
+#include "llmc/tokenizer.h"   // Tokenizer for samples
 #include "zero3/config.h" // zero_config_resolve_batch
 
 static void mpi_check(int rc, const char* file, int line) {
@@ -89,6 +97,112 @@ static long trainer_total_batch(const TrainConfig* tc, int rank, int world) {
         return (long)micro * accum * world * tc->T;
     }
     return tokens_per_micro;
+}
+
+// Start-up common to both trainers: line-buffered stdout, SIGXFSZ ignored (a write past a
+// file-size limit fails with EFBIG and is reported), MPI, the flags (-h prints the usage
+// and exits; a bad flag stops every rank), and the --ds-config warnings from rank 0.
+static void trainer_start(int* argc, char*** argv, TrainConfig* tc, int* rank, int* world) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
+    signal(SIGXFSZ, SIG_IGN);
+    mpiCheck(MPI_Init(argc, argv));
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, world));
+    int rc = args_parse(tc, *argc, *argv);
+    if (rc == 1) {
+        if (*rank == 0) { args_usage(stdout); }
+        MPI_Finalize();
+        exit(EXIT_SUCCESS);
+    }
+    if (rc != 0) { die_all(*rank, llmc_errmsg()); }
+    if (*rank == 0 && tc->warnings[0] != '\0') { fputs(tc->warnings, stderr); }
+}
+
+// The model of -e: an llm.c file (read on every rank), or a descriptor whose random init
+// (from --seed) is made on rank 0 only, when with_params: the trainers broadcast rank 0's
+// parameters. *params is NULL where nothing was read or made. Checks -t against the model.
+static void trainer_model(const TrainConfig* tc, int rank, int with_params, GPT2Config* config, float** params) {
+    *params = NULL;
+    if (access(tc->model, F_OK) == 0) {
+        if (gpt2_read_model(tc->model, config, params) != 0) { die_all(rank, llmc_errmsg()); }
+    } else {
+        if (strstr(tc->model, ".bin") != NULL) {
+            char msg[4200];
+            snprintf(msg, sizeof(msg), "model file %s does not exist", tc->model);
+            die_all(rank, msg);
+        }
+        if (gpt2_config_from_descriptor(tc->model, config) != 0) { die_all(rank, llmc_errmsg()); }
+        if (with_params && rank == 0) {
+            *params = (float*)malloc(gpt2_num_params(config) * sizeof(float));
+            if (*params == NULL) { die_all(rank, "out of memory for the model's parameters"); }
+            gpt2_init_params(config, *params, tc->seed);
+        }
+    }
+    if (tc->T > config->max_seq_len) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag -t: sequence length %d exceeds the model's maximum of %d", tc->T, config->max_seq_len);
+        die_all(rank, msg);
+    }
+}
+
+// -o: made by rank 0 (every rank learns whether it worked); -n and -y need it
+static void trainer_output_dir(const TrainConfig* tc, int rank) {
+    if (tc->output_dir != NULL) {
+        struct stat st;
+        int bad = 0;
+        if (rank == 0 && stat(tc->output_dir, &st) != 0 && mkdir(tc->output_dir, 0755) != 0) { bad = 1; }
+        mpiCheck(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (bad) {
+            char msg[4200];
+            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s", tc->output_dir);
+            die_all(rank, msg);
+        }
+    } else if (tc->checkpoint_every > 0 || tc->resume) {
+        die_all(rank, "flags -n and -y need an output directory: add -o DIR");
+    }
+}
+
+// The training loader (shuffled unless -a 1 or --shuffle 0) and the validation loader
+// (when -v > 0), the validation batches (-m, at most the set), and the steps (-x, or
+// one epoch of the training data). Each rank reports its own file errors: files may
+// differ per node.
+static void trainer_loaders(const TrainConfig* tc, int rank, int world, int grad_accum,
+                            DataLoader* train, DataLoader* val, int* val_steps, int* max_steps) {
+    int shuffle = tc->shuffle && !tc->overfit_single_batch;
+    if (dataloader_init(train, tc->train_pattern, tc->B, tc->T, rank, world, shuffle, tc->seed) != 0) {
+        fprintf(stderr, "error: %s\n", llmc_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    *val_steps = 0;
+    if (tc->val_every > 0) {
+        if (dataloader_init(val, tc->val_pattern, tc->B, tc->T, rank, world, 0, 0) != 0) {
+            fprintf(stderr, "error: %s (or disable validation with -v 0)\n", llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        size_t nb = dataloader_num_batches(val);
+        *val_steps = tc->val_max_steps < 0 || (size_t)tc->val_max_steps > nb ? (int)nb : tc->val_max_steps;
+    }
+    *max_steps = tc->max_steps >= 0 ? tc->max_steps : (int)(dataloader_num_batches(train) / grad_accum);
+}
+
+// The tokenizer for samples: used only when it has the model's vocabulary (a small test
+// model samples token ids). Returns whether it is loaded; *start_token is what the first
+// sampled position sees: <|endoftext|>, or the last token of a smaller vocabulary.
+static int trainer_tokenizer(const TrainConfig* tc, int rank, int vocab_size, Tokenizer* tok, int* start_token) {
+    int have = tc->sample_every > 0 && tokenizer_init(tok, tc->tokenizer) == 0;
+    if (tc->sample_every > 0 && !have && rank == 0) {
+        printf("warning: %s; samples are printed as token ids\n", llmc_errmsg());
+    }
+    if (have && (int)tok->vocab_size != vocab_size) {
+        if (rank == 0) {
+            printf("warning: tokenizer %s has %u tokens but the model has %d; samples are printed as token ids\n",
+                   tc->tokenizer, tok->vocab_size, vocab_size);
+        }
+        tokenizer_free(tok);
+        have = 0;
+    }
+    *start_token = have ? (int)tok->eot_token : (vocab_size > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : vocab_size - 1);
+    return have;
 }
 
 #endif // LLMC_TRAINER_H
