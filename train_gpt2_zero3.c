@@ -448,8 +448,6 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, 
 // ----------------------------------------------------------------------------
 // the --report JSON
 
-typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms; } StepRecord;
-typedef struct { int step; float loss; } ValRecord;
 enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_PEAK,
        MEM_HOST_PARAMS, MEM_HOST_GRADS, MEM_HOST_OPTIMIZER, MEM_HOST_BUFFERS, MEM_NVME, MEM_FIELDS };
 
@@ -478,41 +476,15 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(root, "zero_stage", m->zero.stage);
     cJSON_AddNumberToObject(root, "num_parameters", (double)m->num_params);
     cJSON_AddNumberToObject(root, "num_parameters_padded", (double)m->zero.plan.padded_total);
-    cJSON* cfg = cJSON_AddObjectToObject(root, "config");
-    cJSON_AddStringToObject(cfg, "model", tc->model);
-    cJSON_AddNumberToObject(cfg, "B", tc->B);
-    cJSON_AddNumberToObject(cfg, "T", tc->T);
-    cJSON_AddNumberToObject(cfg, "grad_accum_steps", grad_accum);
-    cJSON_AddNumberToObject(cfg, "num_layers", m->config.num_layers);
-    cJSON_AddNumberToObject(cfg, "channels", m->config.channels);
-    cJSON_AddNumberToObject(cfg, "num_heads", m->config.num_heads);
+    cJSON* cfg = report_add_run(root, tc, &m->config, grad_accum, steps, nsteps, vals, nvals);
     char zdesc[512];
     zero_config_describe(&m->zero.cfg, zdesc, sizeof(zdesc));
     cJSON_AddStringToObject(cfg, "zero", zdesc);
-    cJSON* arr = cJSON_AddArrayToObject(root, "steps");
-    for (int i = 0; i < nsteps; i++) {
-        cJSON* s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "step", steps[i].step);
-        cJSON_AddNumberToObject(s, "loss", steps[i].loss);
-        cJSON_AddNumberToObject(s, "ms", steps[i].ms);
-        cJSON_AddNumberToObject(s, "tokens_per_s", steps[i].tokens_per_s);
-        cJSON_AddNumberToObject(s, "lr", steps[i].lr);
-        cJSON_AddNumberToObject(s, "grad_norm", steps[i].norm);
-        cJSON_AddNumberToObject(s, "comm_wait_ms", steps[i].wait_ms);
-        cJSON_AddItemToArray(arr, s);
-    }
-    arr = cJSON_AddArrayToObject(root, "val");
-    for (int i = 0; i < nvals; i++) {
-        cJSON* s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "step", vals[i].step);
-        cJSON_AddNumberToObject(s, "loss", vals[i].loss);
-        cJSON_AddItemToArray(arr, s);
-    }
     // params, grads and optimizer: the engine's persistent model states (peak bytes);
     // buffers: its working set (gathered units, unit gradients, receive buffers) at its
     // peak; activations: the trainer's; peak: the engine's peak total plus activations
     cJSON* memory = cJSON_AddObjectToObject(root, "memory");
-    arr = cJSON_AddArrayToObject(memory, "per_rank");
+    cJSON* arr = cJSON_AddArrayToObject(memory, "per_rank");
     static const char* const names[MEM_FIELDS] = {"params", "grads", "optimizer", "buffers", "activations", "peak",
         "host_params", "host_grads", "host_optimizer", "host_buffers", "nvme"};
     for (int r = 0; r < world; r++) {
@@ -535,19 +507,7 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(moved, "nvme_read", moved_per_step[ZERO_MOVE_NVME_READ]);
     cJSON_AddNumberToObject(moved, "nvme_write", moved_per_step[ZERO_MOVE_NVME_WRITE]);
     cJSON_AddNumberToObject(moved, "update_ms", update_ms_per_step);  // the AdamW update, wherever it ran
-    char* text = cJSON_Print(root);
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* fp = fopen(tmp, "w");
-    int ok = fp != NULL && fputs(text, fp) >= 0 && fputs("\n", fp) >= 0;
-    if (fp != NULL && fclose(fp) != 0) { ok = 0; }
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "error: cannot write report %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        exit(EXIT_FAILURE);
-    }
-    free(text);
-    cJSON_Delete(root);
+    report_save(root, path);
 }
 
 // ----------------------------------------------------------------------------
@@ -808,7 +768,7 @@ int main(int argc, char** argv) {
                    step + 1, max_steps, loss, lr, norm, ms, tps, wait);
         }
         log_line(tc.output_dir, rank, "s:%d trl:%f\n", step, loss);
-        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, wait};
+        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, wait, -1.0};
     }
 
     // report: memory peaks over the whole run (gathered again: the working set grows

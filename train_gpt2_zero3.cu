@@ -634,8 +634,6 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* 
 // ----------------------------------------------------------------------------
 // the --report JSON (the CPU trainer's fields where they apply)
 
-typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double mfu; } StepRecord;
-typedef struct { int step; float loss; } ValRecord;
 
 static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int grad_accum,
                          const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
@@ -647,42 +645,15 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(root, "num_parameters_padded", (double)m->num_params);
     cJSON_AddStringToObject(root, "device", device_name);
     cJSON_AddStringToObject(root, "precision", PRECISION_MODE);
-    cJSON* cfg = cJSON_AddObjectToObject(root, "config");
-    cJSON_AddStringToObject(cfg, "model", tc->model);
-    cJSON_AddNumberToObject(cfg, "B", tc->B);
-    cJSON_AddNumberToObject(cfg, "T", tc->T);
-    cJSON_AddNumberToObject(cfg, "grad_accum_steps", grad_accum);
-    cJSON_AddNumberToObject(cfg, "num_layers", m->config.num_layers);
-    cJSON_AddNumberToObject(cfg, "channels", m->config.channels);
-    cJSON_AddNumberToObject(cfg, "num_heads", m->config.num_heads);
+    cJSON* cfg = report_add_run(root, tc, &m->config, grad_accum, steps, nsteps, vals, nvals);
     cJSON_AddNumberToObject(cfg, "recompute", m->recompute);
     cJSON_AddStringToObject(cfg, "zero", "stage 0 (single GPU)");
     cJSON_AddNumberToObject(cfg, "flops_per_token", flops_per_token);
-    cJSON* arr = cJSON_AddArrayToObject(root, "steps");
-    for (int i = 0; i < nsteps; i++) {
-        cJSON* s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "step", steps[i].step);
-        cJSON_AddNumberToObject(s, "loss", steps[i].loss);
-        cJSON_AddNumberToObject(s, "ms", steps[i].ms);
-        cJSON_AddNumberToObject(s, "tokens_per_s", steps[i].tokens_per_s);
-        cJSON_AddNumberToObject(s, "lr", steps[i].lr);
-        cJSON_AddNumberToObject(s, "grad_norm", steps[i].norm);
-        cJSON_AddNumberToObject(s, "comm_wait_ms", 0);
-        if (steps[i].mfu >= 0) { cJSON_AddNumberToObject(s, "mfu", steps[i].mfu); }
-        cJSON_AddItemToArray(arr, s);
-    }
-    arr = cJSON_AddArrayToObject(root, "val");
-    for (int i = 0; i < nvals; i++) {
-        cJSON* s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "step", vals[i].step);
-        cJSON_AddNumberToObject(s, "loss", vals[i].loss);
-        cJSON_AddItemToArray(arr, s);
-    }
     // device bytes: params/grads/optimizer are the model states; buffers: activations,
     // scratch and the cuBLASLt workspace; peak: the most device memory seen in use
     // (cudaMemGetInfo: total - free, so the CUDA context and cuBLAS's own memory count)
     cJSON* memory = cJSON_AddObjectToObject(root, "memory");
-    arr = cJSON_AddArrayToObject(memory, "per_rank");
+    cJSON* arr = cJSON_AddArrayToObject(memory, "per_rank");
     cJSON* r = cJSON_CreateObject();
     cJSON_AddNumberToObject(r, "rank", 0);
     cJSON_AddNumberToObject(r, "params", (double)m->bytes_params);
@@ -704,19 +675,7 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(moved, "host_to_device", 0);
     cJSON_AddNumberToObject(moved, "nvme_read", 0);
     cJSON_AddNumberToObject(moved, "nvme_write", 0);
-    char* text = cJSON_Print(root);
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* fp = fopen(tmp, "w");
-    int ok = fp != NULL && fputs(text, fp) >= 0 && fputs("\n", fp) >= 0;
-    if (fp != NULL && fclose(fp) != 0) { ok = 0; }
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "error: cannot write report %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        exit(EXIT_FAILURE);
-    }
-    free(text);
-    cJSON_Delete(root);
+    report_save(root, path);
 }
 
 
@@ -930,7 +889,7 @@ int main(int argc, char** argv) {
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | GPU mem %.0f MiB\n",
                step + 1, max_steps, loss, lr, norm, ms, tps, mfu_s, in_use / 1048576.0);
         log_line(tc.output_dir, rank, "s:%d trl:%f\n", step, loss);
-        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, mfu};
+        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, 0.0, mfu};
     }
 
     if (tc.report != NULL) {

@@ -23,6 +23,7 @@
 #include "llmc/dataloader.h"  // DataLoader
 #include "llmc/tokenizer.h"   // Tokenizer for samples
 #include "zero3/config.h" // zero_config_resolve_batch
+#include <cjson/cJSON.h>  // the --report JSON
 
 static void mpi_check(int rc, const char* file, int line) {
     if (rc != MPI_SUCCESS) {
@@ -203,6 +204,65 @@ static int trainer_tokenizer(const TrainConfig* tc, int rank, int vocab_size, To
     }
     *start_token = have ? (int)tok->eot_token : (vocab_size > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : vocab_size - 1);
     return have;
+}
+
+// ----------------------------------------------------------------------------
+// the --report JSON: what both trainers write the same way
+
+// one training step and one validation, as the report records them
+typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; } StepRecord;  // mfu < 0: unknown
+typedef struct { int step; float loss; } ValRecord;
+
+// "config" (returned, for the caller's own keys), "steps" and "val"
+static cJSON* report_add_run(cJSON* root, const TrainConfig* tc, const GPT2Config* c, int grad_accum,
+                             const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals) {
+    cJSON* cfg = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddStringToObject(cfg, "model", tc->model);
+    cJSON_AddNumberToObject(cfg, "B", tc->B);
+    cJSON_AddNumberToObject(cfg, "T", tc->T);
+    cJSON_AddNumberToObject(cfg, "grad_accum_steps", grad_accum);
+    cJSON_AddNumberToObject(cfg, "num_layers", c->num_layers);
+    cJSON_AddNumberToObject(cfg, "channels", c->channels);
+    cJSON_AddNumberToObject(cfg, "num_heads", c->num_heads);
+    cJSON* arr = cJSON_AddArrayToObject(root, "steps");
+    for (int i = 0; i < nsteps; i++) {
+        cJSON* s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "step", steps[i].step);
+        cJSON_AddNumberToObject(s, "loss", steps[i].loss);
+        cJSON_AddNumberToObject(s, "ms", steps[i].ms);
+        cJSON_AddNumberToObject(s, "tokens_per_s", steps[i].tokens_per_s);
+        cJSON_AddNumberToObject(s, "lr", steps[i].lr);
+        cJSON_AddNumberToObject(s, "grad_norm", steps[i].norm);
+        cJSON_AddNumberToObject(s, "comm_wait_ms", steps[i].wait_ms);
+        if (steps[i].mfu >= 0) { cJSON_AddNumberToObject(s, "mfu", steps[i].mfu); }
+        cJSON_AddItemToArray(arr, s);
+    }
+    arr = cJSON_AddArrayToObject(root, "val");
+    for (int i = 0; i < nvals; i++) {
+        cJSON* s = cJSON_CreateObject();
+        cJSON_AddNumberToObject(s, "step", vals[i].step);
+        cJSON_AddNumberToObject(s, "loss", vals[i].loss);
+        cJSON_AddItemToArray(arr, s);
+    }
+    return cfg;
+}
+
+// writes the report under a temporary name and renames it (never a torn file), then
+// frees root; a failure to write stops the program with the path and the reason
+static void report_save(cJSON* root, const char* path) {
+    char* text = cJSON_Print(root);
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* fp = fopen(tmp, "w");
+    int ok = text != NULL && fp != NULL && fputs(text, fp) >= 0 && fputs("\n", fp) >= 0;
+    if (fp != NULL && fclose(fp) != 0) { ok = 0; }
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "error: cannot write report %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        exit(EXIT_FAILURE);
+    }
+    free(text);
+    cJSON_Delete(root);
 }
 
 #endif // LLMC_TRAINER_H
