@@ -220,13 +220,20 @@ static inline void zero_comm_free(ZeroComm* c) {
 // ----------------------------------------------------------------------------
 // float collectives
 
+// starts a collective of `kind`: the request it fills (the caller's, or `local` for a
+// blocking call), emptied, and the call counted
+static inline ZeroRequest* zero_comm_begin(ZeroComm* c, ZeroRequest* req, ZeroRequest* local, int kind) {
+    ZeroRequest* r = req ? req : local;
+    r->n = 0;
+    r->kind = kind;
+    c->calls[kind]++;
+    return r;
+}
+
 static inline int zero_allgather(ZeroComm* c, float* buf, size_t count, ZeroRequest* req) {
     double t0 = MPI_Wtime();
     ZeroRequest local;
-    ZeroRequest* r = req ? req : &local;
-    r->n = 0;
-    r->kind = ZERO_ALLGATHER;
-    c->calls[ZERO_ALLGATHER]++;
+    ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_ALLGATHER);
     if (c->world == 1 || count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
     int nchunks = zero_comm_nchunks("all-gather", count);
     if (nchunks < 0) { return -1; }
@@ -253,10 +260,7 @@ static inline int zero_allgather(ZeroComm* c, float* buf, size_t count, ZeroRequ
 static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* recv, size_t count, ZeroRequest* req) {
     double t0 = MPI_Wtime();
     ZeroRequest local;
-    ZeroRequest* r = req ? req : &local;
-    r->n = 0;
-    r->kind = ZERO_REDUCE_SCATTER;
-    c->calls[ZERO_REDUCE_SCATTER]++;
+    ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_REDUCE_SCATTER);
     if (count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
     if (c->world == 1) {
         memcpy(recv, send, count * sizeof(float));  // the sum over one rank is its own block
@@ -289,10 +293,7 @@ static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* rec
 static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, ZeroRequest* req) {
     double t0 = MPI_Wtime();
     ZeroRequest local;
-    ZeroRequest* r = req ? req : &local;
-    r->n = 0;
-    r->kind = ZERO_ALLREDUCE;
-    c->calls[ZERO_ALLREDUCE]++;
+    ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_ALLREDUCE);
     if (c->world == 1 || count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
     int nchunks = zero_comm_nchunks("all-reduce", count);
     if (nchunks < 0) { return -1; }
