@@ -40,18 +40,24 @@
 // ----------------------------------------------------------------------------
 // kernels
 
+// For a flat index over (b,h,t,d) of a (B,NH,T,hs) tensor: the offset of the same
+// (b,t,h,d) in a (B,T,row) tensor whose head h sits at [h*hs, (h+1)*hs) of each row.
+__device__ __forceinline__ size_t attention_row_offset(size_t idx, int T, int NH, int hs, size_t row) {
+    int d = (int)(idx % hs);
+    int t = (int)((idx / hs) % T);
+    int h = (int)((idx / ((size_t)hs * T)) % NH);
+    int b = (int)(idx / ((size_t)hs * T * NH));
+    return ((size_t)b * T + t) * row + (size_t)h * hs + d;
+}
+
 // qkvr (3,B,NH,T,hs) <- qkv (B,T,3,NH,hs); one thread per (b,h,t,d), moving q, k and v.
 // Consecutive threads have consecutive d: reads and writes are both coalesced.
 __global__ void attention_permute_kernel(floatX* qkvr, const floatX* qkv, int B, int T, int NH, int hs) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // flat (b,h,t,d)
     size_t total = (size_t)B * NH * T * hs;
     if (idx >= total) { return; }
-    int d = (int)(idx % hs);
-    int t = (int)((idx / hs) % T);
-    int h = (int)((idx / ((size_t)hs * T)) % NH);
-    int b = (int)(idx / ((size_t)hs * T * NH));
     int C = NH * hs;
-    size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;  // q of (b,t,h,d)
+    size_t src = attention_row_offset(idx, T, NH, hs, 3 * (size_t)C);  // q of (b,t,h,d)
     qkvr[idx] = qkv[src];
     qkvr[total + idx] = qkv[src + C];
     qkvr[2 * total + idx] = qkv[src + 2 * C];
@@ -62,11 +68,7 @@ __global__ void attention_split_heads_kernel(floatX* dst, const floatX* src, int
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // flat (b,h,t,d)
     size_t total = (size_t)B * NH * T * hs;
     if (idx >= total) { return; }
-    int d = (int)(idx % hs);
-    int t = (int)((idx / hs) % T);
-    int h = (int)((idx / ((size_t)hs * T)) % NH);
-    int b = (int)(idx / ((size_t)hs * T * NH));
-    dst[idx] = src[((size_t)b * T + t) * NH * hs + (size_t)h * hs + d];
+    dst[idx] = src[attention_row_offset(idx, T, NH, hs, (size_t)NH * hs)];
 }
 
 // dqkv (B,T,3,NH,hs) += dqkvr (3,B,NH,T,hs): the inverse permutation, accumulating
@@ -74,12 +76,8 @@ __global__ void attention_unpermute_acc_kernel(floatX* dqkv, const floatX* dqkvr
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // flat (b,h,t,d)
     size_t total = (size_t)B * NH * T * hs;
     if (idx >= total) { return; }
-    int d = (int)(idx % hs);
-    int t = (int)((idx / hs) % T);
-    int h = (int)((idx / ((size_t)hs * T)) % NH);
-    int b = (int)(idx / ((size_t)hs * T * NH));
     int C = NH * hs;
-    size_t dst = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    size_t dst = attention_row_offset(idx, T, NH, hs, 3 * (size_t)C);
     for (int i = 0; i < 3; i++) {
         size_t o = dst + (size_t)i * C;
         dqkv[o] = from_float<floatX>(to_float(dqkv[o]) + to_float(dqkvr[(size_t)i * total + idx]));
