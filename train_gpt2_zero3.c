@@ -89,15 +89,6 @@ typedef struct {
     float mean_loss;      // mean loss of the last forward with targets, this rank
 } GPT2;
 
-// The unit hooks: every parameter and gradient access goes through the ZeRO engine,
-// which gathers (stage 3), releases and reduces units in the order of the schedule
-// registered in gpt2_build. A failure here is a bug or a dead rank: stop every rank.
-static void zero_fail(const char* file, int line) {
-    fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-#define zeroCheck(rc) do { if ((rc) != 0) { zero_fail(__FILE__, __LINE__); } } while (0)
-
 static inline float* params_fetch(GPT2* m, int u) {
     float* p = NULL;
     zeroCheck(zero_fetch(&m->zero, u, &p));
@@ -111,45 +102,13 @@ static inline float* grads_unit(GPT2* m, int u) {
 }
 static inline void grads_reduce(GPT2* m, int u) { zeroCheck(zero_reduce(&m->zero, u)); }
 
-// The order in which the forward and backward use the units. Forward: the embedding,
-// the blocks, the final layernorm, then the embedding again as the classifier (tied
-// weights). Backward: the classifier (adjacent to its forward use, so never gathered
-// twice there), the final layernorm, the blocks in reverse. The encoder's backward
-// needs only the token ids, not wte, so it is not a use. Whether wte stays gathered
-// from the encoder to the classifier is the engine's reuse-distance rule.
-static int gpt2_schedule(const GPT2Config* c, int* out, int train) {
-    int n = 0, L = c->num_layers;
-    out[n++] = 0;
-    for (int l = 0; l < L; l++) { out[n++] = 1 + l; }
-    out[n++] = L + 1;
-    out[n++] = 0;
-    if (train) {
-        out[n++] = 0;
-        out[n++] = L + 1;
-        for (int l = L - 1; l >= 0; l--) { out[n++] = 1 + l; }
-    }
-    return n;
-}
-
 // builds the model over `comm` with ZeRO configuration zc; params (unit order) are
 // used on rank 0 and broadcast to the others
 static int gpt2_build(GPT2* m, const GPT2Config* c, const float* params, const ZeroConfig* zc,
                       MPI_Comm comm, float beta1, float beta2, float eps) {
     m->config = *c;
     m->num_params = gpt2_num_params(c);
-    int nu = gpt2_num_units(c), nt = gpt2_num_tensors(c);
-    size_t* sizes = (size_t*)mallocCheck(nu * sizeof(size_t));
-    for (int u = 0; u < nu; u++) { sizes[u] = gpt2_unit_size(c, u); }
-    TensorRange* ranges = (TensorRange*)mallocCheck(nt * sizeof(TensorRange));
-    gpt2_tensor_ranges(c, ranges);
-    ZeroTensor* tensors = (ZeroTensor*)mallocCheck(nt * sizeof(ZeroTensor));
-    for (int i = 0; i < nt; i++) { tensors[i] = (ZeroTensor){ranges[i].unit, ranges[i].offset, ranges[i].size, ranges[i].decay}; }
-    int* train = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
-    int* fwd = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
-    int ntrain = gpt2_schedule(c, train, 1), nfwd = gpt2_schedule(c, fwd, 0);
-    int rc = zero_engine_init(&m->zero, zc, comm, sizes, nu, tensors, nt, train, ntrain, fwd, nfwd,
-                              params, beta1, beta2, eps);
-    free(sizes); free(ranges); free(tensors); free(train); free(fwd);
+    int rc = gpt2_engine_init(&m->zero, c, params, zc, comm, beta1, beta2, eps);
     memset(&m->acts, 0, sizeof(m->acts));
     m->B = m->T = 0;
     return rc;
@@ -350,106 +309,7 @@ static int sample_token(const float* probs, int V, float coin) {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------
-// checkpoints: llm.c's model_%08d.bin plus state_%08d_%05d.bin per rank and a DONE
-// marker written last, so a checkpoint without its marker is never resumed from
-
-#define STATE_MAGIC 20240327
-#define STATE_VERSION 2
-
-typedef struct {
-    int32_t magic, version, rank, world_size, step, zero_stage;
-    uint64_t num_params, state_bytes, sample_rng;
-    DataLoaderState loader;
-    // what the data position means: a resume must read the data the same way
-    int32_t B, T, shuffle, grad_accum;
-    uint64_t seed;
-} StateHeader;
-
-// Each rank writes its own state file (its ZeRO shards, AdamW moments, the dataloader
-// position, the sampler RNG) under a temporary name and renames it; rank 0 also writes
-// the llm.c model file, gathered from the shards; the DONE marker comes last, after a
-// barrier, so a checkpoint is resumed from only when every file of it is complete.
-static void checkpoint_save(const char* dir, int step, GPT2* m, int rank, int world, uint64_t sample_rng,
-                            const DataLoader* loader, const TrainConfig* tc, int grad_accum) {
-    char path[4096], tmp[4200];
-    float* full = rank == 0 ? (float*)mallocCheck(m->num_params * sizeof(float)) : NULL;
-    zeroCheck(zero_params_gather(&m->zero, full, 0));
-    if (rank == 0) {
-        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
-        if (gpt2_write_model(path, &m->config, full) != 0) {  // nothing of this checkpoint counts: no DONE marker
-            fprintf(stderr, "error: checkpoint at step %d not saved: %s\n", step, llmc_errmsg());
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        free(full);
-    }
-    StateHeader h = {STATE_MAGIC, STATE_VERSION, rank, world, step, m->zero.stage,
-                     m->num_params, zero_state_bytes(&m->zero), sample_rng, {0, 0, 0},
-                     tc->B, tc->T, tc->shuffle && !tc->overfit_single_batch, grad_accum, tc->seed};
-    dataloader_get_state(loader, &h.loader);
-    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* fp = fopen(tmp, "wb");
-    int ok = fp != NULL && fwrite(&h, sizeof(h), 1, fp) == 1 && zero_state_write(&m->zero, fp) == 0;
-    int err = errno;
-    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) { err = errno; }
-        remove(tmp);
-        fprintf(stderr, "error: rank %d cannot write checkpoint %s: %s\n", rank, path, strerror(err));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
-    if (rank == 0) {
-        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
-        FILE* done = fopenCheck(path, "w");
-        fclose(done);
-    }
-}
-
-static void checkpoint_load_state(const char* dir, int step, GPT2* m, int rank, int world, uint64_t* sample_rng,
-                                  DataLoaderState* loader, const TrainConfig* tc, int grad_accum) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
-    FILE* fp = fopen(path, "rb");
-    StateHeader h;
-    if (fp == NULL || fread(&h, sizeof(h), 1, fp) != 1) {
-        fprintf(stderr, "error: rank %d cannot read checkpoint state %s: %s\n", rank, path, fp ? "truncated header" : strerror(errno));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) {
-        fprintf(stderr, "error: %s is not a train_gpt2_zero3 state file (magic %d, version %d)\n", path, h.magic, h.version);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    if (h.world_size != world || h.rank != rank || h.zero_stage != m->zero.stage ||
-        h.num_params != m->num_params || h.step != step || h.state_bytes != zero_state_bytes(&m->zero)) {
-        fprintf(stderr, "error: %s was saved by rank %d of %d at ZeRO stage %d for %llu parameters at step %d; "
-                "this run is rank %d of %d at stage %d with %zu parameters (resuming needs the same ranks, stage and model)\n",
-                path, h.rank, h.world_size, h.zero_stage, (unsigned long long)h.num_params, h.step,
-                rank, world, m->zero.stage, m->num_params);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    int shuffle = tc->shuffle && !tc->overfit_single_batch;
-    if (h.B != tc->B || h.T != tc->T || h.shuffle != shuffle || h.grad_accum != grad_accum || h.seed != tc->seed) {
-        fprintf(stderr, "error: %s was saved with -b %d -t %d, %d accumulation steps, shuffle %d, --seed %llu; "
-                "this run has -b %d -t %d, %d, %d, %llu: the data position would not mean the same batches\n",
-                path, h.B, h.T, h.grad_accum, h.shuffle, (unsigned long long)h.seed,
-                tc->B, tc->T, grad_accum, shuffle, (unsigned long long)tc->seed);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    if (zero_state_read(&m->zero, fp) != 0) {
-        fprintf(stderr, "error: %s: %s\n", path, llmc_errmsg());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    fclose(fp);
-    *sample_rng = h.sample_rng;
-    *loader = h.loader;
-}
-
-// ----------------------------------------------------------------------------
 // the --report JSON
-
-enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_PEAK,
-       MEM_HOST_PARAMS, MEM_HOST_GRADS, MEM_HOST_OPTIMIZER, MEM_HOST_BUFFERS, MEM_NVME, MEM_FIELDS };
 
 // this rank's memory figures in MEM_* order (peaks over the run so far)
 static void memory_figures(const GPT2* m, double* out) {
@@ -460,6 +320,7 @@ static void memory_figures(const GPT2* m, double* out) {
     out[MEM_BUFFERS] = zm->peak[ZERO_MEM_BUFFERS];
     out[MEM_ACTIVATIONS] = (double)m->acts_bytes;
     out[MEM_PEAK] = zm->total_peak + m->acts_bytes;
+    out[MEM_ALLOCATED] = out[MEM_PEAK];  // everything is the program's own allocations
     out[MEM_HOST_PARAMS] = zm->peak[ZERO_MEM_HOST_PARAMS];
     out[MEM_HOST_GRADS] = zm->peak[ZERO_MEM_HOST_GRADS];
     out[MEM_HOST_OPTIMIZER] = zm->peak[ZERO_MEM_HOST_OPTIMIZER];
@@ -483,88 +344,12 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     // params, grads and optimizer: the engine's persistent model states (peak bytes);
     // buffers: its working set (gathered units, unit gradients, receive buffers) at its
     // peak; activations: the trainer's; peak: the engine's peak total plus activations
-    cJSON* memory = cJSON_AddObjectToObject(root, "memory");
-    cJSON* arr = cJSON_AddArrayToObject(memory, "per_rank");
-    static const char* const names[MEM_FIELDS] = {"params", "grads", "optimizer", "buffers", "activations", "peak",
-        "host_params", "host_grads", "host_optimizer", "host_buffers", "nvme"};
-    for (int r = 0; r < world; r++) {
-        cJSON* s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "rank", r);
-        for (int f = 0; f < MEM_FIELDS; f++) { cJSON_AddNumberToObject(s, names[f], mem[r * MEM_FIELDS + f]); }
-        cJSON_AddItemToArray(arr, s);
-    }
-    // bytes a rank sends per optimizer step, as a ring algorithm moves them, averaged
-    cJSON* comm = cJSON_AddObjectToObject(root, "comm");
-    cJSON* per = cJSON_AddObjectToObject(comm, "per_rank_bytes_per_step");
-    cJSON_AddNumberToObject(per, "allgather", comm_per_step[0]);
-    cJSON_AddNumberToObject(per, "reduce_scatter", comm_per_step[1]);
-    cJSON_AddNumberToObject(per, "allreduce", comm_per_step[2]);
-    cJSON_AddNumberToObject(comm, "wait_ms_per_step", comm_per_step[3]);
-    // offload: bytes rank 0 moved per step between device and host, host and NVMe
-    cJSON* moved = cJSON_AddObjectToObject(root, "transfers_per_step");
-    cJSON_AddNumberToObject(moved, "device_to_host", moved_per_step[ZERO_MOVE_D2H]);
-    cJSON_AddNumberToObject(moved, "host_to_device", moved_per_step[ZERO_MOVE_H2D]);
-    cJSON_AddNumberToObject(moved, "nvme_read", moved_per_step[ZERO_MOVE_NVME_READ]);
-    cJSON_AddNumberToObject(moved, "nvme_write", moved_per_step[ZERO_MOVE_NVME_WRITE]);
-    cJSON_AddNumberToObject(moved, "update_ms", update_ms_per_step);  // the AdamW update, wherever it ran
+    report_add_memory(root, mem, world);
+    report_add_traffic(root, comm_per_step, moved_per_step, update_ms_per_step);
     report_save(root, path);
 }
 
 // ----------------------------------------------------------------------------
-
-static float allreduce_mean(float x, int world) {
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-    return x / world;
-}
-
-// FNV-1a over bytes, chained: for the check that every rank runs the same thing
-static uint64_t hash_bytes(uint64_t h, const void* data, size_t n) {
-    const unsigned char* p = (const unsigned char*)data;
-    for (size_t i = 0; i < n; i++) { h = (h ^ p[i]) * 0x100000001B3ull; }
-    return h;
-}
-
-// Every rank must run the same configuration and model, or the collectives would
-// pair up wrong. Each rank hashes what must agree; all compare with rank 0's and each
-// that differs says what differs.
-static void check_ranks_agree(const TrainConfig* tc, const GPT2Config* c, long total_batch, int rank, int world) {
-    uint64_t h[3];
-    h[0] = zero_config_hash(&tc->zero);
-    uint64_t t = 0xcbf29ce484222325ull;
-    t = hash_bytes(t, &tc->B, sizeof(tc->B));
-    t = hash_bytes(t, &tc->T, sizeof(tc->T));
-    t = hash_bytes(t, &total_batch, sizeof(total_batch));
-    t = hash_bytes(t, &tc->lr, sizeof(tc->lr));
-    t = hash_bytes(t, &tc->weight_decay, sizeof(tc->weight_decay));
-    t = hash_bytes(t, &tc->grad_clip, sizeof(tc->grad_clip));
-    t = hash_bytes(t, &tc->seed, sizeof(tc->seed));
-    t = hash_bytes(t, &tc->max_steps, sizeof(tc->max_steps));
-    t = hash_bytes(t, &tc->overfit_single_batch, sizeof(tc->overfit_single_batch));
-    t = hash_bytes(t, &tc->shuffle, sizeof(tc->shuffle));
-    t = hash_bytes(t, &tc->val_every, sizeof(tc->val_every));
-    t = hash_bytes(t, &tc->sample_every, sizeof(tc->sample_every));
-    t = hash_bytes(t, &tc->checkpoint_every, sizeof(tc->checkpoint_every));
-    h[1] = t;
-    h[2] = hash_bytes(0xcbf29ce484222325ull, c, sizeof(*c));
-    uint64_t h0[3] = {h[0], h[1], h[2]};
-    mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
-    static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
-                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --shuffle)",
-                                        "model shape (-e)"};
-    int bad = 0;
-    for (int i = 0; i < 3; i++) {
-        if (h[i] != h0[i]) {
-            fprintf(stderr, "error: rank %d of %d runs a different %s than rank 0\n", rank, world, what[i]);
-            bad = 1;
-        }
-    }
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    if (bad) {
-        if (rank == 0) { fprintf(stderr, "error: the ranks disagree (see above); every rank must get the same flags and files\n"); }
-        MPI_Finalize();
-        exit(EXIT_FAILURE);
-    }
-}
 
 // --estimate NODES:GPUS: DeepSpeed-style model-state memory table, then exit
 static int estimate_print(const TrainConfig* tc, const GPT2Config* c) {
@@ -586,6 +371,7 @@ int main(int argc, char** argv) {
     TrainConfig tc;
     int rank, world;
     trainer_start(&argc, &argv, &tc, &rank, &world);
+    if (!strcmp(tc.zero_backend, "device")) { die_all(rank, "--zero-backend device is the GPU trainer's; the CPU trainer keeps everything on the host"); }
     if (tc.zero.bf16 == 1 && rank == 0) {
         fprintf(stderr, "warning: bf16.enabled is ignored: the CPU trainer computes in fp32\n");
     }
@@ -654,7 +440,7 @@ int main(int argc, char** argv) {
             if (rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc.output_dir); }
         } else {
             DataLoaderState ls;
-            checkpoint_load_state(tc.output_dir, latest, &model, rank, world, &sample_rng.state, &ls, &tc, grad_accum);
+            checkpoint_load_zero(tc.output_dir, latest, &model.zero, model.num_params, rank, world, &sample_rng.state, &ls, &tc, grad_accum);
             if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
             start_step = latest;
             if (rank == 0) { printf("resumed from %s at step %d\n", tc.output_dir, latest); }
@@ -664,30 +450,14 @@ int main(int argc, char** argv) {
     if (rank == 0) {
         char zdesc[512];
         zero_config_describe(&tc.zero, zdesc, sizeof(zdesc));
-        printf("+-----------------------+\n");
-        printf("| model                 | %s\n", tc.model);
-        printf("| max_seq_len, vocab    | %d, %d (padded %d)\n", config.max_seq_len, config.vocab_size, config.padded_vocab_size);
-        printf("| layers, heads, chans  | %d, %d, %d\n", config.num_layers, config.num_heads, config.channels);
-        printf("| parameters            | %zu\n", model.num_params);
-        printf("| ranks, B, T           | %d, %d, %d  (grad accumulation %d, %ld tokens/step)\n", world, tc.B, tc.T, grad_accum, total_batch);
-        printf("| steps, lr, schedule   | %d, %g, %s (warmup %d, final %g)\n", max_steps, tc.lr, tc.lr_schedule, tc.warmup, tc.final_lr_frac);
-        printf("| ZeRO                  | %s\n", zdesc);
+        trainer_print_header(&tc, &config, model.num_params, world, grad_accum, total_batch, max_steps, zdesc);
         printf("+-----------------------+\n");
     }
     double* mem_all = (double*)mallocCheck(MEM_FIELDS * world * sizeof(double));
     {   // one memory line per rank, in rank order
         double mine[MEM_FIELDS];
         memory_figures(&model, mine);
-        mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, mem_all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-        for (int r = 0; rank == 0 && r < world; r++) {
-            const double* x = mem_all + r * MEM_FIELDS;
-            printf("memory rank %d (MiB): params %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f",
-                   r, x[MEM_PARAMS] / 1048576, x[MEM_GRADS] / 1048576, x[MEM_OPTIMIZER] / 1048576,
-                   x[MEM_BUFFERS] / 1048576, x[MEM_ACTIVATIONS] / 1048576);
-            double host = x[MEM_HOST_PARAMS] + x[MEM_HOST_GRADS] + x[MEM_HOST_OPTIMIZER] + x[MEM_HOST_BUFFERS];
-            if (host > 0 || x[MEM_NVME] > 0) { printf(" | host %.1f, nvme %.1f", host / 1048576, x[MEM_NVME] / 1048576); }
-            printf("\n");
-        }
+        memory_gather(mine, mem_all, rank, world, 1, "");
     }
 
     StepRecord* steps = (StepRecord*)mallocCheck((max_steps + 1) * sizeof(StepRecord));
@@ -739,7 +509,7 @@ int main(int argc, char** argv) {
         }
 
         if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
-            checkpoint_save(tc.output_dir, step, &model, rank, world, sample_rng.state, &train_loader, &tc, grad_accum);
+            checkpoint_save_zero(tc.output_dir, step, &model.zero, &model.config, model.num_params, rank, world, sample_rng.state, &train_loader, &tc, grad_accum);
             if (rank == 0) { printf("saved checkpoint at step %d in %s\n", step, tc.output_dir); }
         }
         if (last_step) { break; }
@@ -776,7 +546,7 @@ int main(int argc, char** argv) {
     {
         double mine[MEM_FIELDS];
         memory_figures(&model, mine);
-        mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, mem_all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+        memory_gather(mine, mem_all, rank, world, 0, "");
     }
     if (rank == 0 && tc.report != NULL) {
         // per training step, averaged; the traffic of validation, sampling and

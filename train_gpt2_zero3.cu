@@ -154,6 +154,18 @@ typedef struct {
     cublasLtHandle_t lt;
     void* lt_workspace;
     size_t lt_workspace_bytes;
+    // the units (llmc/gpt2.h): where each starts in params/grads, and its size
+    int num_units;
+    size_t* unit_off;          // (num_units)
+    size_t* unit_numel;        // (num_units)
+    // --zero-backend host: the ZeRO engine keeps the model states on the host
+    int use_engine;
+    ZeroEngine zero;
+    int* unit_fresh;           // (num_units) the device copy equals the engine's (until the next step)
+    float* dev_stage;          // (largest unit) fp32 on the device: the conversions to and from floatX
+    float* host_stage;         // (largest unit) pinned fp32: a unit's gradient on its way to the engine
+    double moved_h2d, moved_d2h;  // bytes the hooks copied to and from the GPU (cumulative)
+    size_t bytes_stage;        // dev_stage
 } GPT2;
 
 static size_t g_device_alloc_bytes = 0;  // everything this program cudaMalloc'ed itself
@@ -170,37 +182,55 @@ static void* dev_alloc(size_t bytes) {
     return p;
 }
 
-static DevBlock gpt2_block(const GPT2* m, floatX* base, int l) {
+// the tensors of layer l inside its unit (1 + l), whose copy starts at `unit` (the
+// parameters or the gradients; for the engine, wherever the unit was gathered)
+static DevBlock gpt2_block(const GPT2* m, floatX* unit, int l) {
     const size_t* o = m->layer_off[l].off;
+    size_t u0 = m->unit_off[1 + l];
     DevBlock b;
-    b.ln1w = base + o[P_LN1W];         b.ln1b = base + o[P_LN1B];
-    b.qkvw = base + o[P_QKVW];         b.qkvb = base + o[P_QKVB];
-    b.attprojw = base + o[P_ATTPROJW]; b.attprojb = base + o[P_ATTPROJB];
-    b.ln2w = base + o[P_LN2W];         b.ln2b = base + o[P_LN2B];
-    b.fcw = base + o[P_FCW];           b.fcb = base + o[P_FCB];
-    b.fcprojw = base + o[P_FCPROJW];   b.fcprojb = base + o[P_FCPROJB];
+    b.ln1w = unit + (o[P_LN1W] - u0);         b.ln1b = unit + (o[P_LN1B] - u0);
+    b.qkvw = unit + (o[P_QKVW] - u0);         b.qkvb = unit + (o[P_QKVB] - u0);
+    b.attprojw = unit + (o[P_ATTPROJW] - u0); b.attprojb = unit + (o[P_ATTPROJB] - u0);
+    b.ln2w = unit + (o[P_LN2W] - u0);         b.ln2b = unit + (o[P_LN2B] - u0);
+    b.fcw = unit + (o[P_FCW] - u0);           b.fcb = unit + (o[P_FCB] - u0);
+    b.fcprojw = unit + (o[P_FCPROJW] - u0);   b.fcprojb = unit + (o[P_FCPROJB] - u0);
     return b;
 }
 
-// the model from an fp32 unit-major buffer on the host
-static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params) {
+// The model from an fp32 unit-major buffer on the host (on rank 0; NULL elsewhere is
+// fine with the engine, which broadcasts rank 0's). use_engine: the model states go to
+// the ZeRO engine on the host (zc, over MPI_COMM_WORLD), the GPU keeps floatX copies of
+// the parameters and the gradients; otherwise everything lives here on the GPU.
+static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, int use_engine,
+                       const ZeroConfig* zc, float beta1, float beta2, float eps) {
     memset(m, 0, sizeof(*m));
     m->config = *c;
     m->num_params = gpt2_num_params(c);
     m->num_tensors = gpt2_num_tensors(c);
+    m->num_units = gpt2_num_units(c);
     m->ranges = (TensorRange*)mallocCheck(m->num_tensors * sizeof(TensorRange));
     m->range_offset = (size_t*)mallocCheck(m->num_tensors * sizeof(size_t));
     m->layer_off = (KindOffsets*)mallocCheck(c->num_layers * sizeof(KindOffsets));
+    m->unit_off = (size_t*)mallocCheck(m->num_units * sizeof(size_t));
+    m->unit_numel = (size_t*)mallocCheck(m->num_units * sizeof(size_t));
+    m->unit_fresh = (int*)calloc(m->num_units, sizeof(int));
+    size_t largest = 0;
+    for (int u = 0; u < m->num_units; u++) {
+        m->unit_off[u] = gpt2_unit_offset(c, u);
+        m->unit_numel[u] = gpt2_unit_size(c, u);
+        if (m->unit_numel[u] > largest) { largest = m->unit_numel[u]; }
+    }
     gpt2_tensor_ranges(c, m->ranges);
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorRange* r = &m->ranges[i];
         size_t off = gpt2_unit_offset(c, r->unit) + r->offset;
         m->range_offset[i] = off;
         if (r->layer >= 0) { m->layer_off[r->layer].off[r->kind] = off; }
-        else if (r->kind == P_WTE) { m->wte_off = off; }
-        else if (r->kind == P_WPE) { m->wpe_off = off; }
-        else if (r->kind == P_LNFW) { m->lnfw_off = off; }
-        else if (r->kind == P_LNFB) { m->lnfb_off = off; }
+        // the embedding's and the final layernorm's tensors: offsets inside their unit
+        else if (r->kind == P_WTE) { m->wte_off = r->offset; }
+        else if (r->kind == P_WPE) { m->wpe_off = r->offset; }
+        else if (r->kind == P_LNFW) { m->lnfw_off = r->offset; }
+        else if (r->kind == P_LNFB) { m->lnfb_off = r->offset; }
     }
     // every tensor must start 16-byte aligned for cuBLASLt and the vector loads: all
     // sizes are multiples of C, so a C of a multiple of 8 (bf16) / 4 (fp32) ensures it
@@ -210,26 +240,107 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params) {
         exit(EXIT_FAILURE);
     }
     size_t n = m->num_params;
+    cudaCheck(cudaStreamCreate(&m->stream));
     m->params = (floatX*)dev_alloc(n * sizeof(floatX));
     m->grads = (floatX*)dev_alloc(n * sizeof(floatX));
-    m->master = (float*)dev_alloc(n * sizeof(float));
-    m->m = (float*)dev_alloc(n * sizeof(float));
-    m->v = (float*)dev_alloc(n * sizeof(float));
     m->bytes_params = n * sizeof(floatX);
     m->bytes_grads = n * sizeof(floatX);
-    m->bytes_optimizer = 3 * n * sizeof(float);
-    cudaCheck(cudaStreamCreate(&m->stream));
-    cudaCheck(cudaMemcpy(m->master, host_params, n * sizeof(float), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemset(m->m, 0, n * sizeof(float)));
-    cudaCheck(cudaMemset(m->v, 0, n * sizeof(float)));
     cudaCheck(cudaMemset(m->grads, 0, n * sizeof(floatX)));
-    copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(m->params, m->master, n);
-    cudaCheck(cudaGetLastError());
+    m->use_engine = use_engine;
+    if (use_engine) {
+        // the engine holds the fp32 master, the gradient accumulators and AdamW; the
+        // parameters reach the GPU at each unit's first fetch (unit_fresh all 0)
+        if (gpt2_engine_init(&m->zero, c, host_params, zc, MPI_COMM_WORLD, beta1, beta2, eps) != 0) {
+            fprintf(stderr, "error: %s\n", llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        m->dev_stage = (float*)dev_alloc(largest * sizeof(float));
+        m->bytes_stage = largest * sizeof(float);
+        cudaCheck(cudaMallocHost((void**)&m->host_stage, largest * sizeof(float)));
+    } else {
+        m->master = (float*)dev_alloc(n * sizeof(float));
+        m->m = (float*)dev_alloc(n * sizeof(float));
+        m->v = (float*)dev_alloc(n * sizeof(float));
+        m->bytes_optimizer = 3 * n * sizeof(float);
+        cudaCheck(cudaMemcpy(m->master, host_params, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemset(m->m, 0, n * sizeof(float)));
+        cudaCheck(cudaMemset(m->v, 0, n * sizeof(float)));
+        copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(m->params, m->master, n);
+        cudaCheck(cudaGetLastError());
+    }
     cublasCheck(cublasCreate(&m->cublas));
     cublasCheck(cublasSetStream(m->cublas, m->stream));
     cublaslt_init(&m->lt, &m->lt_workspace, &m->lt_workspace_bytes);
     g_device_alloc_bytes += m->lt_workspace_bytes;
     cudaCheck(cudaStreamSynchronize(m->stream));
+}
+
+// ----------------------------------------------------------------------------
+// The unit hooks, as in the CPU trainer: every parameter and gradient access of the
+// forward and backward goes through them, in the order of the engine's schedule
+// (gpt2_schedule in llmc/trainer.h).
+//
+// Host-staged backend (use_engine): the engine gathers, releases, reduces and updates
+// on the host over MPI, exactly as on the CPU trainer (whose tests cover that logic);
+// the GPU holds a floatX copy of every unit and its gradient. A fetch uploads the
+// engine's fp32 unit (converted on the GPU) whenever it may differ from the copy: at
+// every fetch at stage 3 (the engine gathered it), once per step otherwise. A reduce
+// downloads the unit's gradient as fp32, adds it into the engine's gradient buffer and
+// zeroes the device copy, at every micro-step, so that every stage does the same
+// arithmetic. The copies are synchronous: this backend is for correctness (several
+// ranks on one GPU, offload) and for models whose states do not fit the GPU; the
+// device-resident engine with NCCL is the fast path still to come.
+// Device backend (!use_engine): the units are slices of m->params / m->grads.
+
+// fp32 (n,) <- floatX (n,) on the device
+__global__ void copy_to_float_kernel(float* dst, const floatX* src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dst[i] = (float)src[i]; }
+}
+
+static floatX* params_fetch(GPT2* m, int u) {
+    floatX* dst = m->params + m->unit_off[u];
+    if (!m->use_engine) { return dst; }
+    float* src = NULL;
+    zeroCheck(zero_fetch(&m->zero, u, &src));
+    if (m->zero.stage == 3 || !m->unit_fresh[u]) {
+        NVTX_PUSH("upload unit");
+        size_t n = m->unit_numel[u];
+        // a synchronous copy: the engine may reuse its buffer as soon as the unit is released
+        cudaCheck(cudaMemcpy(m->dev_stage, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(dst, m->dev_stage, n);
+        cudaCheck(cudaGetLastError());
+        m->unit_fresh[u] = 1;
+        m->moved_h2d += (double)n * sizeof(float);
+        NVTX_POP();
+    }
+    return dst;
+}
+
+static void params_release(GPT2* m, int u) {
+    if (m->use_engine) { zeroCheck(zero_release(&m->zero, u)); }
+}
+
+static floatX* grads_unit(GPT2* m, int u) { return m->grads + m->unit_off[u]; }
+
+static void grads_reduce(GPT2* m, int u) {
+    if (!m->use_engine) { return; }
+    NVTX_PUSH("download grads");
+    size_t n = m->unit_numel[u];
+    floatX* g = m->grads + m->unit_off[u];
+    copy_to_float_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(m->dev_stage, g, n);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemcpyAsync(m->host_stage, m->dev_stage, n * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaMemsetAsync(g, 0, n * sizeof(floatX), m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    m->moved_d2h += (double)n * sizeof(float);
+    float* acc = NULL;
+    zeroCheck(zero_grad(&m->zero, u, &acc));
+    const float* got = m->host_stage;
+    #pragma omp parallel for if (n > (1 << 16))
+    for (long i = 0; i < (long)n; i++) { acc[i] += got[i]; }
+    zeroCheck(zero_reduce(&m->zero, u));
+    NVTX_POP();
 }
 
 static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
@@ -282,7 +393,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
         *bufs[i].ptr = dev_alloc(bufs[i].bytes);
     }
     m->bytes_acts = g_device_alloc_bytes - before;
-    m->bytes_buffers = m->bytes_acts + m->lt_workspace_bytes;
+    m->bytes_buffers = m->bytes_acts + m->lt_workspace_bytes + m->bytes_stage;
     cudaCheck(cudaMallocHost((void**)&m->host_losses, BT * sizeof(float)));
     cudaCheck(cudaMallocHost((void**)&m->host_logits, Vp * sizeof(floatX)));
     m->host_logits_f = (float*)mallocCheck(Vp * sizeof(float));
@@ -296,6 +407,8 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
 // B <= m->B and T <= m->T (the layer strides follow the call's B and T).
 // with_targets: the fused classifier computes the losses (and, when train, writes
 // dlogits = dloss * (softmax - onehot) in place of the logits for gpt2_backward).
+// The units are used in the order of gpt2_schedule: the embedding, the blocks, the
+// final layernorm, the embedding again as the classifier.
 static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, float dloss) {
     NVTX_PUSH("forward");
     const GPT2Config* c = &m->config;
@@ -304,19 +417,16 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
     int bt = (int)BT;
     DevActs* a = &m->acts;
     cudaStream_t s = m->stream;
-    floatX* p = m->params;
-    floatX* wte = p + m->wte_off;
-    floatX* wpe = p + m->wpe_off;
     int rc_ln = m->recompute >= 2, rc_gelu = m->recompute >= 1;
+    if (m->use_engine) { zeroCheck(zero_begin(&m->zero, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD)); }
 
-    encoder_forward(a->encoded, a->inputs, wte, wpe, B, T, C, s);  // (B,T,C)
-    // layer 0's ln1; every later layernorm is fused with the residual add before it
-    DevBlock w0 = gpt2_block(m, p, 0);
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, w0.ln1w, w0.ln1b, B, T, C, s);
+    floatX* emb = params_fetch(m, 0);
+    encoder_forward(a->encoded, a->inputs, emb + m->wte_off, emb + m->wpe_off, B, T, C, s);  // (B,T,C)
+    params_release(m, 0);
 
     for (int l = 0; l < L; l++) {
         NVTX_PUSH("layer");
-        DevBlock w = gpt2_block(m, p, l);
+        DevBlock w = gpt2_block(m, params_fetch(m, 1 + l), l);
         floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
         floatX* ln1 = a->ln1 + (rc_ln ? 0 : l * BT * C);
         floatX* ln2 = a->ln2 + (rc_ln ? 0 : l * BT * C);
@@ -327,6 +437,16 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
         floatX* residual2 = a->residual2 + l * BT * C;
         floatX* fch = a->fch + l * BT * 4 * C;
 
+        // ln1 = layernorm(residual). After layer 0 the residual is the previous layer's
+        // residual2 + fcproj, added here fused with this layernorm: the add waits for this
+        // layer because the layernorm needs this unit's weights (at stage 3 the previous
+        // unit may be released, this one not yet gathered, at the end of the last layer)
+        if (l == 0) {
+            layernorm_forward(ln1, a->ln1_mean, a->ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C, s);
+        } else {
+            fused_residual_layernorm_forward(residual, ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT,
+                                             a->residual2 + (l - 1) * BT * C, a->fcproj, w.ln1w, w.ln1b, bt, C, s);
+        }
         matmul_forward(qkv, ln1, w.qkvw, w.qkvb, bt, C, 3 * C, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
         attention_forward(atty, qkvr, a->att + l * att, qkv, B, T, C, NH, m->cublas, s);
         matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, bt, C, C, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
@@ -335,22 +455,20 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
                                          residual, a->attproj, w.ln2w, w.ln2b, bt, C, s);
         // fch_gelu = gelu(ln2 @ fcw^T + fcb), the pre-activation kept in fch
         matmul_forward(fch_gelu, ln2, w.fcw, w.fcb, bt, C, 4 * C, fch, 1, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
+        // fcproj is added to residual2 by the next unit (the next layer's ln1, or lnf)
         matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, bt, 4 * C, C, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
-        // residual3 = residual2 + fcproj, then the next layernorm: the next layer's ln1, or lnf
-        floatX* residual3 = a->residual3 + l * BT * C;
-        if (l + 1 < L) {
-            DevBlock wn = gpt2_block(m, p, l + 1);
-            floatX* ln1n = a->ln1 + (rc_ln ? 0 : (l + 1) * BT * C);
-            fused_residual_layernorm_forward(residual3, ln1n, a->ln1_mean + (l + 1) * BT, a->ln1_rstd + (l + 1) * BT,
-                                             residual2, a->fcproj, wn.ln1w, wn.ln1b, bt, C, s);
-        } else {
-            fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd,
-                                             residual2, a->fcproj, p + m->lnfw_off, p + m->lnfb_off, bt, C, s);
-        }
+        params_release(m, 1 + l);
         NVTX_POP();
     }
+    // residual3 of the last layer = residual2 + fcproj, and lnf = layernorm(it)
+    floatX* fin = params_fetch(m, L + 1);
+    fused_residual_layernorm_forward(a->residual3 + (L - 1) * BT * C, a->lnf, a->lnf_mean, a->lnf_rstd,
+                                     a->residual2 + (L - 1) * BT * C, a->fcproj, fin + m->lnfw_off, fin + m->lnfb_off, bt, C, s);
+    params_release(m, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T (all Vp columns)
-    matmul_forward(a->logits, a->lnf, wte, NULL, bt, C, Vp, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
+    emb = params_fetch(m, 0);
+    matmul_forward(a->logits, a->lnf, emb + m->wte_off, NULL, bt, C, Vp, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
+    params_release(m, 0);
     if (with_targets) {
         fused_classifier(a->logits, a->losses, a->targets, dloss, bt, V, Vp, train, s);
         cudaCheck(cudaMemcpyAsync(m->host_losses, a->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -359,13 +477,16 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
         for (size_t i = 0; i < BT; i++) { sum += m->host_losses[i]; }
         m->mean_loss = (float)(sum / BT);
     }
+    if (m->use_engine && !train) { zeroCheck(zero_end(&m->zero)); }
     NVTX_POP();
 }
 
 // backward of the last (train) forward, whose fused classifier left dlogits in a->logits
-// scaled by the loss scale (1 / (B*T*grad_accum)). ACCUMULATES into m->grads: the caller
-// zeroes them before the first micro-step of an optimizer step.
-static void gpt2_backward(GPT2* m, int B, int T) {
+// scaled by the loss scale (1 / (B*T*grad_accum)). ACCUMULATES into the unit gradients;
+// on the device backend the caller zeroes them before the first micro-step of a step,
+// the engine's hooks hand each one over and zero it. last_micro: this micro-step ends
+// the accumulation (the engine's stages 0-1 reduce only then).
+static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
     NVTX_PUSH("backward");
     const GPT2Config* c = &m->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, Vp = c->padded_vocab_size;
@@ -373,27 +494,34 @@ static void gpt2_backward(GPT2* m, int B, int T) {
     int bt = (int)BT;
     DevActs* a = &m->acts;
     cudaStream_t s = m->stream;
-    floatX* p = m->params;
-    floatX* g = m->grads;
     int rc_ln = m->recompute >= 2, rc_gelu = m->recompute >= 1;
     cublasLtHandle_t lt = m->lt;
     void* ws = m->lt_workspace;
     size_t wsb = m->lt_workspace_bytes;
+    if (m->use_engine) { m->zero.last_micro = last_micro; }
 
-    // classifier: dlnf = dlogits @ wte (overwrite), dwte += dlogits^T @ lnf
-    matmul_backward(a->dln, g + m->wte_off, NULL, a->logits, a->lnf, p + m->wte_off, NULL,
+    // classifier: dlnf = dlogits @ wte (overwrite), dwte += dlogits^T @ lnf. The
+    // embedding's gradient stays open until the encoder's backward at the end.
+    floatX* emb = params_fetch(m, 0);
+    floatX* demb = grads_unit(m, 0);
+    matmul_backward(a->dln, demb + m->wte_off, NULL, a->logits, a->lnf, emb + m->wte_off, NULL,
                     bt, C, Vp, NULL, 0, lt, ws, wsb, s);
+    params_release(m, 0);
     // final layernorm: dresidual = its input gradient (layernorm_backward accumulates)
+    floatX* fin = params_fetch(m, L + 1);
+    floatX* dfin = grads_unit(m, L + 1);
     cudaCheck(cudaMemsetAsync(a->dresidual, 0, BT * C * sizeof(floatX), s));
-    layernorm_backward(a->dresidual, g + m->lnfw_off, g + m->lnfb_off, a->ln_scratch, a->dln,
-                       a->residual3 + (L - 1) * BT * C, p + m->lnfw_off, a->lnf_mean, a->lnf_rstd, B, T, C, s);
+    layernorm_backward(a->dresidual, dfin + m->lnfw_off, dfin + m->lnfb_off, a->ln_scratch, a->dln,
+                       a->residual3 + (L - 1) * BT * C, fin + m->lnfw_off, a->lnf_mean, a->lnf_rstd, B, T, C, s);
+    params_release(m, L + 1);
+    grads_reduce(m, L + 1);
 
     // dresidual carries the residual stream's gradient down; each layernorm backward adds
     // its branch into it
     for (int l = L - 1; l >= 0; l--) {
         NVTX_PUSH("layer");
-        DevBlock w = gpt2_block(m, p, l);
-        DevBlock dw = gpt2_block(m, g, l);
+        DevBlock w = gpt2_block(m, params_fetch(m, 1 + l), l);
+        DevBlock dw = gpt2_block(m, grads_unit(m, 1 + l), l);
         floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
         floatX* residual2 = a->residual2 + l * BT * C;
         floatX* ln1 = a->ln1 + (rc_ln ? 0 : l * BT * C);
@@ -428,9 +556,14 @@ static void gpt2_backward(GPT2* m, int B, int T) {
                         bt, C, 3 * C, NULL, 0, lt, ws, wsb, s);
         layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->ln_scratch, a->dln, residual, w.ln1w,
                            ln1_mean, ln1_rstd, B, T, C, s);
+        params_release(m, 1 + l);
+        grads_reduce(m, 1 + l);  // the engine's reduction of this unit overlaps the layers below
         NVTX_POP();
     }
-    encoder_backward(g + m->wte_off, g + m->wpe_off, a->enc_scratch, a->dresidual, a->inputs, B, T, C, s);
+    // the encoder's backward needs the token ids, not the parameters: no fetch
+    encoder_backward(demb + m->wte_off, demb + m->wpe_off, a->enc_scratch, a->dresidual, a->inputs, B, T, C, s);
+    grads_reduce(m, 0);
+    if (m->use_engine) { zeroCheck(zero_end(&m->zero)); }
     NVTX_POP();
 }
 
@@ -439,6 +572,15 @@ static void gpt2_backward(GPT2* m, int B, int T) {
 static float gpt2_update(GPT2* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_clip, int t, uint64_t seed) {
     NVTX_PUSH("optimizer");
+    if (m->use_engine) {
+        // the engine's step on the host (AdamW with its own betas and eps from the config,
+        // SIMD CPU Adam, NVMe when offloaded); every unit is uploaded again at its next fetch
+        float norm = 0.0f;
+        zeroCheck(zero_step(&m->zero, lr, weight_decay, grad_clip, t, &norm));
+        for (int u = 0; u < m->num_units; u++) { m->unit_fresh[u] = 0; }
+        NVTX_POP();
+        return norm;
+    }
     cudaStream_t s = m->stream;
     global_norm_squared(m->acts.norm_out, m->acts.norm_scratch, m->grads, m->num_params, s);
     float sumsq = 0.0f;
@@ -470,9 +612,15 @@ static void gpt2_free(GPT2* m) {
     for (size_t i = 0; i < sizeof(DevActs) / sizeof(void*); i++) { cudaCheck(cudaFree(bufs[i])); }
     cudaCheck(cudaFree(m->params));
     cudaCheck(cudaFree(m->grads));
-    cudaCheck(cudaFree(m->master));
+    cudaCheck(cudaFree(m->master));  // cudaFree(NULL) is a no-op: the engine backend has none of these
     cudaCheck(cudaFree(m->m));
     cudaCheck(cudaFree(m->v));
+    cudaCheck(cudaFree(m->dev_stage));
+    if (m->host_stage != NULL) { cudaCheck(cudaFreeHost(m->host_stage)); }
+    if (m->use_engine) { zero_engine_free(&m->zero); }
+    free(m->unit_off);
+    free(m->unit_numel);
+    free(m->unit_fresh);
     cudaCheck(cudaFreeHost(m->host_losses));
     cudaCheck(cudaFreeHost(m->host_logits));
     free(m->host_logits_f);
@@ -609,14 +757,7 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* 
                 h.floatx_bytes == 4 ? "fp32" : "bf16", m->num_params, PRECISION_MODE);
         exit(EXIT_FAILURE);
     }
-    int shuffle = tc->shuffle && !tc->overfit_single_batch;
-    if (h.B != tc->B || h.T != tc->T || h.shuffle != shuffle || h.grad_accum != grad_accum || h.seed != tc->seed) {
-        fprintf(stderr, "error: %s was saved with -b %d -t %d, %d accumulation steps, shuffle %d, --seed %llu; "
-                "this run has -b %d -t %d, %d, %d, %llu: the data position would not mean the same batches\n",
-                path, h.B, h.T, h.grad_accum, h.shuffle, (unsigned long long)h.seed,
-                tc->B, tc->T, grad_accum, shuffle, (unsigned long long)tc->seed);
-        exit(EXIT_FAILURE);
-    }
+    checkpoint_check_data(path, h.B, h.T, h.shuffle, h.grad_accum, h.seed, tc, grad_accum);
     size_t n = m->num_params;
     int ok = read_device_array(fp, m->master, n * sizeof(float)) &&
              read_device_array(fp, m->m, n * sizeof(float)) &&
@@ -635,49 +776,57 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* 
 // the --report JSON (the CPU trainer's fields where they apply)
 
 
-static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int grad_accum,
-                         const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
-                         double peak_bytes, const char* device_name, double flops_per_token) {
-    cJSON* root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "world_size", 1);
-    cJSON_AddNumberToObject(root, "zero_stage", 0);
-    cJSON_AddNumberToObject(root, "num_parameters", (double)m->num_params);
-    cJSON_AddNumberToObject(root, "num_parameters_padded", (double)m->num_params);
-    cJSON_AddStringToObject(root, "device", device_name);
-    cJSON_AddStringToObject(root, "precision", PRECISION_MODE);
-    cJSON* cfg = report_add_run(root, tc, &m->config, grad_accum, steps, nsteps, vals, nvals);
-    cJSON_AddNumberToObject(cfg, "recompute", m->recompute);
-    cJSON_AddStringToObject(cfg, "zero", "stage 0 (single GPU)");
-    cJSON_AddNumberToObject(cfg, "flops_per_token", flops_per_token);
-    // device bytes: params/grads/optimizer are the model states; buffers: activations,
-    // scratch and the cuBLASLt workspace; peak: the most device memory seen in use
-    // (cudaMemGetInfo: total - free, so the CUDA context and cuBLAS's own memory count)
-    cJSON* memory = cJSON_AddObjectToObject(root, "memory");
-    cJSON* arr = cJSON_AddArrayToObject(memory, "per_rank");
-    cJSON* r = cJSON_CreateObject();
-    cJSON_AddNumberToObject(r, "rank", 0);
-    cJSON_AddNumberToObject(r, "params", (double)m->bytes_params);
-    cJSON_AddNumberToObject(r, "grads", (double)m->bytes_grads);
-    cJSON_AddNumberToObject(r, "optimizer", (double)m->bytes_optimizer);
-    cJSON_AddNumberToObject(r, "buffers", (double)m->bytes_buffers);
-    cJSON_AddNumberToObject(r, "activations", (double)m->bytes_acts);
-    cJSON_AddNumberToObject(r, "allocated", (double)g_device_alloc_bytes);
-    cJSON_AddNumberToObject(r, "peak", peak_bytes);
-    cJSON_AddItemToArray(arr, r);
-    cJSON* comm = cJSON_AddObjectToObject(root, "comm");
-    cJSON* per = cJSON_AddObjectToObject(comm, "per_rank_bytes_per_step");
-    cJSON_AddNumberToObject(per, "allgather", 0);
-    cJSON_AddNumberToObject(per, "reduce_scatter", 0);
-    cJSON_AddNumberToObject(per, "allreduce", 0);
-    cJSON_AddNumberToObject(comm, "wait_ms_per_step", 0);
-    cJSON* moved = cJSON_AddObjectToObject(root, "transfers_per_step");
-    cJSON_AddNumberToObject(moved, "device_to_host", 0);
-    cJSON_AddNumberToObject(moved, "host_to_device", 0);
-    cJSON_AddNumberToObject(moved, "nvme_read", 0);
-    cJSON_AddNumberToObject(moved, "nvme_write", 0);
-    report_save(root, path);
+// this rank's memory in MEM_* order (llmc/trainer.h). Device: the floatX copies of the parameters and
+// gradients, the device backend's fp32 master and AdamW moments, activations, scratch and
+// the cuBLASLt workspace (buffers), what this program allocated, and the peak in use
+// (cudaMemGetInfo's total - free: the CUDA context and cuBLAS's own memory count).
+// Host: the engine's model states (host-staged backend: all of them live on the host,
+// whatever the engine's own accounting calls device or host) and the swap file.
+static void memory_figures(const GPT2* m, double peak_in_use, double* out) {
+    memset(out, 0, MEM_FIELDS * sizeof(double));
+    out[MEM_PARAMS] = (double)m->bytes_params;
+    out[MEM_GRADS] = (double)m->bytes_grads;
+    out[MEM_OPTIMIZER] = (double)m->bytes_optimizer;
+    out[MEM_BUFFERS] = (double)m->bytes_buffers;
+    out[MEM_ACTIVATIONS] = (double)m->bytes_acts;
+    out[MEM_ALLOCATED] = (double)g_device_alloc_bytes;
+    out[MEM_PEAK] = peak_in_use;
+    if (!m->use_engine) { return; }
+    const ZeroMemory* zm = &m->zero.mem;
+    out[MEM_HOST_PARAMS] = zm->peak[ZERO_MEM_PARAMS] + zm->peak[ZERO_MEM_HOST_PARAMS];
+    out[MEM_HOST_GRADS] = zm->peak[ZERO_MEM_GRADS] + zm->peak[ZERO_MEM_HOST_GRADS];
+    out[MEM_HOST_OPTIMIZER] = zm->peak[ZERO_MEM_OPTIMIZER] + zm->peak[ZERO_MEM_HOST_OPTIMIZER];
+    size_t largest = 0;
+    for (int u = 0; u < m->num_units; u++) { if (m->unit_numel[u] > largest) { largest = m->unit_numel[u]; } }
+    out[MEM_HOST_BUFFERS] = zm->peak[ZERO_MEM_BUFFERS] + zm->peak[ZERO_MEM_HOST_BUFFERS] + largest * sizeof(float);
+    out[MEM_NVME] = zm->nvme_bytes;
 }
 
+// mem: (world, MEM_FIELDS); comm_per_step: allgather, reduce_scatter, allreduce bytes and
+// wait ms per step; moved: ZERO_NUM_MOVES bytes per step; all zero on the device backend
+static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int world, int grad_accum,
+                         const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
+                         const double* mem, const char* device_name, double flops_per_token,
+                         const double* comm_per_step, const double* moved, double update_ms) {
+    cJSON* root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "world_size", world);
+    cJSON_AddNumberToObject(root, "zero_stage", m->use_engine ? m->zero.stage : 0);
+    cJSON_AddNumberToObject(root, "num_parameters", (double)m->num_params);
+    cJSON_AddNumberToObject(root, "num_parameters_padded", m->use_engine ? (double)m->zero.plan.padded_total : (double)m->num_params);
+    cJSON_AddStringToObject(root, "device", device_name);
+    cJSON_AddStringToObject(root, "precision", PRECISION_MODE);
+    cJSON_AddStringToObject(root, "zero_backend", m->use_engine ? "host" : "device");
+    cJSON* cfg = report_add_run(root, tc, &m->config, grad_accum, steps, nsteps, vals, nvals);
+    cJSON_AddNumberToObject(cfg, "recompute", m->recompute);
+    char zdesc[512];
+    if (m->use_engine) { zero_config_describe(&m->zero.cfg, zdesc, sizeof(zdesc)); }
+    else { snprintf(zdesc, sizeof(zdesc), "stage 0 (single GPU, device backend)"); }
+    cJSON_AddStringToObject(cfg, "zero", zdesc);
+    cJSON_AddNumberToObject(cfg, "flops_per_token", flops_per_token);
+    report_add_memory(root, mem, world);
+    report_add_traffic(root, comm_per_step, moved, update_ms);
+    report_save(root, path);
+}
 
 // peak dense bf16 tensor TFLOP/s by device name; 0 when unknown
 static double peak_bf16_tflops(const char* name) {
@@ -703,22 +852,34 @@ int main(int argc, char** argv) {
     TrainConfig tc;
     int rank, world;
     trainer_start(&argc, &argv, &tc, &rank, &world);
-    // what this first version does not do: say so once and stop
-    if (world != 1 || tc.zero.stage != 0 || tc.zero.offload_optimizer != ZERO_OFFLOAD_NONE ||
-        tc.zero.offload_param != ZERO_OFFLOAD_NONE) {
+    if (tc.estimate != NULL) { die_all(rank, "--estimate is in train_gpt2_zero3_cpu (it needs no GPU)"); }
+
+    // where the model states live: the device backend does one rank, stage 0, no
+    // offload; everything else goes through the engine on the host (host-staged)
+    int device_ok = world == 1 && tc.zero.stage == 0 && tc.zero.offload_optimizer == ZERO_OFFLOAD_NONE &&
+                    tc.zero.offload_param == ZERO_OFFLOAD_NONE;
+    int use_engine = !strcmp(tc.zero_backend, "host") || (!strcmp(tc.zero_backend, "auto") && !device_ok);
+    if (!use_engine && !device_ok) {
         char msg[512];
-        snprintf(msg, sizeof(msg), "ZeRO stages and multi-GPU are not in the GPU trainer yet (got %d rank(s), -z %d, "
-                 "offload optimizer %s, param %s): run one rank with -z 0 and no offload, or use train_gpt2_zero3_cpu",
+        snprintf(msg, sizeof(msg), "--zero-backend device runs one rank at -z 0 without offload (got %d rank(s), -z %d, "
+                 "offload optimizer %s, param %s): use --zero-backend host (or auto)",
                  world, tc.zero.stage, zero_offload_name(tc.zero.offload_optimizer), zero_offload_name(tc.zero.offload_param));
         die_all(rank, msg);
     }
-    if (tc.estimate != NULL) { die_all(rank, "--estimate is in train_gpt2_zero3_cpu (it needs no GPU)"); }
 
+    // one GPU per rank on a node; more ranks than GPUs share them round-robin (the
+    // host-staged backend lets 2-4 ranks test the engine on one GPU)
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { die_all(rank, "no CUDA device found"); }
-    cudaCheck(cudaSetDevice(0));  // with multi-GPU: the local rank
+    MPI_Comm local;
+    int local_rank = 0;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+    mpiCheck(MPI_Comm_rank(local, &local_rank));
+    MPI_Comm_free(&local);
+    int device = local_rank % ndev;
+    cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
 
     // the model: a file, or a descriptor with random init from --seed
     GPT2Config config;
@@ -731,13 +892,14 @@ int main(int argc, char** argv) {
         die_all(rank, msg);
     }
 
-    long tokens_per_micro = (long)tc.B * tc.T;  // one rank
+    long tokens_per_micro = (long)tc.B * tc.T * world;
     long total_batch = trainer_total_batch(&tc, rank, world);
     int grad_accum = (int)(total_batch / tokens_per_micro);
+    check_ranks_agree(&tc, &config, total_batch, rank, world);
 
     trainer_output_dir(&tc, rank);
     GPT2 model;
-    gpt2_build(&model, &config, params);
+    gpt2_build(&model, &config, params, use_engine, &tc.zero, tc.beta1, tc.beta2, tc.eps);
     free(params);
 
     DataLoader train_loader, val_loader;
@@ -759,14 +921,21 @@ int main(int argc, char** argv) {
     int start_step = 0;
     if (tc.resume) {
         int latest = checkpoint_latest(tc.output_dir);
+        mpiCheck(MPI_Bcast(&latest, 1, MPI_INT, 0, MPI_COMM_WORLD));  // rank 0's view decides
         if (latest < 0) {
-            printf("no checkpoint in %s: starting from step 0\n", tc.output_dir);
+            if (rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc.output_dir); }
         } else {
             DataLoaderState ls;
-            checkpoint_load_state(tc.output_dir, latest, &model, &sample_rng.state, &ls, &tc, grad_accum);
+            if (use_engine) {
+                checkpoint_load_zero(tc.output_dir, latest, &model.zero, model.num_params, rank, world,
+                                     &sample_rng.state, &ls, &tc, grad_accum);
+                for (int u = 0; u < model.num_units; u++) { model.unit_fresh[u] = 0; }
+            } else {
+                checkpoint_load_state(tc.output_dir, latest, &model, &sample_rng.state, &ls, &tc, grad_accum);
+            }
             if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
             start_step = latest;
-            printf("resumed from %s at step %d\n", tc.output_dir, latest);
+            if (rank == 0) { printf("resumed from %s at step %d\n", tc.output_dir, latest); }
         }
     }
 
@@ -779,25 +948,28 @@ int main(int argc, char** argv) {
     double flops_per_token = 6.0 * matmul_params + 12.0 * Ld * tc.T * Cd;
     double peak_tflops = peak_bf16_tflops(prop.name);
 
-    printf("+-----------------------+\n");
-    printf("| model                 | %s\n", tc.model);
-    printf("| max_seq_len, vocab    | %d, %d (padded %d)\n", config.max_seq_len, config.vocab_size, config.padded_vocab_size);
-    printf("| layers, heads, chans  | %d, %d, %d\n", config.num_layers, config.num_heads, config.channels);
-    printf("| parameters            | %zu\n", model.num_params);
-    printf("| ranks, B, T           | %d, %d, %d  (grad accumulation %d, %ld tokens/step)\n", world, tc.B, tc.T, grad_accum, total_batch);
-    printf("| steps, lr, schedule   | %d, %g, %s (warmup %d, final %g)\n", max_steps, tc.lr, tc.lr_schedule, tc.warmup, tc.final_lr_frac);
-    printf("| ZeRO                  | stage 0 (single GPU)\n");
-    printf("| device, precision     | %s, %s, recompute %d\n", prop.name, PRECISION_MODE, tc.recompute);
-    if (peak_tflops > 0) {
-        printf("| MFU basis             | %.3g FLOP/token (6*matmul params + 12*L*T*C), peak bf16 %.0f TFLOP/s\n", flops_per_token, peak_tflops);
-    } else {
-        printf("| MFU basis             | %.3g FLOP/token (6*matmul params + 12*L*T*C), peak bf16 n/a for this device\n", flops_per_token);
+    if (rank == 0) {
+        char zdesc[512];
+        if (use_engine) { zero_config_describe(&tc.zero, zdesc, sizeof(zdesc)); }
+        else { snprintf(zdesc, sizeof(zdesc), "stage 0 (single GPU)"); }
+        size_t len = strlen(zdesc);
+        snprintf(zdesc + len, sizeof(zdesc) - len, ", %s backend", use_engine ? "host-staged" : "device");
+        trainer_print_header(&tc, &config, model.num_params, world, grad_accum, total_batch, max_steps, zdesc);
+        printf("| device, precision     | %s (%d per node), %s, recompute %d\n", prop.name, ndev, PRECISION_MODE, tc.recompute);
+        if (peak_tflops > 0) {
+            printf("| MFU basis             | %.3g FLOP/token (6*matmul params + 12*L*T*C), peak bf16 %.0f TFLOP/s\n", flops_per_token, peak_tflops);
+        } else {
+            printf("| MFU basis             | %.3g FLOP/token (6*matmul params + 12*L*T*C), peak bf16 n/a for this device\n", flops_per_token);
+        }
+        printf("+-----------------------+\n");
     }
-    printf("+-----------------------+\n");
-    printf("memory rank 0 (MiB): params %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f\n",
-           model.bytes_params / 1048576.0, model.bytes_grads / 1048576.0, model.bytes_optimizer / 1048576.0,
-           model.bytes_buffers / 1048576.0, model.bytes_acts / 1048576.0);
     double peak_bytes = device_bytes_in_use();
+    double* mem_all = (double*)mallocCheck(MEM_FIELDS * world * sizeof(double));
+    {   // one memory line per rank, in rank order
+        double mine[MEM_FIELDS];
+        memory_figures(&model, peak_bytes, mine);
+        memory_gather(mine, mem_all, rank, world, 1, "GPU ");
+    }
 
     StepRecord* steps = (StepRecord*)mallocCheck((max_steps + 1) * sizeof(StepRecord));
     ValRecord* vals = (ValRecord*)mallocCheck((max_steps + 2) * sizeof(ValRecord));
@@ -806,6 +978,11 @@ int main(int argc, char** argv) {
     int have_batch = 0;
     size_t BT = (size_t)tc.B * tc.T;
     int Vp = config.padded_vocab_size;
+    // the engine's counters at the start, for per-step figures in the report
+    double comm0[ZERO_NUM_COLLECTIVES] = {0}, moved0[ZERO_NUM_MOVES] = {0};
+    if (use_engine) { memcpy(comm0, model.zero.comm.bytes, sizeof(comm0)); memcpy(moved0, model.zero.moved, sizeof(moved0)); }
+    double update0 = use_engine ? model.zero.update_ms : 0.0, h2d0 = model.moved_h2d, d2h0 = model.moved_d2h;
+    double wait_total = 0.0;
 
     for (int step = start_step; step <= max_steps; step++) {
         int last_step = step == max_steps;
@@ -820,18 +997,19 @@ int main(int argc, char** argv) {
                 gpt2_forward(&model, tc.B, tc.T, 1, 0, 0.0f);
                 sum += model.mean_loss;
             }
-            float val_loss = (float)(sum / val_steps);
-            printf("val loss %f\n", val_loss);
+            float val_loss = allreduce_mean((float)(sum / val_steps), world);
+            if (rank == 0) { printf("val loss %f\n", val_loss); }
             log_line(tc.output_dir, rank, "s:%d tel:%f\n", step, val_loss);
             vals[nvals++] = (ValRecord){step, val_loss};
         }
 
         // samples from <|endoftext|>: one forward over the prefix per token; the logits row
-        // of the last position comes to the host, softmax over the real V there
+        // of the last position comes to the host, softmax over the real V there. Every
+        // rank samples the same tokens (the engine's forward needs every rank); rank 0 prints.
         if (tc.sample_every > 0 && ((step > 0 && step % tc.sample_every == 0) || last_step)) {
             int gen_max = tc.gen_T < tc.T ? tc.gen_T : tc.T;
             gen_tokens[0] = start_token;
-            printf("generating:\n---\n");
+            if (rank == 0) { printf("generating:\n---\n"); }
             for (int t = 1; t < gen_max; t++) {
                 cudaCheck(cudaMemcpy(model.acts.inputs, gen_tokens, t * sizeof(int), cudaMemcpyHostToDevice));
                 gpt2_forward(&model, 1, t, 0, 0, 0.0f);
@@ -841,24 +1019,30 @@ int main(int argc, char** argv) {
                 for (int i = 0; i < Vp; i++) { model.host_logits_f[i] = floatx_to_float_host(model.host_logits[i]); }
                 int next = sample_from_logits(model.host_logits_f, config.vocab_size, rng_float(&sample_rng));
                 gen_tokens[t] = next;
+                if (rank != 0) { continue; }
                 const char* piece = have_tokenizer ? tokenizer_decode(&tokenizer, next) : NULL;
                 if (piece != NULL) { fputs(piece, stdout); } else { printf("<%d>", next); }
                 fflush(stdout);
             }
-            printf("\n---\n");
+            if (rank == 0) { printf("\n---\n"); }
         }
 
         if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
-            checkpoint_save(tc.output_dir, step, &model, sample_rng.state, &train_loader, &tc, grad_accum);
-            printf("saved checkpoint at step %d in %s\n", step, tc.output_dir);
+            if (use_engine) {
+                checkpoint_save_zero(tc.output_dir, step, &model.zero, &model.config, model.num_params, rank, world,
+                                     sample_rng.state, &train_loader, &tc, grad_accum);
+            } else {
+                checkpoint_save(tc.output_dir, step, &model, sample_rng.state, &train_loader, &tc, grad_accum);
+            }
+            if (rank == 0) { printf("saved checkpoint at step %d in %s\n", step, tc.output_dir); }
         }
         if (last_step) { break; }
 
         NVTX_PUSH("step");
         cudaCheck(cudaStreamSynchronize(model.stream));
-        double t0 = now_ms();
+        double t0 = now_ms(), wait0 = use_engine ? model.zero.comm.wait_ms : 0.0;
         double loss_sum = 0.0;
-        cudaCheck(cudaMemsetAsync(model.grads, 0, model.num_params * sizeof(floatX), model.stream));
+        if (!use_engine) { cudaCheck(cudaMemsetAsync(model.grads, 0, model.num_params * sizeof(floatX), model.stream)); }
         float dloss = 1.0f / ((float)BT * grad_accum);  // the mean over B*T positions and the micro-steps
         for (int micro = 0; micro < grad_accum; micro++) {
             if (!tc.overfit_single_batch || !have_batch) {
@@ -870,33 +1054,58 @@ int main(int argc, char** argv) {
                 have_batch = 1;
             }
             gpt2_forward(&model, tc.B, tc.T, 1, 1, dloss);
-            gpt2_backward(&model, tc.B, tc.T);
+            gpt2_backward(&model, tc.B, tc.T, micro == grad_accum - 1);
             loss_sum += model.mean_loss;
         }
         float lr = lr_scheduler_get(&sched, step);
         float norm = gpt2_update(&model, lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip, step + 1, tc.seed);
         cudaCheck(cudaStreamSynchronize(model.stream));
         cudaCheck(cudaGetLastError());
+        float loss = allreduce_mean((float)(loss_sum / grad_accum), world);
         double ms = now_ms() - t0;
+        double wait = use_engine ? model.zero.comm.wait_ms - wait0 : 0.0;
+        wait_total += wait;
         NVTX_POP();
-        float loss = (float)(loss_sum / grad_accum);
         double tps = total_batch / (ms / 1e3);
-        double mfu = peak_tflops > 0 ? flops_per_token * tps / (peak_tflops * 1e12) : -1.0;
+        // MFU per GPU: this rank's share of the tokens on its device's peak
+        double mfu = peak_tflops > 0 ? flops_per_token * (tps / world) / (peak_tflops * 1e12) : -1.0;
         double in_use = device_bytes_in_use();
         if (in_use > peak_bytes) { peak_bytes = in_use; }
         char mfu_s[32];
         if (mfu >= 0) { snprintf(mfu_s, sizeof(mfu_s), "%.1f%%", 100.0 * mfu); } else { snprintf(mfu_s, sizeof(mfu_s), "n/a"); }
-        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | GPU mem %.0f MiB\n",
-               step + 1, max_steps, loss, lr, norm, ms, tps, mfu_s, in_use / 1048576.0);
+        if (rank == 0) {
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | MFU %s | GPU mem %.0f MiB | comm wait %.1f ms\n",
+                   step + 1, max_steps, loss, lr, norm, ms, tps, mfu_s, in_use / 1048576.0, wait);
+        }
         log_line(tc.output_dir, rank, "s:%d trl:%f\n", step, loss);
-        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, 0.0, mfu};
+        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, norm, wait, mfu};
     }
 
-    if (tc.report != NULL) {
-        report_write(tc.report, &tc, &model, grad_accum, steps, nsteps, vals, nvals, peak_bytes, prop.name, flops_per_token);
+    {   // memory peaks over the whole run
+        double mine[MEM_FIELDS];
+        memory_figures(&model, peak_bytes, mine);
+        memory_gather(mine, mem_all, rank, world, 0, "");
+    }
+    if (rank == 0 && tc.report != NULL) {
+        // per training step, averaged (validation, sampling and checkpoints included)
+        int n = nsteps > 0 ? nsteps : 1;
+        double comm[4] = {0, 0, 0, wait_total / n}, moved[ZERO_NUM_MOVES] = {0};
+        double update_ms = 0.0;
+        if (use_engine) {
+            comm[0] = (model.zero.comm.bytes[ZERO_ALLGATHER] - comm0[ZERO_ALLGATHER]) / n;
+            comm[1] = (model.zero.comm.bytes[ZERO_REDUCE_SCATTER] - comm0[ZERO_REDUCE_SCATTER]) / n;
+            comm[2] = (model.zero.comm.bytes[ZERO_ALLREDUCE] - comm0[ZERO_ALLREDUCE]) / n;
+            for (int k = 0; k < ZERO_NUM_MOVES; k++) { moved[k] = (model.zero.moved[k] - moved0[k]) / n; }
+            // the GPU's own traffic: the units up, the gradients down
+            moved[ZERO_MOVE_H2D] = (model.moved_h2d - h2d0) / n;
+            moved[ZERO_MOVE_D2H] = (model.moved_d2h - d2h0) / n;
+            update_ms = (model.zero.update_ms - update0) / n;
+        }
+        report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, prop.name,
+                     flops_per_token, comm, moved, update_ms);
     }
 
-    free(steps); free(vals); free(gen_tokens);
+    free(steps); free(vals); free(gen_tokens); free(mem_all);
     if (have_tokenizer) { tokenizer_free(&tokenizer); }
     dataloader_free(&train_loader);
     if (use_val) { dataloader_free(&val_loader); }

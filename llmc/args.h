@@ -46,6 +46,7 @@ typedef struct {
     float beta1, beta2, eps;     // AdamW, from --ds-config's optimizer.params (llm.c's by default)
     const char* ds_config;       // --ds-config   DeepSpeed-style JSON; flags override it
     const char* estimate;        // --estimate NODES:GPUS  print model-state memory per GPU and exit
+    const char* zero_backend;    // --zero-backend auto|device|host  where the GPU trainer keeps the model states
     ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
     int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
     char warnings[4096];         // the JSON's unknown keys, printed by rank 0
@@ -73,6 +74,7 @@ static void args_defaults(TrainConfig* c) {
     c->checkpoint_every = 0;
     c->resume = 0;
     c->recompute = 1;
+    c->zero_backend = "auto";
     c->overfit_single_batch = 0;
     c->seed = 1337;
     c->shuffle = 1;
@@ -127,6 +129,10 @@ static void args_usage(FILE* f) {
         "  --max-in-cpu <n>                   parameter offload to NVMe: elements of shards kept on the host (default 1e9)\n"
         "  --nvme-path <dir>                  where each rank's swap file goes (NVMe offload)\n"
         "  --sub-group-size <n>               NVMe: elements updated per pipelined sub-group (default 1e9)\n"
+        "  --zero-backend auto|device|host    GPU trainer: device = all model states on the GPU (one rank, stage 0, no\n"
+        "                                     offload); host = the ZeRO engine on the host over MPI, the GPU computing on\n"
+        "                                     bf16 copies (any stage, offload, ranks sharing a GPU); auto = device when it\n"
+        "                                     can (default). The CPU trainer is always host.\n"
         "  --estimate <nodes:gpus>  print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit\n"
         "  -h, --help          this message\n");
 }
@@ -229,6 +235,12 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(name, "--tokenizer")) { c->tokenizer = val; }
         else if (!strcmp(name, "--ds-config")) { /* loaded above */ }
         else if (!strcmp(name, "--estimate")) { c->estimate = val; }
+        else if (!strcmp(name, "--zero-backend")) {
+            if (strcmp(val, "auto") && strcmp(val, "device") && strcmp(val, "host")) {
+                return llmc_error("flag --zero-backend: unknown backend '%s' (auto, device or host)", val);
+            }
+            c->zero_backend = val;
+        }
         else {
             rc = zero_config_set_flag(&c->zero, name, val);
             if (rc == 1) { return llmc_error("unknown flag %s (see -h)", name); }

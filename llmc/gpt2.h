@@ -196,7 +196,9 @@ static const GPT3Size gpt3_sizes[] = {
     {5120, 40, 40, "13B"},   {12288, 96, 96, "175B"},
 };
 
-// "dN" or "gpt2:dN": GPT-2 family with N layers, N heads, 64N channels, maxT 1024.
+// "dN" or "gpt2:dN": GPT-2 family of depth N, maxT 1024. The published sizes take llm.c's
+// widths (d6 384, d12 768 = 124M, d24 1024 = 350M, d36 1280 = 774M, d48 1600 = 1558M,
+// and its d60, d72, d84); any other depth N gets N heads of 64 channels.
 // "gpt3:cC": the GPT-3 size of channel width C, maxT 2048.
 static int gpt2_config_from_descriptor(const char* desc, GPT2Config* c) {
     const char* s = desc;
@@ -212,6 +214,13 @@ static int gpt2_config_from_descriptor(const char* desc, GPT2Config* c) {
         c->num_layers = n;
         c->num_heads = n;
         c->channels = 64 * n;
+        static const int llmc_sizes[][3] = {  // depth, channels, heads
+            {6, 384, 6}, {12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25},
+            {60, 1920, 30}, {72, 2880, 30}, {84, 3456, 36},
+        };
+        for (size_t i = 0; i < sizeof(llmc_sizes) / sizeof(llmc_sizes[0]); i++) {
+            if (llmc_sizes[i][0] == n) { c->channels = llmc_sizes[i][1]; c->num_heads = llmc_sizes[i][2]; }
+        }
         return 0;
     }
     if (gpt3 && s[0] == 'c' && gpt2_parse_positive(s + 1, &n) == 0) {

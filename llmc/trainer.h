@@ -23,6 +23,7 @@
 #include "llmc/dataloader.h"  // DataLoader
 #include "llmc/tokenizer.h"   // Tokenizer for samples
 #include "zero3/config.h" // zero_config_resolve_batch
+#include "zero3/engine.h" // ZeroEngine: the schedule, sharded checkpoints
 #include <cjson/cJSON.h>  // the --report JSON
 
 static void mpi_check(int rc, const char* file, int line) {
@@ -264,5 +265,289 @@ static void report_save(cJSON* root, const char* path) {
     free(text);
     cJSON_Delete(root);
 }
+
+// the run's table, up to its ZeRO line (the trainer adds its own lines and the closing rule)
+static void trainer_print_header(const TrainConfig* tc, const GPT2Config* c, size_t num_params, int world,
+                                 int grad_accum, long total_batch, int max_steps, const char* zero) {
+    printf("+-----------------------+\n");
+    printf("| model                 | %s\n", tc->model);
+    printf("| max_seq_len, vocab    | %d, %d (padded %d)\n", c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    printf("| layers, heads, chans  | %d, %d, %d\n", c->num_layers, c->num_heads, c->channels);
+    printf("| parameters            | %zu\n", num_params);
+    printf("| ranks, B, T           | %d, %d, %d  (grad accumulation %d, %ld tokens/step)\n", world, tc->B, tc->T, grad_accum, total_batch);
+    printf("| steps, lr, schedule   | %d, %g, %s (warmup %d, final %g)\n", max_steps, tc->lr, tc->lr_schedule, tc->warmup, tc->final_lr_frac);
+    printf("| ZeRO                  | %s\n", zero);
+}
+
+// Memory per rank, in bytes, in this order in both trainers and the report: the model
+// states and working set where the computation runs (params, grads, optimizer, buffers,
+// activations), what the program allocated there, the peak in use, the host tiers and
+// the swap file.
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_BUFFERS, MEM_ACTIVATIONS, MEM_ALLOCATED, MEM_PEAK,
+       MEM_HOST_PARAMS, MEM_HOST_GRADS, MEM_HOST_OPTIMIZER, MEM_HOST_BUFFERS, MEM_NVME, MEM_FIELDS };
+static const char* const mem_names[MEM_FIELDS] = {"params", "grads", "optimizer", "buffers", "activations",
+    "allocated", "peak", "host_params", "host_grads", "host_optimizer", "host_buffers", "nvme"};
+
+// gathers every rank's figures to rank 0 (all: (world, MEM_FIELDS)); print: rank 0
+// prints one line per rank, `where` naming the compute memory ("" or "GPU ")
+static void memory_gather(const double* mine, double* all, int rank, int world, int print, const char* where) {
+    mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    for (int r = 0; print && rank == 0 && r < world; r++) {
+        const double* x = all + r * MEM_FIELDS;
+        printf("memory rank %d (MiB): %sparams %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f",
+               r, where, x[MEM_PARAMS] / 1048576, x[MEM_GRADS] / 1048576, x[MEM_OPTIMIZER] / 1048576,
+               x[MEM_BUFFERS] / 1048576, x[MEM_ACTIVATIONS] / 1048576);
+        double host = x[MEM_HOST_PARAMS] + x[MEM_HOST_GRADS] + x[MEM_HOST_OPTIMIZER] + x[MEM_HOST_BUFFERS];
+        if (host > 0 || x[MEM_NVME] > 0) { printf(" | host %.1f, nvme %.1f", host / 1048576, x[MEM_NVME] / 1048576); }
+        printf("\n");
+    }
+}
+
+// memory.per_rank: world rows of MEM_FIELDS numbers (bytes)
+static void report_add_memory(cJSON* root, const double* mem, int world) {
+    cJSON* memory = cJSON_AddObjectToObject(root, "memory");
+    cJSON* arr = cJSON_AddArrayToObject(memory, "per_rank");
+    for (int r = 0; r < world; r++) {
+        cJSON* o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", r);
+        for (int f = 0; f < MEM_FIELDS; f++) { cJSON_AddNumberToObject(o, mem_names[f], mem[r * MEM_FIELDS + f]); }
+        cJSON_AddItemToArray(arr, o);
+    }
+}
+
+// comm: the bytes a rank sends per optimizer step as a ring algorithm moves them
+// (allgather, reduce_scatter, allreduce) and the wait; transfers_per_step: the bytes
+// moved between device and host and to and from NVMe (ZERO_MOVE_* order), and the
+// AdamW update's time, wherever it ran
+static void report_add_traffic(cJSON* root, const double* comm_per_step /* (4) */, const double* moved /* (ZERO_NUM_MOVES) */,
+                               double update_ms) {
+    cJSON* comm = cJSON_AddObjectToObject(root, "comm");
+    cJSON* per = cJSON_AddObjectToObject(comm, "per_rank_bytes_per_step");
+    cJSON_AddNumberToObject(per, "allgather", comm_per_step[0]);
+    cJSON_AddNumberToObject(per, "reduce_scatter", comm_per_step[1]);
+    cJSON_AddNumberToObject(per, "allreduce", comm_per_step[2]);
+    cJSON_AddNumberToObject(comm, "wait_ms_per_step", comm_per_step[3]);
+    cJSON* mv = cJSON_AddObjectToObject(root, "transfers_per_step");
+    cJSON_AddNumberToObject(mv, "device_to_host", moved[ZERO_MOVE_D2H]);
+    cJSON_AddNumberToObject(mv, "host_to_device", moved[ZERO_MOVE_H2D]);
+    cJSON_AddNumberToObject(mv, "nvme_read", moved[ZERO_MOVE_NVME_READ]);
+    cJSON_AddNumberToObject(mv, "nvme_write", moved[ZERO_MOVE_NVME_WRITE]);
+    cJSON_AddNumberToObject(mv, "update_ms", update_ms);
+}
+
+// A checkpoint's data position means batches of its B, T, shuffle, accumulation and
+// seed: a resume with others would read other data. Stops this rank's job, naming both.
+static void checkpoint_check_data(const char* path, int B, int T, int shuffle, int grad_accum, uint64_t seed,
+                                  const TrainConfig* tc, int run_accum) {
+    int run_shuffle = tc->shuffle && !tc->overfit_single_batch;
+    if (B == tc->B && T == tc->T && shuffle == run_shuffle && grad_accum == run_accum && seed == tc->seed) { return; }
+    fprintf(stderr, "error: %s was saved with -b %d -t %d, %d accumulation steps, shuffle %d, --seed %llu; "
+            "this run has -b %d -t %d, %d, %d, %llu: the data position would not mean the same batches\n",
+            path, B, T, grad_accum, shuffle, (unsigned long long)seed,
+            tc->B, tc->T, run_accum, run_shuffle, (unsigned long long)tc->seed);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+
+// ----------------------------------------------------------------------------
+// the ZeRO engine's side of a trainer (zero3/engine.h), shared by the CPU trainer and
+// the GPU trainer's host-staged backend: the use schedule, the engine over a GPT-2, the
+// check that all ranks run the same thing, and the sharded checkpoints
+
+// The unit hooks: every parameter and gradient access goes through the ZeRO engine,
+// which gathers (stage 3), releases and reduces units in the order of the schedule
+// registered by gpt2_engine_init. A failure here is a bug or a dead rank: stop every rank.
+static void zero_fail(const char* file, int line) {
+    fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#define zeroCheck(rc) do { if ((rc) != 0) { zero_fail(__FILE__, __LINE__); } } while (0)
+
+// The order in which the forward and backward use the units. Forward: the embedding,
+// the blocks, the final layernorm, then the embedding again as the classifier (tied
+// weights). Backward: the classifier (adjacent to its forward use, so never gathered
+// twice there), the final layernorm, the blocks in reverse. The encoder's backward
+// needs only the token ids, not wte, so it is not a use. Whether wte stays gathered
+// from the encoder to the classifier is the engine's reuse-distance rule.
+static int gpt2_schedule(const GPT2Config* c, int* out, int train) {
+    int n = 0, L = c->num_layers;
+    out[n++] = 0;
+    for (int l = 0; l < L; l++) { out[n++] = 1 + l; }
+    out[n++] = L + 1;
+    out[n++] = 0;
+    if (train) {
+        out[n++] = 0;
+        out[n++] = L + 1;
+        for (int l = L - 1; l >= 0; l--) { out[n++] = 1 + l; }
+    }
+    return n;
+}
+
+// The engine over GPT-2's units (llmc/gpt2.h): their sizes, the tensors (weight decay
+// per tensor) and the two use schedules. params (unit order) are read on rank 0 and
+// broadcast to the others.
+static int gpt2_engine_init(ZeroEngine* z, const GPT2Config* c, const float* params, const ZeroConfig* zc,
+                            MPI_Comm comm, float beta1, float beta2, float eps) {
+    int nu = gpt2_num_units(c), nt = gpt2_num_tensors(c);
+    size_t* sizes = (size_t*)mallocCheck(nu * sizeof(size_t));
+    for (int u = 0; u < nu; u++) { sizes[u] = gpt2_unit_size(c, u); }
+    TensorRange* ranges = (TensorRange*)mallocCheck(nt * sizeof(TensorRange));
+    gpt2_tensor_ranges(c, ranges);
+    ZeroTensor* tensors = (ZeroTensor*)mallocCheck(nt * sizeof(ZeroTensor));
+    for (int i = 0; i < nt; i++) {
+        ZeroTensor t = {ranges[i].unit, ranges[i].offset, ranges[i].size, ranges[i].decay};
+        tensors[i] = t;
+    }
+    int* train = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    int* fwd = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    int ntrain = gpt2_schedule(c, train, 1), nfwd = gpt2_schedule(c, fwd, 0);
+    int rc = zero_engine_init(z, zc, comm, sizes, nu, tensors, nt, train, ntrain, fwd, nfwd,
+                              params, beta1, beta2, eps);
+    free(sizes); free(ranges); free(tensors); free(train); free(fwd);
+    return rc;
+}
+
+static float allreduce_mean(float x, int world) {
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    return x / world;
+}
+
+// FNV-1a over bytes, chained: for the check that every rank runs the same thing
+static uint64_t hash_bytes(uint64_t h, const void* data, size_t n) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < n; i++) { h = (h ^ p[i]) * 0x100000001B3ull; }
+    return h;
+}
+
+// Every rank must run the same configuration and model, or the collectives would
+// pair up wrong. Each rank hashes what must agree; all compare with rank 0's and each
+// that differs says what differs.
+static void check_ranks_agree(const TrainConfig* tc, const GPT2Config* c, long total_batch, int rank, int world) {
+    uint64_t h[3];
+    h[0] = zero_config_hash(&tc->zero);
+    uint64_t t = 0xcbf29ce484222325ull;
+    t = hash_bytes(t, &tc->B, sizeof(tc->B));
+    t = hash_bytes(t, &tc->T, sizeof(tc->T));
+    t = hash_bytes(t, &total_batch, sizeof(total_batch));
+    t = hash_bytes(t, &tc->lr, sizeof(tc->lr));
+    t = hash_bytes(t, &tc->weight_decay, sizeof(tc->weight_decay));
+    t = hash_bytes(t, &tc->grad_clip, sizeof(tc->grad_clip));
+    t = hash_bytes(t, &tc->seed, sizeof(tc->seed));
+    t = hash_bytes(t, &tc->max_steps, sizeof(tc->max_steps));
+    t = hash_bytes(t, &tc->overfit_single_batch, sizeof(tc->overfit_single_batch));
+    t = hash_bytes(t, &tc->shuffle, sizeof(tc->shuffle));
+    t = hash_bytes(t, &tc->val_every, sizeof(tc->val_every));
+    t = hash_bytes(t, &tc->sample_every, sizeof(tc->sample_every));
+    t = hash_bytes(t, &tc->checkpoint_every, sizeof(tc->checkpoint_every));
+    h[1] = t;
+    h[2] = hash_bytes(0xcbf29ce484222325ull, c, sizeof(*c));
+    uint64_t h0[3] = {h[0], h[1], h[2]};
+    mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
+                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --shuffle)",
+                                        "model shape (-e)"};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        if (h[i] != h0[i]) {
+            fprintf(stderr, "error: rank %d of %d runs a different %s than rank 0\n", rank, world, what[i]);
+            bad = 1;
+        }
+    }
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        if (rank == 0) { fprintf(stderr, "error: the ranks disagree (see above); every rank must get the same flags and files\n"); }
+        MPI_Finalize();
+        exit(EXIT_FAILURE);
+    }
+}
+
+// checkpoints: llm.c's model_%08d.bin plus state_%08d_%05d.bin per rank and a DONE
+// marker written last, so a checkpoint without its marker is never resumed from
+
+#define STATE_MAGIC 20240327
+#define STATE_VERSION 2
+
+typedef struct {
+    int32_t magic, version, rank, world_size, step, zero_stage;
+    uint64_t num_params, state_bytes, sample_rng;
+    DataLoaderState loader;
+    // what the data position means: a resume must read the data the same way
+    int32_t B, T, shuffle, grad_accum;
+    uint64_t seed;
+} StateHeader;
+
+// Each rank writes its own state file (its ZeRO shards, AdamW moments, the dataloader
+// position, the sampler RNG) under a temporary name and renames it; rank 0 also writes
+// the llm.c model file, gathered from the shards; the DONE marker comes last, after a
+// barrier, so a checkpoint is resumed from only when every file of it is complete.
+static void checkpoint_save_zero(const char* dir, int step, ZeroEngine* z, const GPT2Config* config, size_t num_params, int rank, int world, uint64_t sample_rng,
+                            const DataLoader* loader, const TrainConfig* tc, int grad_accum) {
+    char path[4096], tmp[4200];
+    float* full = rank == 0 ? (float*)mallocCheck(num_params * sizeof(float)) : NULL;
+    zeroCheck(zero_params_gather(z, full, 0));
+    if (rank == 0) {
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+        if (gpt2_write_model(path, config, full) != 0) {  // nothing of this checkpoint counts: no DONE marker
+            fprintf(stderr, "error: checkpoint at step %d not saved: %s\n", step, llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        free(full);
+    }
+    StateHeader h = {STATE_MAGIC, STATE_VERSION, rank, world, step, z->stage,
+                     num_params, zero_state_bytes(z), sample_rng, {0, 0, 0},
+                     tc->B, tc->T, tc->shuffle && !tc->overfit_single_batch, grad_accum, tc->seed};
+    dataloader_get_state(loader, &h.loader);
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* fp = fopen(tmp, "wb");
+    int ok = fp != NULL && fwrite(&h, sizeof(h), 1, fp) == 1 && zero_state_write(z, fp) == 0;
+    int err = errno;
+    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) { err = errno; }
+        remove(tmp);
+        fprintf(stderr, "error: rank %d cannot write checkpoint %s: %s\n", rank, path, strerror(err));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
+        FILE* done = fopenCheck(path, "w");
+        fclose(done);
+    }
+}
+
+static void checkpoint_load_zero(const char* dir, int step, ZeroEngine* z, size_t num_params, int rank, int world, uint64_t* sample_rng,
+                                  DataLoaderState* loader, const TrainConfig* tc, int grad_accum) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, rank);
+    FILE* fp = fopen(path, "rb");
+    StateHeader h;
+    if (fp == NULL || fread(&h, sizeof(h), 1, fp) != 1) {
+        fprintf(stderr, "error: rank %d cannot read checkpoint state %s: %s\n", rank, path, fp ? "truncated header" : strerror(errno));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) {
+        fprintf(stderr, "error: %s is not a train_gpt2_zero3 state file (magic %d, version %d)\n", path, h.magic, h.version);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (h.world_size != world || h.rank != rank || h.zero_stage != z->stage ||
+        h.num_params != num_params || h.step != step || h.state_bytes != zero_state_bytes(z)) {
+        fprintf(stderr, "error: %s was saved by rank %d of %d at ZeRO stage %d for %llu parameters at step %d; "
+                "this run is rank %d of %d at stage %d with %zu parameters (resuming needs the same ranks, stage and model)\n",
+                path, h.rank, h.world_size, h.zero_stage, (unsigned long long)h.num_params, h.step,
+                rank, world, z->stage, num_params);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    checkpoint_check_data(path, h.B, h.T, h.shuffle, h.grad_accum, h.seed, tc, grad_accum);
+    if (zero_state_read(z, fp) != 0) {
+        fprintf(stderr, "error: %s: %s\n", path, llmc_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fclose(fp);
+    *sample_rng = h.sample_rng;
+    *loader = h.loader;
+}
+
 
 #endif // LLMC_TRAINER_H

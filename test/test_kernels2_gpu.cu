@@ -1,6 +1,7 @@
 /*
- GPU tests of llmc/matmul.cuh, llmc/fused_classifier.cuh and llmc/adamw.cuh against the CPU
- references llmc/matmul.h, gelu.h, classifier.h and adamw.h (the CPU trainer's own code).
+ GPU tests of llmc/matmul.cuh, llmc/fused_classifier.cuh, llmc/adamw.cuh and the flash path of
+ llmc/attention.cuh against the CPU references llmc/matmul.h, gelu.h, classifier.h, adamw.h and
+ attention.h (the CPU trainer's own code); the flash attention also against the cuBLAS path.
  Run by `make test-gpu` on a GPU machine; prints one line per check and ends with
  "N passed, N failed"; exits non-zero on any failure.
 
@@ -42,6 +43,7 @@
    of each value's gap. Same seed: bit-identical; another seed: different bits.
  - global norm: double sums of exact squares, per-block partials rounded to float, the total
    rounded to float: within 1e-6 relative of the CPU's double sum; and bit-identical twice.
+ - flash attention: see the comment above test_attention_flash.
 
  Build (see the Makefile's test-gpu):
    nvcc -O3 -std=c++17 -arch=sm_90 -I. [-DENABLE_FP32] test/test_kernels2_gpu.cu -o ... \
@@ -58,10 +60,12 @@
 #include "llmc/gelu.h"               // CPU gelu_forward / gelu_backward
 #include "llmc/classifier.h"         // CPU softmax_forward, crossentropy_forward, crossentropy_softmax_backward
 #include "llmc/adamw.h"              // CPU adamw_update, grad_norm_squared
+#include "llmc/attention.h"          // CPU attention_forward / attention_backward (full T x T softmax)
 #include "llmc/cuda_common.cuh"      // floatX, cudaCheck
 #include "llmc/matmul.cuh"           // GPU matmul_forward / matmul_backward, cublaslt_init
 #include "llmc/fused_classifier.cuh" // GPU fused_classifier
 #include "llmc/adamw.cuh"            // GPU adamw_update_cuda, global_norm_squared
+#include "llmc/attention.cuh"        // GPU attention_flash_forward / _backward and the cuBLAS path
 
 static const double U = 5.9604644775390625e-08;  // 2^-24
 
@@ -557,6 +561,200 @@ static void test_global_norm(cudaStream_t s) {
     cudaCheck(cudaFree(d_scratch));
 }
 
+
+// ----------------------------------------------------------------------------
+// flash attention
+//
+// attention_flash_forward / attention_flash_backward against the CPU reference (llmc/attention.h:
+// fp32, the full T x T softmax stored) and against the cuBLAS path on the GPU, on the same
+// floatX inputs. Tolerances: tol_i = atol_rel * max_j |ref_j| + rtol * |ref_i| (+ a bound below).
+//  fp32 (both builds, every sum): the two sides sum the same terms in other orders (tiles and an
+//   online softmax rescaled at most T/32 times, vs sgemm and a stored softmax): a sum of n terms
+//   is off by <= n u (sum of |terms|) at worst and ~sqrt(n) u typically, n <= T + hs = 384,
+//   u = 2^-24: ~1e-6 of the tensor's max typically, 2.3e-5 x (sum |terms| / max) at worst.
+//   forward out: atol_rel 1e-4 (out is an average of v rows: sum |terms| <= max|v| ~ max|out|).
+//   backward dq, dk, dv: atol_rel 3e-4 (test_kernels_gpu's 1e-4 for T <= 129 with the margin
+//   kept at T = 256; the sums there have some cancellation: sum |terms| a few times max).
+//   lse (fp32 in both builds): m + log(l) with scores off by <= (hs + 1) u sum_d |scale q_d k_d|
+//   <= 129 u sqrt(hs) < 1e-4 at worst on each side: atol_rel 5e-5 of max|lse| (~5: 2.5e-4).
+//  bf16 adds the roundings of floatX outputs. forward out: one rounding, <= 2^-8 |out|: rtol 8e-3
+//   (x2). backward: the result dqkv0 + gradient is rounded once: rtol 8e-3 (x2); and the flash
+//   backward forms D_i = dO_i . O_i from the bf16 out, whose elements are off by <= 2^-8 |O_id|,
+//   so |dD_i| <= E_i = 2^-8 sum_d |dO_id O_id|. D enters dS_ij = P_ij (dP_ij - D_i), which moves
+//   dQ_id by <= scale E_i sum_j P_ij |k_jd| and dK_jd by <= scale sum_i P_ij E_i |q_id| (dV does
+//   not use D). That bound is added per element, computed from the CPU's out and att.
+//  vs the cuBLAS path: by the triangle inequality, the flash tolerance plus the cuBLAS path's own
+//   tolerance against the CPU (test_kernels_gpu.cu's TOL_ATTN_*: fp32 1e-4; bf16 2e-2 forward and
+//   3e-2 backward, both of the max and of |ref|: it stores the softmax and its gradient in bf16),
+//   all measured against the CPU reference. (Those were set for T <= 129: if only this check
+//   fails at T = 256 while the flash-vs-CPU check passes, the cuBLAS path is the one off.)
+//  determinism: the backward twice from the same dqkv gives bitwise the same dqkv; the forward
+//   twice, the same out and lse.
+struct AttnTol { double atol_rel, rtol; };
+#if defined(ENABLE_FP32)
+static const AttnTol FLASH_FWD = {1e-4, 1e-4}, FLASH_BWD = {3e-4, 1e-4};
+static const AttnTol CUBLAS_FWD = {1e-4, 1e-4}, CUBLAS_BWD = {1e-4, 1e-4};
+#else
+static const AttnTol FLASH_FWD = {1e-4, 8e-3}, FLASH_BWD = {3e-4, 8e-3};
+static const AttnTol CUBLAS_FWD = {2e-2, 2e-2}, CUBLAS_BWD = {3e-2, 3e-2};
+#endif
+static const AttnTol FLASH_LSE = {5e-5, 1e-5};
+static AttnTol tol_plus(AttnTol a, AttnTol b) { return AttnTol{a.atol_rel + b.atol_rel, a.rtol + b.rtol}; }
+
+// tol_i = t.atol_rel * max_j |ref_j| + t.rtol * |ref_i| + extra_i (extra may be empty)
+static std::vector<float> attn_tol(const std::vector<float>& ref, AttnTol t, const std::vector<float>& extra) {
+    double mx = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) { mx = fmax(mx, fabs((double)ref[i])); }
+    std::vector<float> tol(ref.size());
+    for (size_t i = 0; i < ref.size(); i++) {
+        tol[i] = (float)(t.atol_rel * mx + t.rtol * fabs((double)ref[i]) + (extra.empty() ? 0.0 : extra[i]));
+    }
+    return tol;
+}
+
+// part 0/1/2 (q/k/v) of a (B*T, 3, C) tensor, as (B*T, C)
+static std::vector<float> qkv_part(const std::vector<float>& x, int BT, int C, int part) {
+    std::vector<float> p((size_t)BT * C);
+    for (int bt = 0; bt < BT; bt++) {
+        memcpy(&p[(size_t)bt * C], &x[(size_t)bt * 3 * C + (size_t)part * C], C * sizeof(float));
+    }
+    return p;
+}
+
+static void test_attention_flash(int B, int NH, int T, int hs, cublasHandle_t cublas, cudaStream_t s) {
+    const int C = NH * hs, BT = B * T;
+    const size_t BTC = (size_t)BT * C, BT3C = 3 * BTC, BHT = (size_t)B * NH * T, BHTT = BHT * T;
+    const double scale = 1.0 / sqrt((double)hs);
+    char shape[64], name[160];
+    snprintf(shape, sizeof(shape), "B%d NH%d T%d hs%d", B, NH, T, hs);
+    if (!attention_use_flash(T, hs)) {
+        snprintf(name, sizeof(name), "attention_use_flash %s", shape);
+        report(name, false, "refused");
+        return;
+    }
+
+    std::vector<float> qkv_f, dout_f, dqkv0_f;
+    std::vector<floatX> qkv = rand_x(BT3C, -1.0f, 1.0f, qkv_f);
+    std::vector<floatX> dout = rand_x(BTC, -1.0f, 1.0f, dout_f);
+    // a small initial gradient: checks the accumulation without hiding the attention's part
+    std::vector<floatX> dqkv0 = rand_x(BT3C, -0.1f, 0.1f, dqkv0_f);
+
+    // CPU reference; lse from its scores in double
+    std::vector<float> out_ref(BTC), preatt(BHTT), att(BHTT), dpreatt(BHTT), datt(BHTT), dqkv_ref = dqkv0_f;
+    attention_forward(out_ref.data(), preatt.data(), att.data(), qkv_f.data(), B, T, C, NH);
+    attention_backward(dqkv_ref.data(), dpreatt.data(), datt.data(), dout_f.data(), qkv_f.data(), att.data(), B, T, C, NH);
+    std::vector<float> lse_ref(BHT);
+    for (size_t r = 0; r < BHT; r++) {
+        int t = (int)(r % T);
+        const float* row = &preatt[r * T];
+        double m = row[0], sum = 0.0;
+        for (int j = 1; j <= t; j++) { m = fmax(m, (double)row[j]); }
+        for (int j = 0; j <= t; j++) { sum += exp((double)row[j] - m); }
+        lse_ref[r] = (float)(m + log(sum));
+    }
+    // the bound on the effect of the bf16 out in D (comment above); 0 in fp32
+    std::vector<float> dbound(BT3C, 0.0f);
+    if (IS_BF16) {
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                std::vector<double> E(T);
+                for (int i = 0; i < T; i++) {
+                    double e = 0.0;
+                    for (int d = 0; d < hs; d++) {
+                        size_t o = ((size_t)b * T + i) * C + (size_t)h * hs + d;
+                        e += fabs((double)dout_f[o] * out_ref[o]);
+                    }
+                    E[i] = ldexp(e, -8);
+                }
+                const float* P = &att[((size_t)b * NH + h) * T * T];
+                for (int i = 0; i < T; i++) {
+                    for (int j = 0; j <= i; j++) {
+                        double pe = (double)P[(size_t)i * T + j] * E[i] * scale;
+                        for (int d = 0; d < hs; d++) {
+                            size_t qi = ((size_t)b * T + i) * 3 * C + (size_t)h * hs + d;  // q of row i
+                            size_t kj = ((size_t)b * T + j) * 3 * C + C + (size_t)h * hs + d;  // k of row j
+                            dbound[qi] += (float)(pe * fabs((double)qkv_f[kj]));
+                            dbound[kj] += (float)(pe * fabs((double)qkv_f[qi]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    const std::vector<float> none;
+
+    // flash path. NaN (all bits set) wherever the kernels must write: a skipped row shows up
+    floatX* d_qkv = dev_from(qkv);
+    floatX* d_dout = dev_from(dout);
+    floatX* d_dqkv = dev_from(dqkv0);
+    floatX* d_out = dev_from(std::vector<floatX>(BTC));
+    float* d_lse = dev_from(std::vector<float>(attention_flash_lse_floats(B, NH, T)));
+    float* d_scratch = dev_from(std::vector<float>(attention_flash_backward_scratch_floats(B, NH, T)));
+    cudaCheck(cudaMemset(d_out, 0xff, BTC * sizeof(floatX)));
+    cudaCheck(cudaMemset(d_lse, 0xff, BHT * sizeof(float)));
+    cudaCheck(cudaMemset(d_scratch, 0xff, BHT * sizeof(float)));
+
+    attention_flash_forward(d_out, d_lse, d_qkv, B, T, C, NH, s);
+    std::vector<floatX> out_x = host_from(d_out, BTC);
+    std::vector<float> lse = host_from(d_lse, BHT);
+    std::vector<float> out = to_floats(out_x);
+    snprintf(name, sizeof(name), "attention_flash_forward out vs CPU %s", shape);
+    check_close(name, out, out_ref, attn_tol(out_ref, FLASH_FWD, none));
+    snprintf(name, sizeof(name), "attention_flash_forward lse vs CPU %s", shape);
+    check_close(name, lse, lse_ref, attn_tol(lse_ref, FLASH_LSE, none));
+
+    attention_flash_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, s);
+    std::vector<floatX> dqkv_x = host_from(d_dqkv, BT3C);
+    std::vector<float> dqkv = to_floats(dqkv_x);
+    const char* part_names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; part++) {
+        std::vector<float> ref = qkv_part(dqkv_ref, BT, C, part);
+        snprintf(name, sizeof(name), "attention_flash_backward %s vs CPU %s", part_names[part], shape);
+        check_close(name, qkv_part(dqkv, BT, C, part), ref, attn_tol(ref, FLASH_BWD, qkv_part(dbound, BT, C, part)));
+    }
+
+    // determinism: the same inputs again, scratch refilled with NaN
+    attention_flash_forward(d_out, d_lse, d_qkv, B, T, C, NH, s);
+    std::vector<floatX> out_x2 = host_from(d_out, BTC);
+    std::vector<float> lse2 = host_from(d_lse, BHT);
+    snprintf(name, sizeof(name), "attention_flash_forward deterministic %s", shape);
+    report(name, memcmp(out_x.data(), out_x2.data(), BTC * sizeof(floatX)) == 0 &&
+                 memcmp(lse.data(), lse2.data(), BHT * sizeof(float)) == 0, "");
+    dev_set(d_dqkv, dqkv0);
+    cudaCheck(cudaMemset(d_scratch, 0xff, BHT * sizeof(float)));
+    attention_flash_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, s);
+    std::vector<floatX> dqkv_x2 = host_from(d_dqkv, BT3C);
+    snprintf(name, sizeof(name), "attention_flash_backward deterministic %s", shape);
+    report(name, memcmp(dqkv_x.data(), dqkv_x2.data(), BT3C * sizeof(floatX)) == 0, "");
+
+    // the cuBLAS path on the same device inputs
+    floatX* d_out_cb = dev_from(std::vector<floatX>(BTC));
+    floatX* d_qkvr = dev_from(std::vector<floatX>(BT3C));
+    floatX* d_att = dev_from(std::vector<floatX>(BHTT));
+    floatX* d_dqkvr = dev_from(std::vector<floatX>(BT3C));
+    floatX* d_datt = dev_from(std::vector<floatX>(BHTT));
+    floatX* d_att_scratch = dev_from(std::vector<floatX>(attention_backward_scratch_elems(B, T, C)));
+    floatX* d_dqkv_cb = dev_from(dqkv0);
+    attention_forward(d_out_cb, d_qkvr, d_att, d_qkv, B, T, C, NH, cublas, s);
+    attention_backward(d_dqkv_cb, d_dqkvr, d_datt, d_att_scratch, d_dout, d_qkvr, d_att, B, T, C, NH, cublas, s);
+    std::vector<float> out_cb = to_floats(host_from(d_out_cb, BTC));
+    std::vector<float> dqkv_cb = to_floats(host_from(d_dqkv_cb, BT3C));
+    snprintf(name, sizeof(name), "attention_flash_forward out vs cuBLAS path %s", shape);
+    check_close(name, out, out_cb, attn_tol(out_ref, tol_plus(FLASH_FWD, CUBLAS_FWD), none));
+    for (int part = 0; part < 3; part++) {
+        std::vector<float> ref = qkv_part(dqkv_ref, BT, C, part);  // the tolerance's scale
+        snprintf(name, sizeof(name), "attention_flash_backward %s vs cuBLAS path %s", part_names[part], shape);
+        check_close(name, qkv_part(dqkv, BT, C, part), qkv_part(dqkv_cb, BT, C, part),
+                    attn_tol(ref, tol_plus(FLASH_BWD, CUBLAS_BWD), qkv_part(dbound, BT, C, part)));
+    }
+
+    cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_dqkv));
+    cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_scratch));
+    cudaCheck(cudaFree(d_out_cb)); cudaCheck(cudaFree(d_qkvr)); cudaCheck(cudaFree(d_att));
+    cudaCheck(cudaFree(d_dqkvr)); cudaCheck(cudaFree(d_datt)); cudaCheck(cudaFree(d_att_scratch));
+    cudaCheck(cudaFree(d_dqkv_cb));
+}
+
 int main(void) {
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
@@ -575,6 +773,21 @@ int main(void) {
     test_classifier(s);
     test_adamw(s);
     test_global_norm(s);
+
+    // flash attention: the shapes asked of it, then ragged last tiles (the trainer's sampling
+    // loop runs the forward at every T from 1) and hs = 96
+    cublasHandle_t cublas;
+    cublasCheck(cublasCreate(&cublas));
+    report("attention_use_flash: hs 64/96/128 yes, 80 no",
+           attention_use_flash(1024, 64) && attention_use_flash(1, 128) && attention_use_flash(2048, 96) &&
+           !attention_use_flash(1024, 80), "");
+    const struct { int B, NH, T, hs; } fa_shapes[] = {
+        {2, 4, 64, 64}, {2, 4, 128, 64}, {2, 4, 256, 64},
+        {2, 4, 64, 128}, {2, 4, 128, 128}, {2, 4, 256, 128},
+        {1, 1, 1, 64}, {2, 3, 37, 64}, {1, 2, 100, 96}, {1, 2, 161, 128},
+    };
+    for (const auto& sh : fa_shapes) { test_attention_flash(sh.B, sh.NH, sh.T, sh.hs, cublas, s); }
+    cublasCheck(cublasDestroy(cublas));
     cudaCheck(cudaDeviceSynchronize());
 
     cublaslt_free(lt, ws);

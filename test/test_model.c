@@ -87,8 +87,15 @@ Test(descriptor, gpt2_depths) {
     cr_assert_eq(c.max_seq_len, 1024); cr_assert_eq(c.vocab_size, 50257); cr_assert_eq(c.padded_vocab_size, 50304);
     // GPT-2 124M has 124,475,904 parameters with the padded vocabulary (llm.c's count)
     cr_assert_eq(gpt2_num_params(&c), 124475904u);
+    // GPT-2 1558M: llm.c's d48 is 1600 channels, 25 heads; 1,557,686,400 parameters with
+    // the padded vocabulary (12 L C^2 + 13 L C + 2 C + Vp C + 1024 C)
     cr_assert_eq(gpt2_config_from_descriptor("gpt2:d48", &c), 0);
-    cr_assert_eq(c.num_layers, 48); cr_assert_eq(c.channels, 3072); cr_assert_eq(c.num_heads, 48);
+    cr_assert_eq(c.num_layers, 48); cr_assert_eq(c.channels, 1600); cr_assert_eq(c.num_heads, 25);
+    cr_assert_eq(gpt2_num_params(&c), 1557686400u);
+    cr_assert_eq(gpt2_config_from_descriptor("d24", &c), 0);
+    cr_assert_eq(c.channels, 1024); cr_assert_eq(c.num_heads, 16);
+    cr_assert_eq(gpt2_config_from_descriptor("d3", &c), 0);  // not in the table: N heads of 64
+    cr_assert_eq(c.channels, 192); cr_assert_eq(c.num_heads, 3);
     cr_assert_eq(gpt2_config_from_descriptor("d1", &c), 0);
     cr_assert_eq(c.channels, 64);
 }

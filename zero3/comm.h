@@ -133,8 +133,13 @@ static void zero_comm_sum_floats(void* in, void* inout, int* len, MPI_Datatype* 
 // number of chunks for `count` elements (per rank block for all-gather and
 // reduce-scatter), or -1 (with the message) when they do not fit
 // in one ZeroRequest
+#ifdef __cplusplus
+#define ZERO_STATIC_ASSERT static_assert   // the header is also compiled as C++ (the GPU trainer)
+#else
+#define ZERO_STATIC_ASSERT _Static_assert
+#endif
 static inline int zero_comm_nchunks(const char* what, size_t count) {
-    _Static_assert(ZERO_COMM_CHUNK >= 1 && ZERO_COMM_CHUNK <= INT_MAX, "ZERO_COMM_CHUNK must be 1..INT_MAX");
+    ZERO_STATIC_ASSERT(ZERO_COMM_CHUNK >= 1 && ZERO_COMM_CHUNK <= INT_MAX, "ZERO_COMM_CHUNK must be 1..INT_MAX");
     size_t n = (count + (size_t)ZERO_COMM_CHUNK - 1) / (size_t)ZERO_COMM_CHUNK;
     if (n > ZERO_COMM_MAX_REQS) {
         return llmc_error("zero comm: %s of %zu elements needs %zu chunks of %zu, more than %d",

@@ -151,7 +151,7 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
     f->bytes = (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
     f->queue_depth = queue_depth;
     f->chunk_bytes = NVME_CHUNK_BYTES;
-    int created = 0;
+    int created = 0, rc = 0;  // declared before the gotos (the header is also compiled as C++)
     // stat the directory first: "directory missing" is a clearer message than ENOENT on the file
     struct stat st;
     if (stat(dir, &st) != 0) {
@@ -190,15 +190,15 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
             goto fail;
         }
     }
-    int rc = io_uring_queue_init((unsigned)queue_depth, &f->ring, 0);
+    rc = io_uring_queue_init((unsigned)queue_depth, &f->ring, 0);
     if (rc < 0) {
         llmc_error("nvme_open: io_uring setup (queue depth %d) for %s failed: %s%s", queue_depth, f->path,
                    strerror(-rc), rc == -EPERM ? " (io_uring disabled? see /proc/sys/kernel/io_uring_disabled)" : "");
         goto fail;
     }
     f->ring_ok = 1;
-    f->slots = calloc((size_t)queue_depth, sizeof(NvmeSlot));
-    f->free_slots = calloc((size_t)queue_depth, sizeof(int));
+    f->slots = (NvmeSlot*)calloc((size_t)queue_depth, sizeof(NvmeSlot));
+    f->free_slots = (int*)calloc((size_t)queue_depth, sizeof(int));
     if (f->slots == NULL || f->free_slots == NULL) {
         llmc_error("nvme_open: %s: out of memory for %d queue slots", f->path, queue_depth);
         goto fail;
@@ -255,10 +255,10 @@ static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void***
         return llmc_error("nvme_buffers_alloc: %s: cannot register buffers with I/O in flight", f->path);
     }
     size_t size = (bytes_each + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
-    int total = f->n_iov + count;
-    void** ptrs = calloc((size_t)count, sizeof(void*));
-    struct iovec* iov = calloc((size_t)total, sizeof(struct iovec));
-    void*** arrays = realloc(f->ptr_arrays, (size_t)(f->n_ptr_arrays + 1) * sizeof(void**));
+    int total = f->n_iov + count, rc = 0;
+    void** ptrs = (void**)calloc((size_t)count, sizeof(void*));
+    struct iovec* iov = (struct iovec*)calloc((size_t)total, sizeof(struct iovec));
+    void*** arrays = (void***)realloc(f->ptr_arrays, (size_t)(f->n_ptr_arrays + 1) * sizeof(void**));
     if (arrays != NULL) { f->ptr_arrays = arrays; }
     if (ptrs == NULL || iov == NULL || arrays == NULL) {
         llmc_error("nvme_buffers_alloc: %s: out of memory", f->path);
@@ -279,7 +279,7 @@ static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void***
         iov[f->n_iov + i].iov_len = size;
     }
     if (f->n_iov > 0) { io_uring_unregister_buffers(&f->ring); }
-    int rc = io_uring_register_buffers(&f->ring, iov, (unsigned)total);
+    rc = io_uring_register_buffers(&f->ring, iov, (unsigned)total);
     if (rc < 0) {
         llmc_error("nvme_buffers_alloc: %s: io_uring_register_buffers (%d buffers) failed: %s%s", f->path, total,
                    strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK?)" : "");
@@ -394,7 +394,7 @@ static int nvme_reap_one(NvmeFile* f) {
 static int nvme_req_alloc(NvmeFile* f) {
     if (f->free_req < 0) {
         int cap = f->reqs_cap ? 2 * f->reqs_cap : 16;
-        NvmeRequest* reqs = realloc(f->reqs, (size_t)cap * sizeof(NvmeRequest));
+        NvmeRequest* reqs = (NvmeRequest*)realloc(f->reqs, (size_t)cap * sizeof(NvmeRequest));
         if (reqs == NULL) { return llmc_error("nvme: %s: out of memory for %d requests", f->path, cap); }
         for (int i = cap - 1; i >= f->reqs_cap; i--) { reqs[i].next = f->free_req; f->free_req = i; }
         f->reqs = reqs;
@@ -427,7 +427,7 @@ static int nvme_submit(NvmeFile* f, int is_write, const void* buf, size_t offset
     int buf_index = -1;
     if (f->iov_registered) {
         for (int i = 0; i < f->n_iov; i++) {
-            const char* base = f->iov[i].iov_base;
+            const char* base = (const char*)f->iov[i].iov_base;
             if ((const char*)buf >= base && (size_t)((const char*)buf - base) + bytes <= f->iov[i].iov_len) {
                 buf_index = i;
                 break;
