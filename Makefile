@@ -108,7 +108,7 @@ GPU_CC    := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>
 CUDA_ARCH ?= $(if $(GPU_CC),-arch=sm_$(GPU_CC),-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90)
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -I. -D_GNU_SOURCE -Xcompiler -fopenmp $(BLAS_CFLAGS)
 # nvcc passes linker options with -Xlinker, not -Wl
-CUDA_LIBS  = -lcublas -lcublasLt $(if $(BLAS_DIR),-L$(BLAS_DIR) -Xlinker -rpath=$(BLAS_DIR) -lopenblas,$(BLAS_LIBS))
+CUDA_LIBS  = -lcublas -lcublasLt -lnccl $(if $(BLAS_DIR),-L$(BLAS_DIR) -Xlinker -rpath=$(BLAS_DIR) -lopenblas,$(BLAS_LIBS))
 CUDA_HEADERS = $(wildcard llmc/*.cuh) $(LLMC_HEADERS)
 GPU_TESTS = build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32
 

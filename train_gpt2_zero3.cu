@@ -3,15 +3,28 @@
  (train_gpt2_zero3.c): the same flags (llmc/args.h), model files and parameter layout
  (llmc/gpt2.h), data (llmc/dataloader.h), log lines and --report fields where they apply.
 
- First version: one GPU, plain data parallel stage 0 with a world of one rank. MPI is
- initialized like the CPU trainer (so mpirun works and NCCL has its place later), but
- any ZeRO stage other than 0, any offload, or more than one rank is refused.
+ Two backends for the model states (--zero-backend):
 
- Device state (all one flat buffer each, in the unit-major layout of llmc/gpt2.h, so the
- ZeRO engine can later gather units straight into `params`):
+ device   everything on the GPUs, one GPU per rank, collectives over NCCL on their own
+          stream (zero3/nccl.cuh), ordered against the compute stream with events (the
+          host never waits for a collective inside the step). Stage 0: each unit's
+          gradient is all-reduced as soon as its backward is done on the last
+          micro-step, overlapping the backward of the units below. Stage 1: it is
+          reduce-scattered instead; each rank keeps the fp32 master and AdamW moments of
+          its shards, updates them, and the updated bf16 shards are all-gathered in place.
+ host     the ZeRO engine of the CPU trainer (zero3/engine.h) keeps the fp32 master,
+          gradient accumulators and AdamW on the host and runs every stage and offload
+          over MPI; the GPU computes on floatX copies that the unit hooks upload at
+          fetch and download at reduce (synchronous copies). It is the backend for
+          stages 2-3, offload, and ranks sharing a GPU (the multi-rank GPU tests).
+ auto (the default) takes the device backend where it can.
+
+ Device state (one flat buffer each, units padded by zero3/plan.h so that they split into
+ equal shards over the device backend's ranks):
    params  floatX (bf16, or fp32 with -DENABLE_FP32)   the compute copy
    grads   floatX                                        accumulated over micro-steps
-   master  fp32, m fp32, v fp32                          AdamW (llmc/adamw.cuh)
+   master  fp32, m fp32, v fp32                          AdamW (llmc/adamw.cuh); the device
+                                                         backend only: whole (stage 0) or shards (stage 1)
  One compute stream; one cuBLAS handle (attention) and one cuBLASLt handle (matmuls).
 */
 #include <stdio.h>       // printf
@@ -32,6 +45,7 @@
 #include "llmc/matmul.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/adamw.cuh"
+#include "zero3/nccl.cuh"     // the device backend's collectives: NCCL on its own stream
 
 // the host building blocks, shared with the CPU trainer (C headers compiled as C++).
 // nvcc's front end reports a false "set but never used" (#550) for a variable that
@@ -79,8 +93,8 @@ __global__ void copy_to_floatx_kernel(floatX* dst, const float* src, size_t n) {
 // ----------------------------------------------------------------------------
 // the model on the device
 
-// element offset of tensor `kind` of layer `layer` (-1 outside the blocks) in the flat buffer
-typedef struct { size_t off[NUM_PARAM_KINDS]; } KindOffsets;
+// element offset of each tensor kind of a layer inside its unit
+typedef struct { size_t off[NUM_PARAM_KINDS]; } KindOffsets;  // inside the layer's unit
 
 typedef struct {
     floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
@@ -120,6 +134,9 @@ typedef struct {
     floatX* dqkvr;      // (3,B,NH,T,hs)
     floatX* datt;       // (B,NH,T,T)
     floatX* attn_scratch;  // (B,T,C)
+    // --attention flash: instead of qkvr, att, dqkvr, datt and attn_scratch
+    float* lse;            // (L,B,NH,T) fp32: each query row's logsumexp, from the forward to the backward
+    float* attn_fscratch;  // (B,NH,T) fp32: the flash backward's per-row dot products
     float* ln_scratch;     // layernorm_backward's partial sums
     float* dbias_scratch;  // matmul_backward's dbias partial sums
     void* enc_scratch;     // encoder_backward's sort buffers
@@ -137,13 +154,14 @@ typedef struct {
     size_t* range_offset;      // (num_tensors) element offset of each tensor in the flat buffer
     KindOffsets* layer_off;    // (L) offsets of the block tensors of each layer
     size_t wte_off, wpe_off, lnfw_off, lnfb_off;
-    floatX* params;            // (num_params) compute copy
-    floatX* grads;             // (num_params)
-    float* master;             // (num_params) fp32
-    float* m;                  // (num_params) AdamW first moment
-    float* v;                  // (num_params) AdamW second moment
+    floatX* params;            // (padded) compute copy, units in the padded layout of `plan`
+    floatX* grads;             // (padded)
+    float* master;             // (opt_elems) fp32: the whole model (stage 0) or this rank's shards (stage 1)
+    float* m;                  // (opt_elems) AdamW first moment
+    float* v;                  // (opt_elems) AdamW second moment
     DevActs acts;
     int B, T, recompute;
+    int use_flash;             // --attention flash: the fused kernel, O(T) memory per row
     size_t bytes_params, bytes_grads, bytes_optimizer, bytes_acts, bytes_buffers;
     float mean_loss;           // of the last forward with targets
     float* host_losses;        // (B*T) pinned
@@ -154,10 +172,19 @@ typedef struct {
     cublasLtHandle_t lt;
     void* lt_workspace;
     size_t lt_workspace_bytes;
-    // the units (llmc/gpt2.h): where each starts in params/grads, and its size
+    // the units (llmc/gpt2.h): where each starts in params/grads (padded by `plan`), its size
     int num_units;
     size_t* unit_off;          // (num_units)
     size_t* unit_numel;        // (num_units)
+    ZeroPlan plan;             // the units padded to split into equal shards over the device backend's ranks
+    size_t padded;             // elements of params and grads (plan.padded_total)
+    // device backend over NCCL: stage 0 all-reduces each unit's gradient, stage 1
+    // reduce-scatters it and keeps the fp32 master and AdamW moments as shards
+    int zstage, world, rank, last_micro;
+    int use_nccl;
+    ZeroNccl nccl;
+    floatX* gshard;            // (plan.shard_total) stage 1: this rank's reduced gradient shards
+    size_t opt_elems;          // elements of master, m, v: padded (stage 0) or plan.shard_total (stage 1)
     // --zero-backend host: the ZeRO engine keeps the model states on the host
     int use_engine;
     ZeroEngine zero;
@@ -185,22 +212,28 @@ static void* dev_alloc(size_t bytes) {
 // the tensors of layer l inside its unit (1 + l), whose copy starts at `unit` (the
 // parameters or the gradients; for the engine, wherever the unit was gathered)
 static DevBlock gpt2_block(const GPT2* m, floatX* unit, int l) {
-    const size_t* o = m->layer_off[l].off;
-    size_t u0 = m->unit_off[1 + l];
+    const size_t* o = m->layer_off[l].off;  // offsets inside the unit
     DevBlock b;
-    b.ln1w = unit + (o[P_LN1W] - u0);         b.ln1b = unit + (o[P_LN1B] - u0);
-    b.qkvw = unit + (o[P_QKVW] - u0);         b.qkvb = unit + (o[P_QKVB] - u0);
-    b.attprojw = unit + (o[P_ATTPROJW] - u0); b.attprojb = unit + (o[P_ATTPROJB] - u0);
-    b.ln2w = unit + (o[P_LN2W] - u0);         b.ln2b = unit + (o[P_LN2B] - u0);
-    b.fcw = unit + (o[P_FCW] - u0);           b.fcb = unit + (o[P_FCB] - u0);
-    b.fcprojw = unit + (o[P_FCPROJW] - u0);   b.fcprojb = unit + (o[P_FCPROJB] - u0);
+    b.ln1w = unit + o[P_LN1W];         b.ln1b = unit + o[P_LN1B];
+    b.qkvw = unit + o[P_QKVW];         b.qkvb = unit + o[P_QKVB];
+    b.attprojw = unit + o[P_ATTPROJW]; b.attprojb = unit + o[P_ATTPROJB];
+    b.ln2w = unit + o[P_LN2W];         b.ln2b = unit + o[P_LN2B];
+    b.fcw = unit + o[P_FCW];           b.fcb = unit + o[P_FCB];
+    b.fcprojw = unit + o[P_FCPROJW];   b.fcprojb = unit + o[P_FCPROJB];
     return b;
 }
 
-// The model from an fp32 unit-major buffer on the host (on rank 0; NULL elsewhere is
-// fine with the engine, which broadcasts rank 0's). use_engine: the model states go to
-// the ZeRO engine on the host (zc, over MPI_COMM_WORLD), the GPU keeps floatX copies of
-// the parameters and the gradients; otherwise everything lives here on the GPU.
+#if defined(ENABLE_FP32)
+#define NCCL_FLOATX ncclFloat32
+#else
+#define NCCL_FLOATX ncclBfloat16
+#endif
+
+// The model from an fp32 unit-major buffer on the host (rank 0's is used; NULL elsewhere
+// is fine). use_engine: the model states go to the ZeRO engine on the host (zc, over
+// MPI_COMM_WORLD) and the GPU keeps floatX copies of the parameters and gradients.
+// Otherwise (the device backend) everything lives on this GPU, one GPU per rank: stage
+// 0 replicates the fp32 master and AdamW moments, stage 1 (zc->stage) shards them.
 static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, int use_engine,
                        const ZeroConfig* zc, float beta1, float beta2, float eps) {
     memset(m, 0, sizeof(*m));
@@ -208,6 +241,10 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, i
     m->num_params = gpt2_num_params(c);
     m->num_tensors = gpt2_num_tensors(c);
     m->num_units = gpt2_num_units(c);
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &m->rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &m->world));
+    m->use_engine = use_engine;
+    m->zstage = zc->stage;
     m->ranges = (TensorRange*)mallocCheck(m->num_tensors * sizeof(TensorRange));
     m->range_offset = (size_t*)mallocCheck(m->num_tensors * sizeof(size_t));
     m->layer_off = (KindOffsets*)mallocCheck(c->num_layers * sizeof(KindOffsets));
@@ -216,37 +253,45 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, i
     m->unit_fresh = (int*)calloc(m->num_units, sizeof(int));
     size_t largest = 0;
     for (int u = 0; u < m->num_units; u++) {
-        m->unit_off[u] = gpt2_unit_offset(c, u);
         m->unit_numel[u] = gpt2_unit_size(c, u);
         if (m->unit_numel[u] > largest) { largest = m->unit_numel[u]; }
     }
+    // the device layout: each unit padded to split into equal 64-byte shards over the
+    // device backend's ranks (the host-staged backend keeps a whole copy per rank)
+    int plan_world = use_engine ? 1 : m->world, plan_rank = use_engine ? 0 : m->rank;
+    if (zero_plan_init(&m->plan, m->unit_numel, m->num_units, plan_world, plan_rank, sizeof(floatX)) != 0) {
+        fprintf(stderr, "error: %s\n", llmc_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (int u = 0; u < m->num_units; u++) { m->unit_off[u] = m->plan.units[u].full_offset; }
+    m->padded = m->plan.padded_total;
     gpt2_tensor_ranges(c, m->ranges);
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorRange* r = &m->ranges[i];
-        size_t off = gpt2_unit_offset(c, r->unit) + r->offset;
-        m->range_offset[i] = off;
-        if (r->layer >= 0) { m->layer_off[r->layer].off[r->kind] = off; }
+        m->range_offset[i] = m->unit_off[r->unit] + r->offset;
+        if (r->layer >= 0) { m->layer_off[r->layer].off[r->kind] = r->offset; }
         // the embedding's and the final layernorm's tensors: offsets inside their unit
         else if (r->kind == P_WTE) { m->wte_off = r->offset; }
         else if (r->kind == P_WPE) { m->wpe_off = r->offset; }
         else if (r->kind == P_LNFW) { m->lnfw_off = r->offset; }
         else if (r->kind == P_LNFB) { m->lnfb_off = r->offset; }
     }
-    // every tensor must start 16-byte aligned for cuBLASLt and the vector loads: all
-    // sizes are multiples of C, so a C of a multiple of 8 (bf16) / 4 (fp32) ensures it
+    // every tensor must start 16-byte aligned for cuBLASLt and the vector loads: units
+    // start on 64 bytes and all sizes are multiples of C, so a C of a multiple of 8
+    // (bf16) / 4 (fp32) ensures it
     if (((size_t)c->channels * sizeof(floatX)) % 16 != 0) {
         fprintf(stderr, "error: channels %d: the GPU trainer needs C to be a multiple of %zu\n",
                 c->channels, 16 / sizeof(floatX));
-        exit(EXIT_FAILURE);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    size_t n = m->num_params;
+    size_t n = m->padded;
     cudaCheck(cudaStreamCreate(&m->stream));
     m->params = (floatX*)dev_alloc(n * sizeof(floatX));
     m->grads = (floatX*)dev_alloc(n * sizeof(floatX));
     m->bytes_params = n * sizeof(floatX);
     m->bytes_grads = n * sizeof(floatX);
+    cudaCheck(cudaMemset(m->params, 0, n * sizeof(floatX)));  // the padding stays zero
     cudaCheck(cudaMemset(m->grads, 0, n * sizeof(floatX)));
-    m->use_engine = use_engine;
     if (use_engine) {
         // the engine holds the fp32 master, the gradient accumulators and AdamW; the
         // parameters reach the GPU at each unit's first fetch (unit_fresh all 0)
@@ -258,15 +303,52 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, i
         m->bytes_stage = largest * sizeof(float);
         cudaCheck(cudaMallocHost((void**)&m->host_stage, largest * sizeof(float)));
     } else {
-        m->master = (float*)dev_alloc(n * sizeof(float));
-        m->m = (float*)dev_alloc(n * sizeof(float));
-        m->v = (float*)dev_alloc(n * sizeof(float));
-        m->bytes_optimizer = 3 * n * sizeof(float);
-        cudaCheck(cudaMemcpy(m->master, host_params, n * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemset(m->m, 0, n * sizeof(float)));
-        cudaCheck(cudaMemset(m->v, 0, n * sizeof(float)));
-        copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(m->params, m->master, n);
+        // rank 0's parameters to every rank (chunks: MPI counts are int), then each
+        // unit into the padded layout of an fp32 copy on the device
+        float* hp = (float*)mallocCheck(m->num_params * sizeof(float));
+        if (m->rank == 0) { memcpy(hp, host_params, m->num_params * sizeof(float)); }
+        for (size_t off = 0; off < m->num_params; off += (size_t)1 << 28) {
+            size_t cnt = m->num_params - off < ((size_t)1 << 28) ? m->num_params - off : ((size_t)1 << 28);
+            mpiCheck(MPI_Bcast(hp + off, (int)cnt, MPI_FLOAT, 0, MPI_COMM_WORLD));
+        }
+        float* full = (float*)dev_alloc(n * sizeof(float));  // freed below
+        cudaCheck(cudaMemset(full, 0, n * sizeof(float)));
+        size_t src = 0;
+        for (int u = 0; u < m->num_units; u++) {
+            cudaCheck(cudaMemcpy(full + m->unit_off[u], hp + src, m->unit_numel[u] * sizeof(float), cudaMemcpyHostToDevice));
+            src += m->unit_numel[u];
+        }
+        free(hp);
+        copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(m->params, full, n);
         cudaCheck(cudaGetLastError());
+        cudaCheck(cudaStreamSynchronize(m->stream));
+        m->opt_elems = m->zstage == 0 ? n : m->plan.shard_total;
+        m->master = (float*)dev_alloc(m->opt_elems * sizeof(float));
+        m->m = (float*)dev_alloc(m->opt_elems * sizeof(float));
+        m->v = (float*)dev_alloc(m->opt_elems * sizeof(float));
+        m->bytes_optimizer = 3 * m->opt_elems * sizeof(float);
+        cudaCheck(cudaMemset(m->m, 0, m->opt_elems * sizeof(float)));
+        cudaCheck(cudaMemset(m->v, 0, m->opt_elems * sizeof(float)));
+        if (m->zstage == 0) {
+            cudaCheck(cudaMemcpy(m->master, full, n * sizeof(float), cudaMemcpyDeviceToDevice));
+        } else {  // this rank's shard of every unit
+            for (int u = 0; u < m->num_units; u++) {
+                const ZeroUnit* pu = &m->plan.units[u];
+                cudaCheck(cudaMemcpy(m->master + pu->shard_offset, full + pu->full_offset + (size_t)m->rank * pu->shard,
+                                     pu->shard * sizeof(float), cudaMemcpyDeviceToDevice));
+            }
+            m->gshard = (floatX*)dev_alloc(m->plan.shard_total * sizeof(floatX));
+            m->bytes_grads += m->plan.shard_total * sizeof(floatX);
+        }
+        cudaCheck(cudaFree(full));
+        g_device_alloc_bytes -= n * sizeof(float);
+        // NCCL when there is something to communicate, and at stage 1 on one rank too
+        // (its reduce-scatter and all-gather are then copies: the path runs on one GPU)
+        m->use_nccl = m->world > 1 || m->zstage == 1;
+        if (m->use_nccl && zero_nccl_init(&m->nccl, MPI_COMM_WORLD) != 0) {
+            fprintf(stderr, "error: rank %d: %s\n", m->rank, llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
     }
     cublasCheck(cublasCreate(&m->cublas));
     cublasCheck(cublasSetStream(m->cublas, m->stream));
@@ -323,8 +405,30 @@ static void params_release(GPT2* m, int u) {
 
 static floatX* grads_unit(GPT2* m, int u) { return m->grads + m->unit_off[u]; }
 
+static void ncclCheckFail(int rc, const char* file, int line) {
+    if (rc != 0) {
+        fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+#define ncclCheck(rc) ncclCheckFail((rc), __FILE__, __LINE__)
+
 static void grads_reduce(GPT2* m, int u) {
-    if (!m->use_engine) { return; }
+    if (!m->use_engine) {
+        // device backend: on the last micro-step the unit's gradient is complete; its
+        // collective runs on the NCCL stream while the compute stream goes on with the
+        // units below (gpt2_update joins the two)
+        if (!m->use_nccl || !m->last_micro) { return; }
+        const ZeroUnit* pu = &m->plan.units[u];
+        floatX* g = m->grads + m->unit_off[u];
+        ncclCheck(zero_nccl_after(&m->nccl, m->stream));
+        if (m->zstage == 0) {
+            ncclCheck(zero_nccl_allreduce(&m->nccl, g, pu->padded, NCCL_FLOATX));
+        } else {
+            ncclCheck(zero_nccl_reduce_scatter(&m->nccl, g, m->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX));
+        }
+        return;
+    }
     NVTX_PUSH("download grads");
     size_t n = m->unit_numel[u];
     floatX* g = m->grads + m->unit_off[u];
@@ -343,11 +447,13 @@ static void grads_reduce(GPT2* m, int u) {
     NVTX_POP();
 }
 
-static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
+static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use_flash) {
     size_t L = m->config.num_layers, NH = m->config.num_heads, C = m->config.channels;
     size_t Vp = m->config.padded_vocab_size;
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     size_t keep_gelu = recompute >= 1 ? 1 : L, keep_ln = recompute >= 2 ? 1 : L;
+    // the cuBLAS attention keeps (B,NH,T,T) per layer; the flash kernel a float per row
+    size_t cub = use_flash ? 0 : 1, fl = use_flash ? 1 : 0;
     DevActs* a = &m->acts;
     size_t before = g_device_alloc_bytes;
     struct { void** ptr; size_t bytes; } bufs[] = {
@@ -356,9 +462,9 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
         {(void**)&a->ln1_mean, L * BT * sizeof(float)},
         {(void**)&a->ln1_rstd, L * BT * sizeof(float)},
         {(void**)&a->qkv, L * BT * 3 * C * sizeof(floatX)},
-        {(void**)&a->qkvr, L * BT * 3 * C * sizeof(floatX)},
+        {(void**)&a->qkvr, cub * L * BT * 3 * C * sizeof(floatX)},
         {(void**)&a->atty, L * BT * C * sizeof(floatX)},
-        {(void**)&a->att, L * att * sizeof(floatX)},
+        {(void**)&a->att, cub * L * att * sizeof(floatX)},
         {(void**)&a->attproj, BT * C * sizeof(floatX)},
         {(void**)&a->residual2, L * BT * C * sizeof(floatX)},
         {(void**)&a->ln2, keep_ln * BT * C * sizeof(floatX)},
@@ -378,9 +484,11 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
         {(void**)&a->datty, BT * C * sizeof(floatX)},
         {(void**)&a->dqkv, BT * 3 * C * sizeof(floatX)},
         {(void**)&a->dfch, BT * 4 * C * sizeof(floatX)},
-        {(void**)&a->dqkvr, BT * 3 * C * sizeof(floatX)},
-        {(void**)&a->datt, att * sizeof(floatX)},
-        {(void**)&a->attn_scratch, attention_backward_scratch_elems(B, T, (int)C) * sizeof(floatX)},
+        {(void**)&a->dqkvr, cub * BT * 3 * C * sizeof(floatX)},
+        {(void**)&a->datt, cub * att * sizeof(floatX)},
+        {(void**)&a->attn_scratch, cub * attention_backward_scratch_elems(B, T, (int)C) * sizeof(floatX)},
+        {(void**)&a->lse, fl * L * attention_flash_lse_floats(B, (int)NH, T) * sizeof(float)},
+        {(void**)&a->attn_fscratch, fl * attention_flash_backward_scratch_floats(B, (int)NH, T) * sizeof(float)},
         {(void**)&a->ln_scratch, (size_t)2 * LN_BWD_MAX_CHUNKS * C * sizeof(float)},
         {(void**)&a->dbias_scratch, MATMUL_DBIAS_SCRATCH_FLOATS(4 * C) * sizeof(float)},
         {(void**)&a->enc_scratch, encoder_backward_scratch_bytes(B, T)},
@@ -400,6 +508,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
     m->B = B;
     m->T = T;
     m->recompute = recompute;
+    m->use_flash = use_flash;
 }
 
 // ----------------------------------------------------------------------------
@@ -448,7 +557,11 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
                                              a->residual2 + (l - 1) * BT * C, a->fcproj, w.ln1w, w.ln1b, bt, C, s);
         }
         matmul_forward(qkv, ln1, w.qkvw, w.qkvb, bt, C, 3 * C, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
-        attention_forward(atty, qkvr, a->att + l * att, qkv, B, T, C, NH, m->cublas, s);
+        if (m->use_flash) {
+            attention_flash_forward(atty, a->lse + l * (size_t)B * NH * T, qkv, B, T, C, NH, s);
+        } else {
+            attention_forward(atty, qkvr, a->att + l * att, qkv, B, T, C, NH, m->cublas, s);
+        }
         matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, bt, C, C, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
         // residual2 = residual + attproj; ln2 = layernorm(residual2)
         fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT,
@@ -498,6 +611,7 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
     cublasLtHandle_t lt = m->lt;
     void* ws = m->lt_workspace;
     size_t wsb = m->lt_workspace_bytes;
+    m->last_micro = last_micro;
     if (m->use_engine) { m->zero.last_micro = last_micro; }
 
     // classifier: dlnf = dlogits @ wte (overwrite), dwte += dlogits^T @ lnf. The
@@ -550,8 +664,13 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
         matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw,
                         a->dbias_scratch, bt, C, C, NULL, 0, lt, ws, wsb, s);
         cudaCheck(cudaMemsetAsync(a->dqkv, 0, BT * 3 * C * sizeof(floatX), s));  // attention_backward accumulates
-        attention_backward(a->dqkv, a->dqkvr, a->datt, a->attn_scratch, a->datty, qkvr, a->att + l * att,
-                           B, T, C, NH, m->cublas, s);
+        if (m->use_flash) {
+            attention_flash_backward(a->dqkv, a->attn_fscratch, a->datty, a->qkv + l * BT * 3 * C, a->atty + l * BT * C,
+                                     a->lse + l * (size_t)B * NH * T, B, T, C, NH, s);
+        } else {
+            attention_backward(a->dqkv, a->dqkvr, a->datt, a->attn_scratch, a->datty, qkvr, a->att + l * att,
+                               B, T, C, NH, m->cublas, s);
+        }
         matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch,
                         bt, C, 3 * C, NULL, 0, lt, ws, wsb, s);
         layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->ln_scratch, a->dln, residual, w.ln1w,
@@ -582,26 +701,53 @@ static float gpt2_update(GPT2* m, float lr, float beta1, float beta2, float eps,
         return norm;
     }
     cudaStream_t s = m->stream;
-    global_norm_squared(m->acts.norm_out, m->acts.norm_scratch, m->grads, m->num_params, s);
-    float sumsq = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&sumsq, m->acts.norm_out, sizeof(float), cudaMemcpyDeviceToHost, s));
+    if (m->use_nccl) { ncclCheck(zero_nccl_join(&m->nccl, s)); }  // the reductions are done
+    // the gradients are sums over the ranks: the norm of their mean, and the 1/world of
+    // the mean folded into AdamW's gradient scale with the clipping factor
+    const floatX* g = m->zstage == 0 ? m->grads : m->gshard;
+    size_t gn = m->zstage == 0 ? m->padded : m->plan.shard_total;
+    global_norm_squared(m->acts.norm_out, m->acts.norm_scratch, g, gn, s);
+    float sumsq_f = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&sumsq_f, m->acts.norm_out, sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    double norm = sqrt((double)sumsq);
+    double sumsq = (double)sumsq_f;
+    if (m->zstage == 1 && m->world > 1) {  // each rank holds the squares of its shards
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &sumsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    }
+    double norm = sqrt(sumsq) / m->world;
     // as clip_scale in llmc/adamw.h
-    float grad_scale = (grad_clip > 0.0f && norm > (double)grad_clip) ? (float)((double)grad_clip / norm) : 1.0f;
-    // runs of adjacent tensors with the same decay flag go in one launch. The stochastic
-    // rounding seed of a run depends on its offset, so no two runs draw the same bits.
-    int i = 0;
-    while (i < m->num_tensors) {
-        int j = i + 1;
-        while (j < m->num_tensors && m->ranges[j].decay == m->ranges[i].decay &&
-               m->range_offset[j] == m->range_offset[j - 1] + m->ranges[j - 1].size) { j++; }
-        size_t off = m->range_offset[i];
-        size_t n = m->range_offset[j - 1] + m->ranges[j - 1].size - off;
+    double clip = (grad_clip > 0.0f && norm > (double)grad_clip) ? (double)grad_clip / norm : 1.0;
+    float grad_scale = (float)(clip / m->world);
+    // one launch per tensor (per tensor's part of this rank's shards at stage 1); the
+    // stochastic rounding seed of each depends on the tensor's place in the model, so no
+    // two draw the same bits and stage 0 and 1 draw the same
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorRange* r = &m->ranges[i];
+        const ZeroUnit* pu = &m->plan.units[r->unit];
+        size_t lo = 0, hi = r->size;       // the tensor's elements this rank updates, tensor-relative
+        size_t opt = m->range_offset[i];   // where they sit in master, m, v
+        const floatX* gt = m->grads + m->range_offset[i];
+        if (m->zstage == 1) {
+            size_t a, b;  // shard-relative
+            if (zero_plan_shard_range(&m->plan, r->unit, m->rank, r->offset, r->offset + r->size, &a, &b) != 1) { continue; }
+            lo = (size_t)m->rank * pu->shard + a - r->offset;
+            hi = lo + (b - a);
+            opt = pu->shard_offset + a;
+            gt = m->gshard + pu->shard_offset + a;
+        }
+        size_t off = m->range_offset[i] + lo;  // in the padded layout: params, and the seed
         unsigned int run_seed = (unsigned int)(seed ^ (seed >> 32)) ^ (unsigned int)(off * 2654435761u) ^ (unsigned int)(off >> 32);
-        adamw_update_cuda(m->params + off, m->master + off, m->grads + off, m->m + off, m->v + off, n,
-                          lr, beta1, beta2, eps, m->ranges[i].decay ? weight_decay : 0.0f, grad_scale, t, run_seed, s);
-        i = j;
+        adamw_update_cuda(m->params + off, m->master + opt, gt, m->m + opt, m->v + opt, hi - lo,
+                          lr, beta1, beta2, eps, r->decay ? weight_decay : 0.0f, grad_scale, t, run_seed, s);
+    }
+    if (m->zstage == 1) {
+        // every rank's updated shards to every rank, in place, on the NCCL stream; the
+        // next forward's kernels wait for them on the GPU, not on the host
+        ncclCheck(zero_nccl_after(&m->nccl, s));
+        for (int u = 0; u < m->num_units; u++) {
+            ncclCheck(zero_nccl_allgather(&m->nccl, m->params + m->unit_off[u], m->plan.units[u].shard, NCCL_FLOATX));
+        }
+        ncclCheck(zero_nccl_join(&m->nccl, s));
     }
     NVTX_POP();
     return (float)norm;
@@ -618,6 +764,9 @@ static void gpt2_free(GPT2* m) {
     cudaCheck(cudaFree(m->dev_stage));
     if (m->host_stage != NULL) { cudaCheck(cudaFreeHost(m->host_stage)); }
     if (m->use_engine) { zero_engine_free(&m->zero); }
+    if (m->use_nccl) { zero_nccl_free(&m->nccl); }
+    cudaCheck(cudaFree(m->gshard));
+    zero_plan_free(&m->plan);
     free(m->unit_off);
     free(m->unit_numel);
     free(m->unit_fresh);
@@ -655,7 +804,7 @@ static int sample_from_logits(const float* logits, int V, float coin) {
 // dataloader position and the sampler RNG; a DONE_%08d marker written last.
 
 #define GPU_STATE_MAGIC 20240328
-#define GPU_STATE_VERSION 2
+#define GPU_STATE_VERSION 3  // 3: per rank, stage 0 or 1, parameters in the padded unit layout
 
 typedef struct {
     int32_t magic, version, rank, world_size, step, zero_stage, floatx_bytes, pad;
@@ -696,77 +845,104 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_
                             const TrainConfig* tc, int grad_accum) {
     char path[4096], tmp[4200];
     cudaCheck(cudaStreamSynchronize(m->stream));
-    float* full = (float*)mallocCheck(m->num_params * sizeof(float));
-    cudaCheck(cudaMemcpy(full, m->master, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
-    if (gpt2_write_model(path, &m->config, full) != 0) {
-        fprintf(stderr, "error: checkpoint at step %d not saved: %s\n", step, llmc_errmsg());
-        exit(EXIT_FAILURE);
+    // the llm.c model file from the fp32 master, written by rank 0; at stage 1 each
+    // unit's master is gathered from the ranks' shards
+    size_t largest = 0;
+    for (int u = 0; u < m->num_units; u++) { if (m->plan.units[u].padded > largest) { largest = m->plan.units[u].padded; } }
+    float* unit = (float*)mallocCheck(largest * sizeof(float));
+    float* full = m->rank == 0 ? (float*)mallocCheck(m->num_params * sizeof(float)) : NULL;
+    size_t dst = 0;
+    for (int u = 0; u < m->num_units; u++) {
+        const ZeroUnit* pu = &m->plan.units[u];
+        if (m->zstage == 0) {
+            cudaCheck(cudaMemcpy(unit, m->master + pu->full_offset, pu->numel * sizeof(float), cudaMemcpyDeviceToHost));
+        } else {
+            if (pu->shard > (size_t)INT_MAX) { fprintf(stderr, "error: unit %d's shard is too large for MPI_Gather\n", u); MPI_Abort(MPI_COMM_WORLD, 1); }
+            float* mine = unit + (size_t)m->rank * pu->shard;
+            cudaCheck(cudaMemcpy(mine, m->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDeviceToHost));
+            mpiCheck(MPI_Gather(m->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
+                                unit, (int)pu->shard, MPI_FLOAT, 0, MPI_COMM_WORLD));
+        }
+        if (m->rank == 0) { memcpy(full + dst, unit, pu->numel * sizeof(float)); }
+        dst += pu->numel;
     }
-    free(full);
+    free(unit);
+    if (m->rank == 0) {
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+        if (gpt2_write_model(path, &m->config, full) != 0) {  // nothing of this checkpoint counts: no DONE marker
+            fprintf(stderr, "error: checkpoint at step %d not saved: %s\n", step, llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        free(full);
+    }
     GpuStateHeader h;
     memset(&h, 0, sizeof(h));
-    h.magic = GPU_STATE_MAGIC; h.version = GPU_STATE_VERSION; h.rank = 0; h.world_size = 1; h.step = step;
-    h.zero_stage = 0; h.floatx_bytes = (int32_t)sizeof(floatX);
+    h.magic = GPU_STATE_MAGIC; h.version = GPU_STATE_VERSION; h.rank = m->rank; h.world_size = m->world; h.step = step;
+    h.zero_stage = m->zstage; h.floatx_bytes = (int32_t)sizeof(floatX);
     h.num_params = m->num_params; h.sample_rng = sample_rng;
     dataloader_get_state(loader, &h.loader);
     h.B = tc->B; h.T = tc->T; h.shuffle = tc->shuffle && !tc->overfit_single_batch;
     h.grad_accum = grad_accum; h.seed = tc->seed;
-    snprintf(path, sizeof(path), "%s/gpu_state_%08d_%05d.bin", dir, step, 0);
+    snprintf(path, sizeof(path), "%s/gpu_state_%08d_%05d.bin", dir, step, m->rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* fp = fopen(tmp, "wb");
-    size_t n = m->num_params;
+    size_t n = m->opt_elems;
     int ok = fp != NULL && fwrite(&h, sizeof(h), 1, fp) == 1 &&
              write_device_array(fp, m->master, n * sizeof(float)) &&
              write_device_array(fp, m->m, n * sizeof(float)) &&
              write_device_array(fp, m->v, n * sizeof(float)) &&
-             write_device_array(fp, m->params, n * sizeof(floatX));
+             write_device_array(fp, m->params, m->padded * sizeof(floatX));
     int err = errno;
     if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
     if (!ok || rename(tmp, path) != 0) {
         if (ok) { err = errno; }
         remove(tmp);
-        fprintf(stderr, "error: cannot write checkpoint %s: %s\n", path, strerror(err));
-        exit(EXIT_FAILURE);
+        fprintf(stderr, "error: rank %d cannot write checkpoint %s: %s\n", m->rank, path, strerror(err));
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
-    FILE* done = fopenCheck(path, "w");
-    fclose(done);
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // every rank's file is complete before the marker
+    if (m->rank == 0) {
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
+        FILE* done = fopenCheck(path, "w");
+        fclose(done);
+    }
 }
 
 
 static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* sample_rng, DataLoaderState* loader,
                                   const TrainConfig* tc, int grad_accum) {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/gpu_state_%08d_%05d.bin", dir, step, 0);
+    snprintf(path, sizeof(path), "%s/gpu_state_%08d_%05d.bin", dir, step, m->rank);
     FILE* fp = fopen(path, "rb");
     GpuStateHeader h;
     if (fp == NULL || fread(&h, sizeof(h), 1, fp) != 1) {
-        fprintf(stderr, "error: cannot read checkpoint state %s: %s (a checkpoint of the CPU trainer cannot be "
-                "resumed by the GPU trainer; its model_*.bin can be loaded with -e)\n", path, fp ? "truncated header" : strerror(errno));
-        exit(EXIT_FAILURE);
+        fprintf(stderr, "error: cannot read checkpoint state %s: %s (a checkpoint of the CPU trainer or of --zero-backend "
+                "host cannot be resumed by the device backend; its model_*.bin can be loaded with -e)\n", path,
+                fp ? "truncated header" : strerror(errno));
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (h.magic != GPU_STATE_MAGIC || h.version != GPU_STATE_VERSION) {
-        fprintf(stderr, "error: %s is not a GPU train_gpt2_zero3 state file (magic %d, version %d)\n", path, h.magic, h.version);
-        exit(EXIT_FAILURE);
+        fprintf(stderr, "error: %s is not a GPU train_gpt2_zero3 state file of this version (magic %d, version %d)\n", path, h.magic, h.version);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (h.world_size != 1 || h.zero_stage != 0 || h.num_params != m->num_params || h.step != step ||
-        h.floatx_bytes != (int32_t)sizeof(floatX)) {
-        fprintf(stderr, "error: %s was saved for %llu parameters at step %d in %s; this run has %zu parameters in %s "
-                "(resuming needs the same model and precision)\n", path, (unsigned long long)h.num_params, h.step,
-                h.floatx_bytes == 4 ? "fp32" : "bf16", m->num_params, PRECISION_MODE);
-        exit(EXIT_FAILURE);
+    if (h.world_size != m->world || h.rank != m->rank || h.zero_stage != m->zstage || h.num_params != m->num_params ||
+        h.step != step || h.floatx_bytes != (int32_t)sizeof(floatX)) {
+        fprintf(stderr, "error: %s was saved by rank %d of %d at stage %d for %llu parameters at step %d in %s; this run is "
+                "rank %d of %d at stage %d with %zu parameters in %s (resuming needs the same ranks, stage, model and precision)\n",
+                path, h.rank, h.world_size, h.zero_stage, (unsigned long long)h.num_params, h.step,
+                h.floatx_bytes == 4 ? "fp32" : "bf16", m->rank, m->world, m->zstage, m->num_params, PRECISION_MODE);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
     checkpoint_check_data(path, h.B, h.T, h.shuffle, h.grad_accum, h.seed, tc, grad_accum);
-    size_t n = m->num_params;
+    size_t n = m->opt_elems;
     int ok = read_device_array(fp, m->master, n * sizeof(float)) &&
              read_device_array(fp, m->m, n * sizeof(float)) &&
              read_device_array(fp, m->v, n * sizeof(float)) &&
-             read_device_array(fp, m->params, n * sizeof(floatX));
+             read_device_array(fp, m->params, m->padded * sizeof(floatX));
     fclose(fp);
     if (!ok) {
         fprintf(stderr, "error: checkpoint state %s is truncated\n", path);
-        exit(EXIT_FAILURE);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
     *sample_rng = h.sample_rng;
     *loader = h.loader;
@@ -810,9 +986,9 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
                          const double* comm_per_step, const double* moved, double update_ms) {
     cJSON* root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "world_size", world);
-    cJSON_AddNumberToObject(root, "zero_stage", m->use_engine ? m->zero.stage : 0);
+    cJSON_AddNumberToObject(root, "zero_stage", m->zstage);
     cJSON_AddNumberToObject(root, "num_parameters", (double)m->num_params);
-    cJSON_AddNumberToObject(root, "num_parameters_padded", m->use_engine ? (double)m->zero.plan.padded_total : (double)m->num_params);
+    cJSON_AddNumberToObject(root, "num_parameters_padded", m->use_engine ? (double)m->zero.plan.padded_total : (double)m->padded);
     cJSON_AddStringToObject(root, "device", device_name);
     cJSON_AddStringToObject(root, "precision", PRECISION_MODE);
     cJSON_AddStringToObject(root, "zero_backend", m->use_engine ? "host" : "device");
@@ -820,7 +996,7 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(cfg, "recompute", m->recompute);
     char zdesc[512];
     if (m->use_engine) { zero_config_describe(&m->zero.cfg, zdesc, sizeof(zdesc)); }
-    else { snprintf(zdesc, sizeof(zdesc), "stage 0 (single GPU, device backend)"); }
+    else { snprintf(zdesc, sizeof(zdesc), "stage %d (device backend%s)", m->zstage, m->use_nccl ? ", NCCL" : ""); }
     cJSON_AddStringToObject(cfg, "zero", zdesc);
     cJSON_AddNumberToObject(cfg, "flops_per_token", flops_per_token);
     report_add_memory(root, mem, world);
@@ -854,32 +1030,42 @@ int main(int argc, char** argv) {
     trainer_start(&argc, &argv, &tc, &rank, &world);
     if (tc.estimate != NULL) { die_all(rank, "--estimate is in train_gpt2_zero3_cpu (it needs no GPU)"); }
 
-    // where the model states live: the device backend does one rank, stage 0, no
-    // offload; everything else goes through the engine on the host (host-staged)
-    int device_ok = world == 1 && tc.zero.stage == 0 && tc.zero.offload_optimizer == ZERO_OFFLOAD_NONE &&
-                    tc.zero.offload_param == ZERO_OFFLOAD_NONE;
-    int use_engine = !strcmp(tc.zero_backend, "host") || (!strcmp(tc.zero_backend, "auto") && !device_ok);
-    if (!use_engine && !device_ok) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "--zero-backend device runs one rank at -z 0 without offload (got %d rank(s), -z %d, "
-                 "offload optimizer %s, param %s): use --zero-backend host (or auto)",
-                 world, tc.zero.stage, zero_offload_name(tc.zero.offload_optimizer), zero_offload_name(tc.zero.offload_param));
-        die_all(rank, msg);
-    }
-
     // one GPU per rank on a node; more ranks than GPUs share them round-robin (the
     // host-staged backend lets 2-4 ranks test the engine on one GPU)
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { die_all(rank, "no CUDA device found"); }
     MPI_Comm local;
-    int local_rank = 0;
+    int local_rank = 0, local_size = 1;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
     mpiCheck(MPI_Comm_rank(local, &local_rank));
+    mpiCheck(MPI_Comm_size(local, &local_size));
     MPI_Comm_free(&local);
     int device = local_rank % ndev;
     cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
+
+    // Where the model states live. The device backend: stages 0-1 without offload, one
+    // GPU per rank (NCCL). The host-staged backend (the ZeRO engine on the host): any
+    // stage, offload, ranks sharing a GPU. auto takes the device backend where it can.
+    int device_ok = tc.zero.stage <= 1 && tc.zero.offload_optimizer == ZERO_OFFLOAD_NONE &&
+                    tc.zero.offload_param == ZERO_OFFLOAD_NONE;
+    int gpus_ok = local_size <= ndev;
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &gpus_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));  // every node
+    int use_engine = !strcmp(tc.zero_backend, "host") || (!strcmp(tc.zero_backend, "auto") && !(device_ok && gpus_ok));
+    if (!use_engine && !device_ok) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "--zero-backend device runs stages 0 and 1 without offload (got -z %d, offload "
+                 "optimizer %s, param %s): use --zero-backend host (or auto)",
+                 tc.zero.stage, zero_offload_name(tc.zero.offload_optimizer), zero_offload_name(tc.zero.offload_param));
+        die_all(rank, msg);
+    }
+    if (!use_engine && !gpus_ok) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "--zero-backend device needs one GPU per rank (NCCL), but %d ranks share this node's "
+                 "%d GPU(s): use --zero-backend host (or auto) to share GPUs", local_size, ndev);
+        die_all(rank, msg);
+    }
 
     // the model: a file, or a descriptor with random init from --seed
     GPT2Config config;
@@ -909,7 +1095,14 @@ int main(int argc, char** argv) {
     Tokenizer tokenizer;
     int start_token;
     int have_tokenizer = trainer_tokenizer(&tc, rank, config.vocab_size, &tokenizer, &start_token);
-    gpt2_alloc_activations(&model, tc.B, tc.T, tc.recompute);
+    int use_flash = !strcmp(tc.attention, "flash");
+    if (use_flash && !attention_use_flash(tc.T, config.channels / config.num_heads)) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "--attention flash: head size %d is not one the kernel is built for (64, 96, 128)",
+                 config.channels / config.num_heads);
+        die_all(rank, msg);
+    }
+    gpt2_alloc_activations(&model, tc.B, tc.T, tc.recompute, use_flash);
 
     LRScheduler sched;
     memset(&sched, 0, sizeof(sched));
@@ -951,11 +1144,12 @@ int main(int argc, char** argv) {
     if (rank == 0) {
         char zdesc[512];
         if (use_engine) { zero_config_describe(&tc.zero, zdesc, sizeof(zdesc)); }
-        else { snprintf(zdesc, sizeof(zdesc), "stage 0 (single GPU)"); }
+        else { snprintf(zdesc, sizeof(zdesc), "stage %d (%s)", model.zstage, model.zstage == 0 ? "data parallel" : "optimizer states sharded"); }
         size_t len = strlen(zdesc);
         snprintf(zdesc + len, sizeof(zdesc) - len, ", %s backend", use_engine ? "host-staged" : "device");
         trainer_print_header(&tc, &config, model.num_params, world, grad_accum, total_batch, max_steps, zdesc);
-        printf("| device, precision     | %s (%d per node), %s, recompute %d\n", prop.name, ndev, PRECISION_MODE, tc.recompute);
+        printf("| device, precision     | %s (%d per node), %s, recompute %d, attention %s\n", prop.name, ndev, PRECISION_MODE,
+               tc.recompute, use_flash ? "flash" : "cublas");
         if (peak_tflops > 0) {
             printf("| MFU basis             | %.3g FLOP/token (6*matmul params + 12*L*T*C), peak bf16 %.0f TFLOP/s\n", flops_per_token, peak_tflops);
         } else {
@@ -981,6 +1175,7 @@ int main(int argc, char** argv) {
     // the engine's counters at the start, for per-step figures in the report
     double comm0[ZERO_NUM_COLLECTIVES] = {0}, moved0[ZERO_NUM_MOVES] = {0};
     if (use_engine) { memcpy(comm0, model.zero.comm.bytes, sizeof(comm0)); memcpy(moved0, model.zero.moved, sizeof(moved0)); }
+    else if (model.use_nccl) { memcpy(comm0, model.nccl.bytes, sizeof(comm0)); }
     double update0 = use_engine ? model.zero.update_ms : 0.0, h2d0 = model.moved_h2d, d2h0 = model.moved_d2h;
     double wait_total = 0.0;
 
@@ -1042,7 +1237,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaStreamSynchronize(model.stream));
         double t0 = now_ms(), wait0 = use_engine ? model.zero.comm.wait_ms : 0.0;
         double loss_sum = 0.0;
-        if (!use_engine) { cudaCheck(cudaMemsetAsync(model.grads, 0, model.num_params * sizeof(floatX), model.stream)); }
+        if (!use_engine) { cudaCheck(cudaMemsetAsync(model.grads, 0, model.padded * sizeof(floatX), model.stream)); }
         float dloss = 1.0f / ((float)BT * grad_accum);  // the mean over B*T positions and the micro-steps
         for (int micro = 0; micro < grad_accum; micro++) {
             if (!tc.overfit_single_batch || !have_batch) {
@@ -1100,6 +1295,10 @@ int main(int argc, char** argv) {
             moved[ZERO_MOVE_H2D] = (model.moved_h2d - h2d0) / n;
             moved[ZERO_MOVE_D2H] = (model.moved_d2h - d2h0) / n;
             update_ms = (model.zero.update_ms - update0) / n;
+        } else if (model.use_nccl) {
+            for (int k = 0; k < 3; k++) {  // ZERO_ALLGATHER, ZERO_REDUCE_SCATTER, ZERO_ALLREDUCE
+                comm[k] = (model.nccl.bytes[k] - comm0[k]) / n;
+            }
         }
         report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, prop.name,
                      flops_per_token, comm, moved, update_ms);

@@ -47,6 +47,7 @@ typedef struct {
     const char* ds_config;       // --ds-config   DeepSpeed-style JSON; flags override it
     const char* estimate;        // --estimate NODES:GPUS  print model-state memory per GPU and exit
     const char* zero_backend;    // --zero-backend auto|device|host  where the GPU trainer keeps the model states
+    const char* attention;       // --attention cublas|flash  the GPU trainer's attention kernels
     ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
     int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
     char warnings[4096];         // the JSON's unknown keys, printed by rank 0
@@ -75,6 +76,7 @@ static void args_defaults(TrainConfig* c) {
     c->resume = 0;
     c->recompute = 1;
     c->zero_backend = "auto";
+    c->attention = "cublas";
     c->overfit_single_batch = 0;
     c->seed = 1337;
     c->shuffle = 1;
@@ -133,6 +135,9 @@ static void args_usage(FILE* f) {
         "                                     offload); host = the ZeRO engine on the host over MPI, the GPU computing on\n"
         "                                     bf16 copies (any stage, offload, ranks sharing a GPU); auto = device when it\n"
         "                                     can (default). The CPU trainer is always host.\n"
+        "  --attention cublas|flash           GPU trainer: attention through cuBLAS products and a (B,NH,T,T) matrix\n"
+        "                                     per layer (default), or the fused kernel with O(T) memory (head sizes\n"
+        "                                     64, 96, 128). The CPU trainer has one attention and ignores it.\n"
         "  --estimate <nodes:gpus>  print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit\n"
         "  -h, --help          this message\n");
 }
@@ -240,6 +245,12 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
                 return llmc_error("flag --zero-backend: unknown backend '%s' (auto, device or host)", val);
             }
             c->zero_backend = val;
+        }
+        else if (!strcmp(name, "--attention")) {
+            if (strcmp(val, "cublas") && strcmp(val, "flash")) {
+                return llmc_error("flag --attention: unknown kind '%s' (cublas or flash)", val);
+            }
+            c->attention = val;
         }
         else {
             rc = zero_config_set_flag(&c->zero, name, val);
