@@ -441,7 +441,7 @@ int main(int argc, char** argv) {
         } else {
             DataLoaderState ls;
             checkpoint_load_zero(tc.output_dir, latest, &model.zero, model.num_params, rank, world, &sample_rng.state, &ls, &tc, grad_accum);
-            if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
+            if (dataloader_set_state(&train_loader, &ls) != 0) { fprintf(stderr, "error: rank %d: %s\n", rank, llmc_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
             start_step = latest;
             if (rank == 0) { printf("resumed from %s at step %d\n", tc.output_dir, latest); }
         }

@@ -5,33 +5,27 @@
 
  Two backends for the model states (--zero-backend):
 
- device   everything on the GPUs, one GPU per rank, collectives over NCCL on their own
-          stream (zero3/nccl.cuh), ordered against the compute stream with events (the
-          host never waits for a collective inside the step). Stage 0: each unit's
-          gradient is all-reduced as soon as its backward is done on the last
-          micro-step, overlapping the backward of the units below. Stage 1: it is
-          reduce-scattered instead; each rank keeps the fp32 master and AdamW moments of
-          its shards, updates them, and the updated bf16 shards are all-gathered in place.
+ device   the ZeRO engine on the GPUs (zero3/device.cuh), stages 0-3, one GPU per rank,
+          collectives over NCCL on their own stream, ordered against the compute stream
+          with events (the host never waits for a collective inside the step): per-unit
+          reductions overlapped with the backward, at stage 3 units gathered into pooled
+          buffers with the next ones prefetched. No offload.
  host     the ZeRO engine of the CPU trainer (zero3/engine.h) keeps the fp32 master,
           gradient accumulators and AdamW on the host and runs every stage and offload
-          over MPI; the GPU computes on floatX copies that the unit hooks upload at
+          over MPI; the GPU computes on whole floatX copies that the unit hooks upload at
           fetch and download at reduce (synchronous copies). It is the backend for
-          stages 2-3, offload, and ranks sharing a GPU (the multi-rank GPU tests).
+          offload and for ranks sharing a GPU (the multi-rank GPU tests).
  auto (the default) takes the device backend where it can.
 
- Device state (one flat buffer each, units padded by zero3/plan.h so that they split into
- equal shards over the device backend's ranks):
-   params  floatX (bf16, or fp32 with -DENABLE_FP32)   the compute copy
-   grads   floatX                                        accumulated over micro-steps
-   master  fp32, m fp32, v fp32                          AdamW (llmc/adamw.cuh); the device
-                                                         backend only: whole (stage 0) or shards (stage 1)
+ Parameters and gradients are floatX (bf16, or fp32 with -DENABLE_FP32), the master
+ weights and AdamW moments fp32, in flat buffers of units padded by zero3/plan.h.
  One compute stream; one cuBLAS handle (attention) and one cuBLASLt handle (matmuls).
 */
 #include <stdio.h>       // printf
 #include <stdlib.h>      // exit, malloc
 #include <string.h>      // memset, strstr
 #include <math.h>        // sqrt, expf
-#include <mpi.h>         // one rank for now; the place of the later NCCL setup
+#include <mpi.h>         // ranks, the NCCL setup, the host backend's collectives
 #include <cjson/cJSON.h> // the --report JSON
 #include <nvtx3/nvToolsExt.h>  // NVTX ranges (header-only)
 
@@ -45,7 +39,6 @@
 #include "llmc/matmul.cuh"
 #include "llmc/fused_classifier.cuh"
 #include "llmc/adamw.cuh"
-#include "zero3/nccl.cuh"     // the device backend's collectives: NCCL on its own stream
 
 // the host building blocks, shared with the CPU trainer (C headers compiled as C++).
 // nvcc's front end reports a false "set but never used" (#550) for a variable that
@@ -60,6 +53,7 @@
 #include "llmc/tokenizer.h"
 #include "llmc/trainer.h"    // start-up, model, batch, output dir, loaders, tokenizer, main.log, checkpoints
 #pragma nv_diag_default 550
+#include "zero3/device.cuh"   // the device backend: the ZeRO engine on the GPUs, NCCL on its own stream
 
 // ----------------------------------------------------------------------------
 // small helpers
@@ -78,12 +72,6 @@ static inline float floatx_to_float_host(floatX x) {
     memcpy(&f, &bits, sizeof(f));
     return f;
 #endif
-}
-
-// floatX (n,) <- fp32 (n,) on the device, round to nearest (initial upload, resume)
-__global__ void copy_to_floatx_kernel(floatX* dst, const float* src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { dst[i] = from_float<floatX>(src[i]); }
 }
 
 // NVTX ranges: push/pop pairs, names copied by the tool
@@ -151,14 +139,11 @@ typedef struct {
     size_t num_params;
     int num_tensors;
     TensorRange* ranges;       // (num_tensors) unit order
-    size_t* range_offset;      // (num_tensors) element offset of each tensor in the flat buffer
     KindOffsets* layer_off;    // (L) offsets of the block tensors of each layer
     size_t wte_off, wpe_off, lnfw_off, lnfb_off;
-    floatX* params;            // (padded) compute copy, units in the padded layout of `plan`
+    // the host backend's floatX copies (the device backend's state is in `dev`)
+    floatX* params;            // (padded) units in the padded layout of `plan`
     floatX* grads;             // (padded)
-    float* master;             // (opt_elems) fp32: the whole model (stage 0) or this rank's shards (stage 1)
-    float* m;                  // (opt_elems) AdamW first moment
-    float* v;                  // (opt_elems) AdamW second moment
     DevActs acts;
     int B, T, recompute;
     int use_flash;             // --attention flash: the fused kernel, O(T) memory per row
@@ -176,15 +161,11 @@ typedef struct {
     int num_units;
     size_t* unit_off;          // (num_units)
     size_t* unit_numel;        // (num_units)
-    ZeroPlan plan;             // the units padded to split into equal shards over the device backend's ranks
-    size_t padded;             // elements of params and grads (plan.padded_total)
-    // device backend over NCCL: stage 0 all-reduces each unit's gradient, stage 1
-    // reduce-scatters it and keeps the fp32 master and AdamW moments as shards
-    int zstage, world, rank, last_micro;
-    int use_nccl;
-    ZeroNccl nccl;
-    floatX* gshard;            // (plan.shard_total) stage 1: this rank's reduced gradient shards
-    size_t opt_elems;          // elements of master, m, v: padded (stage 0) or plan.shard_total (stage 1)
+    ZeroPlan plan;             // host backend: the units padded (64-byte multiples) in params/grads
+    size_t padded;             // host backend: elements of params and grads
+    int zstage, world, rank;
+    // --zero-backend device: the ZeRO engine on the GPUs (zero3/device.cuh)
+    ZeroDev dev;
     // --zero-backend host: the ZeRO engine keeps the model states on the host
     int use_engine;
     ZeroEngine zero;
@@ -223,17 +204,11 @@ static DevBlock gpt2_block(const GPT2* m, floatX* unit, int l) {
     return b;
 }
 
-#if defined(ENABLE_FP32)
-#define NCCL_FLOATX ncclFloat32
-#else
-#define NCCL_FLOATX ncclBfloat16
-#endif
-
 // The model from an fp32 unit-major buffer on the host (rank 0's is used; NULL elsewhere
-// is fine). use_engine: the model states go to the ZeRO engine on the host (zc, over
-// MPI_COMM_WORLD) and the GPU keeps floatX copies of the parameters and gradients.
-// Otherwise (the device backend) everything lives on this GPU, one GPU per rank: stage
-// 0 replicates the fp32 master and AdamW moments, stage 1 (zc->stage) shards them.
+// is fine: both engines broadcast rank 0's). use_engine: the model states go to the
+// ZeRO engine on the host (zc, over MPI_COMM_WORLD) and the GPU keeps floatX copies of
+// the parameters and gradients. Otherwise the device engine (zero3/device.cuh) keeps them
+// on this GPU, one GPU per rank, at the stage of zc.
 static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, int use_engine,
                        const ZeroConfig* zc, float beta1, float beta2, float eps) {
     memset(m, 0, sizeof(*m));
@@ -246,7 +221,6 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, i
     m->use_engine = use_engine;
     m->zstage = zc->stage;
     m->ranges = (TensorRange*)mallocCheck(m->num_tensors * sizeof(TensorRange));
-    m->range_offset = (size_t*)mallocCheck(m->num_tensors * sizeof(size_t));
     m->layer_off = (KindOffsets*)mallocCheck(c->num_layers * sizeof(KindOffsets));
     m->unit_off = (size_t*)mallocCheck(m->num_units * sizeof(size_t));
     m->unit_numel = (size_t*)mallocCheck(m->num_units * sizeof(size_t));
@@ -256,99 +230,65 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, i
         m->unit_numel[u] = gpt2_unit_size(c, u);
         if (m->unit_numel[u] > largest) { largest = m->unit_numel[u]; }
     }
-    // the device layout: each unit padded to split into equal 64-byte shards over the
-    // device backend's ranks (the host-staged backend keeps a whole copy per rank)
-    int plan_world = use_engine ? 1 : m->world, plan_rank = use_engine ? 0 : m->rank;
-    if (zero_plan_init(&m->plan, m->unit_numel, m->num_units, plan_world, plan_rank, sizeof(floatX)) != 0) {
-        fprintf(stderr, "error: %s\n", llmc_errmsg());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    for (int u = 0; u < m->num_units; u++) { m->unit_off[u] = m->plan.units[u].full_offset; }
-    m->padded = m->plan.padded_total;
     gpt2_tensor_ranges(c, m->ranges);
-    for (int i = 0; i < m->num_tensors; i++) {
+    for (int i = 0; i < m->num_tensors; i++) {  // the tensors' offsets inside their unit
         const TensorRange* r = &m->ranges[i];
-        m->range_offset[i] = m->unit_off[r->unit] + r->offset;
         if (r->layer >= 0) { m->layer_off[r->layer].off[r->kind] = r->offset; }
-        // the embedding's and the final layernorm's tensors: offsets inside their unit
         else if (r->kind == P_WTE) { m->wte_off = r->offset; }
         else if (r->kind == P_WPE) { m->wpe_off = r->offset; }
         else if (r->kind == P_LNFW) { m->lnfw_off = r->offset; }
         else if (r->kind == P_LNFB) { m->lnfb_off = r->offset; }
     }
     // every tensor must start 16-byte aligned for cuBLASLt and the vector loads: units
-    // start on 64 bytes and all sizes are multiples of C, so a C of a multiple of 8
-    // (bf16) / 4 (fp32) ensures it
+    // start on 64 bytes (zero3/plan.h) and all sizes are multiples of C, so a C of a
+    // multiple of 8 (bf16) / 4 (fp32) ensures it
     if (((size_t)c->channels * sizeof(floatX)) % 16 != 0) {
         fprintf(stderr, "error: channels %d: the GPU trainer needs C to be a multiple of %zu\n",
                 c->channels, 16 / sizeof(floatX));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    size_t n = m->padded;
     cudaCheck(cudaStreamCreate(&m->stream));
-    m->params = (floatX*)dev_alloc(n * sizeof(floatX));
-    m->grads = (floatX*)dev_alloc(n * sizeof(floatX));
-    m->bytes_params = n * sizeof(floatX);
-    m->bytes_grads = n * sizeof(floatX);
-    cudaCheck(cudaMemset(m->params, 0, n * sizeof(floatX)));  // the padding stays zero
-    cudaCheck(cudaMemset(m->grads, 0, n * sizeof(floatX)));
     if (use_engine) {
-        // the engine holds the fp32 master, the gradient accumulators and AdamW; the
-        // parameters reach the GPU at each unit's first fetch (unit_fresh all 0)
-        if (gpt2_engine_init(&m->zero, c, host_params, zc, MPI_COMM_WORLD, beta1, beta2, eps) != 0) {
+        // whole floatX copies on the GPU, units padded to 64 bytes; the engine holds the
+        // fp32 master, the gradient accumulators and AdamW, and the parameters reach the
+        // GPU at each unit's first fetch (unit_fresh all 0)
+        if (zero_plan_init(&m->plan, m->unit_numel, m->num_units, 1, 0, sizeof(floatX)) != 0 ||
+            gpt2_engine_init(&m->zero, c, host_params, zc, MPI_COMM_WORLD, beta1, beta2, eps) != 0) {
             fprintf(stderr, "error: %s\n", llmc_errmsg());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+        for (int u = 0; u < m->num_units; u++) { m->unit_off[u] = m->plan.units[u].full_offset; }
+        m->padded = m->plan.padded_total;
+        m->params = (floatX*)dev_alloc(m->padded * sizeof(floatX));
+        m->grads = (floatX*)dev_alloc(m->padded * sizeof(floatX));
+        cudaCheck(cudaMemset(m->params, 0, m->padded * sizeof(floatX)));
+        cudaCheck(cudaMemset(m->grads, 0, m->padded * sizeof(floatX)));
+        m->bytes_params = m->padded * sizeof(floatX);
+        m->bytes_grads = m->padded * sizeof(floatX);
         m->dev_stage = (float*)dev_alloc(largest * sizeof(float));
         m->bytes_stage = largest * sizeof(float);
         cudaCheck(cudaMallocHost((void**)&m->host_stage, largest * sizeof(float)));
     } else {
-        // rank 0's parameters to every rank (chunks: MPI counts are int), then each
-        // unit into the padded layout of an fp32 copy on the device
-        float* hp = (float*)mallocCheck(m->num_params * sizeof(float));
-        if (m->rank == 0) { memcpy(hp, host_params, m->num_params * sizeof(float)); }
-        for (size_t off = 0; off < m->num_params; off += (size_t)1 << 28) {
-            size_t cnt = m->num_params - off < ((size_t)1 << 28) ? m->num_params - off : ((size_t)1 << 28);
-            mpiCheck(MPI_Bcast(hp + off, (int)cnt, MPI_FLOAT, 0, MPI_COMM_WORLD));
+        size_t* sizes = m->unit_numel;
+        ZeroTensor* tensors = (ZeroTensor*)mallocCheck(m->num_tensors * sizeof(ZeroTensor));
+        for (int i = 0; i < m->num_tensors; i++) {
+            ZeroTensor t = {m->ranges[i].unit, m->ranges[i].offset, m->ranges[i].size, m->ranges[i].decay};
+            tensors[i] = t;
         }
-        float* full = (float*)dev_alloc(n * sizeof(float));  // freed below
-        cudaCheck(cudaMemset(full, 0, n * sizeof(float)));
-        size_t src = 0;
-        for (int u = 0; u < m->num_units; u++) {
-            cudaCheck(cudaMemcpy(full + m->unit_off[u], hp + src, m->unit_numel[u] * sizeof(float), cudaMemcpyHostToDevice));
-            src += m->unit_numel[u];
-        }
-        free(hp);
-        copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(m->params, full, n);
-        cudaCheck(cudaGetLastError());
-        cudaCheck(cudaStreamSynchronize(m->stream));
-        m->opt_elems = m->zstage == 0 ? n : m->plan.shard_total;
-        m->master = (float*)dev_alloc(m->opt_elems * sizeof(float));
-        m->m = (float*)dev_alloc(m->opt_elems * sizeof(float));
-        m->v = (float*)dev_alloc(m->opt_elems * sizeof(float));
-        m->bytes_optimizer = 3 * m->opt_elems * sizeof(float);
-        cudaCheck(cudaMemset(m->m, 0, m->opt_elems * sizeof(float)));
-        cudaCheck(cudaMemset(m->v, 0, m->opt_elems * sizeof(float)));
-        if (m->zstage == 0) {
-            cudaCheck(cudaMemcpy(m->master, full, n * sizeof(float), cudaMemcpyDeviceToDevice));
-        } else {  // this rank's shard of every unit
-            for (int u = 0; u < m->num_units; u++) {
-                const ZeroUnit* pu = &m->plan.units[u];
-                cudaCheck(cudaMemcpy(m->master + pu->shard_offset, full + pu->full_offset + (size_t)m->rank * pu->shard,
-                                     pu->shard * sizeof(float), cudaMemcpyDeviceToDevice));
-            }
-            m->gshard = (floatX*)dev_alloc(m->plan.shard_total * sizeof(floatX));
-            m->bytes_grads += m->plan.shard_total * sizeof(floatX);
-        }
-        cudaCheck(cudaFree(full));
-        g_device_alloc_bytes -= n * sizeof(float);
-        // NCCL when there is something to communicate, and at stage 1 on one rank too
-        // (its reduce-scatter and all-gather are then copies: the path runs on one GPU)
-        m->use_nccl = m->world > 1 || m->zstage == 1;
-        if (m->use_nccl && zero_nccl_init(&m->nccl, MPI_COMM_WORLD) != 0) {
+        int* train = (int*)mallocCheck((2 * m->num_units + 4) * sizeof(int));
+        int* fwd = (int*)mallocCheck((2 * m->num_units + 4) * sizeof(int));
+        int ntrain = gpt2_schedule(c, train, 1), nfwd = gpt2_schedule(c, fwd, 0);
+        if (zero_dev_init(&m->dev, zc, sizes, m->num_units, tensors, m->num_tensors, train, ntrain, fwd, nfwd,
+                          host_params, m->stream, beta1, beta2, eps) != 0) {
             fprintf(stderr, "error: rank %d: %s\n", m->rank, llmc_errmsg());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+        free(tensors); free(train); free(fwd);
+        m->bytes_params = (size_t)m->dev.bytes_params;
+        m->bytes_grads = (size_t)m->dev.bytes_grads;
+        m->bytes_optimizer = (size_t)m->dev.bytes_optimizer;
+        m->bytes_stage = (size_t)m->dev.bytes_buffers;  // the engine's pools and scratch
+        g_device_alloc_bytes += (size_t)(m->dev.bytes_params + m->dev.bytes_grads + m->dev.bytes_optimizer + m->dev.bytes_buffers);
     }
     cublasCheck(cublasCreate(&m->cublas));
     cublasCheck(cublasSetStream(m->cublas, m->stream));
@@ -380,16 +320,29 @@ __global__ void copy_to_float_kernel(float* dst, const floatX* src, size_t n) {
     if (i < n) { dst[i] = (float)src[i]; }
 }
 
+static void ncclCheckFail(int rc, const char* file, int line) {
+    if (rc != 0) {
+        fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+#define devCheck(rc) ncclCheckFail((rc), __FILE__, __LINE__)
+
 static floatX* params_fetch(GPT2* m, int u) {
+    if (!m->use_engine) {
+        floatX* p = NULL;
+        devCheck(zero_dev_fetch(&m->dev, u, &p));
+        return p;
+    }
     floatX* dst = m->params + m->unit_off[u];
-    if (!m->use_engine) { return dst; }
     float* src = NULL;
     zeroCheck(zero_fetch(&m->zero, u, &src));
     if (m->zero.stage == 3 || !m->unit_fresh[u]) {
         NVTX_PUSH("upload unit");
         size_t n = m->unit_numel[u];
-        // a synchronous copy: the engine may reuse its buffer as soon as the unit is released
-        cudaCheck(cudaMemcpy(m->dev_stage, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        // synchronous: the engine may reuse its buffer as soon as the unit is released
+        cudaCheck(cudaMemcpyAsync(m->dev_stage, src, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+        cudaCheck(cudaStreamSynchronize(m->stream));
         copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, m->stream>>>(dst, m->dev_stage, n);
         cudaCheck(cudaGetLastError());
         m->unit_fresh[u] = 1;
@@ -401,32 +354,20 @@ static floatX* params_fetch(GPT2* m, int u) {
 
 static void params_release(GPT2* m, int u) {
     if (m->use_engine) { zeroCheck(zero_release(&m->zero, u)); }
+    else { devCheck(zero_dev_release(&m->dev, u)); }
 }
 
-static floatX* grads_unit(GPT2* m, int u) { return m->grads + m->unit_off[u]; }
-
-static void ncclCheckFail(int rc, const char* file, int line) {
-    if (rc != 0) {
-        fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+static floatX* grads_unit(GPT2* m, int u) {
+    if (m->use_engine) { return m->grads + m->unit_off[u]; }
+    floatX* g = NULL;
+    devCheck(zero_dev_grad(&m->dev, u, &g));
+    return g;
 }
-#define ncclCheck(rc) ncclCheckFail((rc), __FILE__, __LINE__)
+
 
 static void grads_reduce(GPT2* m, int u) {
     if (!m->use_engine) {
-        // device backend: on the last micro-step the unit's gradient is complete; its
-        // collective runs on the NCCL stream while the compute stream goes on with the
-        // units below (gpt2_update joins the two)
-        if (!m->use_nccl || !m->last_micro) { return; }
-        const ZeroUnit* pu = &m->plan.units[u];
-        floatX* g = m->grads + m->unit_off[u];
-        ncclCheck(zero_nccl_after(&m->nccl, m->stream));
-        if (m->zstage == 0) {
-            ncclCheck(zero_nccl_allreduce(&m->nccl, g, pu->padded, NCCL_FLOATX));
-        } else {
-            ncclCheck(zero_nccl_reduce_scatter(&m->nccl, g, m->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX));
-        }
+        devCheck(zero_dev_reduce(&m->dev, u));
         return;
     }
     NVTX_PUSH("download grads");
@@ -528,6 +469,7 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
     cudaStream_t s = m->stream;
     int rc_ln = m->recompute >= 2, rc_gelu = m->recompute >= 1;
     if (m->use_engine) { zeroCheck(zero_begin(&m->zero, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD)); }
+    else { devCheck(zero_dev_begin(&m->dev, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD)); }
 
     floatX* emb = params_fetch(m, 0);
     encoder_forward(a->encoded, a->inputs, emb + m->wte_off, emb + m->wpe_off, B, T, C, s);  // (B,T,C)
@@ -590,15 +532,16 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
         for (size_t i = 0; i < BT; i++) { sum += m->host_losses[i]; }
         m->mean_loss = (float)(sum / BT);
     }
-    if (m->use_engine && !train) { zeroCheck(zero_end(&m->zero)); }
+    if (!train) {
+        if (m->use_engine) { zeroCheck(zero_end(&m->zero)); } else { devCheck(zero_dev_end(&m->dev)); }
+    }
     NVTX_POP();
 }
 
 // backward of the last (train) forward, whose fused classifier left dlogits in a->logits
-// scaled by the loss scale (1 / (B*T*grad_accum)). ACCUMULATES into the unit gradients;
-// on the device backend the caller zeroes them before the first micro-step of a step,
-// the engine's hooks hand each one over and zero it. last_micro: this micro-step ends
-// the accumulation (the engine's stages 0-1 reduce only then).
+// scaled by the loss scale (1 / (B*T*grad_accum)). ACCUMULATES into the unit gradients
+// that the engines hand out zeroed (after each step, or per unit and micro-step).
+// last_micro: this micro-step ends the accumulation (stages 0-1 reduce only then).
 static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
     NVTX_PUSH("backward");
     const GPT2Config* c = &m->config;
@@ -611,8 +554,7 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
     cublasLtHandle_t lt = m->lt;
     void* ws = m->lt_workspace;
     size_t wsb = m->lt_workspace_bytes;
-    m->last_micro = last_micro;
-    if (m->use_engine) { m->zero.last_micro = last_micro; }
+    if (m->use_engine) { m->zero.last_micro = last_micro; } else { m->dev.last_micro = last_micro; }
 
     // classifier: dlnf = dlogits @ wte (overwrite), dwte += dlogits^T @ lnf. The
     // embedding's gradient stays open until the encoder's backward at the end.
@@ -682,90 +624,39 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
     // the encoder's backward needs the token ids, not the parameters: no fetch
     encoder_backward(demb + m->wte_off, demb + m->wpe_off, a->enc_scratch, a->dresidual, a->inputs, B, T, C, s);
     grads_reduce(m, 0);
-    if (m->use_engine) { zeroCheck(zero_end(&m->zero)); }
+    if (m->use_engine) { zeroCheck(zero_end(&m->zero)); } else { devCheck(zero_dev_end(&m->dev)); }
     NVTX_POP();
 }
 
-// global norm of the gradient, clipping factor, AdamW on every tensor (weight decay per
-// tensor as TensorRange.decay). Returns the norm (before clipping).
-static float gpt2_update(GPT2* m, float lr, float beta1, float beta2, float eps, float weight_decay,
-                         float grad_clip, int t, uint64_t seed) {
+// The optimizer step of either engine (their AdamW uses the betas and eps given at init):
+// global norm of the mean gradient, clipping, AdamW on every tensor (weight decay per
+// tensor as TensorRange.decay). Returns the norm (before clipping). seed: the device
+// engine's stochastic rounding.
+static float gpt2_update(GPT2* m, float lr, float weight_decay, float grad_clip, int t, uint64_t seed) {
     NVTX_PUSH("optimizer");
     if (m->use_engine) {
-        // the engine's step on the host (AdamW with its own betas and eps from the config,
-        // SIMD CPU Adam, NVMe when offloaded); every unit is uploaded again at its next fetch
+        // on the host: SIMD CPU Adam, NVMe when offloaded; every unit is uploaded again at
+        // its next fetch
         float norm = 0.0f;
         zeroCheck(zero_step(&m->zero, lr, weight_decay, grad_clip, t, &norm));
         for (int u = 0; u < m->num_units; u++) { m->unit_fresh[u] = 0; }
         NVTX_POP();
         return norm;
     }
-    cudaStream_t s = m->stream;
-    if (m->use_nccl) { ncclCheck(zero_nccl_join(&m->nccl, s)); }  // the reductions are done
-    // the gradients are sums over the ranks: the norm of their mean, and the 1/world of
-    // the mean folded into AdamW's gradient scale with the clipping factor
-    const floatX* g = m->zstage == 0 ? m->grads : m->gshard;
-    size_t gn = m->zstage == 0 ? m->padded : m->plan.shard_total;
-    global_norm_squared(m->acts.norm_out, m->acts.norm_scratch, g, gn, s);
-    float sumsq_f = 0.0f;
-    cudaCheck(cudaMemcpyAsync(&sumsq_f, m->acts.norm_out, sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    double sumsq = (double)sumsq_f;
-    if (m->zstage == 1 && m->world > 1) {  // each rank holds the squares of its shards
-        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &sumsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    }
-    double norm = sqrt(sumsq) / m->world;
-    // as clip_scale in llmc/adamw.h
-    double clip = (grad_clip > 0.0f && norm > (double)grad_clip) ? (double)grad_clip / norm : 1.0;
-    float grad_scale = (float)(clip / m->world);
-    // one launch per tensor (per tensor's part of this rank's shards at stage 1); the
-    // stochastic rounding seed of each depends on the tensor's place in the model, so no
-    // two draw the same bits and stage 0 and 1 draw the same
-    for (int i = 0; i < m->num_tensors; i++) {
-        const TensorRange* r = &m->ranges[i];
-        const ZeroUnit* pu = &m->plan.units[r->unit];
-        size_t lo = 0, hi = r->size;       // the tensor's elements this rank updates, tensor-relative
-        size_t opt = m->range_offset[i];   // where they sit in master, m, v
-        const floatX* gt = m->grads + m->range_offset[i];
-        if (m->zstage == 1) {
-            size_t a, b;  // shard-relative
-            if (zero_plan_shard_range(&m->plan, r->unit, m->rank, r->offset, r->offset + r->size, &a, &b) != 1) { continue; }
-            lo = (size_t)m->rank * pu->shard + a - r->offset;
-            hi = lo + (b - a);
-            opt = pu->shard_offset + a;
-            gt = m->gshard + pu->shard_offset + a;
-        }
-        size_t off = m->range_offset[i] + lo;  // in the padded layout: params, and the seed
-        unsigned int run_seed = (unsigned int)(seed ^ (seed >> 32)) ^ (unsigned int)(off * 2654435761u) ^ (unsigned int)(off >> 32);
-        adamw_update_cuda(m->params + off, m->master + opt, gt, m->m + opt, m->v + opt, hi - lo,
-                          lr, beta1, beta2, eps, r->decay ? weight_decay : 0.0f, grad_scale, t, run_seed, s);
-    }
-    if (m->zstage == 1) {
-        // every rank's updated shards to every rank, in place, on the NCCL stream; the
-        // next forward's kernels wait for them on the GPU, not on the host
-        ncclCheck(zero_nccl_after(&m->nccl, s));
-        for (int u = 0; u < m->num_units; u++) {
-            ncclCheck(zero_nccl_allgather(&m->nccl, m->params + m->unit_off[u], m->plan.units[u].shard, NCCL_FLOATX));
-        }
-        ncclCheck(zero_nccl_join(&m->nccl, s));
-    }
+    float norm = 0.0f;
+    devCheck(zero_dev_step(&m->dev, lr, weight_decay, grad_clip, t, seed, &norm));
     NVTX_POP();
-    return (float)norm;
+    return norm;
 }
 
 static void gpt2_free(GPT2* m) {
     void** bufs = (void**)&m->acts;
     for (size_t i = 0; i < sizeof(DevActs) / sizeof(void*); i++) { cudaCheck(cudaFree(bufs[i])); }
-    cudaCheck(cudaFree(m->params));
+    cudaCheck(cudaFree(m->params));  // cudaFree(NULL) is a no-op: the device backend has none of these
     cudaCheck(cudaFree(m->grads));
-    cudaCheck(cudaFree(m->master));  // cudaFree(NULL) is a no-op: the engine backend has none of these
-    cudaCheck(cudaFree(m->m));
-    cudaCheck(cudaFree(m->v));
     cudaCheck(cudaFree(m->dev_stage));
     if (m->host_stage != NULL) { cudaCheck(cudaFreeHost(m->host_stage)); }
-    if (m->use_engine) { zero_engine_free(&m->zero); }
-    if (m->use_nccl) { zero_nccl_free(&m->nccl); }
-    cudaCheck(cudaFree(m->gshard));
+    if (m->use_engine) { zero_engine_free(&m->zero); } else { zero_dev_free(&m->dev); }
     zero_plan_free(&m->plan);
     free(m->unit_off);
     free(m->unit_numel);
@@ -777,7 +668,6 @@ static void gpt2_free(GPT2* m) {
     cublasCheck(cublasDestroy(m->cublas));
     cudaCheck(cudaStreamDestroy(m->stream));
     free(m->ranges);
-    free(m->range_offset);
     free(m->layer_off);
 }
 
@@ -804,7 +694,7 @@ static int sample_from_logits(const float* logits, int V, float coin) {
 // dataloader position and the sampler RNG; a DONE_%08d marker written last.
 
 #define GPU_STATE_MAGIC 20240328
-#define GPU_STATE_VERSION 3  // 3: per rank, stage 0 or 1, parameters in the padded unit layout
+#define GPU_STATE_VERSION 3  // 3: per rank, any stage, the device engine's padded layout
 
 typedef struct {
     int32_t magic, version, rank, world_size, step, zero_stage, floatx_bytes, pad;
@@ -845,28 +735,10 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_
                             const TrainConfig* tc, int grad_accum) {
     char path[4096], tmp[4200];
     cudaCheck(cudaStreamSynchronize(m->stream));
-    // the llm.c model file from the fp32 master, written by rank 0; at stage 1 each
-    // unit's master is gathered from the ranks' shards
-    size_t largest = 0;
-    for (int u = 0; u < m->num_units; u++) { if (m->plan.units[u].padded > largest) { largest = m->plan.units[u].padded; } }
-    float* unit = (float*)mallocCheck(largest * sizeof(float));
+    // the llm.c model file from the fp32 master, written by rank 0 (gathered from the
+    // ranks' shards at stages 1-3)
     float* full = m->rank == 0 ? (float*)mallocCheck(m->num_params * sizeof(float)) : NULL;
-    size_t dst = 0;
-    for (int u = 0; u < m->num_units; u++) {
-        const ZeroUnit* pu = &m->plan.units[u];
-        if (m->zstage == 0) {
-            cudaCheck(cudaMemcpy(unit, m->master + pu->full_offset, pu->numel * sizeof(float), cudaMemcpyDeviceToHost));
-        } else {
-            if (pu->shard > (size_t)INT_MAX) { fprintf(stderr, "error: unit %d's shard is too large for MPI_Gather\n", u); MPI_Abort(MPI_COMM_WORLD, 1); }
-            float* mine = unit + (size_t)m->rank * pu->shard;
-            cudaCheck(cudaMemcpy(mine, m->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDeviceToHost));
-            mpiCheck(MPI_Gather(m->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
-                                unit, (int)pu->shard, MPI_FLOAT, 0, MPI_COMM_WORLD));
-        }
-        if (m->rank == 0) { memcpy(full + dst, unit, pu->numel * sizeof(float)); }
-        dst += pu->numel;
-    }
-    free(unit);
+    devCheck(zero_dev_master_gather(&m->dev, full));
     if (m->rank == 0) {
         snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
         if (gpt2_write_model(path, &m->config, full) != 0) {  // nothing of this checkpoint counts: no DONE marker
@@ -886,12 +758,13 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_
     snprintf(path, sizeof(path), "%s/gpu_state_%08d_%05d.bin", dir, step, m->rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* fp = fopen(tmp, "wb");
-    size_t n = m->opt_elems;
+    size_t n = m->dev.opt_elems, np = 0;
+    const floatX* pstate = zero_dev_param_state(&m->dev, &np);
     int ok = fp != NULL && fwrite(&h, sizeof(h), 1, fp) == 1 &&
-             write_device_array(fp, m->master, n * sizeof(float)) &&
-             write_device_array(fp, m->m, n * sizeof(float)) &&
-             write_device_array(fp, m->v, n * sizeof(float)) &&
-             write_device_array(fp, m->params, m->padded * sizeof(floatX));
+             write_device_array(fp, m->dev.master, n * sizeof(float)) &&
+             write_device_array(fp, m->dev.m, n * sizeof(float)) &&
+             write_device_array(fp, m->dev.v, n * sizeof(float)) &&
+             write_device_array(fp, pstate, np * sizeof(floatX));
     int err = errno;
     if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
     if (!ok || rename(tmp, path) != 0) {
@@ -934,16 +807,18 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* 
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     checkpoint_check_data(path, h.B, h.T, h.shuffle, h.grad_accum, h.seed, tc, grad_accum);
-    size_t n = m->opt_elems;
-    int ok = read_device_array(fp, m->master, n * sizeof(float)) &&
-             read_device_array(fp, m->m, n * sizeof(float)) &&
-             read_device_array(fp, m->v, n * sizeof(float)) &&
-             read_device_array(fp, m->params, m->padded * sizeof(floatX));
+    size_t n = m->dev.opt_elems, np = 0;
+    floatX* pstate = zero_dev_param_state(&m->dev, &np);
+    int ok = read_device_array(fp, m->dev.master, n * sizeof(float)) &&
+             read_device_array(fp, m->dev.m, n * sizeof(float)) &&
+             read_device_array(fp, m->dev.v, n * sizeof(float)) &&
+             read_device_array(fp, pstate, np * sizeof(floatX));
     fclose(fp);
     if (!ok) {
         fprintf(stderr, "error: checkpoint state %s is truncated\n", path);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    devCheck(zero_dev_after_load(&m->dev));
     *sample_rng = h.sample_rng;
     *loader = h.loader;
 }
@@ -988,15 +863,14 @@ static void report_write(const char* path, const TrainConfig* tc, const GPT2* m,
     cJSON_AddNumberToObject(root, "world_size", world);
     cJSON_AddNumberToObject(root, "zero_stage", m->zstage);
     cJSON_AddNumberToObject(root, "num_parameters", (double)m->num_params);
-    cJSON_AddNumberToObject(root, "num_parameters_padded", m->use_engine ? (double)m->zero.plan.padded_total : (double)m->padded);
+    cJSON_AddNumberToObject(root, "num_parameters_padded", m->use_engine ? (double)m->zero.plan.padded_total : (double)m->dev.plan.padded_total);
     cJSON_AddStringToObject(root, "device", device_name);
     cJSON_AddStringToObject(root, "precision", PRECISION_MODE);
     cJSON_AddStringToObject(root, "zero_backend", m->use_engine ? "host" : "device");
     cJSON* cfg = report_add_run(root, tc, &m->config, grad_accum, steps, nsteps, vals, nvals);
     cJSON_AddNumberToObject(cfg, "recompute", m->recompute);
     char zdesc[512];
-    if (m->use_engine) { zero_config_describe(&m->zero.cfg, zdesc, sizeof(zdesc)); }
-    else { snprintf(zdesc, sizeof(zdesc), "stage %d (device backend%s)", m->zstage, m->use_nccl ? ", NCCL" : ""); }
+    zero_config_describe(m->use_engine ? &m->zero.cfg : &m->dev.cfg, zdesc, sizeof(zdesc));
     cJSON_AddStringToObject(cfg, "zero", zdesc);
     cJSON_AddNumberToObject(cfg, "flops_per_token", flops_per_token);
     report_add_memory(root, mem, world);
@@ -1016,6 +890,14 @@ static double peak_bf16_tflops(const char* name) {
     return 0.0;
 }
 
+// n tokens (and targets, unless NULL) into the model's device buffers, on its stream,
+// once the kernels before have finished with them
+static void batch_to_device(GPT2* m, const int* inputs, const int* targets, size_t n) {
+    cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs, n * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    if (targets != NULL) { cudaCheck(cudaMemcpyAsync(m->acts.targets, targets, n * sizeof(int), cudaMemcpyHostToDevice, m->stream)); }
+    cudaCheck(cudaStreamSynchronize(m->stream));  // pageable sources: they may change after we return
+}
+
 static double device_bytes_in_use(void) {
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -1030,40 +912,52 @@ int main(int argc, char** argv) {
     trainer_start(&argc, &argv, &tc, &rank, &world);
     if (tc.estimate != NULL) { die_all(rank, "--estimate is in train_gpt2_zero3_cpu (it needs no GPU)"); }
 
-    // one GPU per rank on a node; more ranks than GPUs share them round-robin (the
-    // host-staged backend lets 2-4 ranks test the engine on one GPU)
+    // The GPU of this rank: the local rank's among those it sees (round-robin when the
+    // ranks on a node outnumber them; the host backend lets 2-4 ranks test the engine on
+    // one GPU). A launcher may also give each rank its own single visible GPU.
     int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { die_all(rank, "no CUDA device found"); }
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "error: rank %d: no CUDA device found\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     MPI_Comm local;
     int local_rank = 0, local_size = 1;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
     mpiCheck(MPI_Comm_rank(local, &local_rank));
     mpiCheck(MPI_Comm_size(local, &local_size));
-    MPI_Comm_free(&local);
     int device = local_rank % ndev;
     cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
+    // do two ranks of this node drive the same GPU? (its UUID, not the device index: with
+    // one visible GPU per rank every rank's index is 0)
+    char* uuids = (char*)mallocCheck((size_t)local_size * sizeof(prop.uuid));
+    mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof(prop.uuid), MPI_BYTE, uuids, (int)sizeof(prop.uuid), MPI_BYTE, local));
+    int gpus_ok = 1;
+    for (int r = 0; r < local_size; r++) {
+        if (r != local_rank && memcmp(uuids + (size_t)r * sizeof(prop.uuid), &prop.uuid, sizeof(prop.uuid)) == 0) { gpus_ok = 0; }
+    }
+    free(uuids);
+    MPI_Comm_free(&local);
 
-    // Where the model states live. The device backend: stages 0-1 without offload, one
-    // GPU per rank (NCCL). The host-staged backend (the ZeRO engine on the host): any
-    // stage, offload, ranks sharing a GPU. auto takes the device backend where it can.
-    int device_ok = tc.zero.stage <= 1 && tc.zero.offload_optimizer == ZERO_OFFLOAD_NONE &&
-                    tc.zero.offload_param == ZERO_OFFLOAD_NONE;
-    int gpus_ok = local_size <= ndev;
+    // Where the model states live. The device backend (zero3/device.cuh): every stage
+    // without offload, one GPU per rank (NCCL). The host-staged backend (the ZeRO engine
+    // on the host): any stage, offload, ranks sharing a GPU. auto takes the device backend
+    // where it can.
+    int device_ok = tc.zero.offload_optimizer == ZERO_OFFLOAD_NONE && tc.zero.offload_param == ZERO_OFFLOAD_NONE;
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &gpus_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));  // every node
     int use_engine = !strcmp(tc.zero_backend, "host") || (!strcmp(tc.zero_backend, "auto") && !(device_ok && gpus_ok));
     if (!use_engine && !device_ok) {
         char msg[512];
-        snprintf(msg, sizeof(msg), "--zero-backend device runs stages 0 and 1 without offload (got -z %d, offload "
-                 "optimizer %s, param %s): use --zero-backend host (or auto)",
-                 tc.zero.stage, zero_offload_name(tc.zero.offload_optimizer), zero_offload_name(tc.zero.offload_param));
+        snprintf(msg, sizeof(msg), "--zero-backend device does not offload (got offload optimizer %s, param %s): "
+                 "use --zero-backend host (or auto)",
+                 zero_offload_name(tc.zero.offload_optimizer), zero_offload_name(tc.zero.offload_param));
         die_all(rank, msg);
     }
     if (!use_engine && !gpus_ok) {
         char msg[512];
-        snprintf(msg, sizeof(msg), "--zero-backend device needs one GPU per rank (NCCL), but %d ranks share this node's "
-                 "%d GPU(s): use --zero-backend host (or auto) to share GPUs", local_size, ndev);
+        snprintf(msg, sizeof(msg), "--zero-backend device needs one GPU per rank (NCCL), but ranks share a GPU "
+                 "(%d ranks on a node that shows them %d): use --zero-backend host (or auto) to share GPUs", local_size, ndev);
         die_all(rank, msg);
     }
 
@@ -1126,7 +1020,10 @@ int main(int argc, char** argv) {
             } else {
                 checkpoint_load_state(tc.output_dir, latest, &model, &sample_rng.state, &ls, &tc, grad_accum);
             }
-            if (dataloader_set_state(&train_loader, &ls) != 0) { die_all(rank, llmc_errmsg()); }
+            if (dataloader_set_state(&train_loader, &ls) != 0) {
+                fprintf(stderr, "error: rank %d: %s\n", rank, llmc_errmsg());
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
             start_step = latest;
             if (rank == 0) { printf("resumed from %s at step %d\n", tc.output_dir, latest); }
         }
@@ -1143,8 +1040,7 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
         char zdesc[512];
-        if (use_engine) { zero_config_describe(&tc.zero, zdesc, sizeof(zdesc)); }
-        else { snprintf(zdesc, sizeof(zdesc), "stage %d (%s)", model.zstage, model.zstage == 0 ? "data parallel" : "optimizer states sharded"); }
+        zero_config_describe(&tc.zero, zdesc, sizeof(zdesc));
         size_t len = strlen(zdesc);
         snprintf(zdesc + len, sizeof(zdesc) - len, ", %s backend", use_engine ? "host-staged" : "device");
         trainer_print_header(&tc, &config, model.num_params, world, grad_accum, total_batch, max_steps, zdesc);
@@ -1175,7 +1071,7 @@ int main(int argc, char** argv) {
     // the engine's counters at the start, for per-step figures in the report
     double comm0[ZERO_NUM_COLLECTIVES] = {0}, moved0[ZERO_NUM_MOVES] = {0};
     if (use_engine) { memcpy(comm0, model.zero.comm.bytes, sizeof(comm0)); memcpy(moved0, model.zero.moved, sizeof(moved0)); }
-    else if (model.use_nccl) { memcpy(comm0, model.nccl.bytes, sizeof(comm0)); }
+    else if (model.dev.use_nccl) { memcpy(comm0, model.dev.nccl.bytes, sizeof(comm0)); }
     double update0 = use_engine ? model.zero.update_ms : 0.0, h2d0 = model.moved_h2d, d2h0 = model.moved_d2h;
     double wait_total = 0.0;
 
@@ -1187,8 +1083,7 @@ int main(int argc, char** argv) {
             double sum = 0.0;
             for (int i = 0; i < val_steps; i++) {
                 llmcCheck(dataloader_next_batch(&val_loader));
-                cudaCheck(cudaMemcpy(model.acts.inputs, val_loader.inputs, BT * sizeof(int), cudaMemcpyHostToDevice));
-                cudaCheck(cudaMemcpy(model.acts.targets, val_loader.targets, BT * sizeof(int), cudaMemcpyHostToDevice));
+                batch_to_device(&model, val_loader.inputs, val_loader.targets, BT);
                 gpt2_forward(&model, tc.B, tc.T, 1, 0, 0.0f);
                 sum += model.mean_loss;
             }
@@ -1206,7 +1101,7 @@ int main(int argc, char** argv) {
             gen_tokens[0] = start_token;
             if (rank == 0) { printf("generating:\n---\n"); }
             for (int t = 1; t < gen_max; t++) {
-                cudaCheck(cudaMemcpy(model.acts.inputs, gen_tokens, t * sizeof(int), cudaMemcpyHostToDevice));
+                batch_to_device(&model, gen_tokens, NULL, (size_t)t);
                 gpt2_forward(&model, 1, t, 0, 0, 0.0f);
                 cudaCheck(cudaMemcpyAsync(model.host_logits, model.acts.logits + (size_t)(t - 1) * Vp,
                                           Vp * sizeof(floatX), cudaMemcpyDeviceToHost, model.stream));
@@ -1237,23 +1132,22 @@ int main(int argc, char** argv) {
         cudaCheck(cudaStreamSynchronize(model.stream));
         double t0 = now_ms(), wait0 = use_engine ? model.zero.comm.wait_ms : 0.0;
         double loss_sum = 0.0;
-        if (!use_engine) { cudaCheck(cudaMemsetAsync(model.grads, 0, model.padded * sizeof(floatX), model.stream)); }
         float dloss = 1.0f / ((float)BT * grad_accum);  // the mean over B*T positions and the micro-steps
         for (int micro = 0; micro < grad_accum; micro++) {
             if (!tc.overfit_single_batch || !have_batch) {
                 llmcCheck(dataloader_next_batch(&train_loader));
-                // synchronous copies: the previous micro-step's kernels may still read these
-                cudaCheck(cudaStreamSynchronize(model.stream));
-                cudaCheck(cudaMemcpy(model.acts.inputs, train_loader.inputs, BT * sizeof(int), cudaMemcpyHostToDevice));
-                cudaCheck(cudaMemcpy(model.acts.targets, train_loader.targets, BT * sizeof(int), cudaMemcpyHostToDevice));
                 have_batch = 1;
             }
+            // every micro-step, also when overfitting one batch: validation and sampling
+            // use the same device buffers. Synchronous: the previous micro-step's kernels
+            // may still read them.
+            batch_to_device(&model, train_loader.inputs, train_loader.targets, BT);
             gpt2_forward(&model, tc.B, tc.T, 1, 1, dloss);
             gpt2_backward(&model, tc.B, tc.T, micro == grad_accum - 1);
             loss_sum += model.mean_loss;
         }
         float lr = lr_scheduler_get(&sched, step);
-        float norm = gpt2_update(&model, lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip, step + 1, tc.seed);
+        float norm = gpt2_update(&model, lr, tc.weight_decay, tc.grad_clip, step + 1, tc.seed);
         cudaCheck(cudaStreamSynchronize(model.stream));
         cudaCheck(cudaGetLastError());
         float loss = allreduce_mean((float)(loss_sum / grad_accum), world);
@@ -1295,9 +1189,9 @@ int main(int argc, char** argv) {
             moved[ZERO_MOVE_H2D] = (model.moved_h2d - h2d0) / n;
             moved[ZERO_MOVE_D2H] = (model.moved_d2h - d2h0) / n;
             update_ms = (model.zero.update_ms - update0) / n;
-        } else if (model.use_nccl) {
+        } else if (model.dev.use_nccl) {
             for (int k = 0; k < 3; k++) {  // ZERO_ALLGATHER, ZERO_REDUCE_SCATTER, ZERO_ALLREDUCE
-                comm[k] = (model.nccl.bytes[k] - comm0[k]) / n;
+                comm[k] = (model.dev.nccl.bytes[k] - comm0[k]) / n;
             }
         }
         report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, prop.name,

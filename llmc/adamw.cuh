@@ -74,12 +74,14 @@ __device__ __forceinline__ void adamw_store_param(__nv_bfloat16* p, float x, uns
 // ----------------------------------------------------------------------------
 // kernels
 
-// params (n,) floatX may be NULL; master, m, v (n,) fp32 in place; grads (n,) floatX.
-// bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, computed once on the host in double as in adamw.h.
-__global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
+// params (n,) floatX may be NULL; master, m, v (n,) fp32 in place; grads (n,) floatX, or
+// fp32 (the ZeRO stage 2-3 accumulators). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, computed
+// once on the host in double as in adamw.h.
+template <typename Tg>
+__global__ void adamw_kernel(floatX* params, float* master, const Tg* grads, float* m, float* v,
                              size_t n, float lr, float beta1, float beta2, float eps,
                              float weight_decay, float grad_scale, float bc1, float bc2,
-                             unsigned int seed, unsigned int t) {
+                             unsigned int seed, unsigned int t, size_t index_base) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float g = to_float(grads[i]) * grad_scale;
@@ -93,7 +95,7 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
         p -= lr * weight_decay * p;
         p -= lr * mhat / (sqrtf(vhat) + eps);
         master[i] = p;
-        if (params != NULL) { adamw_store_param(&params[i], p, adamw_random_bits(seed, t, i)); }
+        if (params != NULL) { adamw_store_param(&params[i], p, adamw_random_bits(seed, t, index_base + i)); }
     }
 }
 
@@ -122,7 +124,8 @@ __device__ __forceinline__ double adamw_block_sum_double(double x) {
 // partial[b] = sum of grads[i]^2 over the elements i of block b's grid-stride loop. Squares
 // and sums in double, like grad_norm_squared in adamw.h (each square is then exact); only
 // the per-block result is rounded to float.
-__global__ void global_norm_partial_kernel(float* partial, const floatX* grads, size_t n) {
+template <typename Tg>
+__global__ void global_norm_partial_kernel(float* partial, const Tg* grads, size_t n) {
     double acc = 0.0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -144,21 +147,23 @@ __global__ void global_norm_final_kernel(float* out, const float* partial, int n
 // ----------------------------------------------------------------------------
 // host launchers
 
-// one AdamW step t (1-based) on n parameters; see the header comment. seed should differ
-// between tensors / shards updated with the same t (the hash uses the index within this
-// call, so two calls with the same (seed, t) draw the same bits for the same i).
-static inline void adamw_update_cuda(floatX* params, float* master, const floatX* grads, float* m, float* v,
+// one AdamW step t (1-based) on n parameters; see the header comment. The rounding bits of
+// element i come from (seed, t, index_base + i): calls over different parts of one model
+// pass the parts' offsets in the model as index_base (and one seed), so that an element
+// draws the same bits however the model is split into calls (tensors, ZeRO shards).
+template <typename Tg>
+static inline void adamw_update_cuda(floatX* params, float* master, const Tg* grads, float* m, float* v,
                                      size_t n, float lr, float beta1, float beta2, float eps,
                                      float weight_decay, float grad_scale, int t, unsigned int seed,
-                                     cudaStream_t s) {
+                                     cudaStream_t s, size_t index_base = 0) {
     if (n == 0) { return; }
     // as in adamw.h: in double, beta2^t stays close to 1 for many steps
     float bc1 = (float)(1.0 - pow((double)beta1, t));
     float bc2 = (float)(1.0 - pow((double)beta2, t));
     size_t blocks = CEIL_DIV(n, (size_t)ADAMW_THREADS);
     if (blocks > ADAMW_MAX_BLOCKS) { blocks = ADAMW_MAX_BLOCKS; }
-    adamw_kernel<<<(unsigned)blocks, ADAMW_THREADS, 0, s>>>(params, master, grads, m, v, n, lr, beta1, beta2, eps,
-                                                            weight_decay, grad_scale, bc1, bc2, seed, (unsigned int)t);
+    adamw_kernel<Tg><<<(unsigned)blocks, ADAMW_THREADS, 0, s>>>(params, master, grads, m, v, n, lr, beta1, beta2, eps,
+                                                            weight_decay, grad_scale, bc1, bc2, seed, (unsigned int)t, index_base);
     cudaCheck(cudaGetLastError());
 }
 
@@ -166,8 +171,9 @@ static inline void adamw_update_cuda(floatX* params, float* master, const floatX
 // scratch (device) must hold GLOBAL_NORM_SCRATCH_FLOATS floats and is in use until the
 // kernels on stream s finish. The norm of several tensors needs them in one buffer (or
 // the caller adds the squares of separate calls).
-static inline void global_norm_squared(float* out, float* scratch, const floatX* grads, size_t n, cudaStream_t s) {
-    global_norm_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, s>>>(scratch, grads, n);
+template <typename Tg>
+static inline void global_norm_squared(float* out, float* scratch, const Tg* grads, size_t n, cudaStream_t s) {
+    global_norm_partial_kernel<Tg><<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, s>>>(scratch, grads, n);
     cudaCheck(cudaGetLastError());
     global_norm_final_kernel<<<1, GLOBAL_NORM_THREADS, 0, s>>>(out, scratch, GLOBAL_NORM_BLOCKS);
     cudaCheck(cudaGetLastError());

@@ -20,9 +20,11 @@
 #   host backend      --zero-backend host (the ZeRO engine on the host, the GPU on
 #                     copies): stages 0-3 at 1, 2 and 4 ranks on this one GPU, offload
 #                     cpu/nvme, bf16, resume; tolerances at that section
-#   device stage 1    NCCL on one rank against stage 0 (fp32, bf16), bit-identical resume
+#   device engine     stages 1-3 (NCCL on one rank) against stage 0 bit for bit, stage-3
+#                     gathers without reuse, accumulation, bit-identical resume; -a 1 with
+#                     validation and sampling on
 #   flash attention   --attention flash against the cuBLAS path (fp32, bf16)
-#   refusals          --zero-backend device with -z 2, offload, or ranks sharing a GPU
+#   refusals          --zero-backend device with offload, or with ranks sharing a GPU
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, losses, maxdiff, within, expect_error
 GPU=./train_gpt2_zero3
 GPU32=./train_gpt2_zero3_fp32
@@ -116,8 +118,8 @@ print(d0, dm, abs(da-db)/max(abs(db),1e-12), da, db)")
 fi
 
 # ---------------------------------------------------------------------------
-# recompute: -r 1 (GELU recomputed by the exact-formula kernel instead of reusing the
-# cuBLASLt epilogue's output) and -r 2 (layernorms too) against -r 0, fp32
+# recompute: -r 0 (the cuBLASLt epilogue's GELU output kept) and -r 2 (layernorms
+# recomputed too) against the default -r 1 (GELU recomputed by the exact-formula kernel), fp32
 for r in 0 2; do
     gpu_run "r$r" $GPU32 $RUN -r $r || bad "fp32 run -r $r"
     if [ -f "$tmp/r$r.json" ] && [ -f "$tmp/fp32.json" ]; then
@@ -176,28 +178,49 @@ EOF
 fi
 
 # ---------------------------------------------------------------------------
-# the device backend at stage 1: NCCL on one rank (its reduce-scatter and all-gather
-# are copies, but every step of the path runs: the collective stream, the events, the
-# sharded AdamW over the plan's padded units, the in-place all-gather). Against stage 0:
-# fp32 1e-5 (the same arithmetic but the norm's summation over the padded layout, which
-# moves the clipping factor in its last bits); bf16 1e-2 (the stochastic rounding draws
-# the same bits, seeded by each tensor's place, but a last-bit change of the clipping
-# factor may flip a rounding)
-gpu_run d_z1 $GPU32 $RUN -z 1 --zero-backend device || bad "fp32 device backend stage 1"
-same_losses fp32 d_z1 1e-5 "device backend stage 1 (NCCL) = stage 0 (fp32)"
-gpu_run d_z1b $GPU $RUN -z 1 --zero-backend device || bad "bf16 device backend stage 1"
-same_losses bf16 d_z1b 1e-2 "device backend stage 1 (NCCL) = stage 0 (bf16)"
-CKD="$CK -z 1 --zero-backend device"
-gpu_run d_straight $GPU $CKD || bad "bf16 stage-1 4-step run"
-gpu_run d_first $GPU $CKD -n 2 -o "$tmp/ckd" || bad "bf16 stage-1 run with checkpoints"
-rm -f "$tmp/ckd/DONE_00000004"
-gpu_run d_resumed $GPU $CKD -n 2 -o "$tmp/ckd" -y 1 || bad "bf16 stage-1 resumed run"
-if [ -f "$tmp/d_straight.json" ] && [ -f "$tmp/d_resumed.json" ]; then
-    losses "$tmp/d_straight.json" | tail -2 > "$tmp/l_s"; losses "$tmp/d_resumed.json" > "$tmp/l_r"
-    d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
-    within "$d" 0 && ok "device stage-1 resume = uninterrupted, bit for bit" || bad "device stage-1 resume: max diff $d"
-fi
-expect_error "stage-1 checkpoint refused at stage 0" "stage 1" $GPU ${CK} -n 2 -o "$tmp/ckd" -y 1
+# the device engine (zero3/device.cuh) at stages 1-3 on one rank: NCCL with one rank (its
+# collectives are copies), but every part of each stage runs: the collective stream and
+# its events, the sharded AdamW over the padded units, the in-place all-gather (1-2), the
+# pooled per-unit gradient buffers and fp32 accumulators (2-3), the pooled gathers with
+# prefetch and persistent units (3). With one micro-step every stage computes the same
+# numbers as stage 0 (the accumulators hold bf16 values exactly; the rounding bits depend
+# on an element's place in the model), so the losses must be equal bit for bit.
+for z in 1 2 3; do
+    gpu_run "d_z$z" $GPU32 $RUN -z $z --zero-backend device || bad "fp32 device backend stage $z"
+    same_losses fp32 "d_z$z" 0 "device stage $z = stage 0, bit for bit (fp32)"
+    gpu_run "d_z${z}b" $GPU $RUN -z $z --zero-backend device || bad "bf16 device backend stage $z"
+    same_losses bf16 "d_z${z}b" 0 "device stage $z = stage 0, bit for bit (bf16)"
+done
+# stage 3 with every unit gathered at each use (no persistence, no reuse, prefetch 0 or 3)
+for k in "--prefetch 0" "--prefetch 3"; do
+    name="d_z3_${k// /}"
+    gpu_run "$name" $GPU32 $RUN -z 3 --zero-backend device $k --param-persistence-threshold 0 --max-reuse-distance 0 \
+        || bad "fp32 device stage 3 $k"
+    same_losses fp32 "$name" 0 "device stage 3 $k, nothing kept gathered = stage 0, bit for bit"
+done
+# accumulation through the NCCL path: 2 micro-steps of 4 = one batch of 8 (fp32, 1e-4 as above)
+for z in 1 2 3; do
+    gpu_run "d_acc$z" $GPU32 $ACC -b 4 -d 512 -z $z --zero-backend device || bad "fp32 device stage $z, 2 micro-steps"
+    same_losses acc8 "d_acc$z" 1e-4 "device stage $z: 2 accumulation steps of 4 = one batch of 8"
+done
+# resume at stages 1 and 3 (bf16): bit for bit
+for z in 1 3; do
+    CKD="$CK -z $z --zero-backend device"
+    gpu_run "d${z}_straight" $GPU $CKD || bad "bf16 stage-$z 4-step run"
+    gpu_run "d${z}_first" $GPU $CKD -n 2 -o "$tmp/ckd$z" || bad "bf16 stage-$z run with checkpoints"
+    rm -f "$tmp/ckd$z/DONE_00000004"
+    gpu_run "d${z}_resumed" $GPU $CKD -n 2 -o "$tmp/ckd$z" -y 1 || bad "bf16 stage-$z resumed run"
+    if [ -f "$tmp/d${z}_straight.json" ] && [ -f "$tmp/d${z}_resumed.json" ]; then
+        losses "$tmp/d${z}_straight.json" | tail -2 > "$tmp/l_s"; losses "$tmp/d${z}_resumed.json" > "$tmp/l_r"
+        d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
+        within "$d" 0 && ok "device stage-$z resume = uninterrupted, bit for bit" || bad "device stage-$z resume: max diff $d"
+    fi
+done
+expect_error "stage-1 checkpoint refused at stage 0" "stage 1" $GPU ${CK} -n 2 -o "$tmp/ckd1" -y 1
+# overfitting one batch with validation and sampling between the steps: they use the same
+# device buffers, and must not change the training losses (bit for bit)
+gpu_run a1vs $GPU32 $RUN -v 3 -m 1 -s 4 -g 8 || bad "fp32 run with validation and samples"
+same_losses fp32 a1vs 0 "validation and sampling between steps leave the training losses unchanged"
 
 # ---------------------------------------------------------------------------
 # the fused flash attention (--attention flash) in the trainer. Its kernel tests hold its
@@ -274,8 +297,7 @@ fi
 
 # ---------------------------------------------------------------------------
 # what the device backend refuses
-expect_error "device backend -z 2 refused" "--zero-backend device runs stages 0 and 1" $GPU $RUN -z 2 --zero-backend device
-expect_error "device backend with offload refused" "--zero-backend device runs stages 0 and 1" $GPU $RUN -z 1 --offload-optimizer cpu --zero-backend device
+expect_error "device backend with offload refused" "--zero-backend device does not offload" $GPU $RUN -z 2 --offload-optimizer cpu --zero-backend device
 # this machine has one GPU: two ranks would share it, which NCCL cannot
 if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
     expect_error "device backend with 2 ranks on 1 GPU refused" "one GPU per rank" $MPIRUN -np 2 $GPU $RUN --zero-backend device

@@ -204,6 +204,29 @@ static void zero_buf_put(ZeroEngine* e, void* p, size_t elems) {
 // ----------------------------------------------------------------------------
 // the schedule: keep decisions made once by walking it
 
+// A unit stays gathered after use i if it is used again at j within this pass and the
+// parameters fetched in between (the reuse distance, as DeepSpeed measures it) are at
+// most max_reuse_distance, and it plus the largest unit in between fits the
+// live-parameter budget. Otherwise it is released and gathered again at j. keep: (len).
+// Shared with the device engine (zero3/device.cuh).
+static void zero_schedule_keep(const ZeroPlan* plan, const ZeroConfig* cfg, const int* unit, int len, int* keep) {
+    for (int i = 0; i < len; i++) {
+        keep[i] = 0;
+        int u = unit[i];
+        int j = i + 1;
+        while (j < len && unit[j] != u) { j++; }
+        if (j == len) { continue; }
+        double dist = 0, biggest = 0;
+        for (int k = i + 1; k < j; k++) {
+            double n = (double)plan->units[unit[k]].numel;
+            dist += n;
+            if (n > biggest) { biggest = n; }
+        }
+        double un = (double)plan->units[u].numel;
+        keep[i] = dist <= (double)cfg->max_reuse_distance && un + biggest <= (double)cfg->max_live_parameters;
+    }
+}
+
 static int zero_schedule_init(ZeroEngine* e, int pass, const int* units, int len) {
     ZeroSchedule* s = &e->sched[pass];
     s->len = len;
@@ -214,24 +237,7 @@ static int zero_schedule_init(ZeroEngine* e, int pass, const int* units, int len
         if (units[i] < 0 || units[i] >= e->plan.num_units) { return llmc_error("zero: schedule names unit %d of %d", units[i], e->plan.num_units); }
         s->unit[i] = units[i];
     }
-    // A unit stays gathered after use i if it is used again at j within this pass and
-    // the parameters fetched in between (the reuse distance, as DeepSpeed measures it)
-    // are at most max_reuse_distance, and it plus the largest unit in between fits the
-    // live-parameter budget. Otherwise it is released and gathered again at j.
-    for (int i = 0; i < len; i++) {
-        int u = s->unit[i];
-        int j = i + 1;
-        while (j < len && s->unit[j] != u) { j++; }
-        if (j == len) { continue; }
-        double dist = 0, biggest = 0;
-        for (int k = i + 1; k < j; k++) {
-            double n = (double)e->plan.units[s->unit[k]].numel;
-            dist += n;
-            if (n > biggest) { biggest = n; }
-        }
-        double un = (double)e->plan.units[u].numel;
-        s->keep[i] = dist <= (double)e->cfg.max_reuse_distance && un + biggest <= (double)e->cfg.max_live_parameters;
-    }
+    zero_schedule_keep(&e->plan, &e->cfg, s->unit, len, s->keep);
     return 0;
 }
 

@@ -1,0 +1,676 @@
+/*
+ The ZeRO engine on the GPU: the GPU trainer's device backend. The same contract as
+ zero3/engine.h (the host engine, which the CPU trainer and the GPU trainer's host
+ backend use): the model calls, in the order of the use schedule registered at init,
+
+   zero_dev_begin(pass)   a training micro-step (forward then backward) or a forward
+   zero_dev_fetch(u)      the unit's parameters (floatX, on the GPU)
+   zero_dev_release(u)    done with them for now
+   zero_dev_grad(u)       the unit's gradient buffer to accumulate into (backward)
+   zero_dev_reduce(u)     the unit's gradient is complete for this micro-step
+   zero_dev_end()
+ and once per optimizer step zero_dev_step().
+
+ Stages, all state on the GPU, one GPU per rank, collectives over NCCL
+ (zero3/nccl.cuh) on their own stream:
+   0  parameters and gradients whole (floatX), fp32 master and AdamW moments whole; each
+      unit's gradient all-reduced on the last micro-step as soon as its backward is done
+   1  the same, but reduce-scattered; fp32 master and moments of this rank's shards;
+      the updated shards all-gathered in place after the step
+   2  + gradients sharded: each unit's gradient lives in a buffer from a small pool only
+      during its backward, is reduce-scattered at every micro-step and added into fp32
+      shard accumulators; the buffer goes back to the pool
+   3  + parameters sharded: this rank keeps its floatX shards; a unit is gathered into a
+      pooled buffer before each use, with the next units prefetched, and released after,
+      unless it is small (persistent) or used again soon (the host engine's reuse rule,
+      zero_schedule_keep)
+
+ No allocation and no host synchronization inside a step. The pools are sized at init by
+ running the schedules once in simulation (the decisions depend only on the schedule and
+ the configuration). A pooled buffer is reused only after the stream that last used it
+ has passed an event recorded then: a parameter buffer after the compute stream's kernels
+ that read it (recorded at release), a gradient buffer after its reduce-scatter (recorded
+ on the NCCL stream). Gathers wait for the compute stream's AdamW at the start of each
+ pass; the compute stream waits for a gather's event at the unit's fetch.
+
+ Errors return -1 with llmc_error; the caller stops the job.
+*/
+#ifndef ZERO3_DEVICE_CUH
+#define ZERO3_DEVICE_CUH
+
+#include <stdlib.h>              // calloc, free
+#include <string.h>              // memset
+#include <math.h>                // sqrt, pow
+#include <mpi.h>                 // the norm's all-reduce over ranks, the initial broadcast
+#include "llmc/cuda_common.cuh"  // floatX, cudaCheck, CEIL_DIV, from_float
+#include "llmc/adamw.cuh"        // adamw_update_cuda, global_norm_squared
+#include "zero3/plan.h"          // ZeroPlan: padded units and shards
+#include "zero3/config.h"        // ZeroConfig: prefetch, persistence, live budget
+#include "zero3/nccl.cuh"        // ZeroNccl: the collectives' stream and events
+#include "zero3/engine.h"        // ZeroTensor, ZERO_PASS_*, zero_schedule_keep (the host engine's rule)
+
+#if defined(ENABLE_FP32)
+#define NCCL_FLOATX ncclFloat32
+#else
+#define NCCL_FLOATX ncclBfloat16
+#endif
+
+// floatX (n,) <- fp32 (n,), round to nearest (init, the host backend's uploads)
+__global__ void copy_to_floatx_kernel(floatX* dst, const float* src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dst[i] = from_float<floatX>(src[i]); }
+}
+
+// acc (n,) fp32 += got (n,) floatX: a reduced gradient shard into its accumulator
+__global__ void zero_dev_accumulate_kernel(float* acc, const floatX* got, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { acc[i] += to_float(got[i]); }
+}
+
+#define ZERO_DEV_MAX_POOLS 16  // distinct unit sizes (GPT-2 has 3)
+
+typedef struct {
+    floatX* buf;          // (elems)
+    floatX* rs_out;       // gradient buffers: the reduce-scatter's output, (elems / world)
+    int unit;             // the unit it holds, -1 when free
+    cudaEvent_t free_ev;  // the last use of buf is done once this event has passed
+    cudaEvent_t ready_ev; // parameter buffers: the gather into buf is done
+} ZeroDevBuf;
+
+typedef struct {
+    size_t elems;         // a unit's padded size
+    int count, taken, max_taken;
+    ZeroDevBuf* bufs;     // (count)
+} ZeroDevPool;
+
+typedef struct {
+    ZeroPlan plan;
+    ZeroConfig cfg;
+    int stage, world, rank, use_nccl;
+    ZeroNccl nccl;
+    cudaStream_t compute;
+    int num_tensors;
+    ZeroTensor* tensors;
+    float beta1, beta2, eps;
+    // the use schedules and their keep decisions
+    int len[ZERO_NUM_PASSES];
+    int* unit_of[ZERO_NUM_PASSES];
+    int* keep[ZERO_NUM_PASSES];
+    int pass, pos, last_micro;
+    int simulate;                 // init: walk the schedules, count pooled buffers, touch nothing
+    // parameters (floatX)
+    floatX* params;               // (padded_total) stages 0-2
+    floatX* shard_params;         // (shard_total) stage 3: this rank's shards
+    floatX** unit_ptr;            // (num_units) stage 3: where the unit is gathered, NULL if not
+    ZeroDevBuf** unit_buf;        // (num_units) stage 3: its pooled buffer (NULL: persistent or not gathered)
+    int* persistent;              // (num_units) stage 3: gathered once, refreshed after each step
+    double live_elems;
+    ZeroDevPool ppool[ZERO_DEV_MAX_POOLS];
+    int nppool;
+    // gradients
+    floatX* grads;                // (padded_total) stages 0-1
+    floatX* gshard;               // (shard_total) stage 1: reduced shards
+    float* acc;                   // (shard_total) stages 2-3: fp32 accumulators
+    ZeroDevBuf** grad_buf;        // (num_units) stages 2-3: the unit's gradient buffer during its backward
+    ZeroDevPool gpool[ZERO_DEV_MAX_POOLS];
+    int ngpool;
+    // AdamW
+    float* master;                // (opt_elems) fp32
+    float* m;
+    float* v;
+    size_t opt_elems;             // padded_total (stage 0) or shard_total
+    float* norm_scratch;          // GLOBAL_NORM_SCRATCH_FLOATS
+    float* norm_out;              // (1,)
+    float* host_norm;             // (1,) pinned
+    // accounting (bytes on the GPU)
+    double bytes_params, bytes_grads, bytes_optimizer, bytes_buffers;
+} ZeroDev;
+
+static int zero_dev_cuda(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) { return 0; }
+    return llmc_error("zero device: %s: %s", what, cudaGetErrorString(e));
+}
+
+// a zeroed device allocation, counted into *bytes
+static void* zero_dev_alloc(size_t nbytes, double* bytes) {
+    void* p = NULL;
+    if (cudaMalloc(&p, nbytes > 0 ? nbytes : 16) != cudaSuccess) {
+        llmc_error("zero device: out of GPU memory allocating %.1f MiB", nbytes / 1048576.0);
+        return NULL;
+    }
+    if (cudaMemset(p, 0, nbytes > 0 ? nbytes : 16) != cudaSuccess) { cudaFree(p); llmc_error("zero device: cudaMemset failed"); return NULL; }
+    *bytes += (double)nbytes;
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// pools of unit-sized buffers
+
+static ZeroDevPool* zero_dev_pool_for(ZeroDevPool* pools, int* npools, size_t elems) {
+    for (int i = 0; i < *npools; i++) { if (pools[i].elems == elems) { return &pools[i]; } }
+    if (*npools == ZERO_DEV_MAX_POOLS) { llmc_error("zero device: more than %d distinct unit sizes", ZERO_DEV_MAX_POOLS); return NULL; }
+    ZeroDevPool* p = &pools[(*npools)++];
+    memset(p, 0, sizeof(*p));
+    p->elems = elems;
+    return p;
+}
+
+// a free buffer of unit u's size (in simulation: only counted)
+static ZeroDevBuf* zero_dev_take(ZeroDev* d, ZeroDevPool* pools, int* npools, int u, ZeroDevBuf* sim) {
+    ZeroDevPool* p = zero_dev_pool_for(pools, npools, d->plan.units[u].padded);
+    if (p == NULL) { return NULL; }
+    p->taken++;
+    if (p->taken > p->max_taken) { p->max_taken = p->taken; }
+    if (d->simulate) { sim->unit = u; return sim; }
+    for (int i = 0; i < p->count; i++) {
+        if (p->bufs[i].unit < 0) { p->bufs[i].unit = u; return &p->bufs[i]; }
+    }
+    llmc_error("zero device: no free buffer for unit %d (pool of %d): the schedule differs from the one at init", u, p->count);
+    return NULL;
+}
+
+static void zero_dev_give(ZeroDev* d, ZeroDevPool* pools, int npools, int u, ZeroDevBuf* b) {
+    for (int i = 0; i < npools; i++) {
+        if (pools[i].elems == d->plan.units[u].padded) { pools[i].taken--; }
+    }
+    b->unit = -1;
+}
+
+// allocates each pool's buffers (count = the simulation's maximum; at least min_count)
+static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int min_count, int with_rs) {
+    for (int i = 0; i < npools; i++) {
+        ZeroDevPool* p = &pools[i];
+        p->count = p->max_taken > min_count ? p->max_taken : min_count;
+        p->taken = 0;
+        p->bufs = (ZeroDevBuf*)calloc(p->count, sizeof(ZeroDevBuf));
+        if (p->bufs == NULL) { return llmc_error("zero device: out of memory"); }
+        for (int k = 0; k < p->count; k++) {
+            ZeroDevBuf* b = &p->bufs[k];
+            b->unit = -1;
+            b->buf = (floatX*)zero_dev_alloc(p->elems * sizeof(floatX), &d->bytes_buffers);
+            if (b->buf == NULL) { return -1; }
+            if (with_rs) {
+                b->rs_out = (floatX*)zero_dev_alloc(p->elems / d->world * sizeof(floatX), &d->bytes_buffers);
+                if (b->rs_out == NULL) { return -1; }
+            }
+            if (zero_dev_cuda(cudaEventCreateWithFlags(&b->free_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+                zero_dev_cuda(cudaEventCreateWithFlags(&b->ready_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void zero_dev_pools_free(ZeroDevPool* pools, int npools) {
+    for (int i = 0; i < npools; i++) {
+        for (int k = 0; pools[i].bufs != NULL && k < pools[i].count; k++) {
+            ZeroDevBuf* b = &pools[i].bufs[k];
+            cudaFree(b->buf);
+            cudaFree(b->rs_out);
+            if (b->free_ev != NULL) { cudaEventDestroy(b->free_ev); }
+            if (b->ready_ev != NULL) { cudaEventDestroy(b->ready_ev); }
+        }
+        free(pools[i].bufs);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// stage 3 gathers
+
+// gathers unit u into a pooled buffer on the NCCL stream, once the buffer's last readers
+// are done: this rank's shard in place, then the all-gather; ready_ev marks the end
+static int zero_dev_gather(ZeroDev* d, int u) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    ZeroDevBuf sim;
+    ZeroDevBuf* b = zero_dev_take(d, d->ppool, &d->nppool, u, &sim);
+    if (b == NULL) { return -1; }
+    d->live_elems += (double)pu->numel;
+    if (d->simulate) { d->unit_ptr[u] = (floatX*)1; d->unit_buf[u] = NULL; return 0; }
+    cudaStream_t ns = d->nccl.stream;
+    if (zero_dev_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
+        zero_dev_cuda(cudaMemcpyAsync(b->buf + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
+                                      pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0 ||
+        zero_nccl_allgather(&d->nccl, b->buf, pu->shard, NCCL_FLOATX) != 0 ||
+        zero_dev_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) {
+        return -1;
+    }
+    d->unit_ptr[u] = b->buf;
+    d->unit_buf[u] = b;
+    return 0;
+}
+
+// unit u's gathered copy is no longer needed: its buffer is free once the compute
+// stream's kernels issued so far (the readers) are done
+static int zero_dev_ungather(ZeroDev* d, int u) {
+    if (d->unit_ptr[u] == NULL || d->persistent[u]) { return 0; }
+    ZeroDevBuf sim;
+    ZeroDevBuf* b = d->simulate ? &sim : d->unit_buf[u];
+    if (!d->simulate && zero_dev_cuda(cudaEventRecord(b->free_ev, d->compute), "cudaEventRecord") != 0) { return -1; }
+    zero_dev_give(d, d->ppool, d->nppool, u, b);
+    d->unit_ptr[u] = NULL;
+    d->unit_buf[u] = NULL;
+    d->live_elems -= (double)d->plan.units[u].numel;
+    return 0;
+}
+
+// gathers the units of the next prefetch_depth uses after pos that are not gathered,
+// while they fit the live budget (the decisions depend only on schedule and config)
+static int zero_dev_prefetch(ZeroDev* d) {
+    int started = 0;
+    for (int i = d->pos + 1; i < d->len[d->pass] && started < d->cfg.prefetch_depth; i++) {
+        int u = d->unit_of[d->pass][i];
+        if (d->unit_ptr[u] != NULL) { continue; }
+        if (d->live_elems + (double)d->plan.units[u].numel > (double)d->cfg.max_live_parameters) { break; }
+        if (zero_dev_gather(d, u) != 0) { return -1; }
+        started++;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the model's calls
+
+static int zero_dev_begin(ZeroDev* d, int pass) {
+    d->pass = pass;
+    d->pos = 0;
+    d->last_micro = 1;
+    if (d->stage != 3) { return 0; }
+    // the gathers of this pass read shards that the last step's AdamW wrote
+    if (!d->simulate && zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
+    d->pos = -1;  // the prefetch window starts before the first use
+    int rc = zero_dev_prefetch(d);
+    d->pos = 0;
+    return rc;
+}
+
+static int zero_dev_fetch(ZeroDev* d, int u, floatX** out) {
+    if (d->pos >= d->len[d->pass] || d->unit_of[d->pass][d->pos] != u) {
+        return llmc_error("zero device: fetch of unit %d at use %d of pass %d, but the schedule has unit %d there",
+                          u, d->pos, d->pass, d->pos < d->len[d->pass] ? d->unit_of[d->pass][d->pos] : -1);
+    }
+    if (d->stage < 3) {
+        *out = d->params + d->plan.units[u].full_offset;
+        return 0;
+    }
+    if (d->unit_ptr[u] == NULL && zero_dev_gather(d, u) != 0) { return -1; }
+    if (!d->simulate && d->unit_buf[u] != NULL &&
+        zero_dev_cuda(cudaStreamWaitEvent(d->compute, d->unit_buf[u]->ready_ev, 0), "cudaStreamWaitEvent") != 0) {
+        return -1;
+    }
+    if (zero_dev_prefetch(d) != 0) { return -1; }
+    *out = d->unit_ptr[u];
+    return 0;
+}
+
+static int zero_dev_release(ZeroDev* d, int u) {
+    if (d->pos >= d->len[d->pass] || d->unit_of[d->pass][d->pos] != u) {
+        return llmc_error("zero device: release of unit %d at use %d of pass %d, out of schedule", u, d->pos, d->pass);
+    }
+    int keep = d->keep[d->pass][d->pos];
+    d->pos++;
+    if (d->stage == 3 && !keep) { return zero_dev_ungather(d, u); }
+    return 0;
+}
+
+// the unit's gradient buffer (padded), accumulated into by the backward
+static int zero_dev_grad(ZeroDev* d, int u, floatX** out) {
+    if (d->stage < 2) {
+        *out = d->grads + d->plan.units[u].full_offset;
+        return 0;
+    }
+    if (d->grad_buf[u] == NULL) {
+        ZeroDevBuf sim;
+        ZeroDevBuf* b = zero_dev_take(d, d->gpool, &d->ngpool, u, &sim);
+        if (b == NULL) { return -1; }
+        if (d->simulate) { *out = NULL; d->grad_buf[u] = (ZeroDevBuf*)1; return 0; }
+        // zeroed once its last reduce-scatter has read it
+        if (zero_dev_cuda(cudaStreamWaitEvent(d->compute, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
+            zero_dev_cuda(cudaMemsetAsync(b->buf, 0, d->plan.units[u].padded * sizeof(floatX), d->compute), "cudaMemsetAsync") != 0) {
+            return -1;
+        }
+        d->grad_buf[u] = b;
+    }
+    *out = d->grad_buf[u]->buf;
+    return 0;
+}
+
+// the unit's gradient is complete for this micro-step: its collective goes on the NCCL
+// stream, after the compute stream's kernels so far (the backward that wrote it)
+static int zero_dev_reduce(ZeroDev* d, int u) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    if (d->stage < 2) {
+        if (!d->use_nccl || !d->last_micro) { return 0; }  // accumulate locally until the boundary
+        if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
+        floatX* g = d->grads + pu->full_offset;
+        if (d->stage == 0) { return zero_nccl_allreduce(&d->nccl, g, pu->padded, NCCL_FLOATX); }
+        return zero_nccl_reduce_scatter(&d->nccl, g, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX);
+    }
+    ZeroDevBuf* b = d->grad_buf[u];
+    if (b == NULL) { return llmc_error("zero device: reduce of unit %d without its gradient", u); }
+    d->grad_buf[u] = NULL;
+    if (d->simulate) { ZeroDevBuf sim; zero_dev_give(d, d->gpool, d->ngpool, u, &sim); return 0; }
+    cudaStream_t ns = d->nccl.stream;
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 ||
+        zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX) != 0) {
+        return -1;
+    }
+    zero_dev_accumulate_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256, 0, ns>>>(d->acc + pu->shard_offset, b->rs_out, pu->shard);
+    if (zero_dev_cuda(cudaGetLastError(), "the accumulate kernel") != 0 ||
+        zero_dev_cuda(cudaEventRecord(b->free_ev, ns), "cudaEventRecord") != 0) {
+        return -1;
+    }
+    zero_dev_give(d, d->gpool, d->ngpool, u, b);
+    return 0;
+}
+
+// every use made; stage 3 releases what the pass kept
+static int zero_dev_end(ZeroDev* d) {
+    if (d->pos != d->len[d->pass]) {
+        return llmc_error("zero device: pass %d ended after %d of its %d uses", d->pass, d->pos, d->len[d->pass]);
+    }
+    for (int u = 0; d->stage == 3 && u < d->plan.num_units; u++) {
+        if (zero_dev_ungather(d, u) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the optimizer step
+
+// stage 3: the persistent units get this rank's updated shard and every other rank's
+static int zero_dev_refresh_persistent(ZeroDev* d) {
+    for (int u = 0; u < d->plan.num_units; u++) {
+        if (!d->persistent[u]) { continue; }
+        const ZeroUnit* pu = &d->plan.units[u];
+        if (zero_dev_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
+                                          pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, d->nccl.stream), "copying a shard") != 0 ||
+            zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// Global norm of the mean gradient, clipping, AdamW on this rank's part of every tensor
+// (one launch each; an element's stochastic rounding bits depend on its place in the
+// padded model, so every stage draws the same bits for it), then the updated parameters
+// go to every rank. The gradients are sums
+// over ranks: the 1/world of the mean is folded into AdamW's gradient scale. Waits on the
+// host only for the norm (one float).
+static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_clip, int t, uint64_t seed, float* norm_out) {
+    cudaStream_t s = d->compute;
+    if (d->use_nccl && zero_nccl_join(&d->nccl, s) != 0) { return -1; }  // the reductions are done
+    if (d->stage == 0) { global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
+    else if (d->stage == 1) { global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
+    else { global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
+    if (zero_dev_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out, sizeof(float), cudaMemcpyDeviceToHost, s), "copying the norm") != 0 ||
+        zero_dev_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) {
+        return -1;
+    }
+    double sumsq = (double)d->host_norm[0];
+    if (d->stage >= 1 && d->world > 1 &&  // each rank holds the squares of its shards
+        MPI_Allreduce(MPI_IN_PLACE, &sumsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        return llmc_error("zero device: the norm's all-reduce failed");
+    }
+    double norm = sqrt(sumsq) / d->world;
+    double clip = (grad_clip > 0.0f && norm > (double)grad_clip) ? (double)grad_clip / norm : 1.0;  // as clip_scale in adamw.h
+    float grad_scale = (float)(clip / d->world);
+    *norm_out = (float)norm;
+    for (int i = 0; i < d->num_tensors; i++) {
+        const ZeroTensor* tr = &d->tensors[i];
+        const ZeroUnit* pu = &d->plan.units[tr->unit];
+        size_t a = 0, b = tr->size;  // this rank's elements of the tensor, unit-relative from tr->offset
+        if (d->stage >= 1) {
+            size_t lo, hi;  // shard-relative
+            int in = zero_plan_shard_range(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &lo, &hi);
+            if (in < 0) { return -1; }
+            if (in == 0) { continue; }  // no element of this tensor in this rank's shard
+            a = (size_t)d->rank * pu->shard + lo - tr->offset;
+            b = a + (hi - lo);
+        }
+        size_t in_unit = tr->offset + a;                   // unit-relative
+        size_t off = pu->full_offset + in_unit;            // in the padded model: the rounding bits, and params at stages 0-2
+        size_t sh = pu->shard_offset + (in_unit - (size_t)d->rank * pu->shard);  // in the shard buffers (stages >= 1)
+        unsigned int run_seed = (unsigned int)(seed ^ (seed >> 32));
+        float wd = tr->decay ? weight_decay : 0.0f;
+        size_t n = b - a;
+        if (d->stage == 0) {
+            adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
+                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off);
+        } else if (d->stage == 1) {
+            adamw_update_cuda(d->params + off, d->master + sh, d->gshard + sh, d->m + sh, d->v + sh, n,
+                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off);
+        } else {
+            floatX* p = d->stage == 2 ? d->params + off : d->shard_params + sh;
+            adamw_update_cuda(p, d->master + sh, d->acc + sh, d->m + sh, d->v + sh, n,
+                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off);
+        }
+    }
+    // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken)
+    if (d->stage < 2 && zero_dev_cuda(cudaMemsetAsync(d->grads, 0, d->plan.padded_total * sizeof(floatX), s), "cudaMemsetAsync") != 0) {
+        return -1;
+    }
+    if (d->stage >= 2 && zero_dev_cuda(cudaMemsetAsync(d->acc, 0, d->plan.shard_total * sizeof(float), s), "cudaMemsetAsync") != 0) {
+        return -1;
+    }
+    if (d->stage == 1 || d->stage == 2) {
+        // every rank's updated shards to every rank, in place; the next forward waits on the GPU
+        if (zero_nccl_after(&d->nccl, s) != 0) { return -1; }
+        for (int u = 0; u < d->plan.num_units; u++) {
+            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX) != 0) { return -1; }
+        }
+        if (zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+    } else if (d->stage == 3) {
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// init and teardown
+
+// walks a schedule in simulation: counts the pooled buffers its gathers need
+static int zero_dev_simulate_pass(ZeroDev* d, int pass) {
+    if (zero_dev_begin(d, pass) != 0) { return -1; }
+    for (int i = 0; i < d->len[pass]; i++) {
+        floatX* p;
+        if (zero_dev_fetch(d, d->unit_of[pass][i], &p) != 0 || zero_dev_release(d, d->unit_of[pass][i]) != 0) { return -1; }
+    }
+    return zero_dev_end(d);
+}
+
+// Builds the device engine over MPI_COMM_WORLD (one GPU per rank, the device set):
+// unit sizes, tensors (weight decay), the two schedules, and the full unpadded fp32
+// parameters in unit order on rank 0 (broadcast unit by unit, so every rank starts
+// identical and stage 3 never holds the whole model). compute: the model's stream.
+static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_numel, int num_units,
+                         const ZeroTensor* tensors, int num_tensors, const int* train_sched, int train_len,
+                         const int* fwd_sched, int fwd_len, const float* params, cudaStream_t compute,
+                         float beta1, float beta2, float eps) {
+    memset(d, 0, sizeof(*d));
+    d->cfg = *cfg;
+    d->stage = cfg->stage;
+    d->compute = compute;
+    d->beta1 = beta1; d->beta2 = beta2; d->eps = eps;
+    if (cfg->offload_optimizer != ZERO_OFFLOAD_NONE || cfg->offload_param != ZERO_OFFLOAD_NONE) {
+        return llmc_error("zero device: offload runs on the host backend (--zero-backend host)");
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+    if (zero_plan_init(&d->plan, unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0) { return -1; }
+    const ZeroPlan* p = &d->plan;
+    d->num_tensors = num_tensors;
+    d->tensors = (ZeroTensor*)malloc(num_tensors * sizeof(ZeroTensor));
+    d->unit_ptr = (floatX**)calloc(num_units, sizeof(floatX*));
+    d->unit_buf = (ZeroDevBuf**)calloc(num_units, sizeof(ZeroDevBuf*));
+    d->persistent = (int*)calloc(num_units, sizeof(int));
+    d->grad_buf = (ZeroDevBuf**)calloc(num_units, sizeof(ZeroDevBuf*));
+    if (!d->tensors || !d->unit_ptr || !d->unit_buf || !d->persistent || !d->grad_buf) { return llmc_error("zero device: out of memory"); }
+    memcpy(d->tensors, tensors, num_tensors * sizeof(ZeroTensor));
+    const int* scheds[ZERO_NUM_PASSES] = {train_sched, fwd_sched};
+    int lens[ZERO_NUM_PASSES] = {train_len, fwd_len};
+    for (int k = 0; k < ZERO_NUM_PASSES; k++) {
+        d->len[k] = lens[k];
+        d->unit_of[k] = (int*)malloc(lens[k] * sizeof(int));
+        d->keep[k] = (int*)malloc(lens[k] * sizeof(int));
+        if (d->unit_of[k] == NULL || d->keep[k] == NULL) { return llmc_error("zero device: out of memory"); }
+        memcpy(d->unit_of[k], scheds[k], lens[k] * sizeof(int));
+        zero_schedule_keep(p, &d->cfg, d->unit_of[k], lens[k], d->keep[k]);
+    }
+    // NCCL whenever the engine communicates; at one rank stages 1-3 still run it (the
+    // collectives are then copies), so the whole path runs on a single GPU
+    d->use_nccl = d->world > 1 || d->stage >= 1;
+    if (d->use_nccl && zero_nccl_init(&d->nccl, MPI_COMM_WORLD) != 0) { return -1; }
+
+    // the model states
+    size_t np = p->padded_total, ns = p->shard_total;
+    d->opt_elems = d->stage == 0 ? np : ns;
+    if (d->stage < 3) {
+        if ((d->params = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_params)) == NULL) { return -1; }
+    } else if ((d->shard_params = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_params)) == NULL) {
+        return -1;
+    }
+    if (d->stage < 2 && (d->grads = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->stage == 1 && (d->gshard = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->stage >= 2 && (d->acc = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) { return -1; }
+    if ((d->master = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
+        (d->m = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
+        (d->v = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
+        (d->norm_scratch = (float*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_FLOATS * sizeof(float), &d->bytes_buffers)) == NULL ||
+        (d->norm_out = (float*)zero_dev_alloc(sizeof(float), &d->bytes_buffers)) == NULL) {
+        return -1;
+    }
+    if (zero_dev_cuda(cudaMallocHost((void**)&d->host_norm, sizeof(float)), "cudaMallocHost") != 0) { return -1; }
+
+    // stage 3: small units stay gathered; the pools from a walk of both schedules
+    if (d->stage == 3) {
+        for (int u = 0; u < num_units; u++) {
+            d->persistent[u] = (long long)p->units[u].numel < d->cfg.param_persistence_threshold;
+            if (d->persistent[u]) {
+                d->unit_ptr[u] = (floatX*)zero_dev_alloc(p->units[u].padded * sizeof(floatX), &d->bytes_buffers);
+                if (d->unit_ptr[u] == NULL) { return -1; }
+            }
+        }
+        d->simulate = 1;
+        if (zero_dev_simulate_pass(d, ZERO_PASS_TRAIN) != 0 || zero_dev_simulate_pass(d, ZERO_PASS_FORWARD) != 0) { return -1; }
+        d->simulate = 0;
+        if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 1, 0) != 0) { return -1; }
+    }
+    if (d->stage >= 2) {
+        // two gradient buffers of each unit size: one being written, one being reduced
+        // (its reuse waits for that reduction); the embedding's is held all backward
+        for (int u = 0; u < num_units; u++) {
+            if (zero_dev_pool_for(d->gpool, &d->ngpool, p->units[u].padded) == NULL) { return -1; }
+        }
+        if (zero_dev_pools_alloc(d, d->gpool, d->ngpool, 2, 1) != 0) { return -1; }
+    }
+
+    // rank 0's parameters, unit by unit, through one fp32 unit buffer on the host and one
+    // on the GPU: the master (whole or this rank's shard) and the floatX compute copy
+    size_t largest = 0;
+    for (int u = 0; u < num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
+    float* host_unit = (float*)calloc(largest, sizeof(float));
+    double scratch_bytes = 0;
+    float* dev_unit = (float*)zero_dev_alloc(largest * sizeof(float), &scratch_bytes);
+    int rc = host_unit != NULL && dev_unit != NULL ? 0 : llmc_error("zero device: out of memory for the initial broadcast");
+    size_t src = 0;
+    for (int u = 0; u < num_units && rc == 0; u++) {
+        const ZeroUnit* pu = &p->units[u];
+        if (d->rank == 0) { memcpy(host_unit, params + src, pu->numel * sizeof(float)); }
+        memset(host_unit + pu->numel, 0, (pu->padded - pu->numel) * sizeof(float));  // the padding is zero
+        src += pu->numel;
+        for (size_t off = 0; off < pu->numel && rc == 0; off += (size_t)1 << 28) {  // MPI counts are int
+            size_t cnt = pu->numel - off < ((size_t)1 << 28) ? pu->numel - off : ((size_t)1 << 28);
+            if (MPI_Bcast(host_unit + off, (int)cnt, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) { rc = llmc_error("zero device: broadcast failed"); }
+        }
+        if (rc != 0) { break; }
+        rc = zero_dev_cuda(cudaMemcpy(dev_unit, host_unit, pu->padded * sizeof(float), cudaMemcpyHostToDevice), "uploading a unit");
+        const float* mine = dev_unit + (size_t)d->rank * pu->shard;
+        if (rc == 0 && d->stage == 0) {
+            rc = zero_dev_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
+        } else if (rc == 0) {
+            rc = zero_dev_cuda(cudaMemcpy(d->master + pu->shard_offset, mine, pu->shard * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
+        }
+        if (rc != 0) { break; }
+        if (d->stage < 3) {
+            copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->params + pu->full_offset, dev_unit, pu->padded);
+        } else {
+            copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256>>>(d->shard_params + pu->shard_offset, mine, pu->shard);
+            if (d->persistent[u]) {
+                copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->unit_ptr[u], dev_unit, pu->padded);
+            }
+        }
+        rc = zero_dev_cuda(cudaDeviceSynchronize(), "converting a unit");  // dev_unit is reused next
+    }
+    free(host_unit);
+    cudaFree(dev_unit);
+    return rc;
+}
+
+static void zero_dev_free(ZeroDev* d) {
+    if (d->compute != NULL) { cudaStreamSynchronize(d->compute); }
+    if (d->use_nccl) { zero_nccl_free(&d->nccl); }
+    zero_dev_pools_free(d->ppool, d->nppool);
+    zero_dev_pools_free(d->gpool, d->ngpool);
+    for (int u = 0; d->persistent != NULL && u < d->plan.num_units; u++) {
+        if (d->persistent[u]) { cudaFree(d->unit_ptr[u]); }
+    }
+    cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
+    cudaFree(d->master); cudaFree(d->m); cudaFree(d->v); cudaFree(d->norm_scratch); cudaFree(d->norm_out);
+    if (d->host_norm != NULL) { cudaFreeHost(d->host_norm); }
+    free(d->tensors); free(d->unit_ptr); free(d->unit_buf); free(d->persistent); free(d->grad_buf);
+    for (int k = 0; k < ZERO_NUM_PASSES; k++) { free(d->unit_of[k]); free(d->keep[k]); }
+    zero_plan_free(&d->plan);
+    memset(d, 0, sizeof(*d));
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: what this rank holds, as device arrays to write and read back
+
+// the compute copy that a resume needs (bf16: it comes from stochastic rounding, so it is
+// saved, not recomputed): the whole model at stages 0-2, this rank's shards at stage 3
+static floatX* zero_dev_param_state(const ZeroDev* d, size_t* elems) {
+    *elems = d->stage < 3 ? d->plan.padded_total : d->plan.shard_total;
+    return d->stage < 3 ? d->params : d->shard_params;
+}
+
+// after reading the compute copy back at stage 3: the persistent units from the shards
+static int zero_dev_after_load(ZeroDev* d) {
+    if (d->stage != 3) { return 0; }
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, d->compute) != 0) { return -1; }
+    return 0;
+}
+
+// Copies the fp32 master of the whole model (unpadded, unit order) to `out` on rank 0
+// (out may be NULL elsewhere): at stages 1-3 unit by unit from the ranks' shards.
+static int zero_dev_master_gather(ZeroDev* d, float* out) {
+    const ZeroPlan* p = &d->plan;
+    size_t largest = 0;
+    for (int u = 0; u < p->num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
+    float* unit = (float*)malloc(largest * sizeof(float));
+    if (unit == NULL) { return llmc_error("zero device: out of memory"); }
+    int rc = zero_dev_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize");
+    size_t dst = 0;
+    for (int u = 0; u < p->num_units && rc == 0; u++) {
+        const ZeroUnit* pu = &p->units[u];
+        if (d->stage == 0) {
+            rc = zero_dev_cuda(cudaMemcpy(unit, d->master + pu->full_offset, pu->numel * sizeof(float), cudaMemcpyDeviceToHost), "copying the master");
+        } else if (pu->shard > (size_t)INT_MAX) {
+            rc = llmc_error("zero device: unit %d's shard of %zu elements is too large for MPI_Gather", u, pu->shard);
+        } else {
+            float* mine = unit + (size_t)d->rank * pu->shard;
+            rc = zero_dev_cuda(cudaMemcpy(mine, d->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDeviceToHost), "copying the master");
+            if (rc == 0 && MPI_Gather(d->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
+                                      unit, (int)pu->shard, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+                rc = llmc_error("zero device: gathering the master failed");
+            }
+        }
+        if (rc == 0 && d->rank == 0) { memcpy(out + dst, unit, pu->numel * sizeof(float)); }
+        dst += pu->numel;
+    }
+    free(unit);
+    return rc;
+}
+
+#endif // ZERO3_DEVICE_CUH
