@@ -109,7 +109,7 @@ CUDA_ARCH ?= $(if $(GPU_CC),-arch=sm_$(GPU_CC),-gencode arch=compute_80,code=sm_
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -I. -D_GNU_SOURCE -Xcompiler -fopenmp $(BLAS_CFLAGS)
 # nvcc passes linker options with -Xlinker, not -Wl
 CUDA_LIBS  = -lcublas -lcublasLt -lnccl $(if $(BLAS_DIR),-L$(BLAS_DIR) -Xlinker -rpath=$(BLAS_DIR) -lopenblas,$(BLAS_LIBS))
-CUDA_HEADERS = $(wildcard llmc/*.cuh) $(LLMC_HEADERS)
+CUDA_HEADERS = $(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) $(LLMC_HEADERS)
 GPU_TESTS = build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32
 
 build/test_kernels_gpu: test/test_kernels_gpu.cu $(CUDA_HEADERS) | build

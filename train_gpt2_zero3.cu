@@ -711,7 +711,7 @@ static int write_device_array(FILE* fp, const void* dev, size_t bytes) {
     int ok = 1;
     for (size_t off = 0; off < bytes && ok; off += chunk) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
-        cudaCheck(cudaMemcpy(buf, (const char*)dev + off, n, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(buf, (const char*)dev + off, n, cudaMemcpyDefault));  // device or pinned host
         ok = fwrite(buf, 1, n, fp) == n;
     }
     free(buf);
@@ -725,7 +725,7 @@ static int read_device_array(FILE* fp, void* dev, size_t bytes) {
     for (size_t off = 0; off < bytes && ok; off += chunk) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
         ok = fread(buf, 1, n, fp) == n;
-        if (ok) { cudaCheck(cudaMemcpy((char*)dev + off, buf, n, cudaMemcpyHostToDevice)); }
+        if (ok) { cudaCheck(cudaMemcpy((char*)dev + off, buf, n, cudaMemcpyDefault)); }  // device or pinned host
     }
     free(buf);
     return ok;
@@ -842,7 +842,12 @@ static void memory_figures(const GPT2* m, double peak_in_use, double* out) {
     out[MEM_ACTIVATIONS] = (double)m->bytes_acts;
     out[MEM_ALLOCATED] = (double)g_device_alloc_bytes;
     out[MEM_PEAK] = peak_in_use;
-    if (!m->use_engine) { return; }
+    if (!m->use_engine) {  // the device engine's pinned host arrays (optimizer offload)
+        out[MEM_HOST_PARAMS] = m->dev.host_bytes_params;
+        out[MEM_HOST_GRADS] = m->dev.host_bytes_grads;
+        out[MEM_HOST_OPTIMIZER] = m->dev.host_bytes_optimizer;
+        return;
+    }
     const ZeroMemory* zm = &m->zero.mem;
     out[MEM_HOST_PARAMS] = zm->peak[ZERO_MEM_PARAMS] + zm->peak[ZERO_MEM_HOST_PARAMS];
     out[MEM_HOST_GRADS] = zm->peak[ZERO_MEM_GRADS] + zm->peak[ZERO_MEM_HOST_GRADS];
@@ -854,7 +859,7 @@ static void memory_figures(const GPT2* m, double peak_in_use, double* out) {
 }
 
 // mem: (world, MEM_FIELDS); comm_per_step: allgather, reduce_scatter, allreduce bytes and
-// wait ms per step; moved: ZERO_NUM_MOVES bytes per step; all zero on the device backend
+// wait ms per step; moved: ZERO_NUM_MOVES bytes per step
 static void report_write(const char* path, const TrainConfig* tc, const GPT2* m, int world, int grad_accum,
                          const StepRecord* steps, int nsteps, const ValRecord* vals, int nvals,
                          const double* mem, const char* device_name, double flops_per_token,
@@ -940,18 +945,19 @@ int main(int argc, char** argv) {
     free(uuids);
     MPI_Comm_free(&local);
 
-    // Where the model states live. The device backend (zero3/device.cuh): every stage
-    // without offload, one GPU per rank (NCCL). The host-staged backend (the ZeRO engine
-    // on the host): any stage, offload, ranks sharing a GPU. auto takes the device backend
-    // where it can.
-    int device_ok = tc.zero.offload_optimizer == ZERO_OFFLOAD_NONE && tc.zero.offload_param == ZERO_OFFLOAD_NONE;
+    // Where the model states live. The device backend (zero3/device.cuh): every stage,
+    // optimizer offload to the CPU, one GPU per rank (NCCL). The host-staged backend (the
+    // ZeRO engine on the host): also NVMe and parameter offload, ranks sharing a GPU.
+    // auto takes the device backend where it can.
+    int device_ok = tc.zero.offload_param == ZERO_OFFLOAD_NONE && tc.zero.offload_optimizer != ZERO_OFFLOAD_NVME &&
+                    !(tc.zero.offload_optimizer == ZERO_OFFLOAD_CPU && tc.zero.stage == 0);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &gpus_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));  // every node
     int use_engine = !strcmp(tc.zero_backend, "host") || (!strcmp(tc.zero_backend, "auto") && !(device_ok && gpus_ok));
     if (!use_engine && !device_ok) {
         char msg[512];
-        snprintf(msg, sizeof(msg), "--zero-backend device does not offload (got offload optimizer %s, param %s): "
-                 "use --zero-backend host (or auto)",
-                 zero_offload_name(tc.zero.offload_optimizer), zero_offload_name(tc.zero.offload_param));
+        snprintf(msg, sizeof(msg), "--zero-backend device offloads the optimizer to the CPU at stages 1-3 only (got -z %d, "
+                 "offload optimizer %s, param %s): use --zero-backend host (or auto) for NVMe and parameter offload",
+                 tc.zero.stage, zero_offload_name(tc.zero.offload_optimizer), zero_offload_name(tc.zero.offload_param));
         die_all(rank, msg);
     }
     if (!use_engine && !gpus_ok) {
@@ -1072,7 +1078,8 @@ int main(int argc, char** argv) {
     double comm0[ZERO_NUM_COLLECTIVES] = {0}, moved0[ZERO_NUM_MOVES] = {0};
     if (use_engine) { memcpy(comm0, model.zero.comm.bytes, sizeof(comm0)); memcpy(moved0, model.zero.moved, sizeof(moved0)); }
     else if (model.dev.use_nccl) { memcpy(comm0, model.dev.nccl.bytes, sizeof(comm0)); }
-    double update0 = use_engine ? model.zero.update_ms : 0.0, h2d0 = model.moved_h2d, d2h0 = model.moved_d2h;
+    double update0 = use_engine ? model.zero.update_ms : model.dev.update_ms;
+    double h2d0 = use_engine ? model.moved_h2d : model.dev.moved_h2d, d2h0 = use_engine ? model.moved_d2h : model.dev.moved_d2h;
     double wait_total = 0.0;
 
     for (int step = start_step; step <= max_steps; step++) {
@@ -1189,10 +1196,14 @@ int main(int argc, char** argv) {
             moved[ZERO_MOVE_H2D] = (model.moved_h2d - h2d0) / n;
             moved[ZERO_MOVE_D2H] = (model.moved_d2h - d2h0) / n;
             update_ms = (model.zero.update_ms - update0) / n;
-        } else if (model.dev.use_nccl) {
-            for (int k = 0; k < 3; k++) {  // ZERO_ALLGATHER, ZERO_REDUCE_SCATTER, ZERO_ALLREDUCE
+        } else {
+            for (int k = 0; model.dev.use_nccl && k < 3; k++) {  // ZERO_ALLGATHER, ZERO_REDUCE_SCATTER, ZERO_ALLREDUCE
                 comm[k] = (model.dev.nccl.bytes[k] - comm0[k]) / n;
             }
+            // optimizer offload: the gradient shards out, the updated shards in, the CPU Adam
+            moved[ZERO_MOVE_H2D] = (model.dev.moved_h2d - h2d0) / n;
+            moved[ZERO_MOVE_D2H] = (model.dev.moved_d2h - d2h0) / n;
+            update_ms = (model.dev.update_ms - update0) / n;
         }
         report_write(tc.report, &tc, &model, world, grad_accum, steps, nsteps, vals, nvals, mem_all, prop.name,
                      flops_per_token, comm, moved, update_ms);

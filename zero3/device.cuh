@@ -24,6 +24,12 @@
       pooled buffer before each use, with the next units prefetched, and released after,
       unless it is small (persistent) or used again soon (the host engine's reuse rule,
       zero_schedule_keep)
+ --offload-optimizer cpu (stages 1-3, ZeRO-Offload): the fp32 master and AdamW moments
+ live in pinned host memory. Each unit's reduced gradient shard is copied to the host on
+ a copy stream as soon as its reduction is done on the last micro-step, overlapping the
+ backward of the units below; at the step the SIMD CPU Adam (zero3/cpu_adam.h) updates
+ the shards and writes the floatX compute copy, which goes back on the copy stream.
+ (NVMe and parameter offload run on the host engine: --zero-backend host.)
 
  No allocation and no host synchronization inside a step. The pools are sized at init by
  running the schedules once in simulation (the decisions depend only on the schedule and
@@ -122,8 +128,18 @@ typedef struct {
     float* norm_scratch;          // GLOBAL_NORM_SCRATCH_FLOATS
     float* norm_out;              // (1,)
     float* host_norm;             // (1,) pinned
-    // accounting (bytes on the GPU)
+    // --offload-optimizer cpu: master, m, v above are pinned host arrays
+    int offload;
+    cudaStream_t copy;            // gradient shards out, updated parameter shards in
+    cudaEvent_t reduced_ev;       // NCCL stream -> copy stream: a unit's shard is reduced
+    cudaEvent_t copied_ev;        // copy stream -> compute stream: the updated shards are in
+    void* h_grads;                // (shard_total) pinned: the reduced shards, floatX (stage 1) or fp32 (stages 2-3)
+    floatX* h_params;             // (shard_total) pinned: the updated compute-copy shards
+    double moved_d2h, moved_h2d;  // bytes copied (cumulative)
+    double update_ms;             // the CPU Adam's wall time (cumulative)
+    // accounting (bytes on the GPU, and pinned on the host)
     double bytes_params, bytes_grads, bytes_optimizer, bytes_buffers;
+    double host_bytes_grads, host_bytes_optimizer, host_bytes_params;
 } ZeroDev;
 
 static int zero_dev_cuda(cudaError_t e, const char* what) {
@@ -139,6 +155,18 @@ static void* zero_dev_alloc(size_t nbytes, double* bytes) {
         return NULL;
     }
     if (cudaMemset(p, 0, nbytes > 0 ? nbytes : 16) != cudaSuccess) { cudaFree(p); llmc_error("zero device: cudaMemset failed"); return NULL; }
+    *bytes += (double)nbytes;
+    return p;
+}
+
+// a zeroed pinned host allocation, counted into *bytes
+static void* zero_dev_alloc_host(size_t nbytes, double* bytes) {
+    void* p = NULL;
+    if (cudaMallocHost(&p, nbytes > 0 ? nbytes : 16) != cudaSuccess) {
+        llmc_error("zero device: out of pinned host memory allocating %.1f MiB", nbytes / 1048576.0);
+        return NULL;
+    }
+    memset(p, 0, nbytes > 0 ? nbytes : 16);
     *bytes += (double)nbytes;
     return p;
 }
@@ -335,6 +363,23 @@ static int zero_dev_grad(ZeroDev* d, int u, floatX** out) {
     return 0;
 }
 
+// offload: unit u's reduced gradient shard (complete: the last micro-step's reduction was
+// just issued on the NCCL stream) to the host, on the copy stream
+static int zero_dev_copy_out(ZeroDev* d, int u) {
+    if (!d->offload) { return 0; }
+    const ZeroUnit* pu = &d->plan.units[u];
+    size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
+    const char* src = d->stage == 1 ? (const char*)(d->gshard + pu->shard_offset) : (const char*)(d->acc + pu->shard_offset);
+    if (zero_dev_cuda(cudaEventRecord(d->reduced_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
+        zero_dev_cuda(cudaStreamWaitEvent(d->copy, d->reduced_ev, 0), "cudaStreamWaitEvent") != 0 ||
+        zero_dev_cuda(cudaMemcpyAsync((char*)d->h_grads + pu->shard_offset * gb, src, pu->shard * gb,
+                                      cudaMemcpyDeviceToHost, d->copy), "copying a gradient shard out") != 0) {
+        return -1;
+    }
+    d->moved_d2h += (double)pu->shard * gb;
+    return 0;
+}
+
 // the unit's gradient is complete for this micro-step: its collective goes on the NCCL
 // stream, after the compute stream's kernels so far (the backward that wrote it)
 static int zero_dev_reduce(ZeroDev* d, int u) {
@@ -344,7 +389,8 @@ static int zero_dev_reduce(ZeroDev* d, int u) {
         if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
         floatX* g = d->grads + pu->full_offset;
         if (d->stage == 0) { return zero_nccl_allreduce(&d->nccl, g, pu->padded, NCCL_FLOATX); }
-        return zero_nccl_reduce_scatter(&d->nccl, g, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX);
+        if (zero_nccl_reduce_scatter(&d->nccl, g, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX) != 0) { return -1; }
+        return zero_dev_copy_out(d, u);
     }
     ZeroDevBuf* b = d->grad_buf[u];
     if (b == NULL) { return llmc_error("zero device: reduce of unit %d without its gradient", u); }
@@ -361,7 +407,7 @@ static int zero_dev_reduce(ZeroDev* d, int u) {
         return -1;
     }
     zero_dev_give(d, d->gpool, d->ngpool, u, b);
-    return 0;
+    return d->last_micro ? zero_dev_copy_out(d, u) : 0;
 }
 
 // every use made; stage 3 releases what the pass kept
@@ -417,7 +463,45 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
     double clip = (grad_clip > 0.0f && norm > (double)grad_clip) ? (double)grad_clip / norm : 1.0;  // as clip_scale in adamw.h
     float grad_scale = (float)(clip / d->world);
     *norm_out = (float)norm;
-    for (int i = 0; i < d->num_tensors; i++) {
+    if (d->offload) {
+        // every gradient shard is on the host once the copy stream is through; the updated
+        // floatX shards go back on it, and the compute stream waits for them
+        if (zero_dev_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
+        double t0 = MPI_Wtime();
+        CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
+        CpuAdamDtype gt = d->stage == 1 && sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
+        size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
+        CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
+        for (int i = 0; i < d->num_tensors; i++) {
+            const ZeroTensor* tr = &d->tensors[i];
+            const ZeroUnit* pu = &d->plan.units[tr->unit];
+            size_t lo, hi;
+            int in = zero_plan_shard_range(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &lo, &hi);
+            if (in < 0) { return -1; }
+            if (in == 0) { continue; }
+            size_t sh = pu->shard_offset + lo;
+            hp.weight_decay = tr->decay ? weight_decay : 0.0f;
+            if (cpu_adam_step(d->master + sh, (const char*)d->h_grads + sh * gb, gt, d->m + sh, d->v + sh, hi - lo, &hp,
+                              d->h_params + sh, ot) != 0) {
+                return -1;
+            }
+        }
+        d->update_ms += (MPI_Wtime() - t0) * 1e3;
+        for (int u = 0; u < d->plan.num_units; u++) {
+            const ZeroUnit* pu = &d->plan.units[u];
+            floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
+            if (zero_dev_cuda(cudaMemcpyAsync(dst, d->h_params + pu->shard_offset, pu->shard * sizeof(floatX),
+                                              cudaMemcpyHostToDevice, d->copy), "copying a parameter shard in") != 0) {
+                return -1;
+            }
+            d->moved_h2d += (double)pu->shard * sizeof(floatX);
+        }
+        if (zero_dev_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 ||
+            zero_dev_cuda(cudaStreamWaitEvent(s, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
+            return -1;
+        }
+    }
+    for (int i = 0; !d->offload && i < d->num_tensors; i++) {
         const ZeroTensor* tr = &d->tensors[i];
         const ZeroUnit* pu = &d->plan.units[tr->unit];
         size_t a = 0, b = tr->size;  // this rank's elements of the tensor, unit-relative from tr->offset
@@ -493,9 +577,11 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
     d->stage = cfg->stage;
     d->compute = compute;
     d->beta1 = beta1; d->beta2 = beta2; d->eps = eps;
-    if (cfg->offload_optimizer != ZERO_OFFLOAD_NONE || cfg->offload_param != ZERO_OFFLOAD_NONE) {
-        return llmc_error("zero device: offload runs on the host backend (--zero-backend host)");
+    if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param != ZERO_OFFLOAD_NONE) {
+        return llmc_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
     }
+    d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
+    if (d->offload && d->stage == 0) { return llmc_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->world);
     if (zero_plan_init(&d->plan, unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0) { return -1; }
@@ -534,10 +620,25 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
     if (d->stage < 2 && (d->grads = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
     if (d->stage == 1 && (d->gshard = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
     if (d->stage >= 2 && (d->acc = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) { return -1; }
-    if ((d->master = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
-        (d->m = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
-        (d->v = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
-        (d->norm_scratch = (float*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_FLOATS * sizeof(float), &d->bytes_buffers)) == NULL ||
+    if (d->offload) {
+        if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
+            (d->m = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
+            (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
+            (d->h_grads = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL ||
+            (d->h_params = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL) {
+            return -1;
+        }
+        if (zero_dev_cuda(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "creating the copy stream") != 0 ||
+            zero_dev_cuda(cudaEventCreateWithFlags(&d->reduced_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+            zero_dev_cuda(cudaEventCreateWithFlags(&d->copied_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+            return -1;
+        }
+    } else if ((d->master = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
+               (d->m = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
+               (d->v = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL) {
+        return -1;
+    }
+    if ((d->norm_scratch = (float*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_FLOATS * sizeof(float), &d->bytes_buffers)) == NULL ||
         (d->norm_out = (float*)zero_dev_alloc(sizeof(float), &d->bytes_buffers)) == NULL) {
         return -1;
     }
@@ -589,8 +690,8 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
         const float* mine = dev_unit + (size_t)d->rank * pu->shard;
         if (rc == 0 && d->stage == 0) {
             rc = zero_dev_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
-        } else if (rc == 0) {
-            rc = zero_dev_cuda(cudaMemcpy(d->master + pu->shard_offset, mine, pu->shard * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
+        } else if (rc == 0) {  // (cudaMemcpyDefault: the master may be pinned host memory)
+            rc = zero_dev_cuda(cudaMemcpy(d->master + pu->shard_offset, mine, pu->shard * sizeof(float), cudaMemcpyDefault), "copying");
         }
         if (rc != 0) { break; }
         if (d->stage < 3) {
@@ -610,6 +711,7 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
 
 static void zero_dev_free(ZeroDev* d) {
     if (d->compute != NULL) { cudaStreamSynchronize(d->compute); }
+    if (d->copy != NULL) { cudaStreamSynchronize(d->copy); }
     if (d->use_nccl) { zero_nccl_free(&d->nccl); }
     zero_dev_pools_free(d->ppool, d->nppool);
     zero_dev_pools_free(d->gpool, d->ngpool);
@@ -617,7 +719,15 @@ static void zero_dev_free(ZeroDev* d) {
         if (d->persistent[u]) { cudaFree(d->unit_ptr[u]); }
     }
     cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
-    cudaFree(d->master); cudaFree(d->m); cudaFree(d->v); cudaFree(d->norm_scratch); cudaFree(d->norm_out);
+    if (d->offload) {
+        cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_grads); cudaFreeHost(d->h_params);
+        if (d->copy != NULL) { cudaStreamDestroy(d->copy); }
+        if (d->reduced_ev != NULL) { cudaEventDestroy(d->reduced_ev); }
+        if (d->copied_ev != NULL) { cudaEventDestroy(d->copied_ev); }
+    } else {
+        cudaFree(d->master); cudaFree(d->m); cudaFree(d->v);
+    }
+    cudaFree(d->norm_scratch); cudaFree(d->norm_out);
     if (d->host_norm != NULL) { cudaFreeHost(d->host_norm); }
     free(d->tensors); free(d->unit_ptr); free(d->unit_buf); free(d->persistent); free(d->grad_buf);
     for (int k = 0; k < ZERO_NUM_PASSES; k++) { free(d->unit_of[k]); free(d->keep[k]); }
@@ -660,7 +770,7 @@ static int zero_dev_master_gather(ZeroDev* d, float* out) {
             rc = llmc_error("zero device: unit %d's shard of %zu elements is too large for MPI_Gather", u, pu->shard);
         } else {
             float* mine = unit + (size_t)d->rank * pu->shard;
-            rc = zero_dev_cuda(cudaMemcpy(mine, d->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDeviceToHost), "copying the master");
+            rc = zero_dev_cuda(cudaMemcpy(mine, d->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDefault), "copying the master");
             if (rc == 0 && MPI_Gather(d->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
                                       unit, (int)pu->shard, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
                 rc = llmc_error("zero device: gathering the master failed");
