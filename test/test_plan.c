@@ -437,6 +437,52 @@ Test(plan, errors_shard_range) {
     zero_plan_free(&p);
 }
 
+// zero_plan_tensor_part: over the ranks, the parts of a tensor cover it exactly once, in
+// rank order; each sits where the full buffer has those elements (unit start + position
+// in the unit) and at the same place inside the rank's shard block of the shard buffer.
+// Worlds 1..8, units of odd sizes, tensors cut at random (empty ones too).
+Test(plan, tensor_parts_in_both_buffers) {
+    uint64_t seed = 12345;
+    size_t numel[5] = {7, 1000, 4099, 64, 50257};
+    for (int world = 1; world <= 8; world++) {
+        for (size_t eb = 2; eb <= 4; eb += 2) {
+            ZeroPlan plans[8];
+            for (int r = 0; r < world; r++) {
+                CHECK(zero_plan_init(&plans[r], numel, 5, world, r, eb) == 0, "init: %s", llmc_errmsg());
+            }
+            for (int u = 0; u < 5; u++) {
+                const ZeroUnit* unit = &plans[0].units[u];
+                size_t cuts[6] = {0, 0, 0, 0, 0, unit->numel};
+                for (int i = 1; i < 5; i++) {
+                    size_t c = (size_t)(lcg_next(&seed) % (unit->numel + 1));
+                    cuts[i] = c < cuts[i - 1] ? cuts[i - 1] : c;
+                }
+                for (int t = 0; t < 5; t++) {
+                    size_t next = cuts[t];  // the tensor's next element (unit-relative) a part must start at
+                    for (int r = 0; r < world; r++) {
+                        size_t full, sh, n;
+                        int in = zero_plan_tensor_part(&plans[r], u, r, cuts[t], cuts[t + 1], &full, &sh, &n);
+                        CHECK(in == 0 || in == 1, "world %d unit %d rank %d: rc %d", world, u, r, in);
+                        if (in == 0) { CHECK(full == 0 && sh == 0 && n == 0, "empty part not zeroed"); continue; }
+                        size_t pos = full - unit->full_offset;  // unit-relative
+                        CHECK(n > 0 && pos == next, "world %d unit %d tensor %d rank %d: part at %zu, expected %zu",
+                              world, u, t, r, pos, next);
+                        CHECK(pos >= (size_t)r * unit->shard && pos + n <= (size_t)(r + 1) * unit->shard,
+                              "world %d unit %d rank %d: part [%zu,%zu) outside the rank's block", world, u, r, pos, pos + n);
+                        CHECK(sh - unit->shard_offset == pos - (size_t)r * unit->shard,
+                              "world %d unit %d rank %d: shard offset %zu for unit position %zu", world, u, r, sh, pos);
+                        CHECK(sh + n <= plans[r].shard_total, "world %d: part past the shard buffer", world);
+                        next = pos + n;
+                    }
+                    CHECK(next == cuts[t + 1], "world %d unit %d tensor %d: parts end at %zu of %zu",
+                          world, u, t, next, cuts[t + 1]);
+                }
+            }
+            for (int r = 0; r < world; r++) { zero_plan_free(&plans[r]); }
+        }
+    }
+}
+
 Test(plan, free_is_safe) {
     ZeroPlan p;
     memset(&p, 0, sizeof(p));

@@ -86,6 +86,7 @@ typedef struct {
 typedef struct {
     size_t elems;         // a unit's padded size
     int count, taken, max_taken;
+    int next;             // where the search for a free buffer starts: the least recently freed comes first
     ZeroDevBuf* bufs;     // (count)
 } ZeroDevPool;
 
@@ -103,6 +104,7 @@ typedef struct {
     int* unit_of[ZERO_NUM_PASSES];
     int* keep[ZERO_NUM_PASSES];
     int pass, pos, last_micro;
+    int shards_written;           // stage 3: the compute stream wrote shard_params since the last pass began (step, load)
     int simulate;                 // init: walk the schedules, count pooled buffers, touch nothing
     // parameters (floatX)
     floatX* params;               // (padded_total) stages 0-2
@@ -190,8 +192,15 @@ static ZeroDevBuf* zero_dev_take(ZeroDev* d, ZeroDevPool* pools, int* npools, in
     p->taken++;
     if (p->taken > p->max_taken) { p->max_taken = p->taken; }
     if (d->simulate) { sim->unit = u; return sim; }
-    for (int i = 0; i < p->count; i++) {
-        if (p->bufs[i].unit < 0) { p->bufs[i].unit = u; return &p->bufs[i]; }
+    // round robin: a buffer just freed is taken last, so its reduce-scatter (or its
+    // readers) can finish while another buffer is in use
+    for (int k = 0; k < p->count; k++) {
+        int i = (p->next + k) % p->count;
+        if (p->bufs[i].unit < 0) {
+            p->bufs[i].unit = u;
+            p->next = (i + 1) % p->count;
+            return &p->bufs[i];
+        }
     }
     llmc_error("zero device: no free buffer for unit %d (pool of %d): the schedule differs from the one at init", u, p->count);
     return NULL;
@@ -204,12 +213,13 @@ static void zero_dev_give(ZeroDev* d, ZeroDevPool* pools, int npools, int u, Zer
     b->unit = -1;
 }
 
-// allocates each pool's buffers (count = the simulation's maximum; at least min_count)
-static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int min_count, int with_rs) {
+// allocates each pool's buffers: max_taken of them (set by the simulation, or by the caller)
+static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int with_rs) {
     for (int i = 0; i < npools; i++) {
         ZeroDevPool* p = &pools[i];
-        p->count = p->max_taken > min_count ? p->max_taken : min_count;
+        p->count = p->max_taken > 0 ? p->max_taken : 1;
         p->taken = 0;
+        p->next = 0;
         p->bufs = (ZeroDevBuf*)calloc(p->count, sizeof(ZeroDevBuf));
         if (p->bufs == NULL) { return llmc_error("zero device: out of memory"); }
         for (int k = 0; k < p->count; k++) {
@@ -283,7 +293,10 @@ static int zero_dev_ungather(ZeroDev* d, int u) {
 }
 
 // gathers the units of the next prefetch_depth uses after pos that are not gathered,
-// while they fit the live budget (the decisions depend only on schedule and config)
+// while they fit the live budget (the decisions depend only on schedule and config). Unlike
+// the host engine, the budget counts gathered units but not the persistent ones, and the
+// prefetch bucket is not applied: the gathers are queued on the NCCL stream, in flight
+// or not, and each holds a pooled buffer until released.
 static int zero_dev_prefetch(ZeroDev* d) {
     int started = 0;
     for (int i = d->pos + 1; i < d->len[d->pass] && started < d->cfg.prefetch_depth; i++) {
@@ -304,8 +317,11 @@ static int zero_dev_begin(ZeroDev* d, int pass) {
     d->pos = 0;
     d->last_micro = 1;
     if (d->stage != 3) { return 0; }
-    // the gathers of this pass read shards that the last step's AdamW wrote
-    if (!d->simulate && zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
+    // the gathers of this pass read shards that the last step's AdamW (or a load) wrote
+    if (!d->simulate && d->shards_written) {
+        if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
+        d->shards_written = 0;
+    }
     d->pos = -1;  // the prefetch window starts before the first use
     int rc = zero_dev_prefetch(d);
     d->pos = 0;
@@ -415,6 +431,9 @@ static int zero_dev_end(ZeroDev* d) {
     if (d->pos != d->len[d->pass]) {
         return llmc_error("zero device: pass %d ended after %d of its %d uses", d->pass, d->pos, d->len[d->pass]);
     }
+    for (int u = 0; d->grad_buf != NULL && u < d->plan.num_units; u++) {
+        if (d->grad_buf[u] != NULL) { return llmc_error("zero device: pass ended with unit %d's gradient not reduced", u); }
+    }
     for (int u = 0; d->stage == 3 && u < d->plan.num_units; u++) {
         if (zero_dev_ungather(d, u) != 0) { return -1; }
     }
@@ -474,14 +493,12 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
         CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
         for (int i = 0; i < d->num_tensors; i++) {
             const ZeroTensor* tr = &d->tensors[i];
-            const ZeroUnit* pu = &d->plan.units[tr->unit];
-            size_t lo, hi;
-            int in = zero_plan_shard_range(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &lo, &hi);
+            size_t off, sh, n;  // this rank's part of the tensor (zero3/plan.h)
+            int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
             if (in < 0) { return -1; }
             if (in == 0) { continue; }
-            size_t sh = pu->shard_offset + lo;
             hp.weight_decay = tr->decay ? weight_decay : 0.0f;
-            if (cpu_adam_step(d->master + sh, (const char*)d->h_grads + sh * gb, gt, d->m + sh, d->v + sh, hi - lo, &hp,
+            if (cpu_adam_step(d->master + sh, (const char*)d->h_grads + sh * gb, gt, d->m + sh, d->v + sh, n, &hp,
                               d->h_params + sh, ot) != 0) {
                 return -1;
             }
@@ -503,22 +520,16 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
     }
     for (int i = 0; !d->offload && i < d->num_tensors; i++) {
         const ZeroTensor* tr = &d->tensors[i];
-        const ZeroUnit* pu = &d->plan.units[tr->unit];
-        size_t a = 0, b = tr->size;  // this rank's elements of the tensor, unit-relative from tr->offset
+        // this rank's part of the tensor: at `off` in the padded model (the rounding bits,
+        // and the compute copy at stages 0-2), at `sh` in the shard buffers (stages 1-3)
+        size_t off = d->plan.units[tr->unit].full_offset + tr->offset, sh = 0, n = tr->size;
         if (d->stage >= 1) {
-            size_t lo, hi;  // shard-relative
-            int in = zero_plan_shard_range(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &lo, &hi);
+            int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
             if (in < 0) { return -1; }
             if (in == 0) { continue; }  // no element of this tensor in this rank's shard
-            a = (size_t)d->rank * pu->shard + lo - tr->offset;
-            b = a + (hi - lo);
         }
-        size_t in_unit = tr->offset + a;                   // unit-relative
-        size_t off = pu->full_offset + in_unit;            // in the padded model: the rounding bits, and params at stages 0-2
-        size_t sh = pu->shard_offset + (in_unit - (size_t)d->rank * pu->shard);  // in the shard buffers (stages >= 1)
         unsigned int run_seed = (unsigned int)(seed ^ (seed >> 32));
         float wd = tr->decay ? weight_decay : 0.0f;
-        size_t n = b - a;
         if (d->stage == 0) {
             adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
                               lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off);
@@ -540,13 +551,17 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
     }
     if (d->stage == 1 || d->stage == 2) {
         // every rank's updated shards to every rank, in place; the next forward waits on the GPU
-        if (zero_nccl_after(&d->nccl, s) != 0) { return -1; }
-        for (int u = 0; u < d->plan.num_units; u++) {
-            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX) != 0) { return -1; }
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_error(ncclGroupStart(), "ncclGroupStart") != 0) { return -1; }
+        for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
+            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX) != 0) {
+                ncclGroupEnd();
+                return -1;
+            }
         }
-        if (zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+        if (zero_nccl_error(ncclGroupEnd(), "ncclGroupEnd") != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
     } else if (d->stage == 3) {
         if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+        d->shards_written = 1;
     }
     return 0;
 }
@@ -602,6 +617,11 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
         d->keep[k] = (int*)malloc(lens[k] * sizeof(int));
         if (d->unit_of[k] == NULL || d->keep[k] == NULL) { return llmc_error("zero device: out of memory"); }
         memcpy(d->unit_of[k], scheds[k], lens[k] * sizeof(int));
+        for (int i = 0; i < lens[k]; i++) {
+            if (d->unit_of[k][i] < 0 || d->unit_of[k][i] >= num_units) {
+                return llmc_error("zero device: schedule names unit %d of %d", d->unit_of[k][i], num_units);
+            }
+        }
         zero_schedule_keep(p, &d->cfg, d->unit_of[k], lens[k], d->keep[k]);
     }
     // NCCL whenever the engine communicates; at one rank stages 1-3 still run it (the
@@ -656,15 +676,23 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
         d->simulate = 1;
         if (zero_dev_simulate_pass(d, ZERO_PASS_TRAIN) != 0 || zero_dev_simulate_pass(d, ZERO_PASS_FORWARD) != 0) { return -1; }
         d->simulate = 0;
-        if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 1, 0) != 0) { return -1; }
+        if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0) != 0) { return -1; }
     }
     if (d->stage >= 2) {
-        // two gradient buffers of each unit size: one being written, one being reduced
-        // (its reuse waits for that reduction); the embedding's is held all backward
+        // gradient buffers: per unit size, two when several units have it (one being
+        // written while the other is reduced), plus one more if the embedding (unit 0)
+        // has it too, since its gradient is open for the whole backward
         for (int u = 0; u < num_units; u++) {
-            if (zero_dev_pool_for(d->gpool, &d->ngpool, p->units[u].padded) == NULL) { return -1; }
+            ZeroDevPool* gp = zero_dev_pool_for(d->gpool, &d->ngpool, p->units[u].padded);
+            if (gp == NULL) { return -1; }
+            gp->taken++;  // here: units of this size
         }
-        if (zero_dev_pools_alloc(d, d->gpool, d->ngpool, 2, 1) != 0) { return -1; }
+        for (int i = 0; i < d->ngpool; i++) {
+            ZeroDevPool* gp = &d->gpool[i];
+            gp->max_taken = gp->taken < 2 ? gp->taken : 2;
+            if (gp->taken > 1 && gp->elems == p->units[0].padded) { gp->max_taken++; }
+        }
+        if (zero_dev_pools_alloc(d, d->gpool, d->ngpool, 1) != 0) { return -1; }
     }
 
     // rank 0's parameters, unit by unit, through one fp32 unit buffer on the host and one
@@ -702,10 +730,12 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
                 copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->unit_ptr[u], dev_unit, pu->padded);
             }
         }
-        rc = zero_dev_cuda(cudaDeviceSynchronize(), "converting a unit");  // dev_unit is reused next
+        rc = zero_dev_cuda(cudaGetLastError(), "launching the conversion");
+        if (rc == 0) { rc = zero_dev_cuda(cudaDeviceSynchronize(), "converting a unit"); }  // dev_unit is reused next
     }
     free(host_unit);
     cudaFree(dev_unit);
+    d->shards_written = 1;
     return rc;
 }
 
@@ -748,6 +778,7 @@ static floatX* zero_dev_param_state(const ZeroDev* d, size_t* elems) {
 // after reading the compute copy back at stage 3: the persistent units from the shards
 static int zero_dev_after_load(ZeroDev* d) {
     if (d->stage != 3) { return 0; }
+    d->shards_written = 1;
     if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, d->compute) != 0) { return -1; }
     return 0;
 }

@@ -807,10 +807,12 @@ static int zero_segments_init(ZeroEngine* e) {
     e->nsegs = 0;
     for (int i = 0; i < e->num_tensors; i++) {
         ZeroTensor tr = e->tensors[i];
-        size_t lo, hi;
-        if (zero_plan_shard_range(&e->plan, tr.unit, e->rank, tr.offset, tr.offset + tr.size, &lo, &hi) != 1) { continue; }
+        size_t full, sh, n;
+        int in = zero_plan_tensor_part(&e->plan, tr.unit, e->rank, tr.offset, tr.offset + tr.size, &full, &sh, &n);
+        if (in < 0) { return -1; }
+        if (in == 0) { continue; }
         size_t so = e->plan.units[tr.unit].shard_offset;
-        e->segs[e->nsegs++] = (ZeroSegment){so + lo, so + hi, tr.unit, lo, tr.decay};
+        e->segs[e->nsegs++] = (ZeroSegment){sh, sh + n, tr.unit, sh - so, tr.decay};
     }
     return 0;
 }

@@ -166,6 +166,25 @@ static inline int zero_plan_shard_range(const ZeroPlan* p, int u, int r, size_t 
     return 1;
 }
 
+// Rank r's part of the tensor [begin, end) of unit u (elements of the unit), located in
+// both flat buffers: *full, its element offset in a full padded buffer; *shard, in rank r's
+// shard buffer; *n, its length. What a sharded optimizer walks: the master, moments and
+// reduced gradient at *shard, the compute copy at *full (stages 1-2) or *shard (stage 3).
+// Returns 1 with a part, 0 when no element of the tensor is in the shard (all three 0),
+// -1 for bad arguments (as zero_plan_shard_range).
+static inline int zero_plan_tensor_part(const ZeroPlan* p, int u, int r, size_t begin, size_t end,
+                                        size_t* full, size_t* shard, size_t* n) {
+    size_t lo, hi;
+    *full = *shard = *n = 0;
+    int in = zero_plan_shard_range(p, u, r, begin, end, &lo, &hi);
+    if (in != 1) { return in; }
+    const ZeroUnit* unit = &p->units[u];
+    *full = unit->full_offset + (size_t)r * unit->shard + lo;
+    *shard = unit->shard_offset + lo;
+    *n = hi - lo;
+    return 1;
+}
+
 // Elements of rank r's shard of unit u that are real (not padding): 0..shard. The real
 // elements always come first in a shard, since padding sits at the end of the unit.
 // Returns 0 (and records an llmc_error line) for an out-of-range u or r.
