@@ -372,6 +372,7 @@ int main(int argc, char** argv) {
     int rank, world;
     trainer_start(&argc, &argv, &tc, &rank, &world);
     if (!strcmp(tc.zero_backend, "device")) { die_all(rank, "--zero-backend device is the GPU trainer's; the CPU trainer keeps everything on the host"); }
+    if (tc.dpu) { die_all(rank, "--dpu overlaps the CPU Adam with the GPU's next step: the GPU trainer's (train_gpt2_zero3)"); }
     if (tc.zero.bf16 == 1 && rank == 0) {
         fprintf(stderr, "warning: bf16.enabled is ignored: the CPU trainer computes in fp32\n");
     }

@@ -28,6 +28,8 @@
 #include <mpi.h>         // ranks, the NCCL setup, the host backend's collectives
 #include <cjson/cJSON.h> // the --report JSON
 #include <nvtx3/nvToolsExt.h>  // NVTX ranges (header-only)
+#include <unistd.h>      // sysconf: cores per node
+#include <omp.h>         // omp_set_num_threads: the CPU Adam's threads
 
 // the CUDA kernels
 #include "llmc/cuda_common.cuh"
@@ -113,6 +115,7 @@ typedef struct {
     float* lnf_rstd;    // (B,T) fp32
     floatX* logits;     // (B,T,Vp); the fused classifier turns it into dlogits in place
     float* losses;      // (B,T) fp32
+    double* loss_acc;   // (1,) the training micro-steps' mean losses, summed on the device until the step reads them
     // backward, one layer at a time
     floatX* dresidual;  // (B,T,C)
     floatX* dln;        // (B,T,C)
@@ -130,8 +133,10 @@ typedef struct {
     void* enc_scratch;     // encoder_backward's sort buffers
     float* norm_scratch;   // global_norm_squared's partial sums
     float* norm_out;       // (1,) fp32
-    int* inputs;           // (B,T)
-    int* targets;          // (B,T)
+    int* inputs;           // (B,T) the batch, in two slots: one is filled while the GPU may
+    int* targets;          // (B,T) still read the other (see batch_to_device)
+    int* inputs_alt;       // (B,T)
+    int* targets_alt;      // (B,T)
 } DevActs;
 
 typedef struct {
@@ -148,7 +153,14 @@ typedef struct {
     int B, T, recompute;
     int use_flash;             // --attention flash: the fused kernel, O(T) memory per row
     size_t bytes_params, bytes_grads, bytes_optimizer, bytes_acts, bytes_buffers;
-    float mean_loss;           // of the last forward with targets
+    float mean_loss;           // of the last evaluation forward
+    // the batch slot the kernels read (acts.inputs/targets or their _alt), its pinned
+    // staging on the host, and per slot an event after the last work that used it
+    int* cur_inputs;
+    int* cur_targets;
+    int slot;
+    int* host_batch[2];        // (2*B*T) pinned: inputs then targets
+    cudaEvent_t slot_free[2];
     float* host_losses;        // (B*T) pinned
     float* host_logits_f;      // (Vp) for sampling
     floatX* host_logits;       // (Vp) pinned
@@ -210,7 +222,7 @@ static DevBlock gpt2_block(const GPT2* m, floatX* unit, int l) {
 // the parameters and gradients. Otherwise the device engine (zero3/device.cuh) keeps them
 // on this GPU, one GPU per rank, at the stage of zc.
 static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, int use_engine,
-                       const ZeroConfig* zc, float beta1, float beta2, float eps) {
+                       const ZeroConfig* zc, float beta1, float beta2, float eps, int dpu, int omp_threads) {
     memset(m, 0, sizeof(*m));
     m->config = *c;
     m->num_params = gpt2_num_params(c);
@@ -279,7 +291,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, i
         int* fwd = (int*)mallocCheck((2 * m->num_units + 4) * sizeof(int));
         int ntrain = gpt2_schedule(c, train, 1), nfwd = gpt2_schedule(c, fwd, 0);
         if (zero_dev_init(&m->dev, zc, sizes, m->num_units, tensors, m->num_tensors, train, ntrain, fwd, nfwd,
-                          host_params, m->stream, beta1, beta2, eps) != 0) {
+                          host_params, m->stream, beta1, beta2, eps, dpu, omp_threads) != 0) {
             fprintf(stderr, "error: rank %d: %s\n", m->rank, llmc_errmsg());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
@@ -420,6 +432,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
         {(void**)&a->lnf_rstd, BT * sizeof(float)},
         {(void**)&a->logits, BT * Vp * sizeof(floatX)},
         {(void**)&a->losses, BT * sizeof(float)},
+        {(void**)&a->loss_acc, sizeof(double)},
         {(void**)&a->dresidual, BT * C * sizeof(floatX)},
         {(void**)&a->dln, BT * C * sizeof(floatX)},
         {(void**)&a->datty, BT * C * sizeof(floatX)},
@@ -437,10 +450,20 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
         {(void**)&a->norm_out, 16},
         {(void**)&a->inputs, BT * sizeof(int)},
         {(void**)&a->targets, BT * sizeof(int)},
+        {(void**)&a->inputs_alt, BT * sizeof(int)},
+        {(void**)&a->targets_alt, BT * sizeof(int)},
     };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         *bufs[i].ptr = dev_alloc(bufs[i].bytes);
     }
+    cudaCheck(cudaMemset(a->loss_acc, 0, sizeof(double)));  // the only activation read before written
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaMallocHost((void**)&m->host_batch[k], 2 * BT * sizeof(int)));
+        cudaCheck(cudaEventCreateWithFlags(&m->slot_free[k], cudaEventDisableTiming));
+    }
+    m->cur_inputs = a->inputs;
+    m->cur_targets = a->targets;
+    m->slot = 0;
     m->bytes_acts = g_device_alloc_bytes - before;
     m->bytes_buffers = m->bytes_acts + m->lt_workspace_bytes + m->bytes_stage;
     cudaCheck(cudaMallocHost((void**)&m->host_losses, BT * sizeof(float)));
@@ -452,11 +475,27 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
     m->use_flash = use_flash;
 }
 
+// acc[0] += mean of losses (n,): one block, sums in double in a fixed order (deterministic)
+__global__ void loss_mean_accumulate_kernel(double* acc, const float* losses, size_t n) {
+    __shared__ double part[256];
+    double x = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) { x += (double)losses[i]; }
+    part[threadIdx.x] = x;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if ((int)threadIdx.x < stride) { part[threadIdx.x] += part[threadIdx.x + stride]; }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) { acc[0] += part[0] / (double)n; }
+}
+
 // ----------------------------------------------------------------------------
-// forward: inputs/targets (B,T) already on the device (m->acts.inputs/targets); any
+// forward: inputs/targets (B,T) already on the device (batch_to_device); any
 // B <= m->B and T <= m->T (the layer strides follow the call's B and T).
 // with_targets: the fused classifier computes the losses (and, when train, writes
-// dlogits = dloss * (softmax - onehot) in place of the logits for gpt2_backward).
+// dlogits = dloss * (softmax - onehot) in place of the logits for gpt2_backward). A
+// training forward adds its mean loss into acts.loss_acc on the GPU (no host wait inside
+// the step); an evaluation forward sets mean_loss.
 // The units are used in the order of gpt2_schedule: the embedding, the blocks, the
 // final layernorm, the embedding again as the classifier.
 static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, float dloss) {
@@ -472,7 +511,7 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
     else { devCheck(zero_dev_begin(&m->dev, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD)); }
 
     floatX* emb = params_fetch(m, 0);
-    encoder_forward(a->encoded, a->inputs, emb + m->wte_off, emb + m->wpe_off, B, T, C, s);  // (B,T,C)
+    encoder_forward(a->encoded, m->cur_inputs, emb + m->wte_off, emb + m->wpe_off, B, T, C, s);  // (B,T,C)
     params_release(m, 0);
 
     for (int l = 0; l < L; l++) {
@@ -525,7 +564,12 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
     matmul_forward(a->logits, a->lnf, emb + m->wte_off, NULL, bt, C, Vp, NULL, 0, m->lt, m->lt_workspace, m->lt_workspace_bytes, s);
     params_release(m, 0);
     if (with_targets) {
-        fused_classifier(a->logits, a->losses, a->targets, dloss, bt, V, Vp, train, s);
+        fused_classifier(a->logits, a->losses, m->cur_targets, dloss, bt, V, Vp, train, s);
+    }
+    if (with_targets && train) {
+        loss_mean_accumulate_kernel<<<1, 256, 0, s>>>(a->loss_acc, a->losses, BT);
+        cudaCheck(cudaGetLastError());
+    } else if (with_targets) {
         cudaCheck(cudaMemcpyAsync(m->host_losses, a->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         double sum = 0.0;
@@ -622,7 +666,7 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
         NVTX_POP();
     }
     // the encoder's backward needs the token ids, not the parameters: no fetch
-    encoder_backward(demb + m->wte_off, demb + m->wpe_off, a->enc_scratch, a->dresidual, a->inputs, B, T, C, s);
+    encoder_backward(demb + m->wte_off, demb + m->wpe_off, a->enc_scratch, a->dresidual, m->cur_inputs, B, T, C, s);
     grads_reduce(m, 0);
     if (m->use_engine) { zeroCheck(zero_end(&m->zero)); } else { devCheck(zero_dev_end(&m->dev)); }
     NVTX_POP();
@@ -662,6 +706,10 @@ static void gpt2_free(GPT2* m) {
     free(m->unit_numel);
     free(m->unit_fresh);
     cudaCheck(cudaFreeHost(m->host_losses));
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaFreeHost(m->host_batch[k]));
+        cudaCheck(cudaEventDestroy(m->slot_free[k]));
+    }
     cudaCheck(cudaFreeHost(m->host_logits));
     free(m->host_logits_f);
     cublaslt_free(m->lt, m->lt_workspace);
@@ -736,7 +784,8 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_
     char path[4096], tmp[4200];
     cudaCheck(cudaStreamSynchronize(m->stream));
     // the llm.c model file from the fp32 master, written by rank 0 (gathered from the
-    // ranks' shards at stages 1-3)
+    // ranks' shards at stages 1-3); with --dpu, the pending update is applied first
+    devCheck(zero_dev_flush(&m->dev));
     float* full = m->rank == 0 ? (float*)mallocCheck(m->num_params * sizeof(float)) : NULL;
     devCheck(zero_dev_master_gather(&m->dev, full));
     if (m->rank == 0) {
@@ -895,12 +944,21 @@ static double peak_bf16_tflops(const char* name) {
     return 0.0;
 }
 
-// n tokens (and targets, unless NULL) into the model's device buffers, on its stream,
-// once the kernels before have finished with them
+// n tokens (and targets, unless NULL) for the next forward. Two slots alternate: the
+// work issued so far read the current one, so the next is filled, through its pinned
+// host staging, once the work that last used it (one batch earlier) is done: the host
+// rarely waits, and never for the batch the GPU is working on.
 static void batch_to_device(GPT2* m, const int* inputs, const int* targets, size_t n) {
-    cudaCheck(cudaMemcpyAsync(m->acts.inputs, inputs, n * sizeof(int), cudaMemcpyHostToDevice, m->stream));
-    if (targets != NULL) { cudaCheck(cudaMemcpyAsync(m->acts.targets, targets, n * sizeof(int), cudaMemcpyHostToDevice, m->stream)); }
-    cudaCheck(cudaStreamSynchronize(m->stream));  // pageable sources: they may change after we return
+    cudaCheck(cudaEventRecord(m->slot_free[m->slot], m->stream));  // the end of the current slot's use
+    m->slot ^= 1;
+    cudaCheck(cudaEventSynchronize(m->slot_free[m->slot]));  // its staging and device buffers are free
+    int* h = m->host_batch[m->slot];
+    memcpy(h, inputs, n * sizeof(int));
+    if (targets != NULL) { memcpy(h + n, targets, n * sizeof(int)); }
+    m->cur_inputs = m->slot == 0 ? m->acts.inputs : m->acts.inputs_alt;
+    m->cur_targets = m->slot == 0 ? m->acts.targets : m->acts.targets_alt;
+    cudaCheck(cudaMemcpyAsync(m->cur_inputs, h, n * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    if (targets != NULL) { cudaCheck(cudaMemcpyAsync(m->cur_targets, h + n, n * sizeof(int), cudaMemcpyHostToDevice, m->stream)); }
 }
 
 static double device_bytes_in_use(void) {
@@ -944,6 +1002,14 @@ int main(int argc, char** argv) {
     }
     free(uuids);
     MPI_Comm_free(&local);
+    // the CPU Adam's threads (offload): the node's cores split among its ranks unless the
+    // user chose (OMP_NUM_THREADS), as in the CPU trainer
+    int omp_threads = 0;
+    if (getenv("OMP_NUM_THREADS") == NULL) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        omp_threads = (int)(cores / local_size) > 0 ? (int)(cores / local_size) : 1;
+        omp_set_num_threads(omp_threads);
+    }
 
     // Where the model states live. The device backend (zero3/device.cuh): every stage,
     // optimizer offload to the CPU, one GPU per rank (NCCL). The host-staged backend (the
@@ -985,7 +1051,8 @@ int main(int argc, char** argv) {
 
     trainer_output_dir(&tc, rank);
     GPT2 model;
-    gpt2_build(&model, &config, params, use_engine, &tc.zero, tc.beta1, tc.beta2, tc.eps);
+    if (use_engine && tc.dpu) { die_all(rank, "--dpu runs on the device backend (--offload-optimizer cpu, no NVMe or parameter offload, one GPU per rank)"); }
+    gpt2_build(&model, &config, params, use_engine, &tc.zero, tc.beta1, tc.beta2, tc.eps, tc.dpu, omp_threads);
     free(params);
 
     DataLoader train_loader, val_loader;
@@ -1084,6 +1151,9 @@ int main(int argc, char** argv) {
 
     for (int step = start_step; step <= max_steps; step++) {
         int last_step = step == max_steps;
+        // --dpu: the last update is still on its thread; the final evaluation, samples and
+        // checkpoint see it applied
+        if (last_step && !use_engine) { devCheck(zero_dev_flush(&model.dev)); }
 
         if (use_val && (step % tc.val_every == 0 || last_step)) {
             dataloader_reset(&val_loader);
@@ -1138,7 +1208,6 @@ int main(int argc, char** argv) {
         NVTX_PUSH("step");
         cudaCheck(cudaStreamSynchronize(model.stream));
         double t0 = now_ms(), wait0 = use_engine ? model.zero.comm.wait_ms : 0.0;
-        double loss_sum = 0.0;
         float dloss = 1.0f / ((float)BT * grad_accum);  // the mean over B*T positions and the micro-steps
         for (int micro = 0; micro < grad_accum; micro++) {
             if (!tc.overfit_single_batch || !have_batch) {
@@ -1146,15 +1215,16 @@ int main(int argc, char** argv) {
                 have_batch = 1;
             }
             // every micro-step, also when overfitting one batch: validation and sampling
-            // use the same device buffers. Synchronous: the previous micro-step's kernels
-            // may still read them.
+            // use the same device buffers
             batch_to_device(&model, train_loader.inputs, train_loader.targets, BT);
             gpt2_forward(&model, tc.B, tc.T, 1, 1, dloss);
             gpt2_backward(&model, tc.B, tc.T, micro == grad_accum - 1);
-            loss_sum += model.mean_loss;
         }
         float lr = lr_scheduler_get(&sched, step);
         float norm = gpt2_update(&model, lr, tc.weight_decay, tc.grad_clip, step + 1, tc.seed);
+        double loss_sum = 0.0;  // the micro-steps' mean losses, summed on the GPU
+        cudaCheck(cudaMemcpyAsync(&loss_sum, model.acts.loss_acc, sizeof(double), cudaMemcpyDeviceToHost, model.stream));
+        cudaCheck(cudaMemsetAsync(model.acts.loss_acc, 0, sizeof(double), model.stream));
         cudaCheck(cudaStreamSynchronize(model.stream));
         cudaCheck(cudaGetLastError());
         float loss = allreduce_mean((float)(loss_sum / grad_accum), world);

@@ -48,6 +48,7 @@ typedef struct {
     const char* estimate;        // --estimate NODES:GPUS  print model-state memory per GPU and exit
     const char* zero_backend;    // --zero-backend auto|device|host  where the GPU trainer keeps the model states
     const char* attention;       // --attention cublas|flash  the GPU trainer's attention kernels
+    int dpu;                     // --dpu 0|1  GPU trainer, optimizer offload: delay the update one step (ZeRO-Offload's DPU)
     ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
     int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
     char warnings[4096];         // the JSON's unknown keys, printed by rank 0
@@ -138,6 +139,9 @@ static void args_usage(FILE* f) {
         "  --attention cublas|flash           GPU trainer: attention through cuBLAS products and a (B,NH,T,T) matrix\n"
         "                                     per layer (default), or the fused kernel with O(T) memory (head sizes\n"
         "                                     64, 96, 128). The CPU trainer has one attention and ignores it.\n"
+        "  --dpu 0|1                          GPU trainer with --offload-optimizer cpu: the CPU Adam of step i runs while the\n"
+        "                                     GPU computes step i+1 on the parameters of step i-1 (ZeRO-Offload's delayed\n"
+        "                                     parameter update; default 0)\n"
         "  --estimate <nodes:gpus>  print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit\n"
         "  -h, --help          this message\n");
 }
@@ -246,6 +250,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
             }
             c->zero_backend = val;
         }
+        else if (!strcmp(name, "--dpu")) { rc = args_int(name, val, 0, 1, &v); c->dpu = (int)v; }
         else if (!strcmp(name, "--attention")) {
             if (strcmp(val, "cublas") && strcmp(val, "flash")) {
                 return llmc_error("flag --attention: unknown kind '%s' (cublas or flash)", val);

@@ -25,7 +25,7 @@
 #                     validation and sampling on
 #   flash attention   --attention flash against the cuBLAS path (fp32, bf16)
 #   device offload    --offload-optimizer cpu on the device engine against no offload,
-#                     its report, bit-identical resume
+#                     its report, bit-identical resume; --dpu's one-step delay, exactly
 #   refusals          --zero-backend device with NVMe offload, or with ranks sharing a GPU
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, losses, maxdiff, within, expect_error
 GPU=./train_gpt2_zero3
@@ -258,6 +258,29 @@ if [ -f "$tmp/o_straight.json" ] && [ -f "$tmp/o_resumed.json" ]; then
     d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
     within "$d" 0 && ok "device offload resume = uninterrupted, bit for bit" || bad "device offload resume: max diff $d"
 fi
+
+# --dpu (ZeRO-Offload's delayed parameter update): step i+1 runs on the parameters of
+# step i-1 while the CPU Adam of step i runs on a thread. On the overfit batch: steps 0
+# and 1 both see the initial parameters (equal losses), and step 2 sees the parameters
+# after one update from the same gradient as the undelayed run's step 1: equal to its
+# loss, bit for bit (the same CPU Adam on the same numbers, on another thread)
+for b in "$GPU32:fp32" "$GPU:bf16"; do
+    bin=${b%%:*}; prec=${b##*:}
+    gpu_run "dpu_$prec" $bin $RUN -z 2 --offload-optimizer cpu --dpu 1 --zero-backend device || bad "$prec --dpu run"
+    gpu_run "nodpu_$prec" $bin $RUN -z 2 --offload-optimizer cpu --zero-backend device || bad "$prec offload run"
+    if [ -f "$tmp/dpu_$prec.json" ] && [ -f "$tmp/nodpu_$prec.json" ]; then
+        losses "$tmp/dpu_$prec.json" > "$tmp/l_dpu"; losses "$tmp/nodpu_$prec.json" > "$tmp/l_nodpu"
+        $PY - "$tmp/l_dpu" "$tmp/l_nodpu" <<'EOF' && ok "--dpu ($prec): steps 0 and 1 on the initial parameters, step 2 = the undelayed step 1" || bad "--dpu ($prec): $(paste -sd' ' "$tmp/l_dpu" | cut -c1-80)"
+import sys
+d = [float(x) for x in open(sys.argv[1])]; n = [float(x) for x in open(sys.argv[2])]
+assert len(d) >= 3 and len(n) >= 2
+assert d[0] == n[0] and d[1] == d[0] and d[2] == n[1], (d[:3], n[:2])
+assert d[-1] < d[0]  # it trains
+EOF
+    fi
+done
+expect_error "--dpu on the host backend refused" "--dpu runs on the device backend" $GPU $RUN -z 2 --offload-optimizer cpu --dpu 1 --zero-backend host
+expect_error "--dpu without offload refused" "needs --offload-optimizer cpu" $GPU $RUN -z 2 --dpu 1 --zero-backend device
 
 # overfitting one batch with validation and sampling between the steps: they use the same
 # device buffers, and must not change the training losses (bit for bit)

@@ -40,6 +40,8 @@ expect_error "missing value"           "-x"              $BIN $SMALL -x
 expect_error "missing model file"      "$tmp/none.bin"   $BIN $SMALL -e "$tmp/none.bin"
 expect_error "unknown ZeRO backend"    "--zero-backend"  $BIN $SMALL --zero-backend gpu
 expect_error "device backend on CPU"   "--zero-backend device" $BIN $SMALL --zero-backend device
+expect_error "--dpu on CPU"            "--dpu"           $BIN $SMALL --dpu 1
+expect_error "--dpu out of range"      "--dpu"           $BIN $SMALL --dpu 2
 expect_error "not a model file"        "$tmp/junk.bin"   $BIN $SMALL -e "$tmp/junk.bin"
 expect_error "bad descriptor"          "d2x"             $BIN $SMALL -e d2x
 expect_error "missing train data"      "$tmp/nothing*"   $BIN $SMALL -i "$tmp/nothing*"

@@ -29,9 +29,14 @@
  a copy stream as soon as its reduction is done on the last micro-step, overlapping the
  backward of the units below; at the step the SIMD CPU Adam (zero3/cpu_adam.h) updates
  the shards and writes the floatX compute copy, which goes back on the copy stream.
- (NVMe and parameter offload run on the host engine: --zero-backend host.)
+ With dpu (ZeRO-Offload's one-step delayed parameter update, --dpu 1) the CPU Adam of
+ step i runs on a thread while the GPU computes step i+1 with the parameters of step i-1;
+ its result is uploaded at the end of step i+1. (NVMe and parameter offload run on the
+ host engine: --zero-backend host.)
 
- No allocation and no host synchronization inside a step. The pools are sized at init by
+ No allocation inside a step, and without offload no host synchronization but for the
+ gradient norm (one float, before AdamW); with offload the host also waits for the
+ gradient shards' copies before the CPU Adam (and, with dpu, for the previous update). The pools are sized at init by
  running the schedules once in simulation (the decisions depend only on the schedule and
  the configuration). A pooled buffer is reused only after the stream that last used it
  has passed an event recorded then: a parameter buffer after the compute stream's kernels
@@ -48,6 +53,9 @@
 #include <string.h>              // memset
 #include <math.h>                // sqrt, pow
 #include <mpi.h>                 // the norm's all-reduce over ranks, the initial broadcast
+#include <pthread.h>             // --dpu: the CPU Adam of step i runs while the GPU does step i+1
+#include <time.h>                // clock_gettime: the update thread's timing (no MPI calls off the main thread)
+#include <omp.h>                 // omp_set_num_threads: the update thread's OpenMP team
 #include "llmc/cuda_common.cuh"  // floatX, cudaCheck, CEIL_DIV, from_float
 #include "llmc/adamw.cuh"        // adamw_update_cuda, global_norm_squared
 #include "zero3/plan.h"          // ZeroPlan: padded units and shards
@@ -86,11 +94,22 @@ typedef struct {
 typedef struct {
     size_t elems;         // a unit's padded size
     int count, taken, max_taken;
-    int next;             // where the search for a free buffer starts: the least recently freed comes first
+    int next;             // where the search for a free buffer starts: round robin from the last one taken
     ZeroDevBuf* bufs;     // (count)
 } ZeroDevPool;
 
+// --dpu: what the update thread is given, and what it returns (rc, ms)
+struct ZeroDev;
 typedef struct {
+    struct ZeroDev* d;
+    const void* grads;
+    float lr, weight_decay, grad_scale;
+    int t, rc;
+    double ms;
+    char msg[1024];               // the thread's error (llmc_error's buffer is per thread)
+} ZeroDevUpdate;
+
+typedef struct ZeroDev {
     ZeroPlan plan;
     ZeroConfig cfg;
     int stage, world, rank, use_nccl;
@@ -135,7 +154,13 @@ typedef struct {
     cudaStream_t copy;            // gradient shards out, updated parameter shards in
     cudaEvent_t reduced_ev;       // NCCL stream -> copy stream: a unit's shard is reduced
     cudaEvent_t copied_ev;        // copy stream -> compute stream: the updated shards are in
-    void* h_grads;                // (shard_total) pinned: the reduced shards, floatX (stage 1) or fp32 (stages 2-3)
+    void* h_grads_buf[2];         // (shard_total) pinned: the reduced shards, floatX (stage 1) or fp32 (stages 2-3);
+    void* h_grads;                //   two with dpu (one being updated from, one being filled), h_grads the one filled
+    int dpu;                      // the CPU Adam of a step overlaps the next step (on `update_thread`)
+    int update_pending;           // a thread is updating; its result is not uploaded yet
+    int omp_threads;              // the CPU Adam's OpenMP threads (this rank's share of the node's cores), 0: default
+    pthread_t update_thread;
+    ZeroDevUpdate update_args;
     floatX* h_params;             // (shard_total) pinned: the updated compute-copy shards
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)
@@ -457,6 +482,109 @@ static int zero_dev_refresh_persistent(ZeroDev* d) {
     return 0;
 }
 
+// offload: the SIMD CPU Adam over this rank's part of every tensor, from the gradient
+// shards at `grads`, writing the fp32 master and moments and the floatX compute copy
+// (h_params). Called on the step's thread, or on update_thread with dpu.
+static int zero_dev_cpu_update(ZeroDev* d, const void* grads, float lr, float weight_decay, float grad_scale, int t) {
+    CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
+    CpuAdamDtype gt = d->stage == 1 && sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
+    size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
+    CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
+    for (int i = 0; i < d->num_tensors; i++) {
+        const ZeroTensor* tr = &d->tensors[i];
+        size_t off, sh, n;  // this rank's part of the tensor (zero3/plan.h)
+        int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
+        if (in < 0) { return -1; }
+        if (in == 0) { continue; }
+        hp.weight_decay = tr->decay ? weight_decay : 0.0f;
+        if (cpu_adam_step(d->master + sh, (const char*)grads + sh * gb, gt, d->m + sh, d->v + sh, n, &hp,
+                          d->h_params + sh, ot) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static double zero_dev_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static void* zero_dev_update_main(void* arg) {
+    ZeroDevUpdate* a = (ZeroDevUpdate*)arg;
+    if (a->d->omp_threads > 0) { omp_set_num_threads(a->d->omp_threads); }  // a new thread has the default team size
+    double t0 = zero_dev_now_ms();
+    a->rc = zero_dev_cpu_update(a->d, a->grads, a->lr, a->weight_decay, a->grad_scale, a->t);
+    a->ms = zero_dev_now_ms() - t0;
+    if (a->rc != 0) { snprintf(a->msg, sizeof(a->msg), "%s", llmc_errmsg()); }
+    return NULL;
+}
+
+static int zero_dev_share_params(ZeroDev* d);  // below, with the step
+
+// offload: the updated floatX shards (h_params) to the GPU on the copy stream, the compute
+// stream waiting for them; then every rank's shards to every rank (stages 1-2: all-gathered
+// in place; stage 3: the persistent units refreshed)
+static int zero_dev_upload(ZeroDev* d) {
+    cudaStream_t s = d->compute;
+    // the copies overwrite parameters that work queued on the compute stream (and the
+    // gathers on the NCCL stream) may still read: after both
+    if (d->use_nccl && zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+    if (zero_dev_cuda(cudaEventRecord(d->copied_ev, s), "cudaEventRecord") != 0 ||
+        zero_dev_cuda(cudaStreamWaitEvent(d->copy, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
+        return -1;
+    }
+    for (int u = 0; u < d->plan.num_units; u++) {
+        const ZeroUnit* pu = &d->plan.units[u];
+        floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
+        if (zero_dev_cuda(cudaMemcpyAsync(dst, d->h_params + pu->shard_offset, pu->shard * sizeof(floatX),
+                                          cudaMemcpyHostToDevice, d->copy), "copying a parameter shard in") != 0) {
+            return -1;
+        }
+        d->moved_h2d += (double)pu->shard * sizeof(floatX);
+    }
+    if (zero_dev_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 ||
+        zero_dev_cuda(cudaStreamWaitEvent(s, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
+        return -1;
+    }
+    return zero_dev_share_params(d);
+}
+
+// dpu: waits for the pending CPU update and uploads its result (at the end of the next
+// step, and before anything reads the master or needs the latest parameters: checkpoints,
+// the end of training)
+static int zero_dev_flush(ZeroDev* d) {
+    if (!d->update_pending) { return 0; }
+    if (pthread_join(d->update_thread, NULL) != 0) { return llmc_error("zero device: joining the CPU Adam thread failed"); }
+    d->update_pending = 0;
+    if (d->update_args.rc != 0) { return llmc_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
+    d->update_ms += d->update_args.ms;
+    // the host wrote h_params: the copy stream's previous upload from it was waited for
+    // before the thread started (zero_dev_step), so this one can go
+    return zero_dev_upload(d);
+}
+
+// after an update: every rank's updated shards to every rank, in place (stages 1-2), or
+// the persistent units refreshed (stage 3); the next forward waits on the GPU
+static int zero_dev_share_params(ZeroDev* d) {
+    cudaStream_t s = d->compute;
+    if (d->stage == 1 || d->stage == 2) {
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_error(ncclGroupStart(), "ncclGroupStart") != 0) { return -1; }
+        for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
+            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX) != 0) {
+                ncclGroupEnd();
+                return -1;
+            }
+        }
+        if (zero_nccl_error(ncclGroupEnd(), "ncclGroupEnd") != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+    } else if (d->stage == 3) {
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+        d->shards_written = 1;
+    }
+    return 0;
+}
+
 // Global norm of the mean gradient, clipping, AdamW on this rank's part of every tensor
 // (one launch each; an element's stochastic rounding bits depend on its place in the
 // padded model, so every stage draws the same bits for it), then the updated parameters
@@ -483,39 +611,29 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
     float grad_scale = (float)(clip / d->world);
     *norm_out = (float)norm;
     if (d->offload) {
-        // every gradient shard is on the host once the copy stream is through; the updated
-        // floatX shards go back on it, and the compute stream waits for them
+        // every gradient shard is on the host once the copy stream is through (which also
+        // ends the last upload from h_params)
         if (zero_dev_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
-        double t0 = MPI_Wtime();
-        CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
-        CpuAdamDtype gt = d->stage == 1 && sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
-        size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
-        CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
-        for (int i = 0; i < d->num_tensors; i++) {
-            const ZeroTensor* tr = &d->tensors[i];
-            size_t off, sh, n;  // this rank's part of the tensor (zero3/plan.h)
-            int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
-            if (in < 0) { return -1; }
-            if (in == 0) { continue; }
-            hp.weight_decay = tr->decay ? weight_decay : 0.0f;
-            if (cpu_adam_step(d->master + sh, (const char*)d->h_grads + sh * gb, gt, d->m + sh, d->v + sh, n, &hp,
-                              d->h_params + sh, ot) != 0) {
-                return -1;
+        if (d->dpu) {
+            // the previous step's update goes to the GPU now, this step's starts on a thread
+            // from the gradients just copied; the next step's copies fill the other buffer
+            if (zero_dev_flush(d) != 0 || zero_dev_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
+            memset(&d->update_args, 0, sizeof(d->update_args));
+            d->update_args.d = d;
+            d->update_args.grads = d->h_grads;
+            d->update_args.lr = lr;
+            d->update_args.weight_decay = weight_decay;
+            d->update_args.grad_scale = grad_scale;
+            d->update_args.t = t;
+            if (pthread_create(&d->update_thread, NULL, zero_dev_update_main, &d->update_args) != 0) {
+                return llmc_error("zero device: starting the CPU Adam thread failed");
             }
-        }
-        d->update_ms += (MPI_Wtime() - t0) * 1e3;
-        for (int u = 0; u < d->plan.num_units; u++) {
-            const ZeroUnit* pu = &d->plan.units[u];
-            floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
-            if (zero_dev_cuda(cudaMemcpyAsync(dst, d->h_params + pu->shard_offset, pu->shard * sizeof(floatX),
-                                              cudaMemcpyHostToDevice, d->copy), "copying a parameter shard in") != 0) {
-                return -1;
-            }
-            d->moved_h2d += (double)pu->shard * sizeof(floatX);
-        }
-        if (zero_dev_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 ||
-            zero_dev_cuda(cudaStreamWaitEvent(s, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
-            return -1;
+            d->update_pending = 1;
+            d->h_grads = d->h_grads == d->h_grads_buf[0] ? d->h_grads_buf[1] : d->h_grads_buf[0];
+        } else {
+            double t0 = MPI_Wtime();
+            if (zero_dev_cpu_update(d, d->h_grads, lr, weight_decay, grad_scale, t) != 0) { return -1; }
+            d->update_ms += (MPI_Wtime() - t0) * 1e3;
         }
     }
     for (int i = 0; !d->offload && i < d->num_tensors; i++) {
@@ -549,21 +667,8 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
     if (d->stage >= 2 && zero_dev_cuda(cudaMemsetAsync(d->acc, 0, d->plan.shard_total * sizeof(float), s), "cudaMemsetAsync") != 0) {
         return -1;
     }
-    if (d->stage == 1 || d->stage == 2) {
-        // every rank's updated shards to every rank, in place; the next forward waits on the GPU
-        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_error(ncclGroupStart(), "ncclGroupStart") != 0) { return -1; }
-        for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
-            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX) != 0) {
-                ncclGroupEnd();
-                return -1;
-            }
-        }
-        if (zero_nccl_error(ncclGroupEnd(), "ncclGroupEnd") != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
-    } else if (d->stage == 3) {
-        if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
-        d->shards_written = 1;
-    }
-    return 0;
+    if (d->offload && d->dpu) { return 0; }  // shared when that update is uploaded
+    return d->offload ? zero_dev_upload(d) : zero_dev_share_params(d);
 }
 
 // ----------------------------------------------------------------------------
@@ -586,7 +691,7 @@ static int zero_dev_simulate_pass(ZeroDev* d, int pass) {
 static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_numel, int num_units,
                          const ZeroTensor* tensors, int num_tensors, const int* train_sched, int train_len,
                          const int* fwd_sched, int fwd_len, const float* params, cudaStream_t compute,
-                         float beta1, float beta2, float eps) {
+                         float beta1, float beta2, float eps, int dpu, int omp_threads) {
     memset(d, 0, sizeof(*d));
     d->cfg = *cfg;
     d->stage = cfg->stage;
@@ -596,7 +701,10 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
         return llmc_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
     }
     d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
+    d->dpu = dpu;
+    d->omp_threads = omp_threads;
     if (d->offload && d->stage == 0) { return llmc_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
+    if (d->dpu && !d->offload) { return llmc_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->world);
     if (zero_plan_init(&d->plan, unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0) { return -1; }
@@ -644,10 +752,12 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
         if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
             (d->m = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
             (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
-            (d->h_grads = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL ||
+            (d->h_grads_buf[0] = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL ||
+            (d->dpu && (d->h_grads_buf[1] = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL) ||
             (d->h_params = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL) {
             return -1;
         }
+        d->h_grads = d->h_grads_buf[0];
         if (zero_dev_cuda(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "creating the copy stream") != 0 ||
             zero_dev_cuda(cudaEventCreateWithFlags(&d->reduced_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
             zero_dev_cuda(cudaEventCreateWithFlags(&d->copied_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
@@ -750,7 +860,10 @@ static void zero_dev_free(ZeroDev* d) {
     }
     cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
     if (d->offload) {
-        cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_grads); cudaFreeHost(d->h_params);
+        if (d->update_pending) { pthread_join(d->update_thread, NULL); }  // it writes these
+        cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_params);
+        cudaFreeHost(d->h_grads_buf[0]);
+        if (d->h_grads_buf[1] != NULL) { cudaFreeHost(d->h_grads_buf[1]); }
         if (d->copy != NULL) { cudaStreamDestroy(d->copy); }
         if (d->reduced_ev != NULL) { cudaEventDestroy(d->reduced_ev); }
         if (d->copied_ev != NULL) { cudaEventDestroy(d->copied_ev); }
