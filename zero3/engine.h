@@ -792,7 +792,7 @@ static int zero_param_store_init(ZeroEngine* e) {
     free(on_host);
     if (file_bytes > 0) {
         e->param_stage_bytes = zero_align4k(max_shard);
-        e->param_stage = (float*)aligned_alloc(NVME_ALIGN, e->param_stage_bytes);
+        e->param_stage = (float*)nvme_alloc(e->param_stage_bytes);  // huge pages: few segments per O_DIRECT request
         if (e->param_stage == NULL) { return llmc_error("zero: out of memory for the parameter staging buffer"); }
         e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->param_stage_bytes;
         e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];

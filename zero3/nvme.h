@@ -48,7 +48,8 @@
  read and 1.66 write, huge pages 5.44 and 5.98 (medians of nine alternated 1 GiB passes,
  8 MiB requests, depth 8). fio's buffers are plain malloc'd 4 KiB pages, so fio ran fast
  only when its pages happened to be contiguous: the "fio 2-3x faster" of earlier runs.
- Buffers the caller allocates (plain READ / WRITE) keep whatever pages they have.
+ Buffers the caller allocates (plain READ / WRITE) keep whatever pages they have: nvme_alloc
+ gives the same layout (the host engine's NVMe parameter staging uses it).
 
  Counters: reads / writes count submitted requests (not SQEs), bytes_read / bytes_written
  count bytes the kernel reported done (so also the part before a failure), retries counts
@@ -263,6 +264,22 @@ static void nvme_close(NvmeFile* f, int remove_file) {
 // ----------------------------------------------------------------------------
 // registered buffers
 
+// A zeroed buffer of `size` bytes (a multiple of NVME_ALIGN) for O_DIRECT I/O, freed with
+// free(). Huge pages where it holds whole 2 MiB blocks (see the header comment): a request
+// then needs a few scatter-gather segments, not one per 4 KiB page; the tail stays 4 KiB.
+// NULL when out of memory. The registered buffers come from here, and so may a caller's.
+static void* nvme_alloc(size_t size) {
+    void* p = NULL;
+    size_t huge = size / NVME_HUGE_BYTES * NVME_HUGE_BYTES;
+    if (posix_memalign(&p, huge > 0 ? NVME_HUGE_BYTES : NVME_ALIGN, size) != 0) { return NULL; }
+    if (huge > 0) { (void)madvise(p, huge, MADV_HUGEPAGE); }  // THP off or absent: EINVAL, fine
+    memset(p, 0, size);  // touch: the pages exist before the kernel pins them
+    // huge pages the fault could not get (fragmented memory, heap pages touched before):
+    // ask once more, synchronously (Linux >= 6.1); a no-op where they are already huge
+    if (huge > 0) { (void)madvise(p, huge, MADV_COLLAPSE); }
+    return p;
+}
+
 static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void*** out) {
     *out = NULL;
     if (count < 1 || bytes_each == 0 || bytes_each > ((size_t)1 << 30)) {
@@ -284,19 +301,11 @@ static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void***
         goto fail;
     }
     for (int i = 0; i < count; i++) {
-        // huge pages where a buffer holds whole 2 MiB blocks (see the header comment): a
-        // request then needs a few scatter-gather segments, not one per 4 KiB page; the tail stays 4 KiB
-        size_t huge = size / NVME_HUGE_BYTES * NVME_HUGE_BYTES;
-        if (posix_memalign(&ptrs[i], huge > 0 ? NVME_HUGE_BYTES : NVME_ALIGN, size) != 0) {
-            ptrs[i] = NULL;
+        ptrs[i] = nvme_alloc(size);
+        if (ptrs[i] == NULL) {
             llmc_error("nvme_buffers_alloc: %s: out of memory for %d buffers of %zu bytes", f->path, count, size);
             goto fail;
         }
-        if (huge > 0) { (void)madvise(ptrs[i], huge, MADV_HUGEPAGE); }  // THP off or absent: EINVAL, fine
-        memset(ptrs[i], 0, size);  // touch: the pages exist before the kernel pins them
-        // huge pages the fault could not get (fragmented memory, heap pages touched before):
-        // ask once more, synchronously (Linux >= 6.1); a no-op where they are already huge
-        if (huge > 0) { (void)madvise(ptrs[i], huge, MADV_COLLAPSE); }
     }
     // one registration per ring: register the union of the old and the new buffers
     if (f->n_iov > 0) { memcpy(iov, f->iov, (size_t)f->n_iov * sizeof(struct iovec)); }
