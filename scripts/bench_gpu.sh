@@ -5,7 +5,7 @@
 #     shape (dev/bench_torch_gpt2.py: torch.compile, bf16 autocast, flash attention, fused
 #     AdamW), with the ratio of each to -z 0 and to PyTorch.
 #  2. GPT-2 1.5B (d48, B=8, T=1024, the settings of scripts/run_gpt2_1558M.sh): without
-#     and with CPU optimizer offload (-z 2 --offload-optimizer cpu).
+#     and with CPU optimizer offload (-z 2 --offload-optimizer cpu), also with --dpu 1.
 #  3. The biggest GPT-3 size that trains on this GPU with offload: the settings of
 #     scripts/run_gpt3_13B.sh, then 6.7B, then 2.7B (there with -z 2 --offload-optimizer
 #     cpu), largest first; the first that trains is reported with its tokens/s. A size
@@ -105,6 +105,8 @@ else record d12 "PyTorch (compile, bf16, fused AdamW)" "" "$WARMUP" "failed: $(w
 xl=(-e "$MODEL_XL" -b "$B_XL" -t 1024 -r 0 -x "$BIG_STEPS" -d $((B_XL * 1024 * BIG_ACCUM)) -l 6e-4 -c 0.1)
 ours xl "-z 0, no offload" xl_z0 "$BIG_WARMUP" "${xl[@]}" -z 0 || true
 ours xl "-z 2 --offload-optimizer cpu" xl_z2_cpu "$BIG_WARMUP" "${xl[@]}" -z 2 --offload-optimizer cpu || true
+# ZeRO-Offload's delayed update: the CPU Adam of one step overlaps the GPU's next
+ours xl "-z 2 --offload-optimizer cpu --dpu 1" xl_z2_cpu_dpu "$BIG_WARMUP" "${xl[@]}" -z 2 --offload-optimizer cpu --dpu 1 || true
 
 # 3. the biggest GPT-3 size with offload, from the run scripts' own settings
 # val KEY: a field of the run script's "# plan:" line in $plan
