@@ -4,7 +4,7 @@
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BIN=./train_gpt2_zero3_cpu
-PY=/usr/bin/python3   # Debian's python3: it has numpy and torch
+PY=${PY:-/usr/bin/python3}   # Debian's python3: it has numpy and torch (override where torch lives elsewhere)
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1   # the same arithmetic in every run
 tmp=$(mktemp -d)
