@@ -31,7 +31,7 @@ if [ "${#runs[@]}" -ge 10 ]; then ok "found ${#runs[@]} run scripts"; else bad "
 for s in scripts/*.sh test/test_scripts.sh; do
     if bash -n "$s" 2> "$tmp/err"; then ok "bash -n $s"; else bad "bash -n $s: $(head -1 "$tmp/err")"; fi
 done
-if $PY -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
+if "$PY" -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
 else bad "py_compile dev/bench_torch_gpt2.py: $(tail -1 "$tmp/err")"; fi
 if command -v shellcheck > /dev/null; then
     new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh test/test_scripts.sh)
@@ -200,14 +200,14 @@ if [ "$have_gpu" = 0 ]; then
     expect_error "bench_gpu.sh without a GPU" "no NVIDIA GPU" env OUT="$tmp/b" bash scripts/bench_gpu.sh
     expect_error "profile.sh without a GPU" "no NVIDIA GPU" env NSYS=/bin/true OUT_DIR="$tmp/p" bash scripts/profile.sh
     expect_error "profile.sh without nsys" "nsys" env NSYS="$tmp/no-nsys" bash scripts/profile.sh
-    expect_error "bench_torch_gpt2.py without CUDA" "no CUDA device" $PY dev/bench_torch_gpt2.py --steps 2 --warmup 0
+    expect_error "bench_torch_gpt2.py without CUDA" "no CUDA device" "$PY" dev/bench_torch_gpt2.py --steps 2 --warmup 0
 fi
 
 # the PyTorch baseline: runs on the CPU (eager, fp32) and learns nothing from random tokens:
 # the loss stays near ln(50257) = 10.82
-if $PY dev/bench_torch_gpt2.py --device cpu -L 2 -H 2 -C 64 -b 2 -t 32 --steps 3 --warmup 1 \
+if "$PY" dev/bench_torch_gpt2.py --device cpu -L 2 -H 2 -C 64 -b 2 -t 32 --steps 3 --warmup 1 \
         --report "$tmp/torch.json" > "$tmp/torch.log" 2>&1 \
-   && $PY -c "
+   && "$PY" -c "
 import json, sys
 r = json.load(open(sys.argv[1]))
 s = r['steps']
@@ -221,7 +221,7 @@ fi
 # the same FLOPs per token as train_gpt2_zero3.cu (6 * (12 L C^2 + Vp C) + 12 L T C)
 if grep -q 'flops_per_token = 6.0 \* matmul_params + 12.0 \* Ld \* tc.T \* Cd' train_gpt2_zero3.cu \
    && grep -q 'matmul_params = Ld \* 12.0 \* Cd \* Cd + (double)config.padded_vocab_size \* Cd' train_gpt2_zero3.cu \
-   && [ "$($PY dev/bench_torch_gpt2.py --print-flops -L 48 -H 25 -C 1600 -t 1024)" = \
+   && [ "$("$PY" dev/bench_torch_gpt2.py --print-flops -L 48 -H 25 -C 1600 -t 1024)" = \
         "flops_per_token=$(awk 'BEGIN { L = 48; C = 1600; T = 1024; printf "%.0f", 6 * (12 * L * C * C + 50304 * C) + 12 * L * T * C }')" ]; then
     ok "bench_torch_gpt2.py counts FLOPs per token like train_gpt2_zero3.cu"
 else
