@@ -439,12 +439,16 @@ static void check_ranks_agree(const TrainConfig* tc, const GPT2Config* c, long t
     t = hash_bytes(t, &tc->val_every, sizeof(tc->val_every));
     t = hash_bytes(t, &tc->sample_every, sizeof(tc->sample_every));
     t = hash_bytes(t, &tc->checkpoint_every, sizeof(tc->checkpoint_every));
+    // the GPU trainer's: a rank on another backend or with a delayed update would issue
+    // other collectives
+    t = hash_bytes(t, tc->zero_backend, strlen(tc->zero_backend));
+    t = hash_bytes(t, &tc->dpu, sizeof(tc->dpu));
     h[1] = t;
     h[2] = hash_bytes(0xcbf29ce484222325ull, c, sizeof(*c));
     uint64_t h0[3] = {h[0], h[1], h[2]};
     mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
     static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
-                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --shuffle)",
+                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --shuffle --zero-backend --dpu)",
                                         "model shape (-e)"};
     int bad = 0;
     for (int i = 0; i < 3; i++) {

@@ -212,6 +212,7 @@ expect_error "bad --prefetch"              "--prefetch"        $MPIRUN -np 1 $BI
 expect_error "offload_param without stage 3" "offload"         $MPIRUN -np 1 $BIN $M -x 1 -z 2 --offload-param cpu
 expect_error "ranks with different stages" "different ZeRO"   $MPIRUN -np 1 $BIN $M -x 1 -b 4 -z 2 : -np 1 $BIN $M -x 1 -b 4 -z 3
 expect_error "ranks with different batch"  "different training" $MPIRUN -np 1 $BIN $M -x 1 -b 4 : -np 1 $BIN $M -x 1 -b 2
+expect_error "ranks with different backends" "different training" $MPIRUN -np 1 $BIN $M -x 1 -b 4 --zero-backend host : -np 1 $BIN $M -x 1 -b 4
 
 # the estimator prints a table for a GPT-3 size without training
 if $BIN -e gpt3:c12288 --estimate 8:8 > "$tmp/est.log" 2>&1 && grep -qi "stage" "$tmp/est.log" && grep -q "gpt3:c12288" "$tmp/est.log"; then
