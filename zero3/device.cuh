@@ -103,6 +103,7 @@ struct ZeroDev;
 typedef struct {
     struct ZeroDev* d;
     const void* grads;
+    floatX* out;                  // the updated floatX shards
     float lr, weight_decay, grad_scale;
     int t, rc;
     double ms;
@@ -161,7 +162,8 @@ typedef struct ZeroDev {
     int omp_threads;              // the CPU Adam's OpenMP threads (this rank's share of the node's cores), 0: default
     pthread_t update_thread;
     ZeroDevUpdate update_args;
-    floatX* h_params;             // (shard_total) pinned: the updated compute-copy shards
+    floatX* h_params_buf[2];      // (shard_total) pinned: the updated compute-copy shards; two with dpu
+    floatX* h_params;             //   (one being uploaded, one being written by the thread), h_params the one written next
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)
     // accounting (bytes on the GPU, and pinned on the host)
@@ -484,8 +486,8 @@ static int zero_dev_refresh_persistent(ZeroDev* d) {
 
 // offload: the SIMD CPU Adam over this rank's part of every tensor, from the gradient
 // shards at `grads`, writing the fp32 master and moments and the floatX compute copy
-// (h_params). Called on the step's thread, or on update_thread with dpu.
-static int zero_dev_cpu_update(ZeroDev* d, const void* grads, float lr, float weight_decay, float grad_scale, int t) {
+// (out: an h_params buffer). Called on the step's thread, or on update_thread with dpu.
+static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float lr, float weight_decay, float grad_scale, int t) {
     CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
     CpuAdamDtype gt = d->stage == 1 && sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
     size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
@@ -498,7 +500,7 @@ static int zero_dev_cpu_update(ZeroDev* d, const void* grads, float lr, float we
         if (in == 0) { continue; }
         hp.weight_decay = tr->decay ? weight_decay : 0.0f;
         if (cpu_adam_step(d->master + sh, (const char*)grads + sh * gb, gt, d->m + sh, d->v + sh, n, &hp,
-                          d->h_params + sh, ot) != 0) {
+                          out + sh, ot) != 0) {
             return -1;
         }
     }
@@ -515,7 +517,7 @@ static void* zero_dev_update_main(void* arg) {
     ZeroDevUpdate* a = (ZeroDevUpdate*)arg;
     if (a->d->omp_threads > 0) { omp_set_num_threads(a->d->omp_threads); }  // a new thread has the default team size
     double t0 = zero_dev_now_ms();
-    a->rc = zero_dev_cpu_update(a->d, a->grads, a->lr, a->weight_decay, a->grad_scale, a->t);
+    a->rc = zero_dev_cpu_update(a->d, a->grads, a->out, a->lr, a->weight_decay, a->grad_scale, a->t);
     a->ms = zero_dev_now_ms() - t0;
     if (a->rc != 0) { snprintf(a->msg, sizeof(a->msg), "%s", llmc_errmsg()); }
     return NULL;
@@ -523,10 +525,10 @@ static void* zero_dev_update_main(void* arg) {
 
 static int zero_dev_share_params(ZeroDev* d);  // below, with the step
 
-// offload: the updated floatX shards (h_params) to the GPU on the copy stream, the compute
+// offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy stream, the compute
 // stream waiting for them; then every rank's shards to every rank (stages 1-2: all-gathered
 // in place; stage 3: the persistent units refreshed)
-static int zero_dev_upload(ZeroDev* d) {
+static int zero_dev_upload(ZeroDev* d, const floatX* src) {
     cudaStream_t s = d->compute;
     // the copies overwrite parameters that work queued on the compute stream (and the
     // gathers on the NCCL stream) may still read: after both
@@ -538,7 +540,7 @@ static int zero_dev_upload(ZeroDev* d) {
     for (int u = 0; u < d->plan.num_units; u++) {
         const ZeroUnit* pu = &d->plan.units[u];
         floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
-        if (zero_dev_cuda(cudaMemcpyAsync(dst, d->h_params + pu->shard_offset, pu->shard * sizeof(floatX),
+        if (zero_dev_cuda(cudaMemcpyAsync(dst, src + pu->shard_offset, pu->shard * sizeof(floatX),
                                           cudaMemcpyHostToDevice, d->copy), "copying a parameter shard in") != 0) {
             return -1;
         }
@@ -560,9 +562,9 @@ static int zero_dev_flush(ZeroDev* d) {
     d->update_pending = 0;
     if (d->update_args.rc != 0) { return llmc_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
     d->update_ms += d->update_args.ms;
-    // the host wrote h_params: the copy stream's previous upload from it was waited for
-    // before the thread started (zero_dev_step), so this one can go
-    return zero_dev_upload(d);
+    // the thread wrote update_args.out; the upload from it runs on the copy stream while
+    // the next thread writes the other buffer (see zero_dev_step)
+    return zero_dev_upload(d, d->update_args.out);
 }
 
 // after an update: every rank's updated shards to every rank, in place (stages 1-2), or
@@ -612,15 +614,20 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
     *norm_out = (float)norm;
     if (d->offload) {
         // every gradient shard is on the host once the copy stream is through (which also
-        // ends the last upload from h_params)
+        // ends every earlier upload from an h_params buffer)
         if (zero_dev_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
         if (d->dpu) {
-            // the previous step's update goes to the GPU now, this step's starts on a thread
-            // from the gradients just copied; the next step's copies fill the other buffer
-            if (zero_dev_flush(d) != 0 || zero_dev_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
+            // The previous step's update goes to the GPU now (its upload queued on the copy
+            // stream), this step's starts on a thread from the gradients just copied, into
+            // the other h_params buffer: the one uploaded a step ago, which the
+            // synchronization above finished. The next step's copies fill the other
+            // gradient buffer.
+            if (zero_dev_flush(d) != 0) { return -1; }
+            d->h_params = d->h_params == d->h_params_buf[0] ? d->h_params_buf[1] : d->h_params_buf[0];
             memset(&d->update_args, 0, sizeof(d->update_args));
             d->update_args.d = d;
             d->update_args.grads = d->h_grads;
+            d->update_args.out = d->h_params;
             d->update_args.lr = lr;
             d->update_args.weight_decay = weight_decay;
             d->update_args.grad_scale = grad_scale;
@@ -632,7 +639,7 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
             d->h_grads = d->h_grads == d->h_grads_buf[0] ? d->h_grads_buf[1] : d->h_grads_buf[0];
         } else {
             double t0 = MPI_Wtime();
-            if (zero_dev_cpu_update(d, d->h_grads, lr, weight_decay, grad_scale, t) != 0) { return -1; }
+            if (zero_dev_cpu_update(d, d->h_grads, d->h_params, lr, weight_decay, grad_scale, t) != 0) { return -1; }
             d->update_ms += (MPI_Wtime() - t0) * 1e3;
         }
     }
@@ -668,7 +675,7 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
         return -1;
     }
     if (d->offload && d->dpu) { return 0; }  // shared when that update is uploaded
-    return d->offload ? zero_dev_upload(d) : zero_dev_share_params(d);
+    return d->offload ? zero_dev_upload(d, d->h_params) : zero_dev_share_params(d);
 }
 
 // ----------------------------------------------------------------------------
@@ -754,10 +761,12 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
             (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
             (d->h_grads_buf[0] = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL ||
             (d->dpu && (d->h_grads_buf[1] = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL) ||
-            (d->h_params = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL) {
+            (d->h_params_buf[0] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL ||
+            (d->dpu && (d->h_params_buf[1] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL)) {
             return -1;
         }
         d->h_grads = d->h_grads_buf[0];
+        d->h_params = d->h_params_buf[0];
         if (zero_dev_cuda(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "creating the copy stream") != 0 ||
             zero_dev_cuda(cudaEventCreateWithFlags(&d->reduced_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
             zero_dev_cuda(cudaEventCreateWithFlags(&d->copied_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
@@ -861,7 +870,8 @@ static void zero_dev_free(ZeroDev* d) {
     cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
     if (d->offload) {
         if (d->update_pending) { pthread_join(d->update_thread, NULL); }  // it writes these
-        cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_params);
+        cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_params_buf[0]);
+        if (d->h_params_buf[1] != NULL) { cudaFreeHost(d->h_params_buf[1]); }
         cudaFreeHost(d->h_grads_buf[0]);
         if (d->h_grads_buf[1] != NULL) { cudaFreeHost(d->h_grads_buf[1]); }
         if (d->copy != NULL) { cudaStreamDestroy(d->copy); }
