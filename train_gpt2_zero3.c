@@ -296,18 +296,22 @@ static void gpt2_free(GPT2* m) {
     zero_engine_free(&m->zero);
 }
 
+#ifndef TESTING
 // ----------------------------------------------------------------------------
-// sampling: draw from probs (over the real vocabulary) with a uniform coin in [0, 1)
-static int sample_token(const float* probs, int V, float coin) {
-    float cdf = 0.0f;
-    for (int i = 0; i < V; i++) {
-        cdf += probs[i];
-        if (coin < cdf) { return i; }
-    }
-    return V - 1;  // rounding: the cdf may end a hair below 1
+// the model's part of validation and sampling (llmc/trainer.h runs the loops)
+
+static float eval_loss(void* model, const int* inputs, const int* targets) {
+    GPT2* m = (GPT2*)model;
+    gpt2_forward(m, inputs, targets, m->B, m->T, ZERO_PASS_FORWARD);
+    return m->mean_loss;
 }
 
-#ifndef TESTING
+static const float* eval_next_probs(void* model, const int* tokens, int t) {
+    GPT2* m = (GPT2*)model;
+    gpt2_forward(m, tokens, NULL, 1, t, ZERO_PASS_FORWARD);
+    return m->acts.probs + (size_t)(t - 1) * m->config.padded_vocab_size;
+}
+
 // ----------------------------------------------------------------------------
 // the --report JSON
 
@@ -464,7 +468,6 @@ int main(int argc, char** argv) {
     StepRecord* steps = (StepRecord*)mallocCheck((max_steps + 1) * sizeof(StepRecord));
     ValRecord* vals = (ValRecord*)mallocCheck((max_steps + 2) * sizeof(ValRecord));
     int nsteps = 0, nvals = 0;
-    int* gen_tokens = (int*)mallocCheck(tc.T * sizeof(int));
     int have_batch = 0;
     double comm_bytes0[ZERO_NUM_COLLECTIVES], moved0[ZERO_NUM_MOVES];
     memcpy(comm_bytes0, model.zero.comm.bytes, sizeof(comm_bytes0));
@@ -475,39 +478,9 @@ int main(int argc, char** argv) {
     for (int step = start_step; step <= max_steps; step++) {
         int last_step = step == max_steps;
 
-        if (use_val && (step % tc.val_every == 0 || last_step)) {
-            dataloader_reset(&val_loader);
-            double sum = 0.0;
-            for (int i = 0; i < val_steps; i++) {
-                llmcCheck(dataloader_next_batch(&val_loader));
-                gpt2_forward(&model, val_loader.inputs, val_loader.targets, tc.B, tc.T, ZERO_PASS_FORWARD);
-                sum += model.mean_loss;
-            }
-            float val_loss = allreduce_mean((float)(sum / val_steps), world);
-            if (rank == 0) { printf("val loss %f\n", val_loss); }
-            log_line(tc.output_dir, rank, "s:%d tel:%f\n", step, val_loss);
-            vals[nvals++] = (ValRecord){step, val_loss};
-        }
-
-        // Samples, starting from <|endoftext|>, a forward over the prefix per token. Every
-        // rank samples (the same tokens, from the same RNG): at stage 3 a forward needs
-        // every rank's shards. Rank 0 prints.
-        if (tc.sample_every > 0 && ((step > 0 && step % tc.sample_every == 0) || last_step)) {
-            int gen_max = tc.gen_T < tc.T ? tc.gen_T : tc.T;
-            gen_tokens[0] = start_token;
-            if (rank == 0) { printf("generating:\n---\n"); }
-            for (int t = 1; t < gen_max; t++) {
-                gpt2_forward(&model, gen_tokens, NULL, 1, t, ZERO_PASS_FORWARD);
-                const float* probs = model.acts.probs + (size_t)(t - 1) * config.padded_vocab_size;
-                int next = sample_token(probs, config.vocab_size, rng_float(&sample_rng));
-                gen_tokens[t] = next;
-                if (rank != 0) { continue; }
-                const char* piece = have_tokenizer ? tokenizer_decode(&tokenizer, next) : NULL;
-                if (piece != NULL) { fputs(piece, stdout); } else { printf("<%d>", next); }
-                fflush(stdout);
-            }
-            if (rank == 0) { printf("\n---\n"); }
-        }
+        trainer_validate(&tc, step, last_step, rank, world, &val_loader, val_steps, eval_loss, &model, vals, &nvals);
+        trainer_sample(&tc, step, last_step, rank, config.vocab_size, start_token, have_tokenizer ? &tokenizer : NULL,
+                       &sample_rng, eval_next_probs, &model);
 
         if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
             checkpoint_save_zero(tc.output_dir, step, &model.zero, &model.config, model.num_params, rank, world, sample_rng.state, &train_loader, &tc, grad_accum);
@@ -564,7 +537,7 @@ int main(int argc, char** argv) {
                      (model.zero.update_ms - update_ms0) / n);
     }
 
-    free(steps); free(vals); free(gen_tokens); free(mem_all);
+    free(steps); free(vals); free(mem_all);
     if (have_tokenizer) { tokenizer_free(&tokenizer); }
     dataloader_free(&train_loader);
     if (use_val) { dataloader_free(&val_loader); }

@@ -185,7 +185,7 @@ typedef struct {
     float* dev_stage;          // (largest unit) fp32 on the device: the conversions to and from floatX
     float* host_stage;         // (largest unit) pinned fp32: a unit's gradient on its way to the engine
     double moved_h2d, moved_d2h;  // bytes the hooks copied to and from the GPU (cumulative)
-    size_t bytes_stage;        // dev_stage
+    size_t bytes_stage;        // device buffers beside the activations: dev_stage (host backend), the engine's pools (device)
 } GPT2;
 
 static size_t g_device_alloc_bytes = 0;  // everything this program cudaMalloc'ed itself
@@ -281,21 +281,14 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, const float* host_params, i
         m->bytes_stage = largest * sizeof(float);
         cudaCheck(cudaMallocHost((void**)&m->host_stage, largest * sizeof(float)));
     } else {
-        size_t* sizes = m->unit_numel;
-        ZeroTensor* tensors = (ZeroTensor*)mallocCheck(m->num_tensors * sizeof(ZeroTensor));
-        for (int i = 0; i < m->num_tensors; i++) {
-            ZeroTensor t = {m->ranges[i].unit, m->ranges[i].offset, m->ranges[i].size, m->ranges[i].decay};
-            tensors[i] = t;
-        }
-        int* train = (int*)mallocCheck((2 * m->num_units + 4) * sizeof(int));
-        int* fwd = (int*)mallocCheck((2 * m->num_units + 4) * sizeof(int));
-        int ntrain = gpt2_schedule(c, train, 1), nfwd = gpt2_schedule(c, fwd, 0);
-        if (zero_dev_init(&m->dev, zc, sizes, m->num_units, tensors, m->num_tensors, train, ntrain, fwd, nfwd,
-                          host_params, m->stream, beta1, beta2, eps, dpu, omp_threads) != 0) {
+        GPT2EngineSpec sp;  // the same units, tensors and schedules as the host engine's
+        gpt2_engine_spec(c, &sp);
+        if (zero_dev_init(&m->dev, zc, sp.unit_numel, sp.num_units, sp.tensors, sp.num_tensors, sp.train, sp.train_len,
+                          sp.fwd, sp.fwd_len, host_params, m->stream, beta1, beta2, eps, dpu, omp_threads) != 0) {
             fprintf(stderr, "error: rank %d: %s\n", m->rank, llmc_errmsg());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        free(tensors); free(train); free(fwd);
+        gpt2_engine_spec_free(&sp);
         m->bytes_params = (size_t)m->dev.bytes_params;
         m->bytes_grads = (size_t)m->dev.bytes_grads;
         m->bytes_optimizer = (size_t)m->dev.bytes_optimizer;
@@ -332,18 +325,10 @@ __global__ void copy_to_float_kernel(float* dst, const floatX* src, size_t n) {
     if (i < n) { dst[i] = (float)src[i]; }
 }
 
-static void ncclCheckFail(int rc, const char* file, int line) {
-    if (rc != 0) {
-        fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-#define devCheck(rc) ncclCheckFail((rc), __FILE__, __LINE__)
-
 static floatX* params_fetch(GPT2* m, int u) {
     if (!m->use_engine) {
         floatX* p = NULL;
-        devCheck(zero_dev_fetch(&m->dev, u, &p));
+        zeroCheck(zero_dev_fetch(&m->dev, u, &p));
         return p;
     }
     floatX* dst = m->params + m->unit_off[u];
@@ -366,20 +351,20 @@ static floatX* params_fetch(GPT2* m, int u) {
 
 static void params_release(GPT2* m, int u) {
     if (m->use_engine) { zeroCheck(zero_release(&m->zero, u)); }
-    else { devCheck(zero_dev_release(&m->dev, u)); }
+    else { zeroCheck(zero_dev_release(&m->dev, u)); }
 }
 
 static floatX* grads_unit(GPT2* m, int u) {
     if (m->use_engine) { return m->grads + m->unit_off[u]; }
     floatX* g = NULL;
-    devCheck(zero_dev_grad(&m->dev, u, &g));
+    zeroCheck(zero_dev_grad(&m->dev, u, &g));
     return g;
 }
 
 
 static void grads_reduce(GPT2* m, int u) {
     if (!m->use_engine) {
-        devCheck(zero_dev_reduce(&m->dev, u));
+        zeroCheck(zero_dev_reduce(&m->dev, u));
         return;
     }
     NVTX_PUSH("download grads");
@@ -508,7 +493,7 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
     cudaStream_t s = m->stream;
     int rc_ln = m->recompute >= 2, rc_gelu = m->recompute >= 1;
     if (m->use_engine) { zeroCheck(zero_begin(&m->zero, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD)); }
-    else { devCheck(zero_dev_begin(&m->dev, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD)); }
+    else { zeroCheck(zero_dev_begin(&m->dev, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD)); }
 
     floatX* emb = params_fetch(m, 0);
     encoder_forward(a->encoded, m->cur_inputs, emb + m->wte_off, emb + m->wpe_off, B, T, C, s);  // (B,T,C)
@@ -577,7 +562,7 @@ static void gpt2_forward(GPT2* m, int B, int T, int with_targets, int train, flo
         m->mean_loss = (float)(sum / BT);
     }
     if (!train) {
-        if (m->use_engine) { zeroCheck(zero_end(&m->zero)); } else { devCheck(zero_dev_end(&m->dev)); }
+        if (m->use_engine) { zeroCheck(zero_end(&m->zero)); } else { zeroCheck(zero_dev_end(&m->dev)); }
     }
     NVTX_POP();
 }
@@ -668,7 +653,7 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
     // the encoder's backward needs the token ids, not the parameters: no fetch
     encoder_backward(demb + m->wte_off, demb + m->wpe_off, a->enc_scratch, a->dresidual, m->cur_inputs, B, T, C, s);
     grads_reduce(m, 0);
-    if (m->use_engine) { zeroCheck(zero_end(&m->zero)); } else { devCheck(zero_dev_end(&m->dev)); }
+    if (m->use_engine) { zeroCheck(zero_end(&m->zero)); } else { zeroCheck(zero_dev_end(&m->dev)); }
     NVTX_POP();
 }
 
@@ -688,7 +673,7 @@ static float gpt2_update(GPT2* m, float lr, float weight_decay, float grad_clip,
         return norm;
     }
     float norm = 0.0f;
-    devCheck(zero_dev_step(&m->dev, lr, weight_decay, grad_clip, t, seed, &norm));
+    zeroCheck(zero_dev_step(&m->dev, lr, weight_decay, grad_clip, t, seed, &norm));
     NVTX_POP();
     return norm;
 }
@@ -720,19 +705,14 @@ static void gpt2_free(GPT2* m) {
 }
 
 // ----------------------------------------------------------------------------
-// sampling: softmax over the real V columns of a logits row on the host, then the same
-// inverse-cdf draw as the CPU trainer
-static int sample_from_logits(const float* logits, int V, float coin) {
+// sampling: softmax over the real V columns of a logits row, in place on the host (the
+// draw itself is llmc/trainer.h's sample_token, as in the CPU trainer)
+static void softmax_row_host(float* x, int V) {
     float maxv = -INFINITY;
-    for (int i = 0; i < V; i++) { maxv = logits[i] > maxv ? logits[i] : maxv; }
+    for (int i = 0; i < V; i++) { maxv = x[i] > maxv ? x[i] : maxv; }
     double sum = 0.0;
-    for (int i = 0; i < V; i++) { sum += exp((double)logits[i] - maxv); }
-    float cdf = 0.0f;
-    for (int i = 0; i < V; i++) {
-        cdf += (float)(exp((double)logits[i] - maxv) / sum);
-        if (coin < cdf) { return i; }
-    }
-    return V - 1;
+    for (int i = 0; i < V; i++) { sum += exp((double)x[i] - maxv); }
+    for (int i = 0; i < V; i++) { x[i] = (float)(exp((double)x[i] - maxv) / sum); }
 }
 
 // ----------------------------------------------------------------------------
@@ -785,9 +765,9 @@ static void checkpoint_save(const char* dir, int step, GPT2* m, uint64_t sample_
     cudaCheck(cudaStreamSynchronize(m->stream));
     // the llm.c model file from the fp32 master, written by rank 0 (gathered from the
     // ranks' shards at stages 1-3); with --dpu, the pending update is applied first
-    devCheck(zero_dev_flush(&m->dev));
+    zeroCheck(zero_dev_flush(&m->dev));
     float* full = m->rank == 0 ? (float*)mallocCheck(m->num_params * sizeof(float)) : NULL;
-    devCheck(zero_dev_master_gather(&m->dev, full));
+    zeroCheck(zero_dev_master_gather(&m->dev, full));
     if (m->rank == 0) {
         snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
         if (gpt2_write_model(path, &m->config, full) != 0) {  // nothing of this checkpoint counts: no DONE marker
@@ -867,7 +847,7 @@ static void checkpoint_load_state(const char* dir, int step, GPT2* m, uint64_t* 
         fprintf(stderr, "error: checkpoint state %s is truncated\n", path);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    devCheck(zero_dev_after_load(&m->dev));
+    zeroCheck(zero_dev_after_load(&m->dev));
     *sample_rng = h.sample_rng;
     *loader = h.loader;
 }
@@ -901,9 +881,8 @@ static void memory_figures(const GPT2* m, double peak_in_use, double* out) {
     out[MEM_HOST_PARAMS] = zm->peak[ZERO_MEM_PARAMS] + zm->peak[ZERO_MEM_HOST_PARAMS];
     out[MEM_HOST_GRADS] = zm->peak[ZERO_MEM_GRADS] + zm->peak[ZERO_MEM_HOST_GRADS];
     out[MEM_HOST_OPTIMIZER] = zm->peak[ZERO_MEM_OPTIMIZER] + zm->peak[ZERO_MEM_HOST_OPTIMIZER];
-    size_t largest = 0;
-    for (int u = 0; u < m->num_units; u++) { if (m->unit_numel[u] > largest) { largest = m->unit_numel[u]; } }
-    out[MEM_HOST_BUFFERS] = zm->peak[ZERO_MEM_BUFFERS] + zm->peak[ZERO_MEM_HOST_BUFFERS] + largest * sizeof(float);
+    // + the pinned staging of one unit's gradient (host_stage: as large as dev_stage)
+    out[MEM_HOST_BUFFERS] = zm->peak[ZERO_MEM_BUFFERS] + zm->peak[ZERO_MEM_HOST_BUFFERS] + (double)m->bytes_stage;
     out[MEM_NVME] = zm->nvme_bytes;
 }
 
@@ -942,6 +921,30 @@ static double peak_bf16_tflops(const char* name) {
     }
     if (strstr(name, "A100") != NULL) { return 312.0; }
     return 0.0;
+}
+
+// the model's part of validation and sampling (llmc/trainer.h runs the loops)
+static void batch_to_device(GPT2* m, const int* inputs, const int* targets, size_t n);
+
+static float eval_loss(void* model, const int* inputs, const int* targets) {
+    GPT2* m = (GPT2*)model;
+    batch_to_device(m, inputs, targets, (size_t)m->B * m->T);
+    gpt2_forward(m, m->B, m->T, 1, 0, 0.0f);
+    return m->mean_loss;
+}
+
+// the last position's logits row to the host, as floats, softmax over the real V there
+static const float* eval_next_probs(void* model, const int* tokens, int t) {
+    GPT2* m = (GPT2*)model;
+    int Vp = m->config.padded_vocab_size;
+    batch_to_device(m, tokens, NULL, (size_t)t);
+    gpt2_forward(m, 1, t, 0, 0, 0.0f);
+    cudaCheck(cudaMemcpyAsync(m->host_logits, m->acts.logits + (size_t)(t - 1) * Vp, Vp * sizeof(floatX),
+                              cudaMemcpyDeviceToHost, m->stream));
+    cudaCheck(cudaStreamSynchronize(m->stream));
+    for (int i = 0; i < Vp; i++) { m->host_logits_f[i] = floatx_to_float_host(m->host_logits[i]); }
+    softmax_row_host(m->host_logits_f, m->config.vocab_size);
+    return m->host_logits_f;
 }
 
 // n tokens (and targets, unless NULL) for the next forward. Two slots alternate: the
@@ -1137,10 +1140,8 @@ int main(int argc, char** argv) {
     StepRecord* steps = (StepRecord*)mallocCheck((max_steps + 1) * sizeof(StepRecord));
     ValRecord* vals = (ValRecord*)mallocCheck((max_steps + 2) * sizeof(ValRecord));
     int nsteps = 0, nvals = 0;
-    int* gen_tokens = (int*)mallocCheck(tc.T * sizeof(int));
     int have_batch = 0;
     size_t BT = (size_t)tc.B * tc.T;
-    int Vp = config.padded_vocab_size;
     // the engine's counters at the start, for per-step figures in the report
     double comm0[ZERO_NUM_COLLECTIVES] = {0}, moved0[ZERO_NUM_MOVES] = {0};
     if (use_engine) { memcpy(comm0, model.zero.comm.bytes, sizeof(comm0)); memcpy(moved0, model.zero.moved, sizeof(moved0)); }
@@ -1153,46 +1154,11 @@ int main(int argc, char** argv) {
         int last_step = step == max_steps;
         // --dpu: the last update is still on its thread; the final evaluation, samples and
         // checkpoint see it applied
-        if (last_step && !use_engine) { devCheck(zero_dev_flush(&model.dev)); }
+        if (last_step && !use_engine) { zeroCheck(zero_dev_flush(&model.dev)); }
 
-        if (use_val && (step % tc.val_every == 0 || last_step)) {
-            dataloader_reset(&val_loader);
-            double sum = 0.0;
-            for (int i = 0; i < val_steps; i++) {
-                llmcCheck(dataloader_next_batch(&val_loader));
-                batch_to_device(&model, val_loader.inputs, val_loader.targets, BT);
-                gpt2_forward(&model, tc.B, tc.T, 1, 0, 0.0f);
-                sum += model.mean_loss;
-            }
-            float val_loss = allreduce_mean((float)(sum / val_steps), world);
-            if (rank == 0) { printf("val loss %f\n", val_loss); }
-            log_line(tc.output_dir, rank, "s:%d tel:%f\n", step, val_loss);
-            vals[nvals++] = (ValRecord){step, val_loss};
-        }
-
-        // samples from <|endoftext|>: one forward over the prefix per token; the logits row
-        // of the last position comes to the host, softmax over the real V there. Every
-        // rank samples the same tokens (the engine's forward needs every rank); rank 0 prints.
-        if (tc.sample_every > 0 && ((step > 0 && step % tc.sample_every == 0) || last_step)) {
-            int gen_max = tc.gen_T < tc.T ? tc.gen_T : tc.T;
-            gen_tokens[0] = start_token;
-            if (rank == 0) { printf("generating:\n---\n"); }
-            for (int t = 1; t < gen_max; t++) {
-                batch_to_device(&model, gen_tokens, NULL, (size_t)t);
-                gpt2_forward(&model, 1, t, 0, 0, 0.0f);
-                cudaCheck(cudaMemcpyAsync(model.host_logits, model.acts.logits + (size_t)(t - 1) * Vp,
-                                          Vp * sizeof(floatX), cudaMemcpyDeviceToHost, model.stream));
-                cudaCheck(cudaStreamSynchronize(model.stream));
-                for (int i = 0; i < Vp; i++) { model.host_logits_f[i] = floatx_to_float_host(model.host_logits[i]); }
-                int next = sample_from_logits(model.host_logits_f, config.vocab_size, rng_float(&sample_rng));
-                gen_tokens[t] = next;
-                if (rank != 0) { continue; }
-                const char* piece = have_tokenizer ? tokenizer_decode(&tokenizer, next) : NULL;
-                if (piece != NULL) { fputs(piece, stdout); } else { printf("<%d>", next); }
-                fflush(stdout);
-            }
-            if (rank == 0) { printf("\n---\n"); }
-        }
+        trainer_validate(&tc, step, last_step, rank, world, &val_loader, val_steps, eval_loss, &model, vals, &nvals);
+        trainer_sample(&tc, step, last_step, rank, config.vocab_size, start_token, have_tokenizer ? &tokenizer : NULL,
+                       &sample_rng, eval_next_probs, &model);
 
         if (tc.checkpoint_every > 0 && step > start_step && (step % tc.checkpoint_every == 0 || last_step)) {
             if (use_engine) {
@@ -1279,7 +1245,7 @@ int main(int argc, char** argv) {
                      flops_per_token, comm, moved, update_ms);
     }
 
-    free(steps); free(vals); free(gen_tokens); free(mem_all);
+    free(steps); free(vals); free(mem_all);
     if (have_tokenizer) { tokenizer_free(&tokenizer); }
     dataloader_free(&train_loader);
     if (use_val) { dataloader_free(&val_loader); }

@@ -1,6 +1,6 @@
 /*
  The optimizer on the GPU: AdamW on fp32 master weights, and the squared global gradient
- norm for clipping. Same math as llmc/adamw.h; per parameter, with g = grad * grad_scale:
+ norm for clipping. Same math as llmc/adamw.h (its adamw_param_step, per parameter), with g = grad * grad_scale:
    m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
    p -= lr * weight_decay * p;   p -= lr * mhat / (sqrt(vhat) + eps)
  on the fp32 master copy; the compute copy (floatX) is then refreshed from the master:
@@ -18,6 +18,7 @@
 #include <stddef.h>         // size_t
 #include <math.h>           // pow for the bias corrections (host)
 #include "cuda_common.cuh"  // floatX, cudaCheck, to_float, CEIL_DIV
+#include "llmc/adamw.h"      // adamw_param_step: one parameter's step, the CPU reference's own
 
 #define ADAMW_THREADS 256
 // grid-stride kernels: enough blocks to fill any current GPU, capped so huge n loops
@@ -84,16 +85,8 @@ __global__ void adamw_kernel(floatX* params, float* master, const Tg* grads, flo
                              unsigned int seed, unsigned int t, size_t index_base) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float g = to_float(grads[i]) * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1;
-        float vhat = vi / bc2;
-        float p = master[i];
-        p -= lr * weight_decay * p;
-        p -= lr * mhat / (sqrtf(vhat) + eps);
+        float p = adamw_param_step(master[i], to_float(grads[i]) * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
+                                   weight_decay, bc1, bc2);
         master[i] = p;
         if (params != NULL) { adamw_store_param(&params[i], p, adamw_random_bits(seed, t, index_base + i)); }
     }

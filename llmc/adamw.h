@@ -16,6 +16,27 @@
 #include <math.h>    // sqrtf, pow
 #include <stddef.h>  // size_t
 
+// one parameter's step, shared with the GPU's kernel (llmc/adamw.cuh) so that both
+// evaluate the same expressions in the same order: g is the scaled gradient, m and v
+// are updated in place, the new parameter is returned. bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
+#ifdef __CUDACC__
+#define ADAMW_HOST_DEVICE __host__ __device__
+#else
+#define ADAMW_HOST_DEVICE
+#endif
+static inline ADAMW_HOST_DEVICE float adamw_param_step(float p, float g, float* m, float* v, float lr, float beta1,
+                                                       float beta2, float eps, float weight_decay, float bc1, float bc2) {
+    float mi = beta1 * *m + (1.0f - beta1) * g;
+    float vi = beta2 * *v + (1.0f - beta2) * g * g;
+    *m = mi;
+    *v = vi;
+    float mhat = mi / bc1;
+    float vhat = vi / bc2;
+    p -= lr * weight_decay * p;
+    p -= lr * mhat / (sqrtf(vhat) + eps);
+    return p;
+}
+
 // params, m, v (n,) updated in place from grads (n,); m and v start at zero at t = 1
 static inline void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                                 float lr, float beta1, float beta2, float eps,
@@ -26,17 +47,8 @@ static inline void adamw_update(float* params, const float* grads, float* m, flo
     float bc2 = (float)(1.0 - pow((double)beta2, t));
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1;
-        float vhat = vi / bc2;
-        float p = params[i];
-        p -= lr * weight_decay * p;
-        p -= lr * mhat / (sqrtf(vhat) + eps);
-        params[i] = p;
+        params[i] = adamw_param_step(params[i], grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
+                                     weight_decay, bc1, bc2);
     }
 }
 

@@ -22,6 +22,7 @@
 #include "llmc/gpt2.h"    // model files, descriptors, init
 #include "llmc/dataloader.h"  // DataLoader
 #include "llmc/tokenizer.h"   // Tokenizer for samples
+#include "llmc/rand.h"        // Rng: the sampler's coins
 #include "zero3/config.h" // zero_config_resolve_batch
 #include "zero3/engine.h" // ZeroEngine: the schedule, sharded checkpoints
 #include <cjson/cJSON.h>  // the --report JSON
@@ -354,9 +355,10 @@ static void checkpoint_check_data(const char* path, int B, int T, int shuffle, i
 // the GPU trainer's host-staged backend: the use schedule, the engine over a GPT-2, the
 // check that all ranks run the same thing, and the sharded checkpoints
 
-// The unit hooks: every parameter and gradient access goes through the ZeRO engine,
-// which gathers (stage 3), releases and reduces units in the order of the schedule
-// registered by gpt2_engine_init. A failure here is a bug or a dead rank: stop every rank.
+// The unit hooks: every parameter and gradient access goes through a ZeRO engine (the
+// host's, zero3/engine.h, or the GPU's, zero3/device.cuh), which gathers (stage 3),
+// releases and reduces units in the order of the schedule registered at its init. A
+// failure there is a bug, a dead rank or a device error: stop every rank.
 static void zero_fail(const char* file, int line) {
     fprintf(stderr, "error: %s [%s:%d]\n", llmc_errmsg(), file, line);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -383,33 +385,119 @@ static int gpt2_schedule(const GPT2Config* c, int* out, int train) {
     return n;
 }
 
-// The engine over GPT-2's units (llmc/gpt2.h): their sizes, the tensors (weight decay
-// per tensor) and the two use schedules. params (unit order) are read on rank 0 and
-// broadcast to the others.
-static int gpt2_engine_init(ZeroEngine* z, const GPT2Config* c, const float* params, const ZeroConfig* zc,
-                            MPI_Comm comm, float beta1, float beta2, float eps) {
+// What either ZeRO engine (zero3/engine.h, zero3/device.cuh) is built from for GPT-2
+// (llmc/gpt2.h): the units' sizes, the tensors (weight decay per tensor) and the two use
+// schedules
+typedef struct {
+    int num_units, num_tensors, train_len, fwd_len;
+    size_t* unit_numel;   // (num_units)
+    ZeroTensor* tensors;  // (num_tensors)
+    int* train;           // (train_len) a training micro-step's uses
+    int* fwd;             // (fwd_len) a forward's uses
+} GPT2EngineSpec;
+
+static void gpt2_engine_spec(const GPT2Config* c, GPT2EngineSpec* s) {
     int nu = gpt2_num_units(c), nt = gpt2_num_tensors(c);
-    size_t* sizes = (size_t*)mallocCheck(nu * sizeof(size_t));
-    for (int u = 0; u < nu; u++) { sizes[u] = gpt2_unit_size(c, u); }
+    s->num_units = nu;
+    s->num_tensors = nt;
+    s->unit_numel = (size_t*)mallocCheck(nu * sizeof(size_t));
+    for (int u = 0; u < nu; u++) { s->unit_numel[u] = gpt2_unit_size(c, u); }
     TensorRange* ranges = (TensorRange*)mallocCheck(nt * sizeof(TensorRange));
     gpt2_tensor_ranges(c, ranges);
-    ZeroTensor* tensors = (ZeroTensor*)mallocCheck(nt * sizeof(ZeroTensor));
+    s->tensors = (ZeroTensor*)mallocCheck(nt * sizeof(ZeroTensor));
     for (int i = 0; i < nt; i++) {
         ZeroTensor t = {ranges[i].unit, ranges[i].offset, ranges[i].size, ranges[i].decay};
-        tensors[i] = t;
+        s->tensors[i] = t;
     }
-    int* train = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
-    int* fwd = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
-    int ntrain = gpt2_schedule(c, train, 1), nfwd = gpt2_schedule(c, fwd, 0);
-    int rc = zero_engine_init(z, zc, comm, sizes, nu, tensors, nt, train, ntrain, fwd, nfwd,
-                              params, beta1, beta2, eps);
-    free(sizes); free(ranges); free(tensors); free(train); free(fwd);
+    free(ranges);
+    s->train = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    s->fwd = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    s->train_len = gpt2_schedule(c, s->train, 1);
+    s->fwd_len = gpt2_schedule(c, s->fwd, 0);
+}
+
+static void gpt2_engine_spec_free(GPT2EngineSpec* s) {
+    free(s->unit_numel); free(s->tensors); free(s->train); free(s->fwd);
+    memset(s, 0, sizeof(*s));
+}
+
+// The host engine over GPT-2. params (unit order) are read on rank 0 and broadcast to
+// the others.
+static int gpt2_engine_init(ZeroEngine* z, const GPT2Config* c, const float* params, const ZeroConfig* zc,
+                            MPI_Comm comm, float beta1, float beta2, float eps) {
+    GPT2EngineSpec sp;
+    gpt2_engine_spec(c, &sp);
+    int rc = zero_engine_init(z, zc, comm, sp.unit_numel, sp.num_units, sp.tensors, sp.num_tensors,
+                              sp.train, sp.train_len, sp.fwd, sp.fwd_len, params, beta1, beta2, eps);
+    gpt2_engine_spec_free(&sp);
     return rc;
 }
 
 static float allreduce_mean(float x, int world) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     return x / world;
+}
+
+// ----------------------------------------------------------------------------
+// evaluation between steps: the same loops in both trainers, with the model's part
+// passed in as a function
+
+// the mean loss of one (B, T) batch of inputs and targets on this rank
+typedef float (*TrainerLossFn)(void* model, const int* inputs, const int* targets);
+// the probabilities of the next token after tokens[0..t) (the real vocabulary's, in order)
+typedef const float* (*TrainerProbsFn)(void* model, const int* tokens, int t);
+
+// draws from probs (over the real vocabulary) with a uniform coin in [0, 1)
+static int sample_token(const float* probs, int V, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < V; i++) {
+        cdf += probs[i];
+        if (coin < cdf) { return i; }
+    }
+    return V - 1;  // rounding: the cdf may end a hair below 1
+}
+
+// -v: at the steps it asks for and the last, the validation loss (mean over the batches
+// and the ranks), printed by rank 0, logged to main.log and recorded
+static void trainer_validate(const TrainConfig* tc, int step, int last_step, int rank, int world,
+                             DataLoader* val, int val_steps, TrainerLossFn loss, void* model,
+                             ValRecord* vals, int* nvals) {
+    if (tc->val_every <= 0 || (step % tc->val_every != 0 && !last_step)) { return; }
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < val_steps; i++) {
+        llmcCheck(dataloader_next_batch(val));
+        sum += loss(model, val->inputs, val->targets);
+    }
+    float val_loss = allreduce_mean((float)(sum / val_steps), world);
+    if (rank == 0) { printf("val loss %f\n", val_loss); }
+    log_line(tc->output_dir, rank, "s:%d tel:%f\n", step, val_loss);
+    ValRecord r = {step, val_loss};
+    vals[(*nvals)++] = r;
+}
+
+// -s: at the steps it asks for (not 0) and the last, a sample of -g tokens from start_token,
+// one forward over the prefix per token. Every rank samples the same tokens from the same
+// RNG (at stage 3 a forward needs every rank's shards); rank 0 prints them, decoded when
+// tok is not NULL.
+static void trainer_sample(const TrainConfig* tc, int step, int last_step, int rank, int vocab_size, int start_token,
+                           const Tokenizer* tok, Rng* rng, TrainerProbsFn probs, void* model) {
+    if (tc->sample_every <= 0 || !((step > 0 && step % tc->sample_every == 0) || last_step)) { return; }
+    int gen_max = tc->gen_T < tc->T ? tc->gen_T : tc->T;
+    int* tokens = (int*)mallocCheck((size_t)gen_max * sizeof(int));
+    tokens[0] = start_token;
+    if (rank == 0) { printf("generating:\n---\n"); }
+    for (int t = 1; t < gen_max; t++) {
+        const float* p = probs(model, tokens, t);
+        int next = sample_token(p, vocab_size, rng_float(rng));
+        tokens[t] = next;
+        if (rank != 0) { continue; }
+        const char* piece = tok != NULL ? tokenizer_decode(tok, (uint32_t)next) : NULL;
+        if (piece != NULL) { fputs(piece, stdout); } else { printf("<%d>", next); }
+        fflush(stdout);
+    }
+    if (rank == 0) { printf("\n---\n"); }
+    free(tokens);
 }
 
 // FNV-1a over bytes, chained: for the check that every rank runs the same thing

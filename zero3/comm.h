@@ -130,6 +130,12 @@ static void zero_comm_sum_floats(void* in, void* inout, int* len, MPI_Datatype* 
     }
 }
 
+// the length of the chunk that starts at off (< total): at most ZERO_COMM_CHUNK, so an int
+static inline int zero_comm_chunk_len(size_t total, size_t off) {
+    size_t left = total - off;
+    return (int)(left < (size_t)ZERO_COMM_CHUNK ? left : (size_t)ZERO_COMM_CHUNK);
+}
+
 // number of chunks for `count` elements (per rank block for all-gather and
 // reduce-scatter), or -1 (with the message) when they do not fit
 // in one ZeroRequest
@@ -244,8 +250,7 @@ static inline int zero_allgather(ZeroComm* c, float* buf, size_t count, ZeroRequ
     if (nchunks < 0) { return -1; }
     for (int k = 0; k < nchunks; k++) {
         size_t off = (size_t)k * (size_t)ZERO_COMM_CHUNK;
-        size_t left = count - off;
-        int n = (int)(left < (size_t)ZERO_COMM_CHUNK ? left : (size_t)ZERO_COMM_CHUNK);
+        int n = zero_comm_chunk_len(count, off);
         int rc;
         if (nchunks == 1) {
             rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, n, MPI_FLOAT, c->comm, &r->reqs[r->n]);
@@ -275,8 +280,7 @@ static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* rec
     if (nchunks < 0) { return -1; }
     for (int k = 0; k < nchunks; k++) {
         size_t off = (size_t)k * (size_t)ZERO_COMM_CHUNK;
-        size_t left = count - off;
-        int n = (int)(left < (size_t)ZERO_COMM_CHUNK ? left : (size_t)ZERO_COMM_CHUNK);
+        int n = zero_comm_chunk_len(count, off);
         int rc;
         if (nchunks == 1) {
             rc = MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, c->comm, &r->reqs[r->n]);
@@ -304,8 +308,7 @@ static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, ZeroRequ
     if (nchunks < 0) { return -1; }
     for (int k = 0; k < nchunks; k++) {
         size_t off = (size_t)k * (size_t)ZERO_COMM_CHUNK;
-        size_t left = count - off;
-        int n = (int)(left < (size_t)ZERO_COMM_CHUNK ? left : (size_t)ZERO_COMM_CHUNK);
+        int n = zero_comm_chunk_len(count, off);
         int rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, n, MPI_FLOAT, MPI_SUM, c->comm, &r->reqs[r->n]);
         if (rc != MPI_SUCCESS) { zero_comm_abandon(r); return zero_comm_mpi_error("MPI_Iallreduce (all-reduce)", rc); }
         r->n++;
@@ -338,8 +341,7 @@ static inline int zero_broadcast(ZeroComm* c, void* buf, size_t bytes, int root)
     if (c->world == 1 || bytes == 0) { return 0; }
     double t0 = MPI_Wtime();
     for (size_t off = 0; off < bytes; off += (size_t)ZERO_COMM_CHUNK) {
-        size_t left = bytes - off;
-        int n = (int)(left < (size_t)ZERO_COMM_CHUNK ? left : (size_t)ZERO_COMM_CHUNK);
+        int n = zero_comm_chunk_len(bytes, off);
         int rc = MPI_Bcast((char*)buf + off, n, MPI_BYTE, root, c->comm);
         if (rc != MPI_SUCCESS) {
             c->wait_ms += (MPI_Wtime() - t0) * 1e3;
