@@ -80,13 +80,27 @@ build/test_comm_mpi: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
 build/test_comm_mpi_chunk: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
 	$(MPICC) $(CFLAGS) -DZERO_COMM_CHUNK=7 $< -o $@
 
+# The GPU trainer's device engine (zero3/device.cuh) on the CPU: a copy with each kernel
+# launch `k<<<cfg>>>(args)` rewritten to `emu_launch(k, cfg)(args)`, built with g++
+# against test/emu's CUDA runtime, NCCL (over MPI) and AdamW launchers, under
+# AddressSanitizer (an offset off by one in a shard copy reads or writes outside a buffer).
+MPICXX ?= mpicxx
+build/emu/zero3/device.cuh: zero3/device.cuh | build
+	mkdir -p build/emu/zero3
+	sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, \2)(/' $< > $@
+	@! grep -n '<<<' $@ || { echo "a launch left unrewritten in $@"; rm -f $@; exit 1; }
+build/test_device_emu: test/test_device_emu.cc build/emu/zero3/device.cuh $(wildcard test/emu/*.h test/emu/llmc/*.cuh) \
+                       zero3/nccl.cuh $(LLMC_HEADERS) | build
+	$(MPICXX) -O1 -g -fsanitize=address -fno-omit-frame-pointer -fopenmp -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized \
+	  -D_GNU_SOURCE -DENABLE_FP32 -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+
 # built without -march=native: the run-time ISA dispatch is what gets tested
 build/test_cpu_adam: test/test_cpu_adam.c zero3/cpu_adam.h llmc/adamw.h | build
 	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< -o $@ $(CRIT_FLAGS) -lm
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_config \
              build/test_cpu_adam build/test_nvme
-MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk
+MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu
 
 test: deps
 	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS)

@@ -31,7 +31,7 @@
 #include "llmc/gelu.h"        // GELU, tanh form
 #include "llmc/residual.h"    // residual_forward
 #include "llmc/classifier.h"  // softmax, cross-entropy and their backward
-#include "llmc/adamw.h"       // adamw_update, grad_norm_squared, clip_scale
+#include "llmc/adamw.h"       // adamw_update, grad_norm_squared
 #include "llmc/schedulers.h"  // learning-rate schedules
 #include "llmc/dataloader.h"  // llm.c token shards
 #include "llmc/tokenizer.h"   // decoding samples

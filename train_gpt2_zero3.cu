@@ -154,6 +154,7 @@ typedef struct {
     int use_flash;             // --attention flash: the fused kernel, O(T) memory per row
     size_t bytes_params, bytes_grads, bytes_optimizer, bytes_acts, bytes_buffers;
     float mean_loss;           // of the last evaluation forward
+    float engine_norm;         // host backend: the last step's gradient norm
     // the batch slot the kernels read (acts.inputs/targets or their _alt), its pinned
     // staging on the host, and per slot an event after the last work that used it
     int* cur_inputs;
@@ -659,23 +660,33 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
 
 // The optimizer step of either engine (their AdamW uses the betas and eps given at init):
 // global norm of the mean gradient, clipping, AdamW on every tensor (weight decay per
-// tensor as TensorRange.decay). Returns the norm (before clipping). seed: the device
-// engine's stochastic rounding.
-static float gpt2_update(GPT2* m, float lr, float weight_decay, float grad_clip, int t, uint64_t seed) {
+// tensor as TensorRange.decay). seed: the device engine's stochastic rounding. The device
+// engine queues it all on the GPU: the norm is read with gpt2_step_norm once the stream has
+// passed the step.
+static void gpt2_update(GPT2* m, float lr, float weight_decay, float grad_clip, int t, uint64_t seed) {
     NVTX_PUSH("optimizer");
     if (m->use_engine) {
         // on the host: SIMD CPU Adam, NVMe when offloaded; every unit is uploaded again at
         // its next fetch
-        float norm = 0.0f;
-        zeroCheck(zero_step(&m->zero, lr, weight_decay, grad_clip, t, &norm));
+        zeroCheck(zero_step(&m->zero, lr, weight_decay, grad_clip, t, &m->engine_norm));
         for (int u = 0; u < m->num_units; u++) { m->unit_fresh[u] = 0; }
-        NVTX_POP();
-        return norm;
+    } else {
+        zeroCheck(zero_dev_step(&m->dev, lr, weight_decay, grad_clip, t, seed));
     }
-    float norm = 0.0f;
-    zeroCheck(zero_dev_step(&m->dev, lr, weight_decay, grad_clip, t, seed, &norm));
     NVTX_POP();
-    return norm;
+}
+
+// the norm of the last step's mean gradient (before clipping), once the stream has passed
+// that step
+static float gpt2_step_norm(const GPT2* m) { return m->use_engine ? m->engine_norm : zero_dev_norm(&m->dev); }
+
+// this rank's time waiting on communication so far (ms): the host engine's waits for its
+// collectives, or the device engine's GPU-measured waits (zero_dev_wait_ms). Between steps.
+static double gpt2_comm_wait_ms(GPT2* m) {
+    if (m->use_engine) { return m->zero.comm.wait_ms; }
+    double ms = 0.0;
+    zeroCheck(zero_dev_wait_ms(&m->dev, &ms));
+    return ms;
 }
 
 static void gpt2_free(GPT2* m) {
@@ -1173,7 +1184,7 @@ int main(int argc, char** argv) {
 
         NVTX_PUSH("step");
         cudaCheck(cudaStreamSynchronize(model.stream));
-        double t0 = now_ms(), wait0 = use_engine ? model.zero.comm.wait_ms : 0.0;
+        double wait0 = gpt2_comm_wait_ms(&model), t0 = now_ms();
         float dloss = 1.0f / ((float)BT * grad_accum);  // the mean over B*T positions and the micro-steps
         for (int micro = 0; micro < grad_accum; micro++) {
             if (!tc.overfit_single_batch || !have_batch) {
@@ -1187,7 +1198,7 @@ int main(int argc, char** argv) {
             gpt2_backward(&model, tc.B, tc.T, micro == grad_accum - 1);
         }
         float lr = lr_scheduler_get(&sched, step);
-        float norm = gpt2_update(&model, lr, tc.weight_decay, tc.grad_clip, step + 1, tc.seed);
+        gpt2_update(&model, lr, tc.weight_decay, tc.grad_clip, step + 1, tc.seed);
         double loss_sum = 0.0;  // the micro-steps' mean losses, summed on the GPU
         cudaCheck(cudaMemcpyAsync(&loss_sum, model.acts.loss_acc, sizeof(double), cudaMemcpyDeviceToHost, model.stream));
         cudaCheck(cudaMemsetAsync(model.acts.loss_acc, 0, sizeof(double), model.stream));
@@ -1195,7 +1206,8 @@ int main(int argc, char** argv) {
         cudaCheck(cudaGetLastError());
         float loss = allreduce_mean((float)(loss_sum / grad_accum), world);
         double ms = now_ms() - t0;
-        double wait = use_engine ? model.zero.comm.wait_ms - wait0 : 0.0;
+        float norm = gpt2_step_norm(&model);
+        double wait = gpt2_comm_wait_ms(&model) - wait0;
         wait_total += wait;
         NVTX_POP();
         double tps = total_batch / (ms / 1e3);

@@ -1,6 +1,8 @@
 /*
- The optimizer on the GPU: AdamW on fp32 master weights, and the squared global gradient
- norm for clipping. Same math as llmc/adamw.h (its adamw_param_step, per parameter), with g = grad * grad_scale:
+ The optimizer on the GPU: AdamW on fp32 master weights, the squared global gradient
+ norm, and the clipping factor computed on the GPU (so the step needs no host round
+ trip). Same math as llmc/adamw.h (its adamw_param_step, per parameter), with
+ g = grad * grad_scale:
    m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
    p -= lr * weight_decay * p;   p -= lr * mhat / (sqrt(vhat) + eps)
  on the fp32 master copy; the compute copy (floatX) is then refreshed from the master:
@@ -18,7 +20,7 @@
 #include <stddef.h>         // size_t
 #include <math.h>           // pow for the bias corrections (host)
 #include "cuda_common.cuh"  // floatX, cudaCheck, to_float, CEIL_DIV
-#include "llmc/adamw.h"      // adamw_param_step: one parameter's step, the CPU reference's own
+#include "llmc/adamw.h"      // adamw_param_step, adamw_grad_scale: the CPU reference's own
 
 #define ADAMW_THREADS 256
 // grid-stride kernels: enough blocks to fill any current GPU, capped so huge n loops
@@ -77,12 +79,14 @@ __device__ __forceinline__ void adamw_store_param(__nv_bfloat16* p, float x, uns
 
 // params (n,) floatX may be NULL; master, m, v (n,) fp32 in place; grads (n,) floatX, or
 // fp32 (the ZeRO stage 2-3 accumulators). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, computed
-// once on the host in double as in adamw.h.
+// once on the host in double as in adamw.h. The gradient scale is grad_scale, or, when
+// scale_dev is not NULL, scale_dev[0] (computed on the GPU: adamw_grad_scale_kernel).
 template <typename Tg>
 __global__ void adamw_kernel(floatX* params, float* master, const Tg* grads, float* m, float* v,
                              size_t n, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float grad_scale, float bc1, float bc2,
+                             float weight_decay, float grad_scale, const float* scale_dev, float bc1, float bc2,
                              unsigned int seed, unsigned int t, size_t index_base) {
+    if (scale_dev != NULL) { grad_scale = *scale_dev; }
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float p = adamw_param_step(master[i], to_float(grads[i]) * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
@@ -137,6 +141,16 @@ __global__ void global_norm_final_kernel(float* out, const float* partial, int n
     if (threadIdx.x == 0) { out[0] = (float)acc; }
 }
 
+// one thread: the squared norm (fp32, from global_norm_squared) widened to double, the
+// type the ranks sum it in
+__global__ void adamw_norm_widen_kernel(double* sumsq, const float* local) { *sumsq = (double)*local; }
+
+// one thread: AdamW's gradient scale and the norm of the mean gradient from the squared
+// norm summed over `world` ranks, with adamw.h's adamw_grad_scale (the host engine's)
+__global__ void adamw_grad_scale_kernel(float* scale, float* norm, const double* sumsq, int world, float max_norm) {
+    *scale = adamw_grad_scale(*sumsq, world, max_norm, norm);
+}
+
 // ----------------------------------------------------------------------------
 // host launchers
 
@@ -144,11 +158,12 @@ __global__ void global_norm_final_kernel(float* out, const float* partial, int n
 // element i come from (seed, t, index_base + i): calls over different parts of one model
 // pass the parts' offsets in the model as index_base (and one seed), so that an element
 // draws the same bits however the model is split into calls (tensors, ZeRO shards).
+// scale_dev: the gradient scale on the GPU, read instead of grad_scale (see adamw_kernel).
 template <typename Tg>
 static inline void adamw_update_cuda(floatX* params, float* master, const Tg* grads, float* m, float* v,
                                      size_t n, float lr, float beta1, float beta2, float eps,
                                      float weight_decay, float grad_scale, int t, unsigned int seed,
-                                     cudaStream_t s, size_t index_base = 0) {
+                                     cudaStream_t s, size_t index_base = 0, const float* scale_dev = NULL) {
     if (n == 0) { return; }
     // as in adamw.h: in double, beta2^t stays close to 1 for many steps
     float bc1 = (float)(1.0 - pow((double)beta1, t));
@@ -156,7 +171,7 @@ static inline void adamw_update_cuda(floatX* params, float* master, const Tg* gr
     size_t blocks = CEIL_DIV(n, (size_t)ADAMW_THREADS);
     if (blocks > ADAMW_MAX_BLOCKS) { blocks = ADAMW_MAX_BLOCKS; }
     adamw_kernel<Tg><<<(unsigned)blocks, ADAMW_THREADS, 0, s>>>(params, master, grads, m, v, n, lr, beta1, beta2, eps,
-                                                            weight_decay, grad_scale, bc1, bc2, seed, (unsigned int)t, index_base);
+                                                            weight_decay, grad_scale, scale_dev, bc1, bc2, seed, (unsigned int)t, index_base);
     cudaCheck(cudaGetLastError());
 }
 

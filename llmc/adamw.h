@@ -13,7 +13,7 @@
 #ifndef LLMC_ADAMW_H
 #define LLMC_ADAMW_H
 
-#include <math.h>    // sqrtf, pow
+#include <math.h>    // sqrtf, sqrt, pow
 #include <stddef.h>  // size_t
 
 // one parameter's step, shared with the GPU's kernel (llmc/adamw.cuh) so that both
@@ -83,13 +83,17 @@ static inline double grad_norm_squared(const float* grads, size_t n) {
     return sum;
 }
 
-// the factor to pass as grad_scale: max_norm / norm when the gradient norm exceeds
-// max_norm (clipping on, max_norm > 0), else 1
-static inline float clip_scale(double norm, float max_norm) {
-    if (max_norm > 0.0f && norm > (double)max_norm) {
-        return (float)((double)max_norm / norm);
-    }
-    return 1.0f;
+// The step's gradient scale, from sumsq, the squared norm of the gradients summed over
+// `world` ranks (the mean gradient is the sum / world): clipping to max_norm when the mean
+// gradient's norm exceeds it (clipping on, max_norm > 0), with the 1/world of the mean
+// folded in. *norm gets that norm, before clipping. One function for the host engine and
+// the GPU's adamw_grad_scale_kernel, so both round alike (double sqrt and division are
+// correctly rounded on both).
+static inline ADAMW_HOST_DEVICE float adamw_grad_scale(double sumsq, int world, float max_norm, float* norm) {
+    double n = sqrt(sumsq) / world;
+    *norm = (float)n;
+    double clip = (max_norm > 0.0f && n > (double)max_norm) ? (double)max_norm / n : 1.0;
+    return (float)(clip / world);
 }
 
 #endif // LLMC_ADAMW_H

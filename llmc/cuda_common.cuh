@@ -62,4 +62,11 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
     return v;
 }
 
+// the GPU's global clock (%globaltimer), in nanoseconds: timing on the GPU itself
+__device__ __forceinline__ unsigned long long gpu_clock_ns(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 #endif // LLMC_CUDA_COMMON_CUH

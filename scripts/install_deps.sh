@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what train_gpt2_zero3 needs from Debian/Ubuntu packages, and nothing when all
 # of it is already there (so `make test` and `make demo` can call it every time).
-#   build:      gcc, make, pkg-config
+#   build:      gcc, g++ (the device engine's CPU test), make, pkg-config
 #   trainer:    OpenBLAS, its OpenMP build (sgemm), Open MPI (data parallelism), PCRE2 (tokenizer regex),
 #               cJSON (reports, configs, encoder.json), liburing (NVMe tier)
 #   tests:      Criterion (unit tests), python3-torch + numpy + regex (PyTorch reference),

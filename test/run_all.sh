@@ -44,6 +44,7 @@ run_suite "trainer end to end"    bash test/test_trainer.sh
 run_suite "ZeRO stages (MPI)"     bash test/test_zero.sh
 run_suite "offload (MPI)"         bash test/test_offload.sh
 run_suite "run scripts"           bash test/test_scripts.sh
+run_suite "device engine (CPU)"   bash test/test_device_emu.sh
 run_suite "CUDA kernels compile"  bash test/test_cuda_build.sh
 
 echo

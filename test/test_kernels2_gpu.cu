@@ -561,6 +561,59 @@ static void test_global_norm(cudaStream_t s) {
     cudaCheck(cudaFree(d_scratch));
 }
 
+// the clipping factor on the GPU (adamw_grad_scale_kernel) against the host engine's
+// adamw_grad_scale: the same double arithmetic (sqrt and division correctly rounded on
+// both), so the same bits; and AdamW reading that scale on the GPU gives the bits of AdamW
+// given it from the host
+static void test_grad_scale(cudaStream_t s) {
+    const double sums[4] = {0.0, 0.25, 9.0, 12345.678};
+    const float clips[3] = {0.0f, 1.0f, 2.5f};
+    double* d_sum = dev_from(std::vector<double>(1, 0.0));
+    float* d_out = dev_from(std::vector<float>(2, -1.0f));
+    int bad = 0, cases = 0;
+    for (int world = 1; world <= 3; world++) {
+        for (int i = 0; i < 4; i++) {
+            for (int k = 0; k < 3; k++) {
+                cudaCheck(cudaMemcpy(d_sum, &sums[i], sizeof(double), cudaMemcpyHostToDevice));
+                adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d_out, d_out + 1, d_sum, world, clips[k]);
+                cudaCheck(cudaGetLastError());
+                std::vector<float> got = host_from(d_out, 2);
+                float norm = 0.0f;
+                float scale = adamw_grad_scale(sums[i], world, clips[k], &norm);
+                bad += float_to_bits(got[0]) != float_to_bits(scale) || float_to_bits(got[1]) != float_to_bits(norm);
+                cases++;
+            }
+        }
+    }
+    char detail[96];
+    snprintf(detail, sizeof(detail), "%d of %d cases differ", bad, cases);
+    report("adamw_grad_scale_kernel == host adamw_grad_scale (bits)", bad == 0, detail);
+
+    // AdamW with the scale on the GPU vs the same scale from the host
+    const size_t n = 4099;
+    std::vector<float> g_f, p_f;
+    std::vector<floatX> g = rand_x(n, -1.0f, 1.0f, g_f);
+    rand_x(n, -1.0f, 1.0f, p_f);
+    std::vector<float> out[2];
+    float scale_h = 0.37f;
+    float* d_scale = dev_from(std::vector<float>(1, scale_h));
+    for (int k = 0; k < 2; k++) {
+        floatX* d_g = dev_from(g);
+        float* d_master = dev_from(p_f);
+        float* d_m = dev_from(std::vector<float>(n, 0.0f));
+        float* d_v = dev_from(std::vector<float>(n, 0.0f));
+        adamw_update_cuda((floatX*)NULL, d_master, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                          k == 0 ? scale_h : 123.0f, 1, 7u, s, 0, k == 0 ? NULL : d_scale);  // k = 1: 123 is ignored
+        out[k] = host_from(d_master, n);
+        cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_master)); cudaCheck(cudaFree(d_m)); cudaCheck(cudaFree(d_v));
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) { differ += float_to_bits(out[0][i]) != float_to_bits(out[1][i]); }
+    snprintf(detail, sizeof(detail), "%zu of %zu masters differ", differ, n);
+    report("adamw with the scale on the GPU == the scale from the host (bits)", differ == 0, detail);
+    cudaCheck(cudaFree(d_scale)); cudaCheck(cudaFree(d_sum)); cudaCheck(cudaFree(d_out));
+}
+
 
 // ----------------------------------------------------------------------------
 // flash attention
@@ -773,6 +826,7 @@ int main(void) {
     test_classifier(s);
     test_adamw(s);
     test_global_norm(s);
+    test_grad_scale(s);
 
     // flash attention: the shapes asked of it, then ragged last tiles (the trainer's sampling
     // loop runs the forward at every T from 1) and hs = 96

@@ -38,7 +38,7 @@
 #include "llmc/gelu.h"        // gelu_forward, gelu_backward
 #include "llmc/residual.h"    // residual_forward, residual_backward
 #include "llmc/classifier.h"  // softmax_forward, crossentropy_forward, crossentropy_softmax_backward
-#include "llmc/adamw.h"       // adamw_update, grad_norm_squared, clip_scale
+#include "llmc/adamw.h"       // adamw_update, grad_norm_squared, adamw_grad_scale
 #include "llmc/schedulers.h"  // LRScheduler, lr_scheduler_init, lr_scheduler_get
 
 #ifndef M_PI  // not in strict ISO C
@@ -641,13 +641,30 @@ Test(adamw, grad_norm_squared_thread_invariant) {
     cr_assert(fabs(s1 - ref) <= 1e-12 * ref, "got %.17g, serial %.17g", s1, ref);
 }
 
-Test(adamw, clip_scale) {
-    cr_assert(clip_scale(2.0, 1.0f) == 0.5f);
-    cr_assert(clip_scale(0.5, 1.0f) == 1.0f);   // below the threshold: untouched
-    cr_assert(clip_scale(1.0, 1.0f) == 1.0f);   // at the threshold: untouched
-    cr_assert(clip_scale(100.0, 0.0f) == 1.0f); // max_norm 0: clipping off
-    cr_assert(clip_scale(100.0, -1.0f) == 1.0f);
-    cr_assert(fabsf(clip_scale(3.0, 1.0f) - 1.0f / 3.0f) < 1e-7f);
+// the gradient scale of a step: clipping on the mean gradient's norm, 1/world folded in
+static float grad_scale_of(double norm_of_mean, int world, float max_norm, float* norm) {
+    double sum_norm = norm_of_mean * world;  // the norm of the gradients summed over ranks
+    return adamw_grad_scale(sum_norm * sum_norm, world, max_norm, norm);
+}
+
+Test(adamw, grad_scale_clipping) {
+    float norm = 0.0f;
+    for (int world = 1; world <= 4; world *= 2) {
+        float w = (float)world;
+        cr_assert(grad_scale_of(2.0, world, 1.0f, &norm) == 0.5f / w, "world %d", world);
+        cr_assert(norm == 2.0f);                                           // the norm before clipping
+        cr_assert(grad_scale_of(0.5, world, 1.0f, &norm) == 1.0f / w);    // below the threshold: untouched
+        cr_assert(norm == 0.5f);
+        cr_assert(grad_scale_of(1.0, world, 1.0f, &norm) == 1.0f / w);    // at the threshold: untouched
+        cr_assert(grad_scale_of(100.0, world, 0.0f, &norm) == 1.0f / w);  // max_norm 0: clipping off
+        cr_assert(grad_scale_of(100.0, world, -1.0f, &norm) == 1.0f / w);
+        cr_assert(fabsf(grad_scale_of(3.0, world, 1.0f, &norm) - 1.0f / (3.0f * w)) < 1e-7f);
+    }
+    // three ranks: the mean's norm is the sum's over 3
+    cr_assert(fabsf(adamw_grad_scale(36.0, 3, 1.0f, &norm) - 0.5f / 3.0f) < 1e-8f);
+    cr_assert(norm == 2.0f);
+    cr_assert(adamw_grad_scale(0.0, 2, 1.0f, &norm) == 0.5f);  // zero gradient: no division by its norm
+    cr_assert(norm == 0.0f);
 }
 
 // ----------------------------------------------------------------------------

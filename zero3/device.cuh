@@ -34,15 +34,21 @@
  its result is uploaded at the end of step i+1. (NVMe and parameter offload run on the
  host engine: --zero-backend host.)
 
- No allocation inside a step, and without offload no host synchronization but for the
- gradient norm (one float, before AdamW); with offload the host also waits for the
- gradient shards' copies before the CPU Adam (and, with dpu, for the previous update). The pools are sized at init by
+ No allocation inside a step, and without offload no host synchronization: the gradient
+ norm, the clipping factor and the ranks' all-reduce of the norm stay on the GPU, and the
+ norm reaches the host with the step's losses (zero_dev_norm). With offload the host
+ waits for the gradient shards' copies before the CPU Adam (and, with dpu, for the
+ previous update). The pools are sized at init by
  running the schedules once in simulation (the decisions depend only on the schedule and
  the configuration). A pooled buffer is reused only after the stream that last used it
  has passed an event recorded then: a parameter buffer after the compute stream's kernels
  that read it (recorded at release), a gradient buffer after its reduce-scatter (recorded
  on the NCCL stream). Gathers wait for the compute stream's AdamW at the start of each
  pass; the compute stream waits for a gather's event at the unit's fetch.
+
+ Waiting on communication is measured on the GPU (zero_dev_wait): each time the compute
+ stream waits for a collective or a copy that has not ended when the wait is issued, the
+ GPU's clock is read as the stream reaches the wait and again when it is over.
 
  Errors return -1 with llmc_error; the caller stops the job.
 */
@@ -148,8 +154,12 @@ typedef struct ZeroDev {
     float* v;
     size_t opt_elems;             // padded_total (stage 0) or shard_total
     float* norm_scratch;          // GLOBAL_NORM_SCRATCH_FLOATS
-    float* norm_out;              // (1,)
-    float* host_norm;             // (1,) pinned
+    float* norm_out;              // (3,): [0] this rank's squared norm, [1] AdamW's gradient scale, [2] the norm
+    double* norm_sum;             // (1,) the squared norm summed over ranks
+    float* host_norm;             // (2,) pinned: [0] the squared norm (offload), [1] the step's norm (zero_dev_norm)
+    // waiting on communication (zero_dev_wait)
+    unsigned long long* wait_clock; // (2,) on the GPU: [0] when the compute stream reached a wait, [1] the waits' total (ns)
+    double host_wait_ms;          // the host's waits for the gradient copies (offload), cumulative
     // --offload-optimizer cpu: master, m, v above are pinned host arrays
     int offload;
     cudaStream_t copy;            // gradient shards out, updated parameter shards in
@@ -199,6 +209,57 @@ static void* zero_dev_alloc_host(size_t nbytes, double* bytes) {
     *bytes += (double)nbytes;
     return p;
 }
+
+// ----------------------------------------------------------------------------
+// waiting on communication
+
+// clock (2,): see ZeroDev.wait_clock; one thread each
+__global__ void zero_dev_wait_start_kernel(unsigned long long* clock) { clock[0] = gpu_clock_ns(); }
+__global__ void zero_dev_wait_stop_kernel(unsigned long long* clock) { clock[1] += gpu_clock_ns() - clock[0]; }
+
+// The compute stream waits for ev (recorded at the end of collectives or copies), timed on
+// the GPU: one kernel reads the clock as the stream reaches the wait, another adds the time
+// elapsed once it is over. When ev has already passed at issue time the stream cannot
+// stall on it, and neither kernel is queued (each costs a launch).
+static int zero_dev_wait(ZeroDev* d, cudaEvent_t ev) {
+    cudaError_t q = cudaEventQuery(ev);
+    if (q != cudaSuccess && q != cudaErrorNotReady) { return zero_dev_cuda(q, "cudaEventQuery"); }
+    int timed = q == cudaErrorNotReady;
+    if (timed) {
+        (void)cudaGetLastError();  // "not ready" is an answer, not an error for the next check to report
+        zero_dev_wait_start_kernel<<<1, 1, 0, d->compute>>>(d->wait_clock);
+        if (zero_dev_cuda(cudaGetLastError(), "the wait clock") != 0) { return -1; }
+    }
+    if (zero_dev_cuda(cudaStreamWaitEvent(d->compute, ev, 0), "cudaStreamWaitEvent") != 0) { return -1; }
+    if (timed) {
+        zero_dev_wait_stop_kernel<<<1, 1, 0, d->compute>>>(d->wait_clock);
+        return zero_dev_cuda(cudaGetLastError(), "the wait clock");
+    }
+    return 0;
+}
+
+// the compute stream waits for the collectives issued so far
+static int zero_dev_join(ZeroDev* d) {
+    if (zero_dev_cuda(cudaEventRecord(d->nccl.done, d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
+    return zero_dev_wait(d, d->nccl.done);
+}
+
+// *ms: the compute stream's waits on communication so far, plus the host's for the
+// gradient copies (cumulative, milliseconds). Synchronizes the compute stream: between steps.
+static int zero_dev_wait_ms(ZeroDev* d, double* ms) {
+    unsigned long long total = 0;
+    if (zero_dev_cuda(cudaMemcpyAsync(&total, d->wait_clock + 1, sizeof(total), cudaMemcpyDeviceToHost, d->compute),
+                      "reading the wait clock") != 0 ||
+        zero_dev_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) {
+        return -1;
+    }
+    *ms = (double)total * 1e-6 + d->host_wait_ms;
+    return 0;
+}
+
+// the norm of the last step's mean gradient, before clipping; valid once the compute
+// stream has passed that step (zero_dev_step copies it to the host as its last work)
+static float zero_dev_norm(const ZeroDev* d) { return d->host_norm[1]; }
 
 // ----------------------------------------------------------------------------
 // pools of unit-sized buffers
@@ -365,10 +426,7 @@ static int zero_dev_fetch(ZeroDev* d, int u, floatX** out) {
         return 0;
     }
     if (d->unit_ptr[u] == NULL && zero_dev_gather(d, u) != 0) { return -1; }
-    if (!d->simulate && d->unit_buf[u] != NULL &&
-        zero_dev_cuda(cudaStreamWaitEvent(d->compute, d->unit_buf[u]->ready_ev, 0), "cudaStreamWaitEvent") != 0) {
-        return -1;
-    }
+    if (!d->simulate && d->unit_buf[u] != NULL && zero_dev_wait(d, d->unit_buf[u]->ready_ev) != 0) { return -1; }
     if (zero_dev_prefetch(d) != 0) { return -1; }
     *out = d->unit_ptr[u];
     return 0;
@@ -396,7 +454,7 @@ static int zero_dev_grad(ZeroDev* d, int u, floatX** out) {
         if (b == NULL) { return -1; }
         if (d->simulate) { *out = NULL; d->grad_buf[u] = (ZeroDevBuf*)1; return 0; }
         // zeroed once its last reduce-scatter has read it
-        if (zero_dev_cuda(cudaStreamWaitEvent(d->compute, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
+        if (zero_dev_wait(d, b->free_ev) != 0 ||
             zero_dev_cuda(cudaMemsetAsync(b->buf, 0, d->plan.units[u].padded * sizeof(floatX), d->compute), "cudaMemsetAsync") != 0) {
             return -1;
         }
@@ -532,7 +590,7 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
     cudaStream_t s = d->compute;
     // the copies overwrite parameters that work queued on the compute stream (and the
     // gathers on the NCCL stream) may still read: after both
-    if (d->use_nccl && zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+    if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }
     if (zero_dev_cuda(cudaEventRecord(d->copied_ev, s), "cudaEventRecord") != 0 ||
         zero_dev_cuda(cudaStreamWaitEvent(d->copy, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
         return -1;
@@ -546,8 +604,7 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
         }
         d->moved_h2d += (double)pu->shard * sizeof(floatX);
     }
-    if (zero_dev_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 ||
-        zero_dev_cuda(cudaStreamWaitEvent(s, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
+    if (zero_dev_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
         return -1;
     }
     return zero_dev_share_params(d);
@@ -579,9 +636,9 @@ static int zero_dev_share_params(ZeroDev* d) {
                 return -1;
             }
         }
-        if (zero_nccl_error(ncclGroupEnd(), "ncclGroupEnd") != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+        if (zero_nccl_error(ncclGroupEnd(), "ncclGroupEnd") != 0 || zero_dev_join(d) != 0) { return -1; }
     } else if (d->stage == 3) {
-        if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, s) != 0) { return -1; }
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
         d->shards_written = 1;
     }
     return 0;
@@ -590,32 +647,56 @@ static int zero_dev_share_params(ZeroDev* d) {
 // Global norm of the mean gradient, clipping, AdamW on this rank's part of every tensor
 // (one launch each; an element's stochastic rounding bits depend on its place in the
 // padded model, so every stage draws the same bits for it), then the updated parameters
-// go to every rank. The gradients are sums
-// over ranks: the 1/world of the mean is folded into AdamW's gradient scale. Waits on the
-// host only for the norm (one float).
-static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_clip, int t, uint64_t seed, float* norm_out) {
+// go to every rank. The gradients are sums over ranks: the 1/world of the mean is folded
+// into AdamW's gradient scale. Without offload the host does not wait: the norm's sum over
+// ranks (stages 1-3: each rank holds the squares of its shards) is an NCCL all-reduce, the
+// scale is computed on the GPU and read there by AdamW, and the norm is copied to the host
+// for zero_dev_norm. With offload the CPU Adam needs the scale on the host, and waits for
+// the gradient copies anyway.
+static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_clip, int t, uint64_t seed) {
     cudaStream_t s = d->compute;
-    if (d->use_nccl && zero_nccl_join(&d->nccl, s) != 0) { return -1; }  // the reductions are done
+    if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
     if (d->stage == 0) { global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
     else if (d->stage == 1) { global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
     else { global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
-    if (zero_dev_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out, sizeof(float), cudaMemcpyDeviceToHost, s), "copying the norm") != 0 ||
-        zero_dev_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) {
-        return -1;
+    int sum_ranks = d->stage >= 1 && d->world > 1;
+    float grad_scale = 1.0f;         // offload: the scale, computed here
+    const float* scale_dev = NULL;   // otherwise: where AdamW finds it on the GPU
+    if (d->offload) {
+        if (zero_dev_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out, sizeof(float), cudaMemcpyDeviceToHost, s), "copying the norm") != 0 ||
+            zero_dev_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) {
+            return -1;
+        }
+        double sumsq = (double)d->host_norm[0];
+        if (sum_ranks && MPI_Allreduce(MPI_IN_PLACE, &sumsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+            return llmc_error("zero device: the norm's all-reduce failed");
+        }
+        grad_scale = adamw_grad_scale(sumsq, d->world, grad_clip, &d->host_norm[1]);
+    } else {
+        adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
+        if (zero_dev_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
+        if (sum_ranks) {  // 8 bytes, left out of the traffic counters (the host engine's MPI sum is too)
+            if (zero_nccl_after(&d->nccl, s) != 0 ||
+                zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm, d->nccl.stream),
+                                "the norm's all-reduce") != 0 ||
+                zero_dev_join(d) != 0) {
+                return -1;
+            }
+        }
+        adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->world, grad_clip);
+        if (zero_dev_cuda(cudaGetLastError(), "the gradient scale") != 0 ||
+            zero_dev_cuda(cudaMemcpyAsync(&d->host_norm[1], d->norm_out + 2, sizeof(float), cudaMemcpyDeviceToHost, s),
+                          "copying the norm") != 0) {
+            return -1;
+        }
+        scale_dev = d->norm_out + 1;
     }
-    double sumsq = (double)d->host_norm[0];
-    if (d->stage >= 1 && d->world > 1 &&  // each rank holds the squares of its shards
-        MPI_Allreduce(MPI_IN_PLACE, &sumsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
-        return llmc_error("zero device: the norm's all-reduce failed");
-    }
-    double norm = sqrt(sumsq) / d->world;
-    double clip = (grad_clip > 0.0f && norm > (double)grad_clip) ? (double)grad_clip / norm : 1.0;  // as clip_scale in adamw.h
-    float grad_scale = (float)(clip / d->world);
-    *norm_out = (float)norm;
     if (d->offload) {
         // every gradient shard is on the host once the copy stream is through (which also
         // ends every earlier upload from an h_params buffer)
+        double w0 = zero_dev_now_ms();
         if (zero_dev_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
+        d->host_wait_ms += zero_dev_now_ms() - w0;
         if (d->dpu) {
             // The previous step's update goes to the GPU now (its upload queued on the copy
             // stream), this step's starts on a thread from the gradients just copied, into
@@ -657,14 +738,14 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
         float wd = tr->decay ? weight_decay : 0.0f;
         if (d->stage == 0) {
             adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
-                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off);
+                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off, scale_dev);
         } else if (d->stage == 1) {
             adamw_update_cuda(d->params + off, d->master + sh, d->gshard + sh, d->m + sh, d->v + sh, n,
-                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off);
+                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off, scale_dev);
         } else {
             floatX* p = d->stage == 2 ? d->params + off : d->shard_params + sh;
             adamw_update_cuda(p, d->master + sh, d->acc + sh, d->m + sh, d->v + sh, n,
-                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off);
+                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off, scale_dev);
         }
     }
     // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken)
@@ -778,10 +859,15 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
         return -1;
     }
     if ((d->norm_scratch = (float*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_FLOATS * sizeof(float), &d->bytes_buffers)) == NULL ||
-        (d->norm_out = (float*)zero_dev_alloc(sizeof(float), &d->bytes_buffers)) == NULL) {
+        (d->norm_out = (float*)zero_dev_alloc(3 * sizeof(float), &d->bytes_buffers)) == NULL) {
         return -1;
     }
-    if (zero_dev_cuda(cudaMallocHost((void**)&d->host_norm, sizeof(float)), "cudaMallocHost") != 0) { return -1; }
+    if ((d->norm_sum = (double*)zero_dev_alloc(sizeof(double), &d->bytes_buffers)) == NULL ||
+        (d->wait_clock = (unsigned long long*)zero_dev_alloc(2 * sizeof(unsigned long long), &d->bytes_buffers)) == NULL) {
+        return -1;
+    }
+    if (zero_dev_cuda(cudaMallocHost((void**)&d->host_norm, 2 * sizeof(float)), "cudaMallocHost") != 0) { return -1; }
+    d->host_norm[0] = d->host_norm[1] = 0.0f;
 
     // stage 3: small units stay gathered; the pools from a walk of both schedules
     if (d->stage == 3) {
@@ -880,7 +966,7 @@ static void zero_dev_free(ZeroDev* d) {
     } else {
         cudaFree(d->master); cudaFree(d->m); cudaFree(d->v);
     }
-    cudaFree(d->norm_scratch); cudaFree(d->norm_out);
+    cudaFree(d->norm_scratch); cudaFree(d->norm_out); cudaFree(d->norm_sum); cudaFree(d->wait_clock);
     if (d->host_norm != NULL) { cudaFreeHost(d->host_norm); }
     free(d->tensors); free(d->unit_ptr); free(d->unit_buf); free(d->persistent); free(d->grad_buf);
     for (int k = 0; k < ZERO_NUM_PASSES; k++) { free(d->unit_of[k]); free(d->keep[k]); }
@@ -902,7 +988,7 @@ static floatX* zero_dev_param_state(const ZeroDev* d, size_t* elems) {
 static int zero_dev_after_load(ZeroDev* d) {
     if (d->stage != 3) { return 0; }
     d->shards_written = 1;
-    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_nccl_join(&d->nccl, d->compute) != 0) { return -1; }
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
     return 0;
 }
 

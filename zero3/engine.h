@@ -32,7 +32,7 @@
 #include <string.h>      // memset, memcpy
 #include <math.h>        // sqrt
 #include "llmc/utils.h"  // llmc_error
-#include "llmc/adamw.h"  // grad_norm_squared, clip_scale
+#include "llmc/adamw.h"  // grad_norm_squared, adamw_grad_scale
 #include "zero3/plan.h"  // ZeroPlan: padded units and shards
 #include "zero3/comm.h"  // ZeroComm: collectives with byte counters
 #include "zero3/config.h"  // ZeroConfig
@@ -654,7 +654,6 @@ static int zero_nvme_copy(ZeroEngine* e, int region, float* host, int to_file) {
 // Writes the global norm of the mean gradient to *norm_out.
 static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_clip, int t, float* norm_out) {
     if (zero_reduce_drain(e) != 0) { return -1; }
-    double inv_world = 1.0 / e->world;
     double sumsq;
     if (e->stage == 0) {
         sumsq = grad_norm_squared(e->full_grads, e->plan.padded_total);  // replicated: no communication
@@ -669,9 +668,7 @@ static int zero_step(ZeroEngine* e, float lr, float weight_decay, float grad_cli
         sumsq = grad_norm_squared(e->host_grads != NULL ? e->host_grads : e->shard_grads, e->plan.shard_total);
         if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
     }
-    double norm = sqrt(sumsq) * inv_world;
-    float scale = (float)(clip_scale(norm, grad_clip) * inv_world);
-    *norm_out = (float)norm;
+    float scale = adamw_grad_scale(sumsq, e->world, grad_clip, norm_out);
     CpuAdamParams hp = {lr, e->beta1, e->beta2, e->eps, 0.0f, scale, t};
 
     // Every path updates with the SIMD CPU Adam (zero3/cpu_adam.h), in place: on the

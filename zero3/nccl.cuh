@@ -11,8 +11,9 @@
    - zero_nccl_after(c, compute): the collective stream waits (an event, on the GPU)
      for everything issued so far on the compute stream: call it before a collective
      whose input the compute stream wrote;
-   - zero_nccl_join(c, compute): the compute stream waits for every collective issued
-     so far: call it before the compute stream reads what they wrote.
+   - the compute stream waits for every collective issued so far on an event recorded
+     on `stream` (`done`) before it reads what they wrote (zero3/device.cuh's
+     zero_dev_join, which also times the wait).
  Reusing one event for many records is fine: cudaStreamWaitEvent captures the event's
  most recent record at the time of the call.
 
@@ -35,7 +36,7 @@ typedef struct {
     int rank, world, ready_;   // ready_: the communicator was created (for zero_nccl_free)
     cudaStream_t stream;       // the collectives' stream
     cudaEvent_t after;         // recorded on the compute stream by zero_nccl_after
-    cudaEvent_t done;          // recorded on `stream` by zero_nccl_join
+    cudaEvent_t done;          // recorded on `stream` when the compute stream must wait for it
     double bytes[ZERO_NUM_COLLECTIVES];
     long calls[ZERO_NUM_COLLECTIVES];
 } ZeroNccl;
@@ -87,12 +88,6 @@ static void zero_nccl_free(ZeroNccl* c) {
 static inline int zero_nccl_after(ZeroNccl* c, cudaStream_t compute) {
     if (zero_nccl_cuda(cudaEventRecord(c->after, compute), "cudaEventRecord") != 0) { return -1; }
     return zero_nccl_cuda(cudaStreamWaitEvent(c->stream, c->after, 0), "cudaStreamWaitEvent");
-}
-
-// `compute` waits for the collectives issued so far
-static inline int zero_nccl_join(ZeroNccl* c, cudaStream_t compute) {
-    if (zero_nccl_cuda(cudaEventRecord(c->done, c->stream), "cudaEventRecord") != 0) { return -1; }
-    return zero_nccl_cuda(cudaStreamWaitEvent(compute, c->done, 0), "cudaStreamWaitEvent");
 }
 
 // in place: buf (count) becomes the sum over ranks
