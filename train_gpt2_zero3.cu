@@ -660,9 +660,9 @@ static void gpt2_backward(GPT2* m, int B, int T, int last_micro) {
 
 // The optimizer step of either engine (their AdamW uses the betas and eps given at init):
 // global norm of the mean gradient, clipping, AdamW on every tensor (weight decay per
-// tensor as TensorRange.decay). seed: the device engine's stochastic rounding. The device
-// engine queues it all on the GPU: the norm is read with gpt2_step_norm once the stream has
-// passed the step.
+// tensor as TensorRange.decay). seed: the device engine's stochastic rounding. Without
+// offload the device engine queues it all on the GPU (with offload the host runs the CPU
+// Adam); either way the norm is read with gpt2_step_norm once the stream has passed the step.
 static void gpt2_update(GPT2* m, float lr, float weight_decay, float grad_clip, int t, uint64_t seed) {
     NVTX_PUSH("optimizer");
     if (m->use_engine) {

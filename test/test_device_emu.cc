@@ -191,12 +191,12 @@ int main(int argc, char** argv) {
             next[i] = adamw_param_step(next[i], grad[i] * scale, &rm[i], &rv[i], lr, beta1, beta2, eps, decay[i], bc1, bc2);
         }
         P.push_back(next);
-        double ne = fabs((double)zero_dev_norm(&d) - norm) / norm;
-        if (ne > max_norm_err) { max_norm_err = ne; }
-        double wait = -1.0;
+        double wait = -1.0;  // (zero_dev_wait_ms synchronizes the compute stream, as the trainer does before reading the norm)
         if (zero_dev_wait_ms(&d, &wait) != 0 || !(wait >= 0.0)) {
             check("zero_dev_wait_ms answers", 0, "%g ms %g", wait, 0.0);
         }
+        double ne = fabs((double)zero_dev_norm(&d) - norm) / norm;
+        if (ne > max_norm_err) { max_norm_err = ne; }
     }
     // the end of training: a pending --dpu update applied, then a forward sees the last parameters
     if (zero_dev_flush(&d) != 0 || run_pass(0, 0, 1, P.back(), 0) != 0) {

@@ -34,7 +34,7 @@ done
 if "$PY" -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
 else bad "py_compile dev/bench_torch_gpt2.py: $(tail -1 "$tmp/err")"; fi
 if command -v shellcheck > /dev/null; then
-    new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh test/test_scripts.sh)
+    new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/gpu_bundle.sh test/test_scripts.sh)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
     else bad "shellcheck: $(grep -m1 -E '^In |SC[0-9]+' "$tmp/sc")"; fi
 fi
@@ -227,5 +227,14 @@ if grep -q 'flops_per_token = 6.0 \* matmul_params + 12.0 \* Ld \* tc.T \* Cd' t
 else
     bad "bench_torch_gpt2.py's FLOP count differs from train_gpt2_zero3.cu's formula"
 fi
+
+# ---------------------------------------------------------------------------
+# gpu_bundle.sh: refuses what it cannot do, with a message (its pack and run need the
+# network and a GPU machine; checked by hand, see the README)
+bash scripts/gpu_bundle.sh > "$tmp/gb" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q usage "$tmp/gb"; then ok "gpu_bundle.sh without a mode: usage, exit 2"; else bad "gpu_bundle.sh without a mode: exit $rc"; fi
+bash scripts/gpu_bundle.sh run "$tmp/none" > "$tmp/gb" 2>&1; rc=$?
+if [ $rc -eq 1 ] && grep -q "bundle.tar.xz not found" "$tmp/gb"; then ok "gpu_bundle.sh run without a bundle: says so, exit 1"
+else bad "gpu_bundle.sh run without a bundle: exit $rc: $(head -1 "$tmp/gb")"; fi
 
 finish

@@ -220,13 +220,14 @@ __global__ void zero_dev_wait_stop_kernel(unsigned long long* clock) { clock[1] 
 // The compute stream waits for ev (recorded at the end of collectives or copies), timed on
 // the GPU: one kernel reads the clock as the stream reaches the wait, another adds the time
 // elapsed once it is over. When ev has already passed at issue time the stream cannot
-// stall on it, and neither kernel is queued (each costs a launch).
+// stall on it, and neither kernel is queued. Each timed wait costs two launches (a few
+// microseconds), and a wait that stalls nothing still counts the gap between the two
+// kernels: the figure is an upper bound, fine at the scale of a collective.
 static int zero_dev_wait(ZeroDev* d, cudaEvent_t ev) {
     cudaError_t q = cudaEventQuery(ev);
     if (q != cudaSuccess && q != cudaErrorNotReady) { return zero_dev_cuda(q, "cudaEventQuery"); }
     int timed = q == cudaErrorNotReady;
-    if (timed) {
-        (void)cudaGetLastError();  // "not ready" is an answer, not an error for the next check to report
+    if (timed) {  // ("not ready" is not left as the runtime's last error)
         zero_dev_wait_start_kernel<<<1, 1, 0, d->compute>>>(d->wait_clock);
         if (zero_dev_cuda(cudaGetLastError(), "the wait clock") != 0) { return -1; }
     }
@@ -258,7 +259,8 @@ static int zero_dev_wait_ms(ZeroDev* d, double* ms) {
 }
 
 // the norm of the last step's mean gradient, before clipping; valid once the compute
-// stream has passed that step (zero_dev_step copies it to the host as its last work)
+// stream has passed that step (without offload zero_dev_step queues its copy to the host;
+// the trainer reads it after its end-of-step synchronization)
 static float zero_dev_norm(const ZeroDev* d) { return d->host_norm[1]; }
 
 // ----------------------------------------------------------------------------
@@ -675,7 +677,7 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
     } else {
         adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
         if (zero_dev_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
-        if (sum_ranks) {  // 8 bytes, left out of the traffic counters (the host engine's MPI sum is too)
+        if (sum_ranks) {  // 8 bytes, left out of the model's traffic counters (the report leaves the host engine's scalar sums out too)
             if (zero_nccl_after(&d->nccl, s) != 0 ||
                 zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm, d->nccl.stream),
                                 "the norm's all-reduce") != 0 ||
