@@ -7,7 +7,8 @@
  and all-gathers at N > 1, the pools and their simulation-sized counts, persistence,
  prefetch and the live budget at stage 3, gradient accumulation, the offload hand-offs
  (gradient shards out, updated shards in) and --dpu's one-step delay, the norm and
- clipping on the "GPU", and the master gathered for checkpoints. What it cannot check:
+ clipping on the "GPU", the master gathered for checkpoints, and a resume from the state a
+ checkpoint holds. What it cannot check:
  the kernels (test/test_kernels*_gpu.cu) and the ordering between streams (everything
  here runs in call order).
 
@@ -20,6 +21,7 @@
 
  usage: test_device_emu -z stage [-o 1 (offload cpu)] [-p 1 (dpu)] [-a micro-steps]
         [-n steps] [-f prefetch] [-t persistence threshold] [-l max live] [-c clip]
+        [-r K (checkpoint after K steps, resumed into a new engine)]
  prints "PASS ..." / "FAIL ..." lines; exit 1 on any failure.
 */
 #include <stdio.h>            // printf
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
-    int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2;
+    int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2, resume_at = -1;
     long long persistence = 100, max_live = 1000000000LL;
     float clip = 1.0f;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-t") == 0) { persistence = atoll(argv[i + 1]); }
         else if (strcmp(argv[i], "-l") == 0) { max_live = atoll(argv[i + 1]); }
         else if (strcmp(argv[i], "-c") == 0) { clip = (float)atof(argv[i + 1]); }
+        else if (strcmp(argv[i], "-r") == 0) { resume_at = atoi(argv[i + 1]); }
         else { fprintf(stderr, "test_device_emu: unknown flag %s\n", argv[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
     }
 
@@ -98,11 +101,14 @@ int main(int argc, char** argv) {
     zc.param_persistence_threshold = persistence;
     zc.max_live_parameters = max_live;
     ZeroDev d;
-    if (zero_dev_init(&d, &zc, sp.unit_numel, nu, sp.tensors, sp.num_tensors, sp.train, sp.train_len, sp.fwd, sp.fwd_len,
-                      rank_ == 0 ? init.data() : NULL, NULL, beta1, beta2, eps, dpu, 1) != 0) {
-        fprintf(stderr, "FAIL rank %d: zero_dev_init: %s\n", rank_, llmc_errmsg());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    auto engine_init = [&](ZeroDev* e, const float* params) {
+        if (zero_dev_init(e, &zc, sp.unit_numel, nu, sp.tensors, sp.num_tensors, sp.train, sp.train_len, sp.fwd, sp.fwd_len,
+                          rank_ == 0 ? params : NULL, NULL, beta1, beta2, eps, dpu, 1) != 0) {
+            fprintf(stderr, "FAIL rank %d: zero_dev_init: %s\n", rank_, llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    };
+    engine_init(&d, init.data());
 
     // the reference: P[j], the parameters after j updates; the model sees P[k] at step k,
     // or P[max(k - 1, 0)] with dpu
@@ -148,8 +154,30 @@ int main(int argc, char** argv) {
     };
 
     double max_norm_err = 0.0;
+    int floor = 0;  // dpu: the last update applied at once (a checkpoint flushes the pending one)
     for (int step = 0; step < steps; step++) {
-        const std::vector<float>& vis = P[dpu ? (step > 0 ? step - 1 : 0) : step];
+        if (step == resume_at) {
+            // a checkpoint as the trainer writes one (the pending update applied, then the
+            // fp32 master, the moments and the compute copy of this rank), read back into a
+            // new engine made from other parameters, which carries on in the old one's place
+            if (zero_dev_flush(&d) != 0) { fprintf(stderr, "FAIL rank %d: %s\n", rank_, llmc_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
+            floor = step;
+            std::vector<float> other(total, 0.25f);
+            ZeroDev e;
+            engine_init(&e, other.data());
+            size_t np = 0, np2 = 0;
+            const floatX* ps = zero_dev_param_state(&d, &np);
+            floatX* ps2 = zero_dev_param_state(&e, &np2);
+            if (np != np2 || e.opt_elems != d.opt_elems) { check("checkpoint sizes agree", 0, "%g vs %g", (double)np, (double)np2); }
+            memcpy(e.master, d.master, d.opt_elems * sizeof(float));
+            memcpy(e.m, d.m, d.opt_elems * sizeof(float));
+            memcpy(e.v, d.v, d.opt_elems * sizeof(float));
+            memcpy(ps2, ps, np * sizeof(floatX));
+            if (zero_dev_after_load(&e) != 0) { fprintf(stderr, "FAIL rank %d: %s\n", rank_, llmc_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
+            zero_dev_free(&d);
+            d = e;  // (nothing points into the struct between steps)
+        }
+        const std::vector<float>& vis = P[dpu ? (step - 1 > floor ? step - 1 : floor) : step];
         // a forward alone first (validation's), then the micro-steps
         if (run_pass(0, 0, 1, vis, step == 0) != 0) { fprintf(stderr, "FAIL rank %d: %s\n", rank_, llmc_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
         long calls0 = d.nccl.calls[ZERO_ALLREDUCE] + d.nccl.calls[ZERO_REDUCE_SCATTER];
@@ -235,8 +263,8 @@ int main(int argc, char** argv) {
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0) {
-        printf("%s: stage %d offload %d dpu %d accum %d ranks %d prefetch %d persistence %lld max_live %lld clip %g\n",
-               all == 0 ? "ok" : "FAILED", stage, offload, dpu, accum, world_, prefetch, persistence, max_live, clip);
+        printf("%s: stage %d offload %d dpu %d accum %d ranks %d prefetch %d persistence %lld max_live %lld clip %g resume %d\n",
+               all == 0 ? "ok" : "FAILED", stage, offload, dpu, accum, world_, prefetch, persistence, max_live, clip, resume_at);
     }
     MPI_Finalize();
     return all == 0 ? 0 : 1;

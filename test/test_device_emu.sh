@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The device engine (zero3/device.cuh) on the CPU, through test/emu (see
 # test/test_device_emu.cc): every stage at 1-4 ranks against a plain fp32 reference, with
-# gradient accumulation, stage 3's prefetch / persistence / live budget, CPU offload and
-# --dpu. Each run checks its fetches, norms, reductions per step and the gathered master.
+# gradient accumulation, stage 3's prefetch / persistence / live budget, CPU offload,
+# --dpu and resume. Each run checks its fetches, norms, reductions per step and the
+# gathered master.
 source "$(dirname "$0")/lib.sh"
 EMU=./build/test_device_emu
 export ASAN_OPTIONS=detect_leaks=0   # Open MPI's own allocations at exit are not ours to free
@@ -33,4 +34,10 @@ for n in 1 3; do
         emu "$n" -z "$z" -o 1 -p 1 -n 4
     done
 done
+# resume: the state a checkpoint holds, read into a new engine after 2 of 4 steps (the
+# pending --dpu update applied first, as a checkpoint does)
+for z in 0 1 2 3; do emu 2 -z "$z" -n 4 -r 2 -t 0; done
+emu 3 -z 3 -n 4 -r 2
+emu 3 -z 2 -o 1 -n 4 -r 2
+emu 3 -z 3 -o 1 -p 1 -n 5 -r 2
 finish
