@@ -80,19 +80,41 @@ build/test_comm_mpi: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
 build/test_comm_mpi_chunk: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
 	$(MPICC) $(CFLAGS) -DZERO_COMM_CHUNK=7 $< -o $@
 
-# The GPU trainer's device engine (zero3/device.cuh) on the CPU: a copy with each kernel
-# launch `k<<<cfg>>>(args)` rewritten to `emu_launch(k, cfg)(args)`, built with g++
-# against test/emu's CUDA runtime, NCCL (over MPI) and AdamW launchers, under
-# AddressSanitizer (an offset off by one in a shard copy reads or writes outside a buffer).
-MPICXX ?= mpicxx
-build/emu/zero3/device.cuh: zero3/device.cuh | build
-	mkdir -p build/emu/zero3
-	sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<(.*)>>>\(/emu_launch(\1, \2)(/' $< > $@
-	@! grep -n '<<<' $@ || { echo "a launch left unrewritten in $@"; rm -f $@; exit 1; }
-build/test_device_emu: test/test_device_emu.cc build/emu/zero3/device.cuh $(wildcard test/emu/*.h test/emu/llmc/*.cuh) \
-                       zero3/nccl.cuh $(LLMC_HEADERS) | build
-	$(MPICXX) -O1 -g -fsanitize=address -fno-omit-frame-pointer -fopenmp -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized \
-	  -D_GNU_SOURCE -DENABLE_FP32 -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+# The CUDA code on the CPU (test/emu's runtime, cuBLAS and NCCL stand-ins): copies under
+# build/emu with each kernel launch `k<<<cfg>>>(args)` rewritten to `emu_launch(k, cfg)(args)`
+# and each `extern __shared__ T name[];` to EMU_DYNAMIC_SMEM(T, name), built with g++.
+MPICXX   ?= mpicxx
+CXX      ?= g++
+EMU_SED   = sed -E -e 's/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/' \
+                   -e 's/extern __shared__ ([A-Za-z_0-9]+) ([A-Za-z_0-9]+)\[\];/EMU_DYNAMIC_SMEM(\1, \2);/'
+EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) zero3/device.cuh test/test_kernels_gpu.cu test/test_kernels2_gpu.cu \
+                                     train_gpt2_zero3.cu)
+EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*/*.h test/emu/engine/llmc/*.cuh test/emu/cub/device/*.cuh) \
+            zero3/nccl.cuh $(LLMC_HEADERS)
+build/emu/%: % | build
+	@mkdir -p $(dir $@)
+	$(EMU_SED) $< > $@
+	@! grep -n '<<<\|extern __shared__' $@ || { echo "left unrewritten in $@"; rm -f $@; exit 1; }
+EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-unknown-pragmas -fopenmp -D_GNU_SOURCE -DLLMC_EMU
+
+# the device engine, with AddressSanitizer (an offset off by one in a shard copy reads or
+# writes outside a buffer); its AdamW launchers computed directly (test/emu/engine)
+build/test_device_emu: test/test_device_emu.cc $(EMU_DEPS) | build
+	$(MPICXX) -O1 -g -fsanitize=address -fno-omit-frame-pointer $(EMU_FLAGS) -DENABLE_FP32 \
+	  -Itest/emu/engine -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+# the kernels' GPU tests, fp32 and bf16 (the second without its cuBLASLt matmul tests)
+EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
+build/test_kernels_emu build/test_kernels_emu_fp32: build/test_kernels_emu%: $(EMU_DEPS) | build
+	$(CXX) -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ \
+	  -Ibuild/emu -Itest/emu -I. $(BLAS_CFLAGS) build/emu/test/test_kernels_gpu.cu -o $@ $(BLAS_LIBS) -lm
+build/test_kernels2_emu build/test_kernels2_emu_fp32: build/test_kernels2_emu%: $(EMU_DEPS) | build
+	$(CXX) -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ \
+	  -Ibuild/emu -Itest/emu -I. $(BLAS_CFLAGS) build/emu/test/test_kernels2_gpu.cu -o $@ $(BLAS_LIBS) -lm
+# the GPU trainer itself, bf16 and fp32, every kernel and the device engine emulated (slow:
+# for tiny models)
+build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zero3_emu%: $(EMU_DEPS) | build
+	$(MPICXX) -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ \
+	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) build/emu/train_gpt2_zero3.cu -o $@ $(PKG_LIBS)
 
 # built without -march=native: the run-time ISA dispatch is what gets tested
 build/test_cpu_adam: test/test_cpu_adam.c zero3/cpu_adam.h llmc/adamw.h | build
@@ -103,7 +125,7 @@ UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/tes
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu
 
 test: deps
-	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS)
+	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32
 	bash test/run_all.sh $(UNIT_TESTS)
 
 build/bench_sgemm: dev/bench_sgemm.c | build

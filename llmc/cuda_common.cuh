@@ -8,6 +8,7 @@
 
 #include <stdio.h>          // fprintf
 #include <stdlib.h>         // exit
+#include <time.h>           // clock_gettime (host builds of gpu_clock_ns)
 #include <cuda_runtime.h>   // cudaError_t, cudaGetErrorString, streams
 #include <cuda_bf16.h>      // __nv_bfloat16 and its conversions
 #include <cublas_v2.h>      // cublasStatus_t for cublasCheck
@@ -62,11 +63,18 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
     return v;
 }
 
-// the GPU's global clock (%globaltimer), in nanoseconds: timing on the GPU itself
+// the GPU's global clock (%globaltimer), in nanoseconds: timing on the GPU itself (built
+// by a host compiler, for test/emu's CPU emulation: the host's monotonic clock)
 __device__ __forceinline__ unsigned long long gpu_clock_ns(void) {
+#if defined(__CUDACC__)
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+#endif
 }
 
 #endif // LLMC_CUDA_COMMON_CUH

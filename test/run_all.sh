@@ -45,6 +45,13 @@ run_suite "ZeRO stages (MPI)"     bash test/test_zero.sh
 run_suite "offload (MPI)"         bash test/test_offload.sh
 run_suite "run scripts"           bash test/test_scripts.sh
 run_suite "device engine (CPU)"   bash test/test_device_emu.sh
+# the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16
+for t in build/test_kernels_emu_fp32 build/test_kernels_emu build/test_kernels2_emu_fp32 build/test_kernels2_emu; do
+    run_suite "$(basename "$t") (kernels emulated on the CPU)" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t"
+done
+# the GPU trainer's end-to-end suite (make test-gpu's), the CUDA code emulated on the CPU
+run_suite "GPU trainer (emulated on the CPU)" env GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
+    bash test/test_gpu_trainer.sh
 run_suite "CUDA kernels compile"  bash test/test_cuda_build.sh
 
 echo

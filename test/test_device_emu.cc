@@ -2,15 +2,16 @@
  The GPU trainer's device engine (zero3/device.cuh) run on the CPU: its logic, at 1-4
  ranks, without a GPU. Built by the Makefile from a copy of device.cuh whose kernel
  launches go through emu_launch, against test/emu's CUDA runtime (host memory, every call
- done at once), NCCL (MPI collectives) and AdamW launchers (llmc/adamw.h on the host).
+ done at once) and NCCL (MPI collectives).
  What it checks is what a GPU with one rank cannot: the shard offsets of reduce-scatters
  and all-gathers at N > 1, the pools and their simulation-sized counts, persistence,
  prefetch and the live budget at stage 3, gradient accumulation, the offload hand-offs
  (gradient shards out, updated shards in) and --dpu's one-step delay, the norm and
  clipping on the "GPU", the master gathered for checkpoints, and a resume from the state a
  checkpoint holds. What it cannot check:
- the kernels (test/test_kernels*_gpu.cu) and the ordering between streams (everything
- here runs in call order).
+ the ordering between streams (everything here runs in call order). Its AdamW launchers
+ are computed directly (test/emu/engine); the real kernels are checked, emulated, by
+ build/test_kernels2_emu.
 
  The model is GPT-2's units, tensors and schedules (llmc/trainer.h's gpt2_engine_spec)
  at a tiny size. Each micro-step walks the training schedule as the GPU trainer does,
@@ -24,6 +25,7 @@
         [-r K (checkpoint after K steps, resumed into a new engine)]
  prints "PASS ..." / "FAIL ..." lines; exit 1 on any failure.
 */
+#define EMU_DEFINE_GLOBALS    // test/emu/cuda_runtime.h's globals live here
 #include <stdio.h>            // printf
 #include <stdlib.h>           // atoi, atof
 #include <string.h>           // strcmp
@@ -33,7 +35,6 @@
 #include "llmc/trainer.h"     // gpt2_engine_spec: GPT-2's units, tensors and schedules
 #include "zero3/device.cuh"   // the device engine (the launch-rewritten copy: see the Makefile)
 
-dim3 blockIdx, threadIdx, blockDim, gridDim;  // the emulated launches' (test/emu/cuda_runtime.h)
 
 static int rank_ = 0, world_ = 1, failures = 0;
 

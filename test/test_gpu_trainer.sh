@@ -28,8 +28,11 @@
 #                     its report, bit-identical resume; --dpu's one-step delay, exactly
 #   refusals          --zero-backend device with NVMe offload, or with ranks sharing a GPU
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, losses, maxdiff, within, expect_error
-GPU=./train_gpt2_zero3
-GPU32=./train_gpt2_zero3_fp32
+# (GPU and GPU32 may name the emulated builds, build/train_gpt2_zero3_emu{,_fp32}: the same
+# tests with the CUDA code run on the CPU, see test/emu)
+GPU=${GPU:-./train_gpt2_zero3}
+GPU32=${GPU32:-./train_gpt2_zero3_fp32}
+EMULATED=0; case "$GPU" in *_emu) EMULATED=1 ;; esac
 CPU=./train_gpt2_zero3_cpu
 for b in $GPU $GPU32 $CPU; do
     [ -x "$b" ] || { bad "missing binary $b (build: make train_gpt2_zero3 train_gpt2_zero3_fp32 train_gpt2_zero3_cpu)"; finish; exit 1; }
@@ -294,11 +297,17 @@ same_losses fp32 a1vs3 0 "stage 3: validation and sampling between steps leave t
 # the fused flash attention (--attention flash) in the trainer. Its kernel tests hold its
 # outputs to 1e-4 of each tensor's largest value against the CPU (fp32): about 100x the
 # ulp-level differences behind the 1e-4 of the fp32 GPU-vs-CPU losses, so 1e-3 here;
-# bf16 against the cuBLAS path: the bf16 tolerance of 0.05
-gpu_run fl32 $GPU32 $RUN --attention flash || bad "fp32 flash-attention run"
-same_losses fp32 fl32 1e-3 "flash attention = cuBLAS attention (fp32, 10 steps)"
-gpu_run flb $GPU $RUN --attention flash || bad "bf16 flash-attention run"
-same_losses bf16 flb 0.05 "flash attention = cuBLAS attention (bf16, 10 steps)"
+# bf16 against the cuBLAS path: the bf16 tolerance of 0.05. The reference model's heads of
+# 16 are not a size the kernel is built for (refused, naming it): d2's two heads of 64, on
+# tinyshakespeare.
+expect_error "flash attention with heads of 16" "head size 16" $GPU32 $RUN --attention flash
+FL="-e d2 -b 4 -t 64 -x 4 -l 1e-3 -v 0 -s 0"
+gpu_run flc32 $GPU32 $FL || bad "fp32 d2 run"
+gpu_run fl32 $GPU32 $FL --attention flash || bad "fp32 flash-attention run"
+same_losses flc32 fl32 1e-3 "flash attention = cuBLAS attention (fp32, d2, 4 steps)"
+gpu_run flcb $GPU $FL || bad "bf16 d2 run"
+gpu_run flb $GPU $FL --attention flash || bad "bf16 flash-attention run"
+same_losses flcb flb 0.05 "flash attention = cuBLAS attention (bf16, d2, 4 steps)"
 
 # ---------------------------------------------------------------------------
 # the host-staged backend (--zero-backend host). The engine's arithmetic is the CPU
@@ -366,8 +375,20 @@ fi
 # ---------------------------------------------------------------------------
 # what the device backend refuses
 expect_error "device backend with NVMe offload refused" "for NVMe and parameter offload" $GPU $RUN -z 3 --offload-optimizer nvme --nvme-path "$tmp" --zero-backend device
-# this machine has one GPU: two ranks would share it, which NCCL cannot
-if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
+# this machine has one GPU: two ranks would share it, which NCCL cannot. Emulated (test/emu),
+# every rank has a "GPU" of its own: the device backend then runs on 2 and 4 ranks (the
+# same global batch), the multi-rank paths a one-GPU machine cannot, against single-rank
+# stage 0 (fp32, the host backend's tolerance)
+if [ "$EMULATED" = 1 ]; then
+    for n in 2 4; do
+        for z in 0 1 2 3; do
+            gpu_mrun "dn${n}z$z" "$n" $GPU32 ${RUN/-b 8/-b $((8 / n))} -z "$z" --zero-backend device $P0 || bad "device backend N=$n stage $z run"
+            same_losses fp32 "dn${n}z$z" 2e-5 "device backend N=$n stage $z = single-rank stage 0"
+        done
+    done
+    gpu_mrun dn2off 2 $GPU32 ${RUN/-b 8/-b 4} -z 2 --zero-backend device --offload-optimizer cpu || bad "device backend N=2 offload run"
+    same_losses fp32 dn2off 2e-5 "device backend N=2 stage 2 with CPU offload = single-rank stage 0"
+elif [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
     expect_error "device backend with 2 ranks on 1 GPU refused" "one GPU per rank" $MPIRUN -np 2 $GPU $RUN --zero-backend device
 fi
 

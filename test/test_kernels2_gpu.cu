@@ -45,6 +45,8 @@
    rounded to float: within 1e-6 relative of the CPU's double sum; and bit-identical twice.
  - flash attention: see the comment above test_attention_flash.
 
+ Also built for the CPU emulation (test/emu: build/test_kernels2_emu).
+
  Build (see the Makefile's test-gpu):
    nvcc -O3 -std=c++17 -arch=sm_90 -I. [-DENABLE_FP32] test/test_kernels2_gpu.cu -o ... \
         -lcublas -lcublasLt -lopenblas -Xcompiler -fopenmp
@@ -821,7 +823,6 @@ int main(void) {
     void* ws = NULL;
     size_t ws_bytes = 0;
     cublaslt_init(&lt, &ws, &ws_bytes);
-
     test_matmul(lt, ws, ws_bytes, s);
     test_classifier(s);
     test_adamw(s);

@@ -8,7 +8,9 @@
 #define EMU_NCCL_H
 
 #include <mpi.h>      // the collectives
+#include <vector>     // bf16 sums in fp32
 #include <cuda_runtime.h>  // cudaStream_t (the emulated runtime here)
+#include <cuda_bf16.h>     // __nv_bfloat16
 #include <stddef.h>   // size_t
 #include <string.h>   // memset
 
@@ -28,23 +30,47 @@ static inline ncclResult_t ncclCommDestroy(ncclComm_t c) { delete c; return nccl
 static inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 static inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 
-// fp32 and fp64 only: the emulated engine is built with ENABLE_FP32
+// fp32 and fp64 as themselves; bf16 sums are done in fp32 and rounded once (NCCL rounds
+// after each hop of its ring: at one rank the two agree, both being copies)
 static inline MPI_Datatype emu_nccl_type(ncclDataType_t t) {
-    return t == ncclFloat32 ? MPI_FLOAT : t == ncclFloat64 ? MPI_DOUBLE : MPI_DATATYPE_NULL;
+    return t == ncclFloat32 ? MPI_FLOAT : t == ncclFloat64 ? MPI_DOUBLE : t == ncclBfloat16 ? MPI_UNSIGNED_SHORT : MPI_DATATYPE_NULL;
 }
-static inline size_t emu_nccl_size(ncclDataType_t t) { return t == ncclFloat64 ? 8 : 4; }
+static inline size_t emu_nccl_size(ncclDataType_t t) { return t == ncclFloat64 ? 8 : t == ncclBfloat16 ? 2 : 4; }
+
+static inline std::vector<float> emu_nccl_widen(const void* p, size_t n) {
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) { f[i] = (float)((const __nv_bfloat16*)p)[i]; }
+    return f;
+}
+static inline void emu_nccl_narrow(void* p, const std::vector<float>& f) {
+    for (size_t i = 0; i < f.size(); i++) { ((__nv_bfloat16*)p)[i] = __nv_bfloat16(f[i]); }
+}
 
 static inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t,
                                          ncclComm_t, cudaStream_t) {
     if (emu_nccl_type(t) == MPI_DATATYPE_NULL) { return ncclInvalidArgument; }
-    int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_nccl_type(t), MPI_SUM, MPI_COMM_WORLD);
+    int rc;
+    if (t == ncclBfloat16) {
+        std::vector<float> f = emu_nccl_widen(send, count);
+        rc = MPI_Allreduce(MPI_IN_PLACE, f.data(), (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        emu_nccl_narrow(recv, f);
+    } else {
+        rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_nccl_type(t), MPI_SUM, MPI_COMM_WORLD);
+    }
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
 
 static inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t,
-                                             ncclComm_t, cudaStream_t) {
+                                             ncclComm_t c, cudaStream_t) {
     if (emu_nccl_type(t) == MPI_DATATYPE_NULL) { return ncclInvalidArgument; }
-    int rc = MPI_Reduce_scatter_block(send, recv, (int)count, emu_nccl_type(t), MPI_SUM, MPI_COMM_WORLD);
+    int rc;
+    if (t == ncclBfloat16) {
+        std::vector<float> f = emu_nccl_widen(send, count * (size_t)c->world), out(count);
+        rc = MPI_Reduce_scatter_block(f.data(), out.data(), (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        emu_nccl_narrow(recv, out);
+    } else {
+        rc = MPI_Reduce_scatter_block(send, recv, (int)count, emu_nccl_type(t), MPI_SUM, MPI_COMM_WORLD);
+    }
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
 

@@ -1,8 +1,9 @@
 /*
  llmc/adamw.cuh for the emulated device engine (test/test_device_emu.cc): the same
- launchers, computed on the host with llmc/adamw.h's functions (the kernels themselves
- are tested on a GPU by test/test_kernels*_gpu.cu). Sums of squares in double, rounded
- to float like the GPU's.
+ launchers, computed directly on the host with llmc/adamw.h's functions, because the
+ real kernels' fixed 512 x 256-thread norm takes seconds per call as emulated fibers
+ (they are tested, emulated, by build/test_kernels2_emu, and on a GPU by
+ test/test_kernels2_gpu.cu). Sums of squares in double, rounded to float like the GPU's.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH

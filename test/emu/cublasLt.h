@@ -1,0 +1,126 @@
+/*
+ cublasLt.h on the CPU (see cuda_runtime.h here): the descriptors and cublasLtMatmul as
+ llmc/matmul.cuh uses them, with cuBLASLt's documented meaning, column-major:
+   D (m,n) = epilogue(alpha op(A) op(B) + beta C),  C = D here
+ op(X) = X or its transpose as TRANSA / TRANSB say, each matrix as its layout describes it
+ (rows, columns, leading dimension: element (i, j) at i + j*ld); fp32 products (OpenBLAS's
+ sgemm, through cublas_v2.h's emu_cublas_product);
+ epilogues: BIAS adds bias[i] to row i; GELU applies the tanh-approximated GELU; GELU_AUX
+ also writes the value before GELU to the aux matrix (leading dimension AUX_LD). Outputs
+ are rounded to their type once. The GPU's own kernels sum in another order: a test that
+ passes here passes on the GPU only within its stated tolerances, and cuBLASLt's GELU
+ approximation is not documented exactly (the tests' tolerances allow for it).
+*/
+#ifndef EMU_CUBLASLT_H
+#define EMU_CUBLASLT_H
+
+#include <stdint.h>         // int64_t
+#include <math.h>           // tanhf
+#include <string.h>         // memcpy
+#include "cublas_v2.h"      // cublasStatus_t, cublasOperation_t, cudaDataType, cublasComputeType_t
+
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
+    CUBLASLT_EPILOGUE_GELU_AUX = 160, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164
+} cublasLtEpilogue_t;
+typedef enum {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 10,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 11
+} cublasLtMatmulDescAttributes_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+
+typedef struct EmuLt { int unused; }* cublasLtHandle_t;
+typedef struct EmuLtDesc {
+    cublasOperation_t ta, tb;
+    cublasLtEpilogue_t epilogue;
+    const void* bias;
+    void* aux;
+    int64_t aux_ld;
+}* cublasLtMatmulDesc_t;
+typedef struct EmuLtLayout { cudaDataType type; uint64_t rows, cols; int64_t ld; }* cublasLtMatrixLayout_t;
+typedef struct EmuLtPref { uint64_t workspace; }* cublasLtMatmulPreference_t;
+typedef struct { int id; } cublasLtMatmulAlgo_t;
+typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; cublasStatus_t state; float wavesCount; } cublasLtMatmulHeuristicResult_t;
+
+static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = new EmuLt(); return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t, cudaDataType) {
+    *d = new EmuLtDesc{CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                                            const void* buf, size_t size) {
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: if (size != sizeof(d->ta)) { break; } memcpy(&d->ta, buf, size); return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_TRANSB: if (size != sizeof(d->tb)) { break; } memcpy(&d->tb, buf, size); return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: if (size != sizeof(d->epilogue)) { break; } memcpy(&d->epilogue, buf, size); return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: if (size != sizeof(void*)) { break; } memcpy(&d->bias, buf, size); return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: if (size != sizeof(void*)) { break; } memcpy(&d->aux, buf, size); return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: if (size != sizeof(int64_t)) { break; } memcpy(&d->aux_ld, buf, size); return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType t, uint64_t rows, uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows) { return CUBLAS_STATUS_INVALID_VALUE; }  // column-major: ld >= rows
+    *l = new EmuLtLayout{t, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new EmuLtPref{0}; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t,
+                                                                  const void* buf, size_t size) {
+    if (size != sizeof(uint64_t)) { return CUBLAS_STATUS_INVALID_VALUE; }
+    memcpy(&p->workspace, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                                            cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                            cublasLtMatmulPreference_t, int requested,
+                                                            cublasLtMatmulHeuristicResult_t* out, int* found) {
+    if (requested < 1) { return CUBLAS_STATUS_INVALID_VALUE; }
+    memset(out, 0, sizeof(*out));
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static inline void emu_lt_store(void* p, cudaDataType t, size_t i, float v) {
+    if (t == CUDA_R_32F) { ((float*)p)[i] = v; } else { ((__nv_bfloat16*)p)[i] = __nv_bfloat16(v); }
+}
+
+static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha,
+                                            const void* A, cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb,
+                                            const void* beta, const void* C, cublasLtMatrixLayout_t lc,
+                                            void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*,
+                                            void*, size_t, cudaStream_t) {
+    uint64_t m = ld->rows, n = ld->cols;
+    uint64_t k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
+    // the shapes must agree, as cuBLASLt checks them
+    if ((d->ta == CUBLAS_OP_N ? la->rows : la->cols) != m || (d->tb == CUBLAS_OP_N ? lb->rows : lb->cols) != k ||
+        (d->tb == CUBLAS_OP_N ? lb->cols : lb->rows) != n || lc->rows != m || lc->cols != n) {
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    int e = d->epilogue;
+    int has_bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int gelu = e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
+               e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int has_aux = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if ((has_bias && d->bias == NULL) || (has_aux && (d->aux == NULL || d->aux_ld < (int64_t)m))) { return CUBLAS_STATUS_INVALID_VALUE; }
+    float al = *(const float*)alpha, be = *(const float*)beta;
+    std::vector<float> acc;
+    emu_cublas_product(d->ta, d->tb, (int)m, (int)n, (int)k, A, la->type, (int)la->ld, B, lb->type, (int)lb->ld, acc);
+    for (uint64_t j = 0; j < n; j++) {
+        for (uint64_t i = 0; i < m; i++) {
+            float v = al * acc[i + j * m] + (be != 0.0f ? be * emu_cublas_load(C, lc->type, i + j * (uint64_t)lc->ld) : 0.0f);
+            if (has_bias) { v += emu_cublas_load(d->bias, ld->type, i); }
+            if (has_aux) { emu_lt_store(d->aux, ld->type, i + j * (uint64_t)d->aux_ld, v); }
+            if (gelu) { v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+            emu_lt_store(D, ld->type, i + j * (uint64_t)ld->ld, v);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#endif // EMU_CUBLASLT_H
