@@ -104,17 +104,16 @@ build/test_device_emu: test/test_device_emu.cc $(EMU_DEPS) | build
 	  -Itest/emu/engine -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 # the kernels' GPU tests, fp32 and bf16 (the second without its cuBLASLt matmul tests)
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
+# (a whole program from one rewritten .cu: fp32 when the target's name says so)
+EMU_PROGRAM = -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ -Ibuild/emu -Itest/emu -I.
 build/test_kernels_emu build/test_kernels_emu_fp32: build/test_kernels_emu%: $(EMU_DEPS) | build
-	$(CXX) -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ \
-	  -Ibuild/emu -Itest/emu -I. $(BLAS_CFLAGS) build/emu/test/test_kernels_gpu.cu -o $@ $(BLAS_LIBS) -lm
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/test_kernels_gpu.cu -o $@ $(BLAS_LIBS) -lm
 build/test_kernels2_emu build/test_kernels2_emu_fp32: build/test_kernels2_emu%: $(EMU_DEPS) | build
-	$(CXX) -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ \
-	  -Ibuild/emu -Itest/emu -I. $(BLAS_CFLAGS) build/emu/test/test_kernels2_gpu.cu -o $@ $(BLAS_LIBS) -lm
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/test_kernels2_gpu.cu -o $@ $(BLAS_LIBS) -lm
 # the GPU trainer itself, bf16 and fp32, every kernel and the device engine emulated (slow:
 # for tiny models)
 build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zero3_emu%: $(EMU_DEPS) | build
-	$(MPICXX) -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ \
-	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) build/emu/train_gpt2_zero3.cu -o $@ $(PKG_LIBS)
+	$(MPICXX) $(EMU_PROGRAM) $(PKG_CFLAGS) build/emu/train_gpt2_zero3.cu -o $@ $(PKG_LIBS)
 
 # built without -march=native: the run-time ISA dispatch is what gets tested
 build/test_cpu_adam: test/test_cpu_adam.c zero3/cpu_adam.h llmc/adamw.h | build

@@ -156,7 +156,7 @@ typedef struct ZeroDev {
     float* norm_scratch;          // GLOBAL_NORM_SCRATCH_FLOATS
     float* norm_out;              // (3,): [0] this rank's squared norm, [1] AdamW's gradient scale, [2] the norm
     double* norm_sum;             // (1,) the squared norm summed over ranks
-    float* host_norm;             // (2,) pinned: [0] the squared norm (offload), [1] the step's norm (zero_dev_norm)
+    float* host_norm;             // (2,) pinned: [0] AdamW's gradient scale (read by offload's CPU Adam), [1] the step's norm (zero_dev_norm)
     // waiting on communication (zero_dev_wait)
     unsigned long long* wait_clock; // (2,) on the GPU: [0] when the compute stream reached a wait, [1] the waits' total (ns)
     double host_wait_ms;          // the host's waits for the gradient copies (offload), cumulative
@@ -650,50 +650,40 @@ static int zero_dev_share_params(ZeroDev* d) {
 // (one launch each; an element's stochastic rounding bits depend on its place in the
 // padded model, so every stage draws the same bits for it), then the updated parameters
 // go to every rank. The gradients are sums over ranks: the 1/world of the mean is folded
-// into AdamW's gradient scale. Without offload the host does not wait: the norm's sum over
-// ranks (stages 1-3: each rank holds the squares of its shards) is an NCCL all-reduce, the
-// scale is computed on the GPU and read there by AdamW, and the norm is copied to the host
-// for zero_dev_norm. With offload the CPU Adam needs the scale on the host, and waits for
-// the gradient copies anyway.
+// into AdamW's gradient scale. The norm, its sum over ranks (an NCCL all-reduce) and the
+// scale are computed on the GPU, where AdamW reads the scale: without offload the host does
+// not wait. With offload the CPU Adam waits for the scale, and for the gradient copies anyway.
 static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_clip, int t, uint64_t seed) {
     cudaStream_t s = d->compute;
     if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
     if (d->stage == 0) { global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
     else if (d->stage == 1) { global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
     else { global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
-    int sum_ranks = d->stage >= 1 && d->world > 1;
-    float grad_scale = 1.0f;         // offload: the scale, computed here
-    const float* scale_dev = NULL;   // otherwise: where AdamW finds it on the GPU
-    if (d->offload) {
-        if (zero_dev_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out, sizeof(float), cudaMemcpyDeviceToHost, s), "copying the norm") != 0 ||
-            zero_dev_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) {
+    // this rank's squared norm widened to double, summed over ranks at stages 1-3 (each rank
+    // holds the squares of its shards), then the scale and the norm: all on the GPU
+    adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
+    if (zero_dev_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
+    if (d->stage >= 1 && d->world > 1) {  // 8 bytes, left out of the model's traffic counters (the report leaves the host engine's scalar sums out too)
+        if (zero_nccl_after(&d->nccl, s) != 0 ||
+            zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm, d->nccl.stream),
+                            "the norm's all-reduce") != 0 ||
+            zero_dev_join(d) != 0) {
             return -1;
         }
-        double sumsq = (double)d->host_norm[0];
-        if (sum_ranks && MPI_Allreduce(MPI_IN_PLACE, &sumsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
-            return llmc_error("zero device: the norm's all-reduce failed");
-        }
-        grad_scale = adamw_grad_scale(sumsq, d->world, grad_clip, &d->host_norm[1]);
-    } else {
-        adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
-        if (zero_dev_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
-        if (sum_ranks) {  // 8 bytes, left out of the model's traffic counters (the report leaves the host engine's scalar sums out too)
-            if (zero_nccl_after(&d->nccl, s) != 0 ||
-                zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm, d->nccl.stream),
-                                "the norm's all-reduce") != 0 ||
-                zero_dev_join(d) != 0) {
-                return -1;
-            }
-        }
-        adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->world, grad_clip);
-        if (zero_dev_cuda(cudaGetLastError(), "the gradient scale") != 0 ||
-            zero_dev_cuda(cudaMemcpyAsync(&d->host_norm[1], d->norm_out + 2, sizeof(float), cudaMemcpyDeviceToHost, s),
-                          "copying the norm") != 0) {
-            return -1;
-        }
-        scale_dev = d->norm_out + 1;
     }
+    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->world, grad_clip);
+    // the scale and the norm to the host: read after the trainer's end-of-step
+    // synchronization (zero_dev_norm), or at once with offload, whose CPU Adam needs the scale
+    if (zero_dev_cuda(cudaGetLastError(), "the gradient scale") != 0 ||
+        zero_dev_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out + 1, 2 * sizeof(float), cudaMemcpyDeviceToHost, s),
+                      "copying the norm") != 0) {
+        return -1;
+    }
+    const float* scale_dev = d->norm_out + 1;  // AdamW on the GPU reads it there
+    float grad_scale = 1.0f;                   // the CPU Adam's copy (offload)
     if (d->offload) {
+        if (zero_dev_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) { return -1; }
+        grad_scale = d->host_norm[0];
         // every gradient shard is on the host once the copy stream is through (which also
         // ends every earlier upload from an h_params buffer)
         double w0 = zero_dev_now_ms();

@@ -30,7 +30,6 @@
 
 #include <stdlib.h>      // aligned_alloc, free
 #include <string.h>      // memset, memcpy
-#include <math.h>        // sqrt
 #include "llmc/utils.h"  // llmc_error
 #include "llmc/adamw.h"  // grad_norm_squared, adamw_grad_scale
 #include "zero3/plan.h"  // ZeroPlan: padded units and shards
