@@ -1,13 +1,33 @@
 /*
- Encodes a UTF-8 text file with GPT-2's BPE into one llm.c data shard, or writes
- the tokenizer (decoder) file of the vocabulary.
+ Encodes a UTF-8 text file with GPT-2's BPE into llm.c data shards, or writes the
+ tokenizer (decoder) file of the vocabulary.
 
-   ./tokenize [--encoder PATH] [--vocab PATH] IN.txt OUT.bin
+   ./tokenize [--encoder PATH] [--vocab PATH] [--sections SEP] IN.txt OUT.bin
+   ./tokenize [--encoder PATH] [--vocab PATH] [--sections SEP] --val-tokens N IN.txt VAL.bin TRAIN.bin
    ./tokenize [--encoder PATH] [--vocab PATH] --tokenizer-file OUT.bin
 
  Shard format: 256 x int32 little-endian header ([0]=20240520 magic, [1]=1 version,
- [2]=number of tokens), then the tokens as uint16 little-endian. The whole file is
- encoded as one document: no <|endoftext|> is added.
+ [2]=number of tokens), then the tokens as uint16 little-endian.
+
+ Documents. Without --sections the whole file is encoded as one piece of text and no
+ <|endoftext|> is added. With --sections SEP the text is cut after every SEP into
+ sections, as llm.c's dev/data/tinyshakespeare.py does with SEP = "\n\n":
+   - each section is a document and <|endoftext|> comes *before* it (so the stream
+     starts with one);
+   - each section keeps its SEP at its end; only the last has none (llm.c meant to drop
+     the separators but kept them, and keeps that for backwards compatibility);
+   - each section is encoded on its own: BPE never sees across a section boundary, so a
+     "\n\n" at the end of a section is one token (628) instead of the "\n" "\n" that
+     the regex gives when a word follows it.
+ SEP may use the escapes \n, \t, \r and \\ so that a shell needs no special quoting.
+
+ Split. With --val-tokens N the first N tokens go to VAL.bin and the rest to
+ TRAIN.bin: llm.c's validation split (N = 32768 for tinyshakespeare).
+
+ Vocabulary. The defaults dev/data/gpt2/encoder.json and vocab.bpe are relative to the
+ repository root. When they are not found from the current directory they are looked
+ up next to the executable (`make tokenize` puts it in the root), so ./tokenize works
+ from anywhere; --encoder and --vocab are used exactly as given.
 
  Outputs are written to OUT.tmp and renamed, and the tmp file is removed on any
  error, so OUT is either complete or absent.
@@ -15,26 +35,40 @@
  build (from the repo root):
    gcc -O2 -Wall -Wextra -I. dev/tokenize.c -o tokenize $(pkg-config --cflags --libs libpcre2-8 libcjson)
 */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE          // memmem (the Makefile defines it already)
+#endif
 #include <stdio.h>           // printf, fprintf, fopen, fwrite, rename, remove
-#include <stdlib.h>          // free, exit
-#include <string.h>          // strcmp, strlen, strerror
+#include <stdlib.h>          // free, exit, strtoull
+#include <string.h>          // strcmp, strlen, strerror, memmem
 #include <stdint.h>          // uint16_t, int32_t
 #include <errno.h>           // errno for the messages
+#include <limits.h>          // PATH_MAX
+#include <unistd.h>          // access, readlink, getcwd
 #include "llmc/utils.h"      // llmc_error, llmcCheck, mallocCheck
 #include "llmc/tokenizer.h"  // Bpe: bpe_init, bpe_encode, bpe_write_tokenizer_file
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
 #define SHARD_HEADER_INTS 256
+#define DEFAULT_ENCODER "dev/data/gpt2/encoder.json"
+#define DEFAULT_VOCAB "dev/data/gpt2/vocab.bpe"
 
 static void usage(FILE* fp) {
     fprintf(fp,
-        "usage: ./tokenize [--encoder PATH] [--vocab PATH] IN.txt OUT.bin\n"
+        "usage: ./tokenize [--encoder PATH] [--vocab PATH] [--sections SEP] IN.txt OUT.bin\n"
+        "       ./tokenize [--encoder PATH] [--vocab PATH] [--sections SEP] --val-tokens N IN.txt VAL.bin TRAIN.bin\n"
         "       ./tokenize [--encoder PATH] [--vocab PATH] --tokenizer-file OUT.bin\n"
         "  IN.txt OUT.bin          encode IN.txt (UTF-8) with GPT-2 BPE into one data shard\n"
+        "  --sections SEP          cut the text after every SEP into documents, each preceded by\n"
+        "                          <|endoftext|> and encoded on its own; SEP keeps its place at the\n"
+        "                          end of its section (llm.c's tinyshakespeare: --sections '\\n\\n');\n"
+        "                          escapes \\n \\t \\r \\\\ are understood\n"
+        "  --val-tokens N          the first N tokens go to VAL.bin, the rest to TRAIN.bin\n"
         "  --tokenizer-file OUT    write the tokenizer (decoder) file of the vocabulary\n"
-        "  --encoder PATH          encoder.json (default dev/data/gpt2/encoder.json)\n"
-        "  --vocab PATH            vocab.bpe (default dev/data/gpt2/vocab.bpe)\n"
+        "  --encoder PATH          encoder.json (default " DEFAULT_ENCODER ", from the current\n"
+        "                          directory or else next to this executable)\n"
+        "  --vocab PATH            vocab.bpe (default " DEFAULT_VOCAB ", looked up the same way)\n"
         "  -h, --help              this help\n");
 }
 
@@ -90,11 +124,104 @@ static void die(const char* msg) {
     exit(EXIT_FAILURE);
 }
 
+// ----------------------------------------------------------------------------
+// finding the vocabulary
+
+// The default vocabulary path rel (relative to the repo root) as it exists: from the
+// current directory, else from the directory of this executable, which `make tokenize`
+// puts in the repo root. Only for the defaults: a path the user gives is used as it is.
+// out gets the path found (cap bytes); 0, or -1 with a message naming every path tried.
+static int vocab_path_find(const char* rel, const char* flag, char* out, size_t cap) {
+    if (access(rel, F_OK) == 0) {
+        snprintf(out, cap, "%s", rel);
+        return 0;
+    }
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) == NULL) { snprintf(cwd, sizeof(cwd), "."); }
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) {
+        return llmc_error("cannot find %s/%s, nor this executable's directory (/proc/self/exe: %s); pass %s PATH",
+                          cwd, rel, strerror(errno), flag);
+    }
+    exe[len] = '\0';
+    *strrchr(exe, '/') = '\0';  // the directory: readlink gives an absolute path
+    if (snprintf(out, cap, "%s/%s", exe, rel) < (int)cap && access(out, F_OK) == 0) { return 0; }
+    if (strcmp(cwd, exe) == 0) {  // run from the executable's own directory: one place tried
+        return llmc_error("cannot find %s/%s; pass %s PATH", cwd, rel, flag);
+    }
+    return llmc_error("cannot find %s: tried %s/%s (from the current directory) and %s/%s "
+                      "(next to the executable); pass %s PATH", rel, cwd, rel, exe, rel, flag);
+}
+
+// ----------------------------------------------------------------------------
+// documents
+
+// SEP from the command line with \n, \t, \r and \\ turned into their bytes, in a new
+// NUL-terminated string (*len bytes); 0, or -1 for an empty SEP or an unknown escape
+static int sections_unescape(const char* arg, char** sep, size_t* len) {
+    char* s = mallocCheck(strlen(arg) + 1);
+    size_t n = 0;
+    for (const char* p = arg; *p != '\0'; p++) {
+        if (*p != '\\') { s[n++] = *p; continue; }
+        p++;
+        if (*p == 'n') { s[n++] = '\n'; }
+        else if (*p == 't') { s[n++] = '\t'; }
+        else if (*p == 'r') { s[n++] = '\r'; }
+        else if (*p == '\\') { s[n++] = '\\'; }
+        else {
+            free(s);
+            return llmc_error("--sections '%s': unknown escape '\\%.1s' (known: \\n \\t \\r \\\\)", arg, p);
+        }
+    }
+    if (n == 0) { free(s); return llmc_error("--sections: the separator is empty"); }
+    s[n] = '\0';
+    *sep = s;
+    *len = n;
+    return 0;
+}
+
+// Encodes text as documents cut after every sep (see the top comment): for each
+// section, <|endoftext|> and then its tokens, BPE run on the section alone.
+// *out is malloc'd; 0, or -1 with a message (invalid UTF-8: its byte offset).
+static int sections_encode(Bpe* bpe, const char* text, size_t size, const char* sep, size_t sep_len,
+                           uint16_t** out, size_t* n_out) {
+    // checked here once so that the message gives the offset in the file, not in a section
+    size_t bad = bpe_utf8_invalid_at(text, size);
+    if (bad != size) {
+        return llmc_error("invalid UTF-8 at byte offset %zu (byte 0x%02x)", bad, (unsigned char)text[bad]);
+    }
+    // every token covers at least one byte, and each of the at most size / sep_len + 1
+    // sections adds one <|endoftext|>
+    uint16_t* toks = mallocCheck((size + size / sep_len + 1) * sizeof(uint16_t));
+    size_t n = 0, start = 0;
+    while (1) {
+        const char* hit = memmem(text + start, size - start, sep, sep_len);
+        size_t end = hit != NULL ? (size_t)(hit - text) + sep_len : size;  // the sep stays in its section
+        uint16_t* piece;
+        size_t k;
+        if (bpe_encode(bpe, text + start, end - start, &piece, &k) != 0) { free(toks); return -1; }
+        toks[n++] = (uint16_t)bpe->eot_token;
+        memcpy(toks + n, piece, k * sizeof(uint16_t));
+        n += k;
+        free(piece);
+        if (hit == NULL) { break; }
+        start = end;
+    }
+    *out = toks;
+    *n_out = n;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+
 int main(int argc, char** argv) {
-    const char* encoder_path = "dev/data/gpt2/encoder.json";
-    const char* vocab_path = "dev/data/gpt2/vocab.bpe";
+    const char* encoder_arg = NULL;   // NULL: the default, looked up by vocab_path_find
+    const char* vocab_arg = NULL;
     const char* tokenizer_out = NULL;
-    const char* positional[2];
+    const char* sections_arg = NULL;
+    const char* val_tokens_arg = NULL;
+    const char* positional[3];
     int n_positional = 0;
     char msg[1200];
     for (int i = 1; i < argc; i++) {
@@ -103,35 +230,62 @@ int main(int argc, char** argv) {
             usage(stdout);
             return 0;
         }
-        int takes_value = strcmp(a, "--encoder") == 0 || strcmp(a, "--vocab") == 0 ||
-                          strcmp(a, "--tokenizer-file") == 0;
-        if (takes_value) {
+        const char** value = strcmp(a, "--encoder") == 0 ? &encoder_arg
+                           : strcmp(a, "--vocab") == 0 ? &vocab_arg
+                           : strcmp(a, "--tokenizer-file") == 0 ? &tokenizer_out
+                           : strcmp(a, "--sections") == 0 ? &sections_arg
+                           : strcmp(a, "--val-tokens") == 0 ? &val_tokens_arg
+                           : NULL;
+        if (value != NULL) {
             if (i + 1 >= argc) {
-                snprintf(msg, sizeof(msg), "option %s needs a PATH (see -h)", a);
+                snprintf(msg, sizeof(msg), "option %s needs a value (see -h)", a);
                 die(msg);
             }
-            const char* v = argv[++i];
-            if (strcmp(a, "--encoder") == 0) { encoder_path = v; }
-            else if (strcmp(a, "--vocab") == 0) { vocab_path = v; }
-            else { tokenizer_out = v; }
+            *value = argv[++i];
         } else if (a[0] == '-' && a[1] != '\0') {
             snprintf(msg, sizeof(msg), "unknown option %s (see -h)", a);
             die(msg);
         } else {
-            if (n_positional == 2) {
+            if (n_positional == 3) {
                 snprintf(msg, sizeof(msg), "too many arguments: unexpected %s (see -h)", a);
                 die(msg);
             }
             positional[n_positional++] = a;
         }
     }
-    if (tokenizer_out != NULL && n_positional != 0) {
-        die("--tokenizer-file takes no IN.txt OUT.bin arguments (see -h)");
+    if (tokenizer_out != NULL && (n_positional != 0 || sections_arg != NULL || val_tokens_arg != NULL)) {
+        die("--tokenizer-file takes no IN.txt OUT.bin arguments, --sections or --val-tokens (see -h)");
     }
-    if (tokenizer_out == NULL && n_positional != 2) {
+    if (tokenizer_out == NULL && val_tokens_arg == NULL && n_positional != 2) {
         die("expected IN.txt OUT.bin (see -h)");
     }
+    if (val_tokens_arg != NULL && n_positional != 3) {
+        die("--val-tokens N expects IN.txt VAL.bin TRAIN.bin (see -h)");
+    }
+    size_t val_tokens = 0;
+    if (val_tokens_arg != NULL) {
+        char* end;
+        errno = 0;
+        unsigned long long v = strtoull(val_tokens_arg, &end, 10);
+        if (val_tokens_arg[0] < '0' || val_tokens_arg[0] > '9' || *end != '\0' || errno != 0 || v == 0 || v > INT32_MAX) {
+            snprintf(msg, sizeof(msg), "--val-tokens '%s': expected a token count from 1 to %d", val_tokens_arg, INT32_MAX);
+            die(msg);
+        }
+        val_tokens = (size_t)v;
+    }
+    char* sep = NULL;
+    size_t sep_len = 0;
+    if (sections_arg != NULL && sections_unescape(sections_arg, &sep, &sep_len) != 0) { die(llmc_errmsg()); }
 
+    char encoder_found[PATH_MAX + 64], vocab_found[PATH_MAX + 64];
+    if (encoder_arg == NULL && vocab_path_find(DEFAULT_ENCODER, "--encoder", encoder_found, sizeof(encoder_found)) != 0) {
+        die(llmc_errmsg());
+    }
+    if (vocab_arg == NULL && vocab_path_find(DEFAULT_VOCAB, "--vocab", vocab_found, sizeof(vocab_found)) != 0) {
+        die(llmc_errmsg());
+    }
+    const char* encoder_path = encoder_arg != NULL ? encoder_arg : encoder_found;
+    const char* vocab_path = vocab_arg != NULL ? vocab_arg : vocab_found;
     Bpe bpe;
     if (bpe_init(&bpe, encoder_path, vocab_path) != 0) { die(llmc_errmsg()); }
 
@@ -143,22 +297,36 @@ int main(int argc, char** argv) {
     }
 
     const char* in_path = positional[0];
-    const char* out_path = positional[1];
     char* text;
     size_t size;
     if (tokenizer_slurp(in_path, &text, &size) != 0) { bpe_free(&bpe); die(llmc_errmsg()); }
     uint16_t* tokens;
     size_t n;
-    if (bpe_encode(&bpe, text, size, &tokens, &n) != 0) {
+    int rc = sep != NULL ? sections_encode(&bpe, text, size, sep, sep_len, &tokens, &n)
+                         : bpe_encode(&bpe, text, size, &tokens, &n);
+    free(text);
+    free(sep);
+    bpe_free(&bpe);
+    if (rc != 0) {
         snprintf(msg, sizeof(msg), "%s: %s", in_path, llmc_errmsg());
-        free(text);
-        bpe_free(&bpe);
         die(msg);
     }
-    free(text);
-    if (shard_write(out_path, tokens, n) != 0) { free(tokens); bpe_free(&bpe); die(llmc_errmsg()); }
-    printf("wrote %zu tokens to %s (from %zu bytes of %s)\n", n, out_path, size, in_path);
+    if (val_tokens_arg != NULL && n <= val_tokens) {
+        snprintf(msg, sizeof(msg), "%s: %zu tokens, so --val-tokens %zu leaves none for %s",
+                 in_path, n, val_tokens, positional[2]);
+        free(tokens);
+        die(msg);
+    }
+    // one shard, or the first val_tokens to VAL.bin and the rest to TRAIN.bin
+    int n_shards = val_tokens_arg != NULL ? 2 : 1;
+    const char* out_paths[2] = {positional[1], positional[2]};
+    size_t first[2] = {0, val_tokens};
+    size_t count[2] = {n_shards == 2 ? val_tokens : n, n - val_tokens};
+    for (int s = 0; s < n_shards; s++) {
+        if (shard_write(out_paths[s], tokens + first[s], count[s]) != 0) { free(tokens); die(llmc_errmsg()); }
+        printf("wrote %zu tokens to %s (from %zu bytes of %s%s)\n", count[s], out_paths[s], size, in_path,
+               sections_arg != NULL ? ", in sections" : "");
+    }
     free(tokens);
-    bpe_free(&bpe);
     return 0;
 }

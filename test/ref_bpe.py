@@ -5,10 +5,16 @@ straight from its definition, with Python's `regex` module (the engine GPT-2's
 own encoder uses) and GPT-2's pattern verbatim.
 
   /usr/bin/python3 test/ref_bpe.py [--encoder PATH] [--vocab PATH] IN.txt OUT.bin
+  /usr/bin/python3 test/ref_bpe.py [--encoder PATH] [--vocab PATH] --llmc-split N IN.txt VAL.bin TRAIN.bin
 
 writes one llm.c data shard: 256 x int32 little-endian header
 ([0]=20240520 magic, [1]=1 version, [2]=token count), then uint16 tokens.
 The file is read as bytes and decoded as strict UTF-8 (no newline translation).
+
+--llmc-split N follows llm.c's dev/data/tinyshakespeare.py step by step instead
+(N = 32768 there): the text is split on "\\n\\n", every piece is a document that
+<|endoftext|> precedes, every piece but the last gets its "\\n\\n" back, each piece
+is encoded alone; the first N tokens go to VAL.bin, the others to TRAIN.bin.
 """
 import argparse
 import json
@@ -85,6 +91,18 @@ class Reference:
         return ids
 
 
+def llmc_documents(ref, text):
+    """token stream of llm.c's tinyshakespeare procedure (see the top of the file)"""
+    eot = ref.encoder["<|endoftext|>"]
+    pieces = text.split("\n\n")
+    ids = []
+    for i, piece in enumerate(pieces):
+        last = i == len(pieces) - 1
+        ids.append(eot)
+        ids.extend(ref.encode(piece if last else piece + "\n\n"))
+    return ids
+
+
 def write_shard(path, ids):
     header = [0] * 256
     header[0], header[1], header[2] = 20240520, 1, len(ids)
@@ -99,14 +117,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--encoder", default="dev/data/gpt2/encoder.json")
     ap.add_argument("--vocab", default="dev/data/gpt2/vocab.bpe")
+    ap.add_argument("--llmc-split", type=int, metavar="N",
+                    help="llm.c's tinyshakespeare documents; the first N tokens to VAL.bin")
     ap.add_argument("input")
-    ap.add_argument("output")
+    ap.add_argument("outputs", nargs="+", metavar="OUT.bin")
     args = ap.parse_args()
+    if len(args.outputs) != (1 if args.llmc_split is None else 2):
+        ap.error("expected OUT.bin, or VAL.bin TRAIN.bin with --llmc-split")
     with open(args.input, "rb") as f:
         text = f.read().decode("utf-8")
-    ids = Reference(args.encoder, args.vocab).encode(text)
-    write_shard(args.output, ids)
-    print("wrote %d tokens to %s" % (len(ids), args.output))
+    ref = Reference(args.encoder, args.vocab)
+    if args.llmc_split is None:
+        shards = [ref.encode(text)]
+    else:
+        ids = llmc_documents(ref, text)
+        shards = [ids[:args.llmc_split], ids[args.llmc_split:]]
+    for path, ids in zip(args.outputs, shards):
+        write_shard(path, ids)
+        print("wrote %d tokens to %s" % (len(ids), path))
 
 
 if __name__ == "__main__":
