@@ -25,6 +25,7 @@
 #include <math.h>     // sqrtf
 #include "llmc/utils.h"  // llmc_error
 #include "llmc/rand.h"   // Rng, rng_normal for init
+#include "zero3/cpu_adam.h"  // cpu_adam_f32_to_bf16: fp32 -> bf16, round to nearest even
 
 #define GPT2_MODEL_MAGIC 20240326
 #define GPT2_MODEL_VERSION_FP32 3
@@ -330,16 +331,36 @@ fail:
     return -1;
 }
 
-// Writes an llm.c version 3 (fp32) model file from the unit-major buffer. Writes to a
-// temporary name and renames, so a crash or a full disk never leaves a torn file.
-static int gpt2_write_model(const char* path, const GPT2Config* c, const float* params) {
+// writes n parameters as bf16, each rounded to nearest even as torch's .to(bfloat16)
+// does (llm.c's Python writes its bf16 files that way), through a small buffer so that
+// no bf16 copy of the model is needed; 1 if all were written
+static int gpt2_fwrite_bf16(const float* src, size_t n, FILE* fp) {
+    uint16_t buf[8192];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < sizeof(buf) / sizeof(buf[0]) && i < n; k++, i++) { buf[k] = cpu_adam_f32_to_bf16(src[i]); }
+        if (fwrite(buf, sizeof(uint16_t), k, fp) != k) { return 0; }
+    }
+    return 1;
+}
+
+// Writes an llm.c model file from the unit-major buffer: version 3 (fp32), or version 5
+// (bf16), the one llm.c's default (bf16) GPU trainer requires. Both have the same
+// header (llm.c's reader takes maxT, V, L, NH, C and Vp from it) and the same kind-major
+// order with wte padded to Vp rows; version 5 stores every parameter, layernorms
+// included, as bf16. Writes to a temporary name and renames, so a crash or a full disk
+// never leaves a torn file.
+static int gpt2_write_model_version(const char* path, const GPT2Config* c, const float* params, int version) {
+    if (version != GPT2_MODEL_VERSION_FP32 && version != GPT2_MODEL_VERSION_BF16) {
+        return llmc_error("cannot write model file %s as version %d: only 3 (fp32) and 5 (bf16) exist", path, version);
+    }
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) { return llmc_error("model path too long: %s", path); }
     FILE* fp = fopen(tmp, "wb");
     if (fp == NULL) { return llmc_error("cannot write model file %s: %s", tmp, strerror(errno)); }
     int32_t header[256] = {0};
     header[0] = GPT2_MODEL_MAGIC;
-    header[1] = GPT2_MODEL_VERSION_FP32;
+    header[1] = version;
     header[2] = c->max_seq_len;
     header[3] = c->vocab_size;
     header[4] = c->num_layers;
@@ -356,7 +377,8 @@ static int gpt2_write_model(const char* path, const GPT2Config* c, const float* 
         for (int i = 0; i < nt && ok; i++) {
             if (ranges[i].kind != k) { continue; }
             const float* src = params + gpt2_unit_offset(c, ranges[i].unit) + ranges[i].offset;
-            ok = fwrite(src, sizeof(float), ranges[i].size, fp) == ranges[i].size;
+            ok = version == GPT2_MODEL_VERSION_FP32 ? fwrite(src, sizeof(float), ranges[i].size, fp) == ranges[i].size
+                                                    : gpt2_fwrite_bf16(src, ranges[i].size, fp);
         }
     }
     free(ranges);
@@ -372,6 +394,11 @@ static int gpt2_write_model(const char* path, const GPT2Config* c, const float* 
         return llmc_error("cannot rename %s to %s: %s", tmp, path, strerror(err));
     }
     return 0;
+}
+
+// the version 3 (fp32) file: llm.c's CPU trainer and its fp32 GPU build read it
+static int gpt2_write_model(const char* path, const GPT2Config* c, const float* params) {
+    return gpt2_write_model_version(path, c, params, GPT2_MODEL_VERSION_FP32);
 }
 
 // ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /*
  Criterion tests of the model description (llmc/gpt2.h) and the trainer's flags
- (llmc/args.h): descriptors, the unit layout, llm.c model files (round trip, bf16,
- every kind of bad file), init, and flag parsing errors.
+ (llmc/args.h): descriptors, the unit layout, llm.c model files (round trips in fp32
+ and bf16, bf16's rounding, every kind of bad file), init, and flag parsing errors.
 */
 #include <criterion/criterion.h>  // Test, cr_assert*
 #include <stdio.h>                // FILE, fopen, fwrite
@@ -43,6 +43,23 @@ static void write_bytes(const char* path, const void* data, size_t n) {
     fclose(fp);
 }
 
+// fp32 -> bf16 bits, round to nearest even, spelled out (no NaN here): the upper half,
+// plus one when the lower half is past the midpoint, or at it with the upper half odd
+static uint16_t bf16_round(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    uint32_t hi = bits >> 16, lo = bits & 0xFFFF;
+    if (lo > 0x8000 || (lo == 0x8000 && (hi & 1))) { hi++; }
+    return (uint16_t)hi;
+}
+
+static float bf16_to_float(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
+}
+
 // builds the bytes of an llm.c model file from unit-major params, independently of
 // gpt2_write_model: kind by kind, each block kind for all layers
 static size_t build_file(const GPT2Config* c, const float* params, int version, unsigned char* out) {
@@ -70,7 +87,7 @@ static size_t build_file(const GPT2Config* c, const float* params, int version, 
             for (size_t i = 0; i < s[k]; i++) {
                 float x = params[off + i];
                 if (version == 3) { memcpy(out + pos, &x, 4); pos += 4; }
-                else { uint32_t bits; memcpy(&bits, &x, 4); uint16_t b = (uint16_t)(bits >> 16); memcpy(out + pos, &b, 2); pos += 2; }
+                else { uint16_t b = bf16_round(x); memcpy(out + pos, &b, 2); pos += 2; }
             }
         }
     }
@@ -217,6 +234,100 @@ Test(model_file, reads_bf16, .init = make_tmpdir, .fini = remove_tmpdir) {
     cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
     cr_assert_eq(memcmp(p, q, n * sizeof(float)), 0);
     free(p); free(q); free(bytes);
+}
+
+// reads a whole file into a new buffer
+static unsigned char* read_all(const char* path, size_t* len) {
+    FILE* fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "cannot open %s", path);
+    fseek(fp, 0, SEEK_END);
+    *len = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char* b = malloc(*len);
+    cr_assert_eq(fread(b, 1, *len, fp), *len);
+    fclose(fp);
+    return b;
+}
+
+// llm.c's bf16 file (version 5), the one its default GPU trainer requires: llm.c's header,
+// kind-major order, every parameter rounded to the nearest bf16
+Test(model_file, writes_bf16, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    size_t n = gpt2_num_params(&c);
+    float* p = malloc(n * sizeof(float));
+    // values with all 23 fraction bits in use, so nearly every one is rounded
+    for (size_t i = 0; i < n; i++) { p[i] = sinf((float)i * 0.37f) * 3.0f + (float)i * 1e-4f; }
+    char path[512];
+    tmp_path(path, "m_bf16.bin");
+    cr_assert_eq(gpt2_write_model_version(path, &c, p, GPT2_MODEL_VERSION_BF16), 0, "%s", llmc_errmsg());
+    size_t len;
+    unsigned char* got = read_all(path, &len);
+    cr_assert_eq(len, 1024 + 2 * n, "a bf16 file is the header and 2 bytes a parameter: %zu bytes", len);
+    int32_t h[8];
+    memcpy(h, got, sizeof(h));
+    cr_assert_eq(h[0], 20240326); cr_assert_eq(h[1], 5);
+    cr_assert_eq(h[2], c.max_seq_len); cr_assert_eq(h[3], c.vocab_size); cr_assert_eq(h[4], c.num_layers);
+    cr_assert_eq(h[5], c.num_heads); cr_assert_eq(h[6], c.channels); cr_assert_eq(h[7], c.padded_vocab_size);
+    unsigned char* expect = malloc(1024 + 2 * n);
+    cr_assert_eq(build_file(&c, p, 5, expect), len);
+    cr_assert_eq(memcmp(got, expect, len), 0, "file bytes differ from llm.c's layout, rounded to nearest even");
+    // reads back to the rounded parameters exactly
+    GPT2Config c2;
+    float* q = NULL;
+    cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
+    cr_assert_eq(memcmp(&c, &c2, sizeof(c)), 0);
+    for (size_t i = 0; i < n; i++) {
+        float want = bf16_to_float(bf16_round(p[i]));
+        cr_assert(q[i] == want, "parameter %zu: read %a, bf16 of %a is %a", i, q[i], p[i], want);
+    }
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    cr_assert_neq(access(tmp, F_OK), 0, "temporary file left behind");
+    free(p); free(q); free(expect); free(got);
+}
+
+// ties go to the even neighbour, the rest to the nearest: where truncation (what the
+// reader's widening undoes exactly) would be wrong
+Test(model_file, bf16_rounds_to_nearest_even, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    size_t n = gpt2_num_params(&c);
+    float* p = calloc(n, sizeof(float));
+    // bf16 keeps 7 fraction bits: next to 1.0 its step is 2^-7
+    struct { float in; uint16_t out; } cases[] = {
+        {1.0f + 0x1p-8f, 0x3F80},              // tie between 1 (even) and 1 + 2^-7: down
+        {1.0f + 3 * 0x1p-8f, 0x3F82},          // tie between 1 + 2^-7 (odd) and 1 + 2^-6: up
+        {1.0f + 0x1p-8f + 0x1p-20f, 0x3F81},   // just past the tie: up
+        {1.0f + 0x1p-8f - 0x1p-20f, 0x3F80},   // just before it: down
+        {-(1.0f + 3 * 0x1p-8f), 0xBF82},       // the same with a sign
+        {0x1.fffffep127f, 0x7F80},             // past the largest bf16: infinity
+        {-0.0f, 0x8000},
+    };
+    size_t nc = sizeof(cases) / sizeof(cases[0]);
+    for (size_t i = 0; i < nc; i++) { p[i] = cases[i].in; }  // the first elements of wte, first in the file
+    char path[512];
+    tmp_path(path, "round.bin");
+    cr_assert_eq(gpt2_write_model_version(path, &c, p, GPT2_MODEL_VERSION_BF16), 0, "%s", llmc_errmsg());
+    size_t len;
+    unsigned char* got = read_all(path, &len);
+    for (size_t i = 0; i < nc; i++) {
+        uint16_t b;
+        memcpy(&b, got + 1024 + 2 * i, 2);
+        cr_assert_eq(b, cases[i].out, "%a was written as 0x%04x, not 0x%04x", cases[i].in, b, cases[i].out);
+        cr_assert_eq(bf16_round(cases[i].in), cases[i].out, "the test's own rounding disagrees for %a", cases[i].in);
+    }
+    free(p); free(got);
+}
+
+Test(model_file, write_unknown_version, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    float* p = calloc(gpt2_num_params(&c), sizeof(float));
+    char path[512];
+    tmp_path(path, "v4.bin");
+    cr_assert_eq(gpt2_write_model_version(path, &c, p, 4), -1);
+    cr_assert_not_null(strstr(llmc_errmsg(), path), "message names the file: %s", llmc_errmsg());
+    cr_assert_not_null(strstr(llmc_errmsg(), "version 4"), "message names the version: %s", llmc_errmsg());
+    cr_assert_neq(access(path, F_OK), 0, "a file was written");
+    free(p);
 }
 
 // writes a valid fp32 file, lets `mutate` damage it, and expects a -1 whose message
