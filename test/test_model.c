@@ -43,6 +43,26 @@ static void write_bytes(const char* path, const void* data, size_t n) {
     fclose(fp);
 }
 
+// reads a whole file into a new buffer
+static unsigned char* read_all(const char* path, size_t* len) {
+    FILE* fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "cannot open %s", path);
+    fseek(fp, 0, SEEK_END);
+    *len = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char* b = malloc(*len);
+    cr_assert_eq(fread(b, 1, *len, fp), *len);
+    fclose(fp);
+    return b;
+}
+
+// a writer renames its temporary file into place: none may be left
+static void assert_no_tmp_file(const char* path) {
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    cr_assert_neq(access(tmp, F_OK), 0, "temporary file %s left behind", tmp);
+}
+
 // fp32 -> bf16 bits, round to nearest even, spelled out (no NaN here): the upper half,
 // plus one when the lower half is past the midpoint, or at it with the upper half odd
 static uint16_t bf16_round(float x) {
@@ -200,11 +220,9 @@ Test(model_file, round_trip_fp32, .init = make_tmpdir, .fini = remove_tmpdir) {
     cr_assert_eq(gpt2_write_model(path, &c, p), 0, "%s", llmc_errmsg());
     // the file's bytes are the independent kind-major serialization
     unsigned char* expect = malloc(1024 + 4 * n);
-    size_t len = build_file(&c, p, 3, expect);
-    FILE* fp = fopen(path, "rb");
-    unsigned char* got = malloc(len + 1);
-    cr_assert_eq(fread(got, 1, len + 1, fp), len, "file has the wrong size");
-    fclose(fp);
+    size_t len = build_file(&c, p, 3, expect), got_len;
+    unsigned char* got = read_all(path, &got_len);
+    cr_assert_eq(got_len, len, "file has the wrong size");
     cr_assert_eq(memcmp(got, expect, len), 0, "file bytes differ from llm.c's layout");
     // and reads back to the same parameters and config
     GPT2Config c2;
@@ -212,9 +230,7 @@ Test(model_file, round_trip_fp32, .init = make_tmpdir, .fini = remove_tmpdir) {
     cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
     cr_assert_eq(memcmp(&c, &c2, sizeof(c)), 0);
     cr_assert_eq(memcmp(p, q, n * sizeof(float)), 0);
-    char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    cr_assert_neq(access(tmp, F_OK), 0, "temporary file left behind");
+    assert_no_tmp_file(path);
     free(p); free(q); free(expect); free(got);
 }
 
@@ -234,19 +250,6 @@ Test(model_file, reads_bf16, .init = make_tmpdir, .fini = remove_tmpdir) {
     cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
     cr_assert_eq(memcmp(p, q, n * sizeof(float)), 0);
     free(p); free(q); free(bytes);
-}
-
-// reads a whole file into a new buffer
-static unsigned char* read_all(const char* path, size_t* len) {
-    FILE* fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "cannot open %s", path);
-    fseek(fp, 0, SEEK_END);
-    *len = (size_t)ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    unsigned char* b = malloc(*len);
-    cr_assert_eq(fread(b, 1, *len, fp), *len);
-    fclose(fp);
-    return b;
 }
 
 // llm.c's bf16 file (version 5), the one its default GPU trainer requires: llm.c's header,
@@ -280,14 +283,12 @@ Test(model_file, writes_bf16, .init = make_tmpdir, .fini = remove_tmpdir) {
         float want = bf16_to_float(bf16_round(p[i]));
         cr_assert(q[i] == want, "parameter %zu: read %a, bf16 of %a is %a", i, q[i], p[i], want);
     }
-    char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    cr_assert_neq(access(tmp, F_OK), 0, "temporary file left behind");
+    assert_no_tmp_file(path);
     free(p); free(q); free(expect); free(got);
 }
 
-// ties go to the even neighbour, the rest to the nearest: where truncation (what the
-// reader's widening undoes exactly) would be wrong
+// bf16 rounding: ties go to the even neighbour, the rest to the nearest; in most of
+// these cases dropping the low 16 bits (truncation) gives another answer
 Test(model_file, bf16_rounds_to_nearest_even, .init = make_tmpdir, .fini = remove_tmpdir) {
     GPT2Config c = small_config();
     size_t n = gpt2_num_params(&c);
