@@ -67,17 +67,21 @@ demo: deps
 build:
 	mkdir -p build
 
-build/test_%: test/test_%.c $(LLMC_HEADERS) | build
+build/test_%: test/unit/test_%.c $(LLMC_HEADERS) | build
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
 
+# the schedule's tests see the engine interface (zero3/zero.h), which names MPI's types
+build/test_schedule: test/unit/test_schedule.c $(LLMC_HEADERS) | build
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+
 # the reference checker includes the trainer (llm.c's TESTING idiom), so it needs mpicc
-build/test_gpt2: test/test_gpt2.c train_gpt2_zero3.c $(LLMC_HEADERS) | build
+build/test_gpt2: test/e2e/test_gpt2.c train_gpt2_zero3.c $(LLMC_HEADERS) | build
 	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 
 # multi-rank drivers: plain MPI programs (Criterion forks, so MPI stays out of it)
-build/test_comm_mpi: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
+build/test_comm_mpi: test/unit/test_comm_mpi.c zero3/comm.h zero3/util.h | build
 	$(MPICC) $(CFLAGS) $< -o $@
-build/test_comm_mpi_chunk: test/test_comm_mpi.c zero3/comm.h llmc/utils.h | build
+build/test_comm_mpi_chunk: test/unit/test_comm_mpi.c zero3/comm.h zero3/util.h | build
 	$(MPICC) $(CFLAGS) -DZERO_COMM_CHUNK=7 $< -o $@
 
 # The CUDA code on the CPU (test/emu's runtime, cuBLAS and NCCL stand-ins): copies under
@@ -87,10 +91,9 @@ MPICXX   ?= mpicxx
 CXX      ?= g++
 EMU_SED   = sed -E -e 's/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/' \
                    -e 's/extern __shared__ ([A-Za-z_0-9]+) ([A-Za-z_0-9]+)\[\];/EMU_DYNAMIC_SMEM(\1, \2);/'
-EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) zero3/device.cuh test/test_kernels_gpu.cu test/test_kernels2_gpu.cu \
-                                     train_gpt2_zero3.cu)
-EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*/*.h test/emu/engine/llmc/*.cuh test/emu/cub/device/*.cuh) \
-            zero3/nccl.cuh $(LLMC_HEADERS)
+EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) test/gpu/test_kernels_gpu.cu \
+                                     test/gpu/test_kernels2_gpu.cu train_gpt2_zero3.cu)
+EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*.cuh test/emu/*/*.h test/emu/cub/device/*.cuh) $(LLMC_HEADERS)
 build/emu/%: % | build
 	@mkdir -p $(dir $@)
 	$(EMU_SED) $< > $@
@@ -98,28 +101,29 @@ build/emu/%: % | build
 EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-unknown-pragmas -fopenmp -D_GNU_SOURCE -DLLMC_EMU
 
 # the device engine, with AddressSanitizer (an offset off by one in a shard copy reads or
-# writes outside a buffer); its AdamW launchers computed directly (test/emu/engine)
-build/test_device_emu: test/test_device_emu.cc $(EMU_DEPS) | build
+# writes outside a buffer); its AdamW launchers computed directly (test/emu/adamw_host.cuh,
+# included by the test in place of zero3/adamw.cuh)
+build/test_device_emu: test/emu/test_device_emu.cc $(EMU_DEPS) | build
 	$(MPICXX) -O1 -g -fsanitize=address -fno-omit-frame-pointer $(EMU_FLAGS) -DENABLE_FP32 \
-	  -Itest/emu/engine -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 # the kernels' GPU tests, fp32 and bf16 (the second without its cuBLASLt matmul tests)
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
 # (a whole program from one rewritten .cu: fp32 when the target's name says so)
 EMU_PROGRAM = -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ -Ibuild/emu -Itest/emu -I.
 build/test_kernels_emu build/test_kernels_emu_fp32: build/test_kernels_emu%: $(EMU_DEPS) | build
-	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/test_kernels_gpu.cu -o $@ $(BLAS_LIBS) -lm
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/gpu/test_kernels_gpu.cu -o $@ $(BLAS_LIBS) -lm
 build/test_kernels2_emu build/test_kernels2_emu_fp32: build/test_kernels2_emu%: $(EMU_DEPS) | build
-	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/test_kernels2_gpu.cu -o $@ $(BLAS_LIBS) -lm
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/gpu/test_kernels2_gpu.cu -o $@ $(BLAS_LIBS) -lm
 # the GPU trainer itself, bf16 and fp32, every kernel and the device engine emulated (slow:
 # for tiny models)
 build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zero3_emu%: $(EMU_DEPS) | build
 	$(MPICXX) $(EMU_PROGRAM) $(PKG_CFLAGS) build/emu/train_gpt2_zero3.cu -o $@ $(PKG_LIBS)
 
 # built without -march=native: the run-time ISA dispatch is what gets tested
-build/test_cpu_adam: test/test_cpu_adam.c zero3/cpu_adam.h llmc/adamw.h | build
+build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | build
 	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< -o $@ $(CRIT_FLAGS) -lm
 
-UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_config \
+UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu
 
@@ -147,13 +151,13 @@ CUDA_LIBS  = -lcublas -lcublasLt -lnccl $(if $(BLAS_DIR),-L$(BLAS_DIR) -Xlinker 
 CUDA_HEADERS = $(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) $(LLMC_HEADERS)
 GPU_TESTS = build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32
 
-build/test_kernels_gpu: test/test_kernels_gpu.cu $(CUDA_HEADERS) | build
+build/test_kernels_gpu: test/gpu/test_kernels_gpu.cu $(CUDA_HEADERS) | build
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
-build/test_kernels_gpu_fp32: test/test_kernels_gpu.cu $(CUDA_HEADERS) | build
+build/test_kernels_gpu_fp32: test/gpu/test_kernels_gpu.cu $(CUDA_HEADERS) | build
 	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< -o $@ $(CUDA_LIBS)
-build/test_kernels2_gpu: test/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
+build/test_kernels2_gpu: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
-build/test_kernels2_gpu_fp32: test/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
+build/test_kernels2_gpu_fp32: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
 	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< -o $@ $(CUDA_LIBS)
 
 # on a machine with a GPU: every kernel against the CPU ops, in fp32 and in bf16, then
@@ -161,7 +165,7 @@ build/test_kernels2_gpu_fp32: test/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
 test-gpu: deps
 	$(MAKE) all data $(GPU_TESTS) train_gpt2_zero3 train_gpt2_zero3_fp32
 	@status=0; for t in $(GPU_TESTS); do echo "=== $$t"; ./$$t || status=1; done; \
-	 echo "=== test/test_gpu_trainer.sh"; bash test/test_gpu_trainer.sh || status=1; exit $$status
+	 echo "=== test/gpu/test_gpu_trainer.sh"; bash test/gpu/test_gpu_trainer.sh || status=1; exit $$status
 
 # the GPU trainer (bf16; the fp32 build is for testing against the CPU trainer)
 MPI_CFLAGS = $(shell $(MPICC) --showme:compile 2>/dev/null)

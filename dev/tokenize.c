@@ -38,7 +38,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE          // memmem (the Makefile defines it already)
 #endif
-#include <stdio.h>           // printf, fprintf, fopen, fwrite, rename, remove
+#include <stdio.h>           // printf, fprintf, fwrite
 #include <stdlib.h>          // free, exit, strtoull
 #include <string.h>          // strcmp, strlen, strerror, memmem
 #include <stdint.h>          // uint16_t, int32_t
@@ -72,25 +72,17 @@ static void usage(FILE* fp) {
         "  -h, --help              this help\n");
 }
 
-// writes the shard to path.tmp and renames it; removes the tmp file on failure
+// writes the shard whole or not at all (AtomicFile: path.tmp, renamed once complete)
 static int shard_write(const char* path, const uint16_t* tokens, size_t n) {
     if (n > INT32_MAX) { return llmc_error("%s: %zu tokens do not fit the int32 header", path, n); }
-    size_t plen = strlen(path);
-    char* tmp = mallocCheck(plen + 5);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE* fp = fopen(tmp, "wb");
-    if (fp == NULL) {
-        int e = errno;
-        free(tmp);
-        return llmc_error("%s: cannot create %s.tmp: %s", path, path, strerror(e));
-    }
+    AtomicFile f;
+    if (atomic_open(&f, path) != 0) { return -1; }
     unsigned char header[SHARD_HEADER_INTS * 4];
     memset(header, 0, sizeof(header));
     tokenizer_write_u32le(header, SHARD_MAGIC);
     tokenizer_write_u32le(header + 4, SHARD_VERSION);
     tokenizer_write_u32le(header + 8, (uint32_t)n);
-    int ok = fwrite(header, 1, sizeof(header), fp) == sizeof(header);
+    int ok = fwrite(header, 1, sizeof(header), f.fp) == sizeof(header);
     // tokens go out in chunks, byte by byte little-endian, whatever the host order
     unsigned char buf[8192];
     for (size_t i = 0; ok && i < n;) {
@@ -99,23 +91,9 @@ static int shard_write(const char* path, const uint16_t* tokens, size_t n) {
             buf[k++] = (unsigned char)tokens[i];
             buf[k++] = (unsigned char)(tokens[i] >> 8);
         }
-        ok = fwrite(buf, 1, k, fp) == k;
+        ok = fwrite(buf, 1, k, f.fp) == k;
     }
-    int e = errno;
-    if (fclose(fp) != 0 && ok) { ok = 0; e = errno; }
-    if (!ok) {
-        remove(tmp);
-        free(tmp);
-        return llmc_error("%s: write failed: %s", path, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        remove(tmp);
-        free(tmp);
-        return llmc_error("%s: cannot rename %s.tmp into place: %s", path, path, strerror(e));
-    }
-    free(tmp);
-    return 0;
+    return atomic_commit(&f, ok);
 }
 
 // one line on stderr and exit 1: the way every error of this tool ends

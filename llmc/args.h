@@ -49,9 +49,10 @@ typedef struct {
     const char* zero_backend;    // --zero-backend auto|device|host  where the GPU trainer keeps the model states
     const char* attention;       // --attention cublas|flash  the GPU trainer's attention kernels
     int dpu;                     // --dpu 0|1  GPU trainer, optimizer offload: delay the update one step (ZeRO-Offload's DPU)
+    int save_bf16;               // --save-bf16 0|1  checkpoints' model files as llm.c's bf16 version 5
     ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
     int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
-    char warnings[4096];         // the JSON's unknown keys, printed by rank 0
+    char warnings[4096];         // the JSON's unknown and no-effect keys, settings without effect: printed by rank 0
 } TrainConfig;
 
 static void args_defaults(TrainConfig* c) {
@@ -90,9 +91,10 @@ static void args_defaults(TrainConfig* c) {
     zero_config_defaults(&c->zero);
 }
 
-static void args_usage(FILE* f) {
+// the usage of `program`: both trainers take the same flags
+static void args_usage(FILE* f, const char* program) {
+    fprintf(f, "Usage: %s [options]\n", program);
     fprintf(f,
-        "Usage: train_gpt2_zero3_cpu [options]\n"
         "  -i <pattern>  train token shards, a glob (default dev/data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
         "  -j <pattern>  validation token shards, a glob (default ..._val.bin)\n"
         "  -o <dir>      output directory for main.log and checkpoints (default: none)\n"
@@ -132,16 +134,19 @@ static void args_usage(FILE* f) {
         "  --max-in-cpu <n>                   parameter offload to NVMe: elements of shards kept on the host (default 1e9)\n"
         "  --nvme-path <dir>                  where each rank's swap file goes (NVMe offload)\n"
         "  --sub-group-size <n>               NVMe: elements updated per pipelined sub-group (default 1e9)\n"
-        "  --zero-backend auto|device|host    GPU trainer: device = all model states on the GPU (one rank, stage 0, no\n"
-        "                                     offload); host = the ZeRO engine on the host over MPI, the GPU computing on\n"
-        "                                     bf16 copies (any stage, offload, ranks sharing a GPU); auto = device when it\n"
-        "                                     can (default). The CPU trainer is always host.\n"
+        "  --zero-backend auto|device|host    GPU trainer: device = the model states on the GPU, collectives over NCCL\n"
+        "                                     (every stage, optimizer offload to the CPU, one GPU per rank); host = the\n"
+        "                                     ZeRO engine on the host over MPI, the GPU computing on copies (also NVMe and\n"
+        "                                     parameter offload, ranks sharing a GPU); auto = device when it can (default).\n"
+        "                                     The CPU trainer is always host.\n"
         "  --attention cublas|flash           GPU trainer: attention through cuBLAS products and a (B,NH,T,T) matrix\n"
         "                                     per layer (default), or the fused kernel with O(T) memory (head sizes\n"
         "                                     64, 96, 128). The CPU trainer has one attention and ignores it.\n"
         "  --dpu 0|1                          GPU trainer with --offload-optimizer cpu: the CPU Adam of step i runs while the\n"
         "                                     GPU computes step i+1 on the parameters of step i-1 (ZeRO-Offload's delayed\n"
         "                                     parameter update; default 0)\n"
+        "  --save-bf16 0|1                    checkpoints write the model file as llm.c's bf16 version 5, the one llm.c's\n"
+        "                                     GPU trainer reads (default 0: fp32 version 3)\n"
         "  --estimate <nodes:gpus>  print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit\n"
         "  -h, --help          this message\n");
 }
@@ -178,7 +183,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         else if (strncmp(argv[i], "--ds-config=", 12) == 0) { path = argv[i] + 12; }
         if (path == NULL) { continue; }
         c->ds_config = path;
-        if (zero_config_load_json(&c->zero, path, c->warnings, sizeof(c->warnings)) != 0) { return -1; }
+        if (zero_config_load_json(&c->zero, path, c->warnings, sizeof(c->warnings)) != 0) { return llmc_error("%s", zero_errmsg()); }
     }
     for (int i = 1; i < argc; i++) {
         const char* flag = argv[i];
@@ -251,6 +256,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
             c->zero_backend = val;
         }
         else if (!strcmp(name, "--dpu")) { rc = args_int(name, val, 0, 1, &v); c->dpu = (int)v; }
+        else if (!strcmp(name, "--save-bf16")) { rc = args_int(name, val, 0, 1, &v); c->save_bf16 = (int)v; }
         else if (!strcmp(name, "--attention")) {
             if (strcmp(val, "cublas") && strcmp(val, "flash")) {
                 return llmc_error("flag --attention: unknown kind '%s' (cublas or flash)", val);
@@ -260,6 +266,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         else {
             rc = zero_config_set_flag(&c->zero, name, val);
             if (rc == 1) { return llmc_error("unknown flag %s (see -h)", name); }
+            if (rc != 0) { return llmc_error("%s", zero_errmsg()); }
         }
         if (rc != 0) { return -1; }
     }
@@ -272,7 +279,9 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
     if (!isnan(z->beta1)) { c->beta1 = z->beta1; }
     if (!isnan(z->beta2)) { c->beta2 = z->beta2; }
     if (!isnan(z->eps)) { c->eps = z->eps; }
-    return zero_config_validate(z);
+    if (zero_config_validate(z) != 0) { return llmc_error("%s", zero_errmsg()); }
+    zero_config_warnings(z, c->warnings, sizeof(c->warnings));
+    return 0;
 }
 
 #endif // LLMC_ARGS_H

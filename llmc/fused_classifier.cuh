@@ -28,7 +28,7 @@
 #include <stdio.h>          // fprintf for the error messages
 #include <stdlib.h>         // exit
 #include <math.h>           // INFINITY
-#include "cuda_common.cuh"  // floatX, cudaCheck, to_float/from_float, CEIL_DIV
+#include "llmc/cuda_common.cuh"  // floatX, cudaCheck, to_float/from_float, CEIL_DIV
 
 // threads per row: a GPT-2 row (50304 bf16 = 6288 packs of 8) gives each thread ~12 packs
 #define CLASSIFIER_THREADS 512

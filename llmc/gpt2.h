@@ -18,14 +18,13 @@
 #ifndef LLMC_GPT2_H
 #define LLMC_GPT2_H
 
-#include <stdio.h>    // FILE, fopen, fread, fwrite, rename, remove
+#include <stdio.h>    // FILE, fopen, fread, fwrite
 #include <stdint.h>   // int32_t, uint16_t, uint32_t
 #include <stdlib.h>   // malloc, free, strtol
 #include <string.h>   // strcmp, strncmp, memcpy
 #include <math.h>     // sqrtf
-#include "llmc/utils.h"  // llmc_error
+#include "llmc/utils.h"  // llmc_error, AtomicFile
 #include "llmc/rand.h"   // Rng, rng_normal for init
-#include "zero3/cpu_adam.h"  // cpu_adam_f32_to_bf16: fp32 -> bf16, round to nearest even
 
 #define GPT2_MODEL_MAGIC 20240326
 #define GPT2_MODEL_VERSION_FP32 3
@@ -102,6 +101,16 @@ static inline size_t gpt2_num_params(const GPT2Config* c) {
     return gpt2_unit_offset(c, gpt2_num_units(c));
 }
 
+// FLOPs of a training step per token at sequence length T (for MFU): 6 per parameter in a
+// matmul (forward 2, backward 4), the matmul parameters being the 12 C^2 of each block's
+// qkv, attproj, fc and fcproj weights plus the classifier's Vp x C (the padded columns are
+// computed too), and 12 L T C for the attention's Q K^T and att V (forward + backward)
+static inline double gpt2_flops_per_token(const GPT2Config* c, int T) {
+    double C = c->channels, L = c->num_layers;
+    double matmul_params = L * 12.0 * C * C + (double)c->padded_vocab_size * C;
+    return 6.0 * matmul_params + 12.0 * L * T * C;
+}
+
 // A parameter tensor as the optimizer and the ZeRO engine see it: a range of one unit.
 typedef struct {
     int kind;       // P_WTE ...
@@ -142,16 +151,23 @@ static inline EmbedTensors gpt2_embed_tensors(const GPT2Config* c, float* unit) 
     return (EmbedTensors){unit, unit + (size_t)c->padded_vocab_size * c->channels};
 }
 
+// where each tensor of a block starts inside the block's unit, in elements, indexed by
+// kind - P_LN1W (the same for every block; the GPU trainer's views use it too)
+static inline void gpt2_block_offsets(const GPT2Config* c, size_t off[NUM_BLOCK_TENSORS]) {
+    size_t sizes[NUM_PARAM_KINDS];
+    gpt2_param_sizes(c, sizes);
+    size_t o = 0;
+    for (int k = P_LN1W; k <= P_FCPROJB; k++) {
+        off[k - P_LN1W] = o;
+        o += sizes[k];
+    }
+}
+
 static inline BlockTensors gpt2_block_tensors(const GPT2Config* c, float* unit) {
-    size_t C = c->channels;
-    BlockTensors t;
-    float* p = unit;
-    t.ln1w = p; p += C;             t.ln1b = p; p += C;
-    t.qkvw = p; p += 3 * C * C;     t.qkvb = p; p += 3 * C;
-    t.attprojw = p; p += C * C;     t.attprojb = p; p += C;
-    t.ln2w = p; p += C;             t.ln2b = p; p += C;
-    t.fcw = p; p += 4 * C * C;      t.fcb = p; p += 4 * C;
-    t.fcprojw = p; p += 4 * C * C;  t.fcprojb = p;
+    size_t o[NUM_BLOCK_TENSORS];
+    gpt2_block_offsets(c, o);
+    BlockTensors t = {unit + o[0], unit + o[1], unit + o[2], unit + o[3], unit + o[4], unit + o[5],
+                      unit + o[6], unit + o[7], unit + o[8], unit + o[9], unit + o[10], unit + o[11]};
     return t;
 }
 
@@ -331,14 +347,23 @@ fail:
     return -1;
 }
 
-// writes n parameters as bf16, each rounded to nearest even as torch's .to(bfloat16)
-// does (llm.c's Python writes its bf16 files that way), through a small buffer so that
-// no bf16 copy of the model is needed; 1 if all were written
+// fp32 -> bf16 bits, rounded to nearest even as torch's .to(bfloat16) does (llm.c's
+// Python writes its bf16 files that way); a NaN stays a NaN
+static inline uint16_t gpt2_bf16_round(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((bits >> 16) | 0x40u); }  // a carry could make it infinite
+    uint32_t lsb = (bits >> 16) & 1u;  // ties go to the even neighbour
+    return (uint16_t)((bits + 0x7fffu + lsb) >> 16);
+}
+
+// writes n parameters as bf16 through a small buffer (no bf16 copy of the model); 1 if
+// all were written
 static int gpt2_fwrite_bf16(const float* src, size_t n, FILE* fp) {
     uint16_t buf[8192];
     for (size_t i = 0; i < n;) {
         size_t k = 0;
-        for (; k < sizeof(buf) / sizeof(buf[0]) && i < n; k++, i++) { buf[k] = cpu_adam_f32_to_bf16(src[i]); }
+        for (; k < sizeof(buf) / sizeof(buf[0]) && i < n; k++, i++) { buf[k] = gpt2_bf16_round(src[i]); }
         if (fwrite(buf, sizeof(uint16_t), k, fp) != k) { return 0; }
     }
     return 1;
@@ -348,16 +373,17 @@ static int gpt2_fwrite_bf16(const float* src, size_t n, FILE* fp) {
 // (bf16), the one llm.c's default (bf16) GPU trainer requires. Both have the same
 // header (llm.c's reader takes maxT, V, L, NH, C and Vp from it) and the same kind-major
 // order with wte padded to Vp rows; version 5 stores every parameter, layernorms
-// included, as bf16. Writes to a temporary name and renames, so a crash or a full disk
-// never leaves a torn file.
+// included, as bf16. The file is written whole or not at all (AtomicFile).
 static int gpt2_write_model_version(const char* path, const GPT2Config* c, const float* params, int version) {
     if (version != GPT2_MODEL_VERSION_FP32 && version != GPT2_MODEL_VERSION_BF16) {
         return llmc_error("cannot write model file %s as version %d: only 3 (fp32) and 5 (bf16) exist", path, version);
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) { return llmc_error("model path too long: %s", path); }
-    FILE* fp = fopen(tmp, "wb");
-    if (fp == NULL) { return llmc_error("cannot write model file %s: %s", tmp, strerror(errno)); }
+    int nt = gpt2_num_tensors(c);
+    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
+    if (ranges == NULL) { return llmc_error("out of memory"); }
+    gpt2_tensor_ranges(c, ranges);
+    AtomicFile f;
+    if (atomic_open(&f, path) != 0) { free(ranges); return -1; }
     int32_t header[256] = {0};
     header[0] = GPT2_MODEL_MAGIC;
     header[1] = version;
@@ -367,33 +393,18 @@ static int gpt2_write_model_version(const char* path, const GPT2Config* c, const
     header[5] = c->num_heads;
     header[6] = c->channels;
     header[7] = c->padded_vocab_size;
-    int ok = fwrite(header, sizeof(int32_t), 256, fp) == 256;
-    int nt = gpt2_num_tensors(c);
-    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
-    if (ranges == NULL) { fclose(fp); remove(tmp); return llmc_error("out of memory"); }
-    gpt2_tensor_ranges(c, ranges);
+    int ok = fwrite(header, sizeof(int32_t), 256, f.fp) == 256;
     // gather back into the file's kind-major order: for each kind, its tensors by layer
     for (int k = 0; k < NUM_PARAM_KINDS && ok; k++) {
         for (int i = 0; i < nt && ok; i++) {
             if (ranges[i].kind != k) { continue; }
             const float* src = params + gpt2_unit_offset(c, ranges[i].unit) + ranges[i].offset;
-            ok = version == GPT2_MODEL_VERSION_FP32 ? fwrite(src, sizeof(float), ranges[i].size, fp) == ranges[i].size
-                                                    : gpt2_fwrite_bf16(src, ranges[i].size, fp);
+            ok = version == GPT2_MODEL_VERSION_FP32 ? fwrite(src, sizeof(float), ranges[i].size, f.fp) == ranges[i].size
+                                                    : gpt2_fwrite_bf16(src, ranges[i].size, f.fp);
         }
     }
     free(ranges);
-    int err = errno;
-    if (fclose(fp) != 0 && ok) { ok = 0; err = errno; }
-    if (!ok) {
-        remove(tmp);
-        return llmc_error("cannot write model file %s: %s", tmp, strerror(err));
-    }
-    if (rename(tmp, path) != 0) {
-        err = errno;
-        remove(tmp);
-        return llmc_error("cannot rename %s to %s: %s", tmp, path, strerror(err));
-    }
-    return 0;
+    return atomic_commit(&f, ok);
 }
 
 // the version 3 (fp32) file: llm.c's CPU trainer and its fp32 GPU build read it

@@ -35,7 +35,7 @@
 #include <stdio.h>          // fprintf for the error messages
 #include <stdlib.h>         // exit
 #include <cublasLt.h>       // cublasLtMatmul and its descriptors
-#include "cuda_common.cuh"  // floatX, cudaCheck, cublasCheck, to_float/from_float, CEIL_DIV
+#include "llmc/cuda_common.cuh"  // floatX, cudaCheck, cublasCheck, to_float/from_float, CEIL_DIV
 
 // cuBLASLt workspace: 32 MiB is what NVIDIA recommends for Hopper (some kernels, e.g. with
 // split-K, need it; with less the heuristic just picks other kernels)

@@ -15,7 +15,7 @@
 
 #include <math.h>        // cosf
 #include <string.h>      // strcmp
-#include "utils.h"       // llmc_error
+#include "llmc/utils.h"  // llmc_error
 
 enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 };
 

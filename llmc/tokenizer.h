@@ -38,11 +38,11 @@
 #include <cjson/cJSON.h>  // cJSON_Parse: reading encoder.json
 #include <stdint.h>       // uint8_t, uint16_t, uint32_t, uint64_t
 #include <stddef.h>       // size_t
-#include <stdio.h>        // FILE, fopen, fread, fwrite, rename, remove
+#include <stdio.h>        // FILE, fopen, fread, fwrite
 #include <stdlib.h>       // malloc, realloc, calloc, free
 #include <string.h>       // memcpy, memcmp, strlen, strerror
 #include <errno.h>        // errno for the messages
-#include "utils.h"        // llmc_error: the 0 / -1 error convention
+#include "llmc/utils.h"   // llmc_error: the 0 / -1 error convention; AtomicFile
 
 #define TOKENIZER_MAGIC 20240328
 #define TOKENIZER_VERSION 2
@@ -741,53 +741,29 @@ static inline int bpe_encode(Bpe* b, const char* text, size_t len, uint16_t** ou
     return 0;
 }
 
-// writes the decoder file (format at the top) for this vocabulary; written to
-// path.tmp and renamed, so a reader never sees a partial file
+// writes the decoder file (format at the top) for this vocabulary, whole or not at all
+// (AtomicFile: a reader never sees a partial file)
 static inline int bpe_write_tokenizer_file(const Bpe* b, const char* path) {
     if (!b->init_ok) { return llmc_error("%s: the encoder is not initialized", path); }
-    size_t plen = strlen(path);
-    char* tmp = (char*)malloc(plen + 5);
-    if (tmp == NULL) { return llmc_error("%s: out of memory", path); }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
     for (uint32_t i = 0; i < b->vocab_size; i++) {
         if (b->tok_len[i] == 0 || b->tok_len[i] > 255) {
-            free(tmp);
             return llmc_error("%s: token %u has %u bytes: the format allows 1..255", path, i, b->tok_len[i]);
         }
     }
-    FILE* fp = fopen(tmp, "wb");
-    if (fp == NULL) {
-        int e = errno;
-        free(tmp);
-        return llmc_error("%s: cannot create %s.tmp: %s", path, path, strerror(e));
-    }
+    AtomicFile f;
+    if (atomic_open(&f, path) != 0) { return -1; }
     unsigned char header[TOKENIZER_HEADER_INTS * 4];
     memset(header, 0, sizeof(header));
     tokenizer_write_u32le(header, TOKENIZER_MAGIC);
     tokenizer_write_u32le(header + 4, TOKENIZER_VERSION);
     tokenizer_write_u32le(header + 8, b->vocab_size);
     tokenizer_write_u32le(header + 12, b->eot_token);
-    int ok = fwrite(header, 1, sizeof(header), fp) == sizeof(header);
+    int ok = fwrite(header, 1, sizeof(header), f.fp) == sizeof(header);
     for (uint32_t i = 0; ok && i < b->vocab_size; i++) {
         unsigned char len = (unsigned char)b->tok_len[i];
-        ok = fputc(len, fp) != EOF && fwrite(b->tok_bytes + b->tok_off[i], 1, len, fp) == len;
+        ok = fputc(len, f.fp) != EOF && fwrite(b->tok_bytes + b->tok_off[i], 1, len, f.fp) == len;
     }
-    int e = errno;
-    if (fclose(fp) != 0 && ok) { ok = 0; e = errno; }
-    if (!ok) {
-        remove(tmp);
-        free(tmp);
-        return llmc_error("%s: write failed: %s", path, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        remove(tmp);
-        free(tmp);
-        return llmc_error("%s: cannot rename %s.tmp into place: %s", path, path, strerror(e));
-    }
-    free(tmp);
-    return 0;
+    return atomic_commit(&f, ok);
 }
 
 #endif // LLMC_TOKENIZER_H

@@ -90,4 +90,47 @@ static inline void llmc_check(int rc, const char* file, int line) {
 }
 #define llmcCheck(rc) llmc_check((rc), __FILE__, __LINE__)
 
+// ----------------------------------------------------------------------------
+// writing a file whole or not at all
+
+// Every file the trainers and tools write goes through here: the bytes go to PATH.tmp,
+// which replaces PATH only once it is complete and closed, so a crash, a full disk or an
+// error leaves the old file (or none), never a torn one, and never a stray PATH.tmp.
+typedef struct {
+    FILE* fp;
+    char path[4096];
+    char tmp[4104];
+} AtomicFile;
+
+// opens PATH.tmp for writing; -1 with llmc_errmsg() naming it when that fails
+static inline int atomic_open(AtomicFile* f, const char* path) {
+    f->fp = NULL;
+    if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path)) { return llmc_error("path too long: %s", path); }
+    snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path);
+    f->fp = fopen(f->tmp, "wb");
+    if (f->fp == NULL) { return llmc_error("cannot create %s: %s", f->tmp, strerror(errno)); }
+    return 0;
+}
+
+// Closes the file and, when ok (every write of the caller succeeded: errno still tells
+// why not), renames it over PATH. Otherwise, or when closing or renaming fails, removes
+// the temporary and returns -1 with llmc_errmsg() naming PATH and the reason.
+static inline int atomic_commit(AtomicFile* f, int ok) {
+    int err = errno;
+    if (fclose(f->fp) != 0 && ok) { ok = 0; err = errno; }
+    f->fp = NULL;
+    if (ok && rename(f->tmp, f->path) == 0) { return 0; }
+    if (ok) { err = errno; }
+    remove(f->tmp);
+    return llmc_error("cannot write %s: %s", f->path, strerror(err));
+}
+
+// gives up on the file: closes and removes the temporary, PATH untouched; the caller's
+// own error message stands
+static inline void atomic_abort(AtomicFile* f) {
+    if (f->fp != NULL) { fclose(f->fp); }
+    f->fp = NULL;
+    remove(f->tmp);
+}
+
 #endif // LLMC_UTILS_H

@@ -104,7 +104,7 @@ run|exec)
     if [ "$mode" = exec ]; then shift 2; exec "$@"; fi
     status=0
     for t in $GPU_BINS; do echo "=== $t"; ./"$t" || status=1; done
-    echo "=== test/test_gpu_trainer.sh"; bash test/test_gpu_trainer.sh || status=1
+    echo "=== test/gpu/test_gpu_trainer.sh"; bash test/gpu/test_gpu_trainer.sh || status=1
     exit $status
     ;;
 *)

@@ -23,16 +23,16 @@
 #                          latest checkpoint, like llm.c's while-true loop)
 # Relative paths are relative to the repository root (the scripts cd there).
 #
-# Memory: the per-GPU model states come from the trainer's estimator
-# (`./train_gpt2_zero3_cpu -e MODEL --estimate 1:NGPU`, zero3/estimate.h: bf16 params and
-# grads + fp32 master and Adam moments = 16 bytes/param at stage 0). The activations come
-# from act_gib below, which counts the buffers gpt2_alloc_activations makes in
-# train_gpt2_zero3.cu. The attention there is not fused: it keeps the (B, NH, T, T)
-# probabilities of every layer, so at T=2048 the attention matrices dominate. Every
-# recipe is chosen so that model states + activations <= FIT_GIB (70 GiB) on one GPU.
-# That leaves about 9 GiB of an 80 GB GPU (79.6 GiB usable) for the CUDA context,
-# cuBLAS(Lt) workspaces, NCCL buffers and allocator slack. test/test_scripts.sh checks
-# this for every script.
+# Memory: both figures come from the trainer itself, `./train_gpt2_zero3_cpu FLAGS
+# --estimate 1:NGPU` (no GPU needed): the per-GPU model states from zero3/estimate.h (bf16
+# params and grads + fp32 master and Adam moments = 16 bytes/param at stage 0), and the
+# activations from llmc/activations.h, the table the GPU trainer allocates from. The
+# recipes use the default cuBLAS attention, which keeps the (B, NH, T, T) probabilities of
+# every layer, so at T=2048 the attention matrices dominate; EXTRA_ARGS="--attention flash"
+# (head sizes 64, 96, 128) keeps a float per row instead. Every recipe is chosen so that
+# model states + activations <= FIT_GIB (70 GiB) on one GPU. That leaves about 9 GiB of an
+# 80 GB GPU (79.6 GiB usable) for the CUDA context, cuBLAS(Lt) workspaces, NCCL buffers and
+# allocator slack. test/e2e/test_scripts.sh checks this for every script.
 
 RUN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIT_GIB=70
@@ -73,17 +73,13 @@ model_params() {
         'BEGIN { printf "%.0f\n", V*C + M*C + L*(12*C*C + 13*C) + 2*C }'
 }
 
-# act_gib L NH C T B R: GiB of activations train_gpt2_zero3.cu allocates (bf16 = 2 bytes):
-#   per layer and token: qkv 3C, qkvr 3C, atty C, residual2 C, residual3 C, fch 4C, att NH*T,
-#     + ln1, ln2 2C unless R >= 2, + fch_gelu 4C if R = 0; and 16 bytes of fp32 ln stats
-#   once per token: encoded, attproj, fcproj, lnf, dresidual, dln, datty, attention
-#     scratch 8C; dqkv, dqkvr 6C; dfch 4C; logits Vp; datt NH*T; the one ln1/ln2 (2C) if
-#     R >= 2 and fch_gelu (4C) if R >= 1; 20 bytes of fp32 stats, losses, token ids
+# act_gib FLAGS...: GiB of activations the GPU trainer allocates with these flags, as the
+# trainer's --estimate prints them ("unknown" without ./train_gpt2_zero3_cpu: make it first)
 act_gib() {
-    awk -v L="$1" -v NH="$2" -v C="$3" -v T="$4" -v B="$5" -v R="$6" -v V="$VOCAB_PADDED" 'BEGIN {
-        per = 13*C + NH*T + (R < 2 ? 2*C : 0) + (R < 1 ? 4*C : 0)
-        once = 18*C + V + NH*T + (R >= 2 ? 2*C : 0) + (R >= 1 ? 4*C : 0)
-        printf "%.1f\n", B*T*(2*(L*per + once) + 16*L + 20) / 2^30 }'
+    local est="$RUN_ROOT/train_gpt2_zero3_cpu" gib
+    [ -x "$est" ] || { echo unknown; return; }
+    gib=$("$est" "$@" --estimate 1:1 2>/dev/null | sed -nE 's/^activations: ([0-9.]+) GiB.*/\1/p')
+    echo "${gib:-unknown}"
 }
 
 # run_main [trainer flags...]: build the command from the recipe and the environment,
@@ -135,7 +131,7 @@ run_main() {
     echo "# plan: name=$NAME model=$MODEL layers=$L heads=$NH channels=$C max_seq_len=$M" \
          "params=$(model_params "$L" "$C" "$M") B=$b T=$T recompute=$r ngpu=$ngpu" \
          "grad_accum=$((TOTAL_BATCH / per_micro)) stage=$stage offload_optimizer=$opt offload_param=$param" \
-         "act_gib=$(act_gib "$L" "$NH" "$C" "$T" "$b" "$r") fit_gib=$FIT_GIB"
+         "act_gib=$(act_gib "${args[@]}") fit_gib=$FIT_GIB"
     if [ "$dry" = 1 ]; then
         printf '%q ' "${cmd[@]}"
         echo

@@ -8,7 +8,7 @@
 # Memory on one 80 GB GPU (NGPU=1: stage 0, as stage 1 with one rank partitions nothing;
 # on several GPUs stage 1, llm.c's -z 1):
 #   model states  1.85 GiB  (./train_gpt2_zero3_cpu -e d12 --estimate 1:1, stage 0)
-#   activations  48.7 GiB  (B=64, T=1024, -r 0; act_gib in scripts/run_common.sh, of
+#   activations  48.7 GiB  (B=64, T=1024, -r 0; the trainer's --estimate, of
 #                           which 19 GiB are the 12 layers' bf16 attention matrices)
 #   total        50.6 GiB  <= 70 GiB: llm.c's B=64 fits without recompute; 8 accumulation
 #                           steps on one GPU, 1 on eight.

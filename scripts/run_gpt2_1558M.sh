@@ -8,7 +8,7 @@
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several; no offload needed):
 #   model states 23.21 GiB  (estimator, stage 0: 16 bytes x 1557.69M params)
-#   activations  42.6 GiB  (B=8, T=1024, -r 0; act_gib in scripts/run_common.sh)
+#   activations  42.6 GiB  (B=8, T=1024, -r 0; the trainer's --estimate)
 #   total        65.8 GiB  <= 70 GiB (llm.c's B=16 would need 76 GiB even with -r 1):
 #                           128 accumulation steps on one GPU, 16 on eight.
 #   With OFFLOAD_OPTIMIZER=cpu ZERO_STAGE=2 the states drop to 5.80 GiB (estimator,

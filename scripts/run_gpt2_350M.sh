@@ -7,7 +7,7 @@
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several):
 #   model states  5.29 GiB  (estimator, stage 0: 16 bytes x 354.87M params)
-#   activations  57.7 GiB  (B=32, T=1024, -r 0; act_gib in scripts/run_common.sh)
+#   activations  57.7 GiB  (B=32, T=1024, -r 0; the trainer's --estimate)
 #   total        63.0 GiB  <= 70 GiB. llm.c's B=64 would need 115 GiB of activations
 #                           here (its cuDNN attention keeps no T x T matrices; ours does),
 #                           so B=32 with 16 accumulation steps on one GPU (2 on eight).

@@ -6,7 +6,7 @@
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several):
 #   model states 11.53 GiB  (estimator, stage 0: 16 bytes x 774.09M params)
-#   activations  52.1 GiB  (B=16, T=1024, -r 0; act_gib in scripts/run_common.sh)
+#   activations  52.1 GiB  (B=16, T=1024, -r 0; the trainer's --estimate)
 #   total        63.6 GiB  <= 70 GiB (llm.c's B=32 would need 93 GiB even with -r 1):
 #                           32 accumulation steps on one GPU, 4 on eight.
 # llm.c flags with no equivalent here: -h 1 (HellaSwag eval).

@@ -13,7 +13,7 @@
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several):
 #   model states 19.61 GiB  (estimator, stage 0)
-#   activations  28.1 GiB  (B=4, T=2048, -r 0; act_gib in scripts/run_common.sh)
+#   activations  28.1 GiB  (B=4, T=2048, -r 0; the trainer's --estimate)
 #   total        47.7 GiB  <= 70 GiB; B=8 would need 70.0 GiB with -r 1 (67.1 with -r 2):
 #                           over the line, and 8192 tokens per micro-step already fill the
 #                           GPU at 2048 channels. 128 accumulation steps on one GPU, 16 on eight.

@@ -13,7 +13,7 @@
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several):
 #   model states  1.87 GiB  (./train_gpt2_zero3_cpu -e gpt3:c768 --estimate 1:1, stage 0)
-#   activations  64.1 GiB  (B=32, T=2048, -r 1; act_gib in scripts/run_common.sh: the
+#   activations  64.1 GiB  (B=32, T=2048, -r 1; the trainer's --estimate: the
 #                           bf16 attention matrices alone are 48 GiB at T=2048)
 #   total        66.0 GiB  <= 70 GiB; -r 0 would make it 70.1 GiB. llm.c's B=32: 8
 #                           accumulation steps on one GPU, 1 on eight.

@@ -21,7 +21,7 @@
 #                           for the fp32 init): needs a host with >= 288 GiB. With
 #                           OFFLOAD_OPTIMIZER=nvme OFFLOAD_PARAM=nvme NVME_PATH=DIR the host
 #                           needs 64.88 GiB and the disk 167.59 GiB.
-#   activations  23.6 GiB  (B=1, T=2048, -r 2; act_gib in scripts/run_common.sh)
+#   activations  23.6 GiB  (B=1, T=2048, -r 2; the trainer's --estimate)
 #   total        49.9 GiB  <= 70 GiB; B=2 needs 47 GiB of activations even with -r 2.
 #                           -r 2 (layernorms recomputed too, about 1% more compute) rather
 #                           than -r 0 (28.2 GiB) for the GPU trainer's current host-staged

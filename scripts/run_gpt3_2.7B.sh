@@ -13,7 +13,7 @@
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several):
 #   model states 39.51 GiB  (estimator, stage 0: still fits, no offload needed)
-#   activations  29.1 GiB  (B=2, T=2048, -r 0; act_gib in scripts/run_common.sh)
+#   activations  29.1 GiB  (B=2, T=2048, -r 0; the trainer's --estimate)
 #   total        68.6 GiB  <= 70 GiB; B=4 needs 53 GiB of activations with -r 1.
 #                           256 accumulation steps on one GPU, 32 on eight. On several GPUs
 #                           stage 1 shrinks the states (9.88 GiB of Adam state becomes 1/N).

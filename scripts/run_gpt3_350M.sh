@@ -13,7 +13,7 @@
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several):
 #   model states  5.30 GiB  (estimator, stage 0)
-#   activations  41.4 GiB  (B=8, T=2048, -r 0; act_gib in scripts/run_common.sh)
+#   activations  41.4 GiB  (B=8, T=2048, -r 0; the trainer's --estimate)
 #   total        46.7 GiB  <= 70 GiB; B=16 needs 77 GiB of activations even with -r 1.
 #                           32 accumulation steps on one GPU, 4 on eight.
 # Usage: scripts/run_gpt3_350M.sh [more trainer flags]; env: see scripts/run_common.sh

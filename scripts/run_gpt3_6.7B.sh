@@ -17,7 +17,7 @@
 #                           params and grads), 99.22 GiB on the host (fp32 master, m, v and
 #                           the fp32 gradient: 16 bytes/param), plus 26.6 GB transiently
 #                           for the fp32 random init. Needs a host with >= 160 GiB.
-#   activations  36.4 GiB  (B=2, T=2048, -r 0; act_gib in scripts/run_common.sh)
+#   activations  36.4 GiB  (B=2, T=2048, -r 0; the trainer's --estimate)
 #   total        61.2 GiB  <= 70 GiB; B=4 needs 65 GiB of activations with -r 1.
 #                           Stage 2 rather than 3: parameters stay on the GPU, so only the
 #                           gradients go out and the parameters come back once per step.

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Runs every test that needs no GPU (what `make test` calls after building):
-# the Criterion unit tests given as arguments, then the script suites. Each suite's
-# own result line is counted; the run closes with one line "total: N passed, N failed"
-# and exits non-zero when any test failed or any suite did not report.
+# Runs every test that needs no GPU (what `make test` calls after building): the
+# Criterion unit tests given as arguments, then the suites of test/unit, test/e2e and
+# test/emu, then the CUDA compile check of test/gpu. Each suite's own result line is
+# counted; the run closes with one line "total: N passed, N failed" (and the suites that
+# could not run here, by name, as skipped: never counted as passed) and exits non-zero
+# when any test failed or any suite did not report.
+#
+#   test/unit  one building block each: Criterion tests, the MPI collectives driver
+#   test/e2e   the trainers end to end: PyTorch reference, ranks, stages, offload, scripts
+#   test/emu   the CUDA code run on the CPU (a CUDA runtime, cuBLAS and NCCL stand-ins)
+#   test/gpu   the GPU's own tests (make test-gpu); here only whether they compile
 set -u
 cd "$(dirname "$0")/.."
-passed=0; failed=0; broken=()
+passed=0; failed=0; broken=(); skipped=()
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -37,24 +44,30 @@ run_suite() {
 for t in "$@"; do
     run_suite "$(basename "$t")" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t" --jobs 2
 done
-run_suite "tokenizer exactness"   bash test/test_tokenizer_exact.sh
-run_suite "collectives (MPI)"     bash test/test_comm.sh
-run_suite "PyTorch reference"     bash test/test_reference.sh
-run_suite "trainer end to end"    bash test/test_trainer.sh
-run_suite "ZeRO stages (MPI)"     bash test/test_zero.sh
-run_suite "offload (MPI)"         bash test/test_offload.sh
-run_suite "run scripts"           bash test/test_scripts.sh
-run_suite "device engine (CPU)"   bash test/test_device_emu.sh
+run_suite "collectives (MPI)"     bash test/unit/test_comm.sh
+run_suite "layers"                bash test/e2e/test_layers.sh
+run_suite "tokenizer exactness"   bash test/e2e/test_tokenizer_exact.sh
+run_suite "PyTorch reference"     bash test/e2e/test_reference.sh
+run_suite "trainer end to end"    bash test/e2e/test_trainer.sh
+run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh
+run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
+run_suite "run scripts"           bash test/e2e/test_scripts.sh
+run_suite "device engine (CPU)"   bash test/emu/test_device_emu.sh
 # the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16
 for t in build/test_kernels_emu_fp32 build/test_kernels_emu build/test_kernels2_emu_fp32 build/test_kernels2_emu; do
     run_suite "$(basename "$t") (kernels emulated on the CPU)" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t"
 done
 # the GPU trainer's end-to-end suite (make test-gpu's), the CUDA code emulated on the CPU
 run_suite "GPU trainer (emulated on the CPU)" env GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
-    bash test/test_gpu_trainer.sh
-run_suite "CUDA kernels compile"  bash test/test_cuda_build.sh
+    bash test/gpu/test_gpu_trainer.sh
+if command -v "${NVCC:-nvcc}" > /dev/null; then
+    run_suite "CUDA kernels compile" bash test/gpu/test_cuda_build.sh
+else
+    skipped+=("CUDA kernels compile (nvcc not found: install the CUDA toolkit)")
+fi
 
 echo
 if [ ${#broken[@]} -gt 0 ]; then echo "failing suites: ${broken[*]}"; fi
-echo "total: $passed passed, $failed failed"
+for s in "${skipped[@]}"; do echo "SKIPPED $s"; done
+echo "total: $passed passed, $failed failed${skipped:+, ${#skipped[@]} suite(s) skipped}"
 [ ${#broken[@]} -eq 0 ]

@@ -7,7 +7,7 @@
 
  Communicator: zero_comm_init duplicates the communicator it is given, so the engine's
  collectives can never match a collective of the caller, and sets MPI_ERRORS_RETURN on
- the duplicate so that a failure comes back as -1 plus one llmc_error line naming the
+ the duplicate so that a failure comes back as -1 plus one zero_error line naming the
  collective and the MPI error string, instead of aborting the job.
 
  Blocking and nonblocking: each float collective takes a ZeroRequest*. NULL means
@@ -69,7 +69,7 @@
 #include <string.h>   // memcpy, memset
 #include <limits.h>   // INT_MAX: the bound of an MPI count
 #include <mpi.h>      // MPI_Comm, MPI_Request, the collectives, MPI_Wtime
-#include "llmc/utils.h"  // llmc_error: the 0 / -1 error convention
+#include "zero3/util.h"   // zero_error: the 0 / -1 error convention
 
 #ifndef ZERO_COMM_CHUNK
 #define ZERO_COMM_CHUNK ((size_t)1 << 30)  // elements per MPI call, must be 1..INT_MAX
@@ -110,7 +110,7 @@ static inline int zero_comm_mpi_error(const char* what, int code) {
     int len = 0;
     if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) { len = 0; }
     msg[len] = '\0';
-    return llmc_error("zero comm: %s failed: %s (MPI error %d)", what, len ? msg : "unknown error", code);
+    return zero_error("zero comm: %s failed: %s (MPI error %d)", what, len ? msg : "unknown error", code);
 }
 
 // MPI user function: inout += in, elementwise, for `len` elements of a datatype made of
@@ -148,7 +148,7 @@ static inline int zero_comm_nchunks(const char* what, size_t count) {
     ZERO_STATIC_ASSERT(ZERO_COMM_CHUNK >= 1 && ZERO_COMM_CHUNK <= INT_MAX, "ZERO_COMM_CHUNK must be 1..INT_MAX");
     size_t n = (count + (size_t)ZERO_COMM_CHUNK - 1) / (size_t)ZERO_COMM_CHUNK;
     if (n > ZERO_COMM_MAX_REQS) {
-        return llmc_error("zero comm: %s of %zu elements needs %zu chunks of %zu, more than %d",
+        return zero_error("zero comm: %s of %zu elements needs %zu chunks of %zu, more than %d",
                           what, count, n, (size_t)ZERO_COMM_CHUNK, ZERO_COMM_MAX_REQS);
     }
     return (int)n;
@@ -197,7 +197,7 @@ static inline int zero_comm_init(ZeroComm* c, MPI_Comm comm) {
     c->comm = MPI_COMM_NULL;
     int up = 0;
     MPI_Initialized(&up);
-    if (!up) { return llmc_error("zero comm: init called before MPI_Init"); }
+    if (!up) { return zero_error("zero comm: init called before MPI_Init"); }
     int rc = MPI_Comm_dup(comm, &c->comm);
     if (rc != MPI_SUCCESS) { c->comm = MPI_COMM_NULL; return zero_comm_mpi_error("MPI_Comm_dup at init", rc); }
     rc = MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
@@ -321,7 +321,7 @@ static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, ZeroRequ
 // blocking helpers
 
 static inline int zero_allreduce_scalars(ZeroComm* c, double* buf, int count) {
-    if (count < 0) { return llmc_error("zero comm: scalar all-reduce of a negative count (%d)", count); }
+    if (count < 0) { return zero_error("zero comm: scalar all-reduce of a negative count (%d)", count); }
     c->calls[ZERO_SCALAR]++;
     if (c->world == 1 || count == 0) { return 0; }
     double t0 = MPI_Wtime();
@@ -335,7 +335,7 @@ static inline int zero_allreduce_scalars(ZeroComm* c, double* buf, int count) {
 // pieces of ZERO_COMM_CHUNK bytes (MPI_BYTE counts are int too)
 static inline int zero_broadcast(ZeroComm* c, void* buf, size_t bytes, int root) {
     if (root < 0 || root >= c->world) {
-        return llmc_error("zero comm: broadcast from root %d, but the world has ranks 0..%d", root, c->world - 1);
+        return zero_error("zero comm: broadcast from root %d, but the world has ranks 0..%d", root, c->world - 1);
     }
     c->calls[ZERO_BROADCAST]++;
     if (c->world == 1 || bytes == 0) { return 0; }

@@ -31,8 +31,16 @@
    error, since we cannot do the coupled (L2) variant it asks for.
  - The optimizer and parameter offloads share one nvme_path and one pin_memory here:
    the two sections may both give them, but then with the same value.
- - overlap_comm defaults to off for every stage (DeepSpeed switches it on by default for
-   stage 3); ask for it with --overlap-comm 1 or "overlap_comm": true.
+ - Every key read either works in both engines that run it (zero3/host.h, zero3/device.cuh)
+   or is accepted, validated and reported at start-up as having no effect (the warnings
+   below say why; docs/ZERO.md lists them): allgather_bucket_size (a unit is gathered
+   whole: the unit is the bucket), overlap_comm (communication always overlaps:
+   nonblocking collectives, NCCL on its own stream), contiguous_gradients (a unit's
+   gradient is one buffer already), reduce_scatter (stages 1-3 always reduce-scatter),
+   pin_memory (the GPU's host buffers are always pinned), pipeline_read/pipeline_write (the
+   NVMe step always pipelines) and offload_param.buffer_count (a unit's shard is read at
+   a time). Knobs of a mode that is off (stage 3's with -z 0-2, NVMe's without NVMe) are
+   reported by zero_config_warnings.
  - A failed load leaves the configuration untouched: keys are applied to a copy that is
    committed only once the whole file has been read without error.
 */
@@ -50,17 +58,17 @@
 #include <float.h>         // FLT_MAX: JSON doubles must fit our float fields
 #include <math.h>          // NAN, isnan, isfinite (macros only: no -lm needed)
 #include <cjson/cJSON.h>   // cJSON_ParseWithOpts and the tree walk for --ds-config
-#include "llmc/utils.h"    // llmc_error, llmc_errmsg: the library error convention
+#include "zero3/util.h"     // zero_error: the library error convention
 
 typedef enum { ZERO_OFFLOAD_NONE = 0, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME } ZeroOffload;
 
 typedef struct {
     int stage;                          // zero_optimization.stage: 0..3
     long long reduce_bucket_size;       // elements per gradient reduce bucket; 5e8
-    long long allgather_bucket_size;    // elements per parameter all-gather bucket (stage 1/2); 5e8
-    int overlap_comm;                   // 0/1: overlap reduction with backward
-    int contiguous_gradients;           // 0/1: copy gradients into one contiguous buffer; 1
-    int reduce_scatter;                 // 0/1: reduce-scatter rather than all-reduce; 1
+    long long allgather_bucket_size;    // no effect: a unit is gathered whole; 5e8
+    int overlap_comm;                   // no effect: communication always overlaps; 0
+    int contiguous_gradients;           // no effect: a unit's gradient is contiguous; 1
+    int reduce_scatter;                 // no effect: stages 1-3 always reduce-scatter; 1
     long long prefetch_bucket_size;     // stage3_prefetch_bucket_size (or without stage3_): 5e7
     long long param_persistence_threshold; // stage3_...: units with fewer elements stay gathered; 1e5
     long long max_live_parameters;      // stage3_...: gathered elements kept at once; 1e9
@@ -70,10 +78,10 @@ typedef struct {
     ZeroOffload offload_optimizer;      // zero_optimization.offload_optimizer.device
     ZeroOffload offload_param;          // zero_optimization.offload_param.device (stage 3 only)
     char nvme_path[1024];               // offload_*.nvme_path, one for both; "" when unset
-    int pin_memory;                     // offload_*.pin_memory, one for both; 0
-    int buffer_count;                   // offload_optimizer.buffer_count; 4
-    int param_buffer_count;             // offload_param.buffer_count; 5
-    int pipeline_read, pipeline_write;  // offload_optimizer.pipeline_read / pipeline_write; 0
+    int pin_memory;                     // offload_*.pin_memory, one for both; no effect: always pinned; 0
+    int buffer_count;                   // offload_optimizer.buffer_count: NVMe step buffers; 4
+    int param_buffer_count;             // offload_param.buffer_count; no effect; 5
+    int pipeline_read, pipeline_write;  // offload_optimizer.pipeline_read / pipeline_write; no effect: always; 0
     long long max_in_cpu;               // offload_param.max_in_cpu; 1e9
     // training keys of the JSON: -1 (NaN for floats) when absent, so the trainer can tell
     // a value the file set from one it did not
@@ -141,53 +149,53 @@ static inline int zero_check_whole(const char* what, double v, long long lo, lon
     // a double outside [-2^53, 2^53] is no longer exact, and a cast of one outside
     // long long's range is undefined: bound it before converting
     if (!isfinite(v) || v < -(double)ZERO_SIZE_MAX || v > (double)ZERO_SIZE_MAX) {
-        return llmc_error("%s: %g is out of range [%lld, %lld]", what, v, lo, hi);
+        return zero_error("%s: %g is out of range [%lld, %lld]", what, v, lo, hi);
     }
     long long w = (long long)v;
-    if ((double)w != v) { return llmc_error("%s: %g is not a whole number", what, v); }
-    if (w < lo || w > hi) { return llmc_error("%s: %lld is out of range [%lld, %lld]", what, w, lo, hi); }
+    if ((double)w != v) { return zero_error("%s: %g is not a whole number", what, v); }
+    if (w < lo || w > hi) { return zero_error("%s: %lld is out of range [%lld, %lld]", what, w, lo, hi); }
     *out = w;
     return 0;
 }
 
 // a flag value that must be a whole number: "500000000", "5e8" and "5.0e8" all give 5e8
 static inline int zero_parse_whole(const char* what, const char* s, long long lo, long long hi, long long* out) {
-    if (s == NULL || *s == '\0') { return llmc_error("%s needs a value", what); }
+    if (s == NULL || *s == '\0') { return zero_error("%s needs a value", what); }
     // strtod alone would take leading blanks, hex ("0x10"), "inf" and "nan": allow only
     // the characters of a decimal number so that none of those slip through
     for (const char* p = s; *p; p++) {
         if (!((*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.' || *p == 'e' || *p == 'E')) {
-            return llmc_error("%s: '%s' is not a number", what, s);
+            return zero_error("%s: '%s' is not a number", what, s);
         }
     }
     char* end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (*end == '\0') {  // a plain integer: exact, no trip through double
-        if (errno == ERANGE || v < lo || v > hi) { return llmc_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
+        if (errno == ERANGE || v < lo || v > hi) { return zero_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
         *out = v;
         return 0;
     }
     errno = 0;
     double d = strtod(s, &end);
-    if (end == s || *end != '\0') { return llmc_error("%s: '%s' is not a number", what, s); }
-    if (errno == ERANGE && d != 0.0) { return llmc_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
-    if (errno == ERANGE) { return llmc_error("%s: %s is not a whole number", what, s); }  // underflow: 1e-400
+    if (end == s || *end != '\0') { return zero_error("%s: '%s' is not a number", what, s); }
+    if (errno == ERANGE && d != 0.0) { return zero_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
+    if (errno == ERANGE) { return zero_error("%s: %s is not a whole number", what, s); }  // underflow: 1e-400
     return zero_check_whole(what, d, lo, hi, out);
 }
 
 static inline int zero_parse_offload(const char* what, const char* s, ZeroOffload* out) {
-    if (s == NULL) { return llmc_error("%s needs a value", what); }
+    if (s == NULL) { return zero_error("%s needs a value", what); }
     if (strcmp(s, "none") == 0) { *out = ZERO_OFFLOAD_NONE; }
     else if (strcmp(s, "cpu") == 0) { *out = ZERO_OFFLOAD_CPU; }
     else if (strcmp(s, "nvme") == 0) { *out = ZERO_OFFLOAD_NVME; }
-    else { return llmc_error("%s: unknown device '%s' (accepted: none, cpu, nvme)", what, s); }
+    else { return zero_error("%s: unknown device '%s' (accepted: none, cpu, nvme)", what, s); }
     return 0;
 }
 
 static inline int zero_set_path(const char* what, const char* s, char* dst, size_t cap) {
-    if (s == NULL || *s == '\0') { return llmc_error("%s: the path is empty", what); }
-    if (strlen(s) >= cap) { return llmc_error("%s: the path is longer than %zu characters", what, cap - 1); }
+    if (s == NULL || *s == '\0') { return zero_error("%s: the path is empty", what); }
+    if (strlen(s) >= cap) { return zero_error("%s: the path is longer than %zu characters", what, cap - 1); }
     memcpy(dst, s, strlen(s) + 1);
     return 0;
 }
@@ -197,11 +205,12 @@ static inline int zero_set_path(const char* what, const char* s, char* dst, size
 
 // One long flag, `name` as typed ("--zero-stage"), `value` its argument. Returns 0 when
 // applied, 1 when `name` is not a ZeRO flag (the caller tries its own; --ds-config is the
-// caller's), -1 with llmc_errmsg() naming the flag on a bad value, leaving c unchanged.
+// caller's), -1 with zero_errmsg() naming the flag on a bad value, leaving c unchanged.
 // Flags: --zero-stage 0..3, --prefetch 0..64, --offload-optimizer none|cpu|nvme,
 // --offload-param none|cpu|nvme, --nvme-path DIR, --reduce-bucket-size N,
-// --allgather-bucket-size N, --prefetch-bucket-size N, --param-persistence-threshold N,
-// --max-live-parameters N, --max-reuse-distance N, --sub-group-size N, --overlap-comm 0|1.
+// --prefetch-bucket-size N, --param-persistence-threshold N, --max-live-parameters N,
+// --max-reuse-distance N, --sub-group-size N, --max-in-cpu N. (No flag for the keys that
+// have no effect: they exist for configs written for DeepSpeed.)
 static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const char* value) {
     if (name == NULL) { return 1; }
     // sizes: what to set, and the smallest value that makes sense. A bucket or a
@@ -209,7 +218,6 @@ static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const ch
     // persistence threshold, live limit or reuse distance just switches the feature off.
     static const struct { const char* flag; size_t offset; long long lo; } sizes[] = {
         { "--reduce-bucket-size", offsetof(ZeroConfig, reduce_bucket_size), 1 },
-        { "--allgather-bucket-size", offsetof(ZeroConfig, allgather_bucket_size), 1 },
         { "--prefetch-bucket-size", offsetof(ZeroConfig, prefetch_bucket_size), 0 },
         { "--param-persistence-threshold", offsetof(ZeroConfig, param_persistence_threshold), 0 },
         { "--max-live-parameters", offsetof(ZeroConfig, max_live_parameters), 0 },
@@ -233,13 +241,6 @@ static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const ch
     } else if (strcmp(name, "--prefetch") == 0) {
         if (zero_parse_whole(what, value, 0, 64, &v) != 0) { return -1; }
         c->prefetch_depth = (int)v;
-    } else if (strcmp(name, "--overlap-comm") == 0) {
-        if (value != NULL && (strcmp(value, "true") == 0 || strcmp(value, "false") == 0)) {
-            v = value[0] == 't';
-        } else if (zero_parse_whole(what, value, 0, 1, &v) != 0) {
-            return -1;
-        }
-        c->overlap_comm = (int)v;
     } else if (strcmp(name, "--offload-optimizer") == 0) {
         return zero_parse_offload(what, value, &c->offload_optimizer);
     } else if (strcmp(name, "--offload-param") == 0) {
@@ -285,6 +286,11 @@ static inline void zero_json_unknown(ZeroJsonCtx* x, const char* key) {
     zero_json_warn(x, "warning: --ds-config %s: unknown key '%s' ignored", x->path, key);
 }
 
+// a key that is read and validated but changes nothing here (see the top of the file)
+static inline void zero_json_no_effect(ZeroJsonCtx* x, const char* key, const char* why) {
+    zero_json_warn(x, "warning: --ds-config %s: key '%s' is accepted but has no effect: %s", x->path, key, why);
+}
+
 // "a string \"auto\"", "an object", ...: what the file had where we expected something else
 static inline const char* zero_json_type(const cJSON* it, char* buf, size_t cap) {
     if (cJSON_IsString(it)) { snprintf(buf, cap, "a string \"%.40s\"", it->valuestring); }
@@ -309,10 +315,10 @@ static inline int zero_json_type_error(ZeroJsonCtx* x, const char* key, const ch
     zero_json_type(it, got, sizeof(got));
     // Hugging Face writes "auto" for values its Trainer fills in; nobody fills them in here
     if (cJSON_IsString(it) && strcmp(it->valuestring, "auto") == 0) {
-        return llmc_error("--ds-config %s: key '%s': expected %s, got \"auto\" (a Hugging Face placeholder: give the value)",
+        return zero_error("--ds-config %s: key '%s': expected %s, got \"auto\" (a Hugging Face placeholder: give the value)",
                           x->path, key, expected);
     }
-    return llmc_error("--ds-config %s: key '%s': expected %s, got %s", x->path, key, expected, got);
+    return zero_error("--ds-config %s: key '%s': expected %s, got %s", x->path, key, expected, got);
 }
 
 static inline int zero_json_whole(ZeroJsonCtx* x, const cJSON* it, const char* key, long long lo, long long hi, long long* out) {
@@ -344,7 +350,7 @@ static inline int zero_json_float(ZeroJsonCtx* x, const cJSON* it, const char* k
     // a positive value that rounds to 0 as a float would pass as > 0 and act as 0
     if (ok && lo_open && (float)v <= (float)lo) { ok = 0; }
     if (!ok) {
-        return llmc_error("--ds-config %s: key '%s': %g is out of range %c%g, %g]", x->path, key, v, lo_open ? '(' : '[', lo, hi);
+        return zero_error("--ds-config %s: key '%s': %g is out of range %c%g, %g]", x->path, key, v, lo_open ? '(' : '[', lo, hi);
     }
     *out = (float)v;
     return 0;
@@ -364,7 +370,7 @@ static inline int zero_json_no_duplicates(ZeroJsonCtx* x, const cJSON* obj, cons
         for (const cJSON* b = a->next; b != NULL; b = b->next) {
             if (a->string != NULL && b->string != NULL && strcmp(a->string, b->string) == 0) {
                 char key[512];
-                return llmc_error("--ds-config %s: key '%s' appears more than once", x->path, zero_json_key(key, sizeof(key), prefix, a->string));
+                return zero_error("--ds-config %s: key '%s' appears more than once", x->path, zero_json_key(key, sizeof(key), prefix, a->string));
             }
         }
     }
@@ -396,11 +402,11 @@ static inline int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConf
         else if (strcmp(it->string, "params") == 0) { params = it; }
         else { zero_json_unknown(x, zero_json_key(key, sizeof(key), "optimizer", it->string)); }
     }
-    if (type == NULL) { return llmc_error("--ds-config %s: key 'optimizer.type' is missing (AdamW or Adam)", x->path); }
+    if (type == NULL) { return zero_error("--ds-config %s: key 'optimizer.type' is missing (AdamW or Adam)", x->path); }
     if (!cJSON_IsString(type)) { return zero_json_type_error(x, "optimizer.type", "a string: AdamW or Adam", type); }
     int is_adamw = zero_streq_nocase(type->valuestring, "adamw");
     if (!is_adamw && !zero_streq_nocase(type->valuestring, "adam")) {
-        return llmc_error("--ds-config %s: key 'optimizer.type': '%s' is not supported (AdamW or Adam)", x->path, type->valuestring);
+        return zero_error("--ds-config %s: key 'optimizer.type': '%s' is not supported (AdamW or Adam)", x->path, type->valuestring);
     }
     int adam_w_mode = -1;  // -1: not given
     if (params != NULL) {
@@ -424,7 +430,7 @@ static inline int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConf
                     if (!cJSON_IsNumber(e)) { return zero_json_type_error(x, ek, "a number in [0, 1)", e); }
                     // a beta of 1 never forgets and divides by 1 - beta^t = 0 in the bias correction
                     if (!(e->valuedouble >= 0.0 && e->valuedouble < 1.0) || (float)e->valuedouble >= 1.0f) {
-                        return llmc_error("--ds-config %s: key '%s': %g is out of range [0, 1)", x->path, ek, e->valuedouble);
+                        return zero_error("--ds-config %s: key '%s': %g is out of range [0, 1)", x->path, ek, e->valuedouble);
                     }
                     b[i] = (float)e->valuedouble;
                 }
@@ -437,7 +443,7 @@ static inline int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConf
     }
     float wd = isnan(c->weight_decay) ? 0.0f : c->weight_decay;
     if (adam_w_mode == 0 && wd > 0.0f) {
-        return llmc_error("--ds-config %s: key 'optimizer.params.adam_w_mode': false asks for coupled (L2) weight decay %g; "
+        return zero_error("--ds-config %s: key 'optimizer.params.adam_w_mode': false asks for coupled (L2) weight decay %g; "
                           "only decoupled AdamW decay is implemented", x->path, (double)wd);
     }
     if (!is_adamw && wd > 0.0f && adam_w_mode != 1) {
@@ -466,7 +472,7 @@ static inline int zero_json_offload(ZeroJsonCtx* x, const cJSON* sec, const char
             if (cJSON_IsNull(it)) { continue; }
             if (!cJSON_IsString(it)) { return zero_json_type_error(x, k, "a string (a directory)", it); }
             if (sh->nvme_key != NULL && strcmp(c->nvme_path, it->valuestring) != 0) {
-                return llmc_error("--ds-config %s: key '%s' is '%s' but '%s' is '%s': both offloads use one nvme_path",
+                return zero_error("--ds-config %s: key '%s' is '%s' but '%s' is '%s': both offloads use one nvme_path",
                                   x->path, k, it->valuestring, sh->nvme_key, c->nvme_path);
             }
             char what[1400];
@@ -478,18 +484,19 @@ static inline int zero_json_offload(ZeroJsonCtx* x, const cJSON* sec, const char
             int b = 0;
             rc = zero_json_bool(x, it, k, &b);
             if (rc == 0 && sh->pin_key != NULL && b != c->pin_memory) {
-                return llmc_error("--ds-config %s: key '%s' is %s but '%s' is %s: both offloads use one pin_memory",
+                return zero_error("--ds-config %s: key '%s' is %s but '%s' is %s: both offloads use one pin_memory",
                                   x->path, k, b ? "true" : "false", sh->pin_key, c->pin_memory ? "true" : "false");
             }
             c->pin_memory = b;
             snprintf(sh->pin_key_buf, sizeof(sh->pin_key_buf), "%s", k);
             sh->pin_key = sh->pin_key_buf;
+            zero_json_no_effect(x, k, "the host buffers the GPU copies to and from are always pinned");
         } else if (strcmp(n, "buffer_count") == 0) {
             rc = zero_json_int(x, it, k, 1, 1 << 16, is_param ? &c->param_buffer_count : &c->buffer_count);
-        } else if (!is_param && strcmp(n, "pipeline_read") == 0) {
-            rc = zero_json_bool(x, it, k, &c->pipeline_read);
-        } else if (!is_param && strcmp(n, "pipeline_write") == 0) {
-            rc = zero_json_bool(x, it, k, &c->pipeline_write);
+            if (is_param) { zero_json_no_effect(x, k, "a unit's parameter shard is read from NVMe one at a time"); }
+        } else if (!is_param && (strcmp(n, "pipeline_read") == 0 || strcmp(n, "pipeline_write") == 0)) {
+            rc = zero_json_bool(x, it, k, strcmp(n, "pipeline_read") == 0 ? &c->pipeline_read : &c->pipeline_write);
+            zero_json_no_effect(x, k, "the NVMe step always overlaps its reads, updates and writes");
         } else if (is_param && strcmp(n, "max_in_cpu") == 0) {
             rc = zero_json_whole(x, it, k, 0, ZERO_SIZE_MAX, &v);
             if (rc == 0) { c->max_in_cpu = v; }
@@ -534,17 +541,27 @@ static inline int zero_json_zero_optimization(ZeroJsonCtx* x, const cJSON* z, Ze
             long long* field = (long long*)((char*)c + sizes[i].offset);
             if (seen[i] != NULL && *field != v) {
                 char other[512];
-                return llmc_error("--ds-config %s: keys '%s' (%lld) and '%s' (%lld) disagree: they are the same setting",
+                return zero_error("--ds-config %s: keys '%s' (%lld) and '%s' (%lld) disagree: they are the same setting",
                                   x->path, zero_json_key(other, sizeof(other), P, seen[i]->string), *field, k, v);
             }
             *field = v;
             seen[i] = it;
+            if (sizes[i].offset == offsetof(ZeroConfig, allgather_bucket_size)) {
+                zero_json_no_effect(x, k, "a unit is gathered whole (the unit is the bucket)");
+            }
         }
         if (matched) { continue; }
         if (strcmp(n, "stage") == 0) { rc = zero_json_int(x, it, k, 0, 3, &c->stage); }
-        else if (strcmp(n, "overlap_comm") == 0) { rc = zero_json_bool(x, it, k, &c->overlap_comm); }
-        else if (strcmp(n, "contiguous_gradients") == 0) { rc = zero_json_bool(x, it, k, &c->contiguous_gradients); }
-        else if (strcmp(n, "reduce_scatter") == 0) { rc = zero_json_bool(x, it, k, &c->reduce_scatter); }
+        else if (strcmp(n, "overlap_comm") == 0) {
+            rc = zero_json_bool(x, it, k, &c->overlap_comm);
+            zero_json_no_effect(x, k, "communication always overlaps computation (nonblocking collectives, NCCL on its own stream)");
+        } else if (strcmp(n, "contiguous_gradients") == 0) {
+            rc = zero_json_bool(x, it, k, &c->contiguous_gradients);
+            zero_json_no_effect(x, k, "each unit's gradient is one contiguous buffer already");
+        } else if (strcmp(n, "reduce_scatter") == 0) {
+            rc = zero_json_bool(x, it, k, &c->reduce_scatter);
+            zero_json_no_effect(x, k, "stages 1-3 always reduce-scatter, stage 0 all-reduces");
+        }
         else if (strcmp(n, "offload_optimizer") == 0) { rc = zero_json_offload(x, it, k, 0, c, &sh); }
         else if (strcmp(n, "offload_param") == 0) { rc = zero_json_offload(x, it, k, 1, c, &sh); }
         else { zero_json_unknown(x, k); }
@@ -579,36 +596,36 @@ static inline void zero_json_position(const char* text, size_t pos, int* line, i
 // reads the whole file into a NUL-terminated buffer; -1 with a message naming it
 static inline int zero_read_file(const char* path, char** out) {
     FILE* f = fopen(path, "rb");
-    if (f == NULL) { return llmc_error("--ds-config %s: cannot open: %s", path, strerror(errno)); }
+    if (f == NULL) { return zero_error("--ds-config %s: cannot open: %s", path, strerror(errno)); }
     size_t cap = 4096, len = 0;
     char* buf = (char*)malloc(cap);
     while (buf != NULL) {
         len += fread(buf + len, 1, cap - 1 - len, f);
         if (len < cap - 1) { break; }
         // a DeepSpeed config is a few kilobytes; 64 MiB is surely not one
-        if (cap >= ((size_t)64 << 20)) { free(buf); fclose(f); return llmc_error("--ds-config %s: larger than 64 MiB, not a config", path); }
+        if (cap >= ((size_t)64 << 20)) { free(buf); fclose(f); return zero_error("--ds-config %s: larger than 64 MiB, not a config", path); }
         char* bigger = (char*)realloc(buf, cap * 2);
         if (bigger == NULL) { free(buf); buf = NULL; break; }
         buf = bigger;
         cap *= 2;
     }
-    if (buf == NULL) { fclose(f); return llmc_error("--ds-config %s: out of memory reading it", path); }
+    if (buf == NULL) { fclose(f); return zero_error("--ds-config %s: out of memory reading it", path); }
     int bad = ferror(f);
     fclose(f);
-    if (bad) { free(buf); return llmc_error("--ds-config %s: read error", path); }
+    if (bad) { free(buf); return zero_error("--ds-config %s: read error", path); }
     buf[len] = '\0';
-    if (strlen(buf) != len) { free(buf); return llmc_error("--ds-config %s: contains a NUL byte, not JSON text", path); }
+    if (strlen(buf) != len) { free(buf); return zero_error("--ds-config %s: contains a NUL byte, not JSON text", path); }
     *out = buf;
     return 0;
 }
 
 // Loads a DeepSpeed-style JSON file over c. Keys we do not read are not errors: each adds
 // the line "warning: --ds-config FILE: unknown key 'a.b.c' ignored" to `warnings` (a NUL-
-// terminated string, appended to; NULL for none). Returns 0, or -1 with llmc_errmsg() naming
+// terminated string, appended to; NULL for none). Returns 0, or -1 with zero_errmsg() naming
 // the file and the key (or the line of a JSON syntax error); c is then unchanged, though
 // warnings found before the error stay in the buffer.
 static inline int zero_config_load_json(ZeroConfig* c, const char* path, char* warnings, size_t warnings_len) {
-    if (path == NULL || *path == '\0') { return llmc_error("--ds-config: no file given"); }
+    if (path == NULL || *path == '\0') { return zero_error("--ds-config: no file given"); }
     char* text = NULL;
     if (zero_read_file(path, &text) != 0) { return -1; }
     // the parse end pointer says where parsing stopped, like cJSON_GetErrorPtr, without
@@ -619,7 +636,7 @@ static inline int zero_config_load_json(ZeroConfig* c, const char* path, char* w
         int line = 0, col = 0;
         size_t pos = end != NULL && end >= text ? (size_t)(end - text) : 0;
         zero_json_position(text, pos, &line, &col);
-        llmc_error("--ds-config %s: malformed JSON at line %d, column %d", path, line, col);
+        zero_error("--ds-config %s: malformed JSON at line %d, column %d", path, line, col);
         free(text);
         return -1;
     }
@@ -654,65 +671,90 @@ static inline int zero_config_load_json(ZeroConfig* c, const char* path, char* w
 // ----------------------------------------------------------------------------
 // checks across fields, after the file and the flags
 
-// 0 when the fields make sense together; -1 with llmc_errmsg() naming the conflict
+// 0 when the fields make sense together; -1 with zero_errmsg() naming the conflict
 static inline int zero_config_validate(const ZeroConfig* c) {
-    if (c->stage < 0 || c->stage > 3) { return llmc_error("zero config: stage %d is out of range [0, 3]", c->stage); }
-    if (c->prefetch_depth < 0 || c->prefetch_depth > 64) { return llmc_error("zero config: prefetch depth %d is out of range [0, 64]", c->prefetch_depth); }
-    if (c->reduce_bucket_size < 1) { return llmc_error("zero config: reduce_bucket_size %lld must be >= 1", c->reduce_bucket_size); }
-    if (c->allgather_bucket_size < 1) { return llmc_error("zero config: allgather_bucket_size %lld must be >= 1", c->allgather_bucket_size); }
-    if (c->sub_group_size < 1) { return llmc_error("zero config: sub_group_size %lld must be >= 1", c->sub_group_size); }
+    if (c->stage < 0 || c->stage > 3) { return zero_error("zero config: stage %d is out of range [0, 3]", c->stage); }
+    if (c->prefetch_depth < 0 || c->prefetch_depth > 64) { return zero_error("zero config: prefetch depth %d is out of range [0, 64]", c->prefetch_depth); }
+    if (c->reduce_bucket_size < 1) { return zero_error("zero config: reduce_bucket_size %lld must be >= 1", c->reduce_bucket_size); }
+    if (c->allgather_bucket_size < 1) { return zero_error("zero config: allgather_bucket_size %lld must be >= 1", c->allgather_bucket_size); }
+    if (c->sub_group_size < 1) { return zero_error("zero config: sub_group_size %lld must be >= 1", c->sub_group_size); }
     if (c->prefetch_bucket_size < 0 || c->param_persistence_threshold < 0 || c->max_live_parameters < 0 ||
         c->max_reuse_distance < 0 || c->max_in_cpu < 0) {
-        return llmc_error("zero config: prefetch_bucket_size, param_persistence_threshold, max_live_parameters, "
+        return zero_error("zero config: prefetch_bucket_size, param_persistence_threshold, max_live_parameters, "
                           "max_reuse_distance and max_in_cpu must be >= 0");
     }
     if (c->buffer_count < 1 || c->param_buffer_count < 1) {
-        return llmc_error("zero config: offload buffer_count must be >= 1 (optimizer %d, param %d)", c->buffer_count, c->param_buffer_count);
+        return zero_error("zero config: offload buffer_count must be >= 1 (optimizer %d, param %d)", c->buffer_count, c->param_buffer_count);
     }
     if ((unsigned)c->offload_optimizer > ZERO_OFFLOAD_NVME || (unsigned)c->offload_param > ZERO_OFFLOAD_NVME) {
-        return llmc_error("zero config: unknown offload device");
+        return zero_error("zero config: unknown offload device");
     }
     // stage 0 keeps the whole optimizer state on every rank: there is no partition to move
     if (c->offload_optimizer != ZERO_OFFLOAD_NONE && c->stage < 1) {
-        return llmc_error("zero config: offload_optimizer %s needs ZeRO stage 1, 2 or 3 (stage is %d)",
+        return zero_error("zero config: offload_optimizer %s needs ZeRO stage 1, 2 or 3 (stage is %d)",
                           zero_offload_name(c->offload_optimizer), c->stage);
     }
     // before stage 3 every rank holds all the parameters for the whole step, so there is
     // no partition of them that could live elsewhere
     if (c->offload_param != ZERO_OFFLOAD_NONE && c->stage != 3) {
-        return llmc_error("zero config: offload_param %s needs ZeRO stage 3 (stage is %d)", zero_offload_name(c->offload_param), c->stage);
+        return zero_error("zero config: offload_param %s needs ZeRO stage 3 (stage is %d)", zero_offload_name(c->offload_param), c->stage);
     }
     // NVMe offload of the optimizer is ZeRO-Infinity, built on stage 3's partitioning
     if (c->offload_optimizer == ZERO_OFFLOAD_NVME && c->stage != 3) {
-        return llmc_error("zero config: offload_optimizer nvme needs ZeRO stage 3 (stage is %d); use cpu for stages 1 and 2", c->stage);
+        return zero_error("zero config: offload_optimizer nvme needs ZeRO stage 3 (stage is %d); use cpu for stages 1 and 2", c->stage);
     }
     if ((c->offload_optimizer == ZERO_OFFLOAD_NVME || c->offload_param == ZERO_OFFLOAD_NVME) && c->nvme_path[0] == '\0') {
-        return llmc_error("zero config: offload to nvme needs a directory: --nvme-path DIR or offload_*.nvme_path");
+        return zero_error("zero config: offload to nvme needs a directory: --nvme-path DIR or offload_*.nvme_path");
     }
-    if (memchr(c->nvme_path, '\0', sizeof(c->nvme_path)) == NULL) { return llmc_error("zero config: nvme_path is not terminated"); }
+    if (memchr(c->nvme_path, '\0', sizeof(c->nvme_path)) == NULL) { return zero_error("zero config: nvme_path is not terminated"); }
     int bools[] = { c->overlap_comm, c->contiguous_gradients, c->reduce_scatter, c->pin_memory, c->pipeline_read, c->pipeline_write };
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++) {
-        if (bools[i] != 0 && bools[i] != 1) { return llmc_error("zero config: a boolean setting holds %d (0 or 1)", bools[i]); }
+        if (bools[i] != 0 && bools[i] != 1) { return zero_error("zero config: a boolean setting holds %d (0 or 1)", bools[i]); }
     }
-    if (c->bf16 < -1 || c->bf16 > 1) { return llmc_error("zero config: bf16 holds %d (0, 1 or -1 for unset)", c->bf16); }
-    if (c->train_batch_size == 0 || c->train_batch_size < -1) { return llmc_error("zero config: train_batch_size %lld must be >= 1 (or -1 for unset)", c->train_batch_size); }
+    if (c->bf16 < -1 || c->bf16 > 1) { return zero_error("zero config: bf16 holds %d (0, 1 or -1 for unset)", c->bf16); }
+    if (c->train_batch_size == 0 || c->train_batch_size < -1) { return zero_error("zero config: train_batch_size %lld must be >= 1 (or -1 for unset)", c->train_batch_size); }
     if (c->train_micro_batch_size_per_gpu == 0 || c->train_micro_batch_size_per_gpu < -1) {
-        return llmc_error("zero config: train_micro_batch_size_per_gpu %d must be >= 1 (or -1 for unset)", c->train_micro_batch_size_per_gpu);
+        return zero_error("zero config: train_micro_batch_size_per_gpu %d must be >= 1 (or -1 for unset)", c->train_micro_batch_size_per_gpu);
     }
     if (c->gradient_accumulation_steps == 0 || c->gradient_accumulation_steps < -1) {
-        return llmc_error("zero config: gradient_accumulation_steps %d must be >= 1 (or -1 for unset)", c->gradient_accumulation_steps);
+        return zero_error("zero config: gradient_accumulation_steps %d must be >= 1 (or -1 for unset)", c->gradient_accumulation_steps);
     }
-    if (!isnan(c->lr) && !(c->lr > 0.0f && isfinite(c->lr))) { return llmc_error("zero config: lr %g must be > 0", (double)c->lr); }
-    if (!isnan(c->beta1) && !(c->beta1 >= 0.0f && c->beta1 < 1.0f)) { return llmc_error("zero config: beta1 %g is out of range [0, 1)", (double)c->beta1); }
-    if (!isnan(c->beta2) && !(c->beta2 >= 0.0f && c->beta2 < 1.0f)) { return llmc_error("zero config: beta2 %g is out of range [0, 1)", (double)c->beta2); }
-    if (!isnan(c->eps) && !(c->eps > 0.0f && isfinite(c->eps))) { return llmc_error("zero config: eps %g must be > 0", (double)c->eps); }
+    if (!isnan(c->lr) && !(c->lr > 0.0f && isfinite(c->lr))) { return zero_error("zero config: lr %g must be > 0", (double)c->lr); }
+    if (!isnan(c->beta1) && !(c->beta1 >= 0.0f && c->beta1 < 1.0f)) { return zero_error("zero config: beta1 %g is out of range [0, 1)", (double)c->beta1); }
+    if (!isnan(c->beta2) && !(c->beta2 >= 0.0f && c->beta2 < 1.0f)) { return zero_error("zero config: beta2 %g is out of range [0, 1)", (double)c->beta2); }
+    if (!isnan(c->eps) && !(c->eps > 0.0f && isfinite(c->eps))) { return zero_error("zero config: eps %g must be > 0", (double)c->eps); }
     if (!isnan(c->weight_decay) && !(c->weight_decay >= 0.0f && isfinite(c->weight_decay))) {
-        return llmc_error("zero config: weight_decay %g must be >= 0", (double)c->weight_decay);
+        return zero_error("zero config: weight_decay %g must be >= 0", (double)c->weight_decay);
     }
     if (!isnan(c->gradient_clipping) && !(c->gradient_clipping >= 0.0f && isfinite(c->gradient_clipping))) {
-        return llmc_error("zero config: gradient_clipping %g must be >= 0", (double)c->gradient_clipping);
+        return zero_error("zero config: gradient_clipping %g must be >= 0", (double)c->gradient_clipping);
     }
     return 0;
+}
+
+// Knobs given a value (other than the default) that the configuration leaves without
+// effect: stage 3's with -z 0-2, the NVMe step's without NVMe optimizer offload, the
+// parameter store's without NVMe parameter offload. One line each appended to warnings
+// (cap bytes, whole lines only); nothing is refused: a config may serve several runs.
+static inline void zero_config_warnings(const ZeroConfig* c, char* warnings, size_t cap) {
+    ZeroConfig d;
+    zero_config_defaults(&d);
+    ZeroJsonCtx x = { "", warnings, cap };
+    const struct { const char* key; int changed, applies; const char* needs; } knobs[] = {
+        { "prefetch (--prefetch)", c->prefetch_depth != d.prefetch_depth, c->stage == 3, "ZeRO stage 3" },
+        { "prefetch_bucket_size", c->prefetch_bucket_size != d.prefetch_bucket_size, c->stage == 3, "ZeRO stage 3" },
+        { "param_persistence_threshold", c->param_persistence_threshold != d.param_persistence_threshold, c->stage == 3, "ZeRO stage 3" },
+        { "max_live_parameters", c->max_live_parameters != d.max_live_parameters, c->stage == 3, "ZeRO stage 3" },
+        { "max_reuse_distance", c->max_reuse_distance != d.max_reuse_distance, c->stage == 3, "ZeRO stage 3" },
+        { "sub_group_size", c->sub_group_size != d.sub_group_size, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
+        { "offload_optimizer.buffer_count", c->buffer_count != d.buffer_count, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
+        { "offload_param.max_in_cpu", c->max_in_cpu != d.max_in_cpu, c->offload_param == ZERO_OFFLOAD_NVME, "offload_param nvme" },
+    };
+    for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
+        if (knobs[i].changed && !knobs[i].applies) {
+            zero_json_warn(&x, "warning: ZeRO setting %s has no effect without %s", knobs[i].key, knobs[i].needs);
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -723,7 +765,7 @@ static inline int zero_config_validate(const ZeroConfig* c) {
 // train_batch_size or micro means accum 1, as in DeepSpeed. Fills *micro_out and *accum_out,
 // or returns -1 (outputs untouched) with a message naming the numbers.
 static inline int zero_config_resolve_batch(long long train_batch_size, int micro, int accum, int world, int* micro_out, int* accum_out) {
-    if (world < 1) { return llmc_error("batch: world size %d must be >= 1", world); }
+    if (world < 1) { return zero_error("batch: world size %d must be >= 1", world); }
     long long t = train_batch_size > 0 ? train_batch_size : 0;
     long long m = micro > 0 ? micro : 0;
     long long a = accum > 0 ? accum : 0;
@@ -732,31 +774,31 @@ static inline int zero_config_resolve_batch(long long train_batch_size, int micr
     // 2^63 (2^31 * 2^31 * 2^31 would not, hence the division-based checks below)
     if (t && m && a) {
         if (t % (m * w) != 0 || t / (m * w) != a) {
-            return llmc_error("batch: train_batch_size %lld != micro %lld x accum %lld x world %lld", t, m, a, w);
+            return zero_error("batch: train_batch_size %lld != micro %lld x accum %lld x world %lld", t, m, a, w);
         }
     } else if (t && m) {
-        if (t % (m * w) != 0) { return llmc_error("batch: train_batch_size %lld is not divisible by micro %lld x world %lld", t, m, w); }
+        if (t % (m * w) != 0) { return zero_error("batch: train_batch_size %lld is not divisible by micro %lld x world %lld", t, m, w); }
         a = t / (m * w);
     } else if (t && a) {
-        if (t % (a * w) != 0) { return llmc_error("batch: train_batch_size %lld is not divisible by accum %lld x world %lld", t, a, w); }
+        if (t % (a * w) != 0) { return zero_error("batch: train_batch_size %lld is not divisible by accum %lld x world %lld", t, a, w); }
         m = t / (a * w);
     } else if (m && a) {
         // nothing to check: the product is the train batch size
     } else if (t) {
         // DeepSpeed's reading of a lone train_batch_size: no accumulation
         a = 1;
-        if (t % w != 0) { return llmc_error("batch: train_batch_size %lld is not divisible by world %lld (with accum 1)", t, w); }
+        if (t % w != 0) { return zero_error("batch: train_batch_size %lld is not divisible by world %lld (with accum 1)", t, w); }
         m = t / w;
     } else if (m) {
         a = 1;
     } else if (a) {
-        return llmc_error("batch: gradient_accumulation_steps %lld alone does not fix the batch: give train_batch_size or "
+        return zero_error("batch: gradient_accumulation_steps %lld alone does not fix the batch: give train_batch_size or "
                           "train_micro_batch_size_per_gpu too", a);
     } else {
-        return llmc_error("batch: none of train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps given");
+        return zero_error("batch: none of train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps given");
     }
     if (m > INT_MAX || a > INT_MAX) {
-        return llmc_error("batch: micro %lld or accum %lld from train_batch_size %lld and world %lld is too large", m, a, t, w);
+        return zero_error("batch: micro %lld or accum %lld from train_batch_size %lld and world %lld is too large", m, a, t, w);
     }
     *micro_out = (int)m;
     *accum_out = (int)a;
@@ -835,22 +877,20 @@ static inline void zero_append(char* out, size_t len, const char* s) {
 // param none, buckets: prefetch 5e7, reduce 5e8"; truncated to fit `len`
 static inline void zero_config_describe(const ZeroConfig* c, char* out, size_t len) {
     if (out == NULL || len == 0) { return; }
-    char a[32], b[32], d[32];
-    int n = 0;
+    char a[32], b[32], d[32], line[512];
     if (c->stage == 3) {
-        n = snprintf(out, len, "stage 3, prefetch %d, persistence %s, offload optimizer %s, param %s, buckets: prefetch %s, reduce %s",
-                     c->prefetch_depth, zero_format_count(c->param_persistence_threshold, a, sizeof(a)),
-                     zero_offload_name(c->offload_optimizer), zero_offload_name(c->offload_param),
-                     zero_format_count(c->prefetch_bucket_size, b, sizeof(b)), zero_format_count(c->reduce_bucket_size, d, sizeof(d)));
+        snprintf(line, sizeof(line), "stage 3, prefetch %d, persistence %s, offload optimizer %s, param %s, buckets: prefetch %s, reduce %s",
+                 c->prefetch_depth, zero_format_count(c->param_persistence_threshold, a, sizeof(a)),
+                 zero_offload_name(c->offload_optimizer), zero_offload_name(c->offload_param),
+                 zero_format_count(c->prefetch_bucket_size, b, sizeof(b)), zero_format_count(c->reduce_bucket_size, d, sizeof(d)));
     } else if (c->stage == 0) {
-        n = snprintf(out, len, "stage 0 (plain data parallel), reduce bucket %s", zero_format_count(c->reduce_bucket_size, a, sizeof(a)));
+        snprintf(line, sizeof(line), "stage 0 (plain data parallel), reduce bucket %s", zero_format_count(c->reduce_bucket_size, a, sizeof(a)));
     } else {
-        n = snprintf(out, len, "stage %d, offload optimizer %s, buckets: reduce %s, allgather %s", c->stage,
-                     zero_offload_name(c->offload_optimizer), zero_format_count(c->reduce_bucket_size, a, sizeof(a)),
-                     zero_format_count(c->allgather_bucket_size, b, sizeof(b)));
+        snprintf(line, sizeof(line), "stage %d, offload optimizer %s, buckets: reduce %s", c->stage,
+                 zero_offload_name(c->offload_optimizer), zero_format_count(c->reduce_bucket_size, a, sizeof(a)));
     }
-    (void)n;
-    if (c->overlap_comm) { zero_append(out, len, ", overlap_comm"); }
+    out[0] = '\0';
+    zero_append(out, len, line);
     if (c->offload_optimizer == ZERO_OFFLOAD_NVME || c->offload_param == ZERO_OFFLOAD_NVME) {
         zero_append(out, len, ", nvme ");
         zero_append(out, len, c->nvme_path);

@@ -22,7 +22,7 @@
    every element gets the same arithmetic whatever its position: results are bitwise
    independent of the thread count and of the pointers' alignment.
 
- The math: torch.optim.AdamW's formula, the same as llmc/adamw.h's adamw_update, with
+ The math: torch.optim.AdamW's formula, the same as zero3/adamw.h's adamw_update, with
  g = grad * grad_scale, b1 = beta1, b2 = beta2 and per call (in double, then rounded to
  float): bc1 = 1 - b1^t, bc2 = 1 - b2^t, step = lr / bc1, isb2 = 1 / sqrt(bc2):
    m = fma(b1, m, (1 - b1) g)
@@ -35,7 +35,7 @@
  - the bias corrections are folded into step and isb2 (two divides per element fewer):
    sqrt(v) * isb2 instead of sqrt(v / bc2), and step * m instead of lr * (m / bc1).
    The divide m / denom and the sqrt are IEEE-exact (vdivps, vsqrtps), no rcp/rsqrt.
- Bound (u = 2^-24, the unit roundoff of float), checked by test/test_cpu_adam.c:
+ Bound (u = 2^-24, the unit roundoff of float), checked by test/unit/test_cpu_adam.c:
    |dm| <= 1.5u (|b1 m0| + |(1-b1) g|)       (m can cancel: relative to its terms)
    |dv| <= 2u v
    denom differs by <= ~4u relative, the update d = step m / denom by <= ~8u relative
@@ -55,7 +55,7 @@
 #include <string.h>       // memcpy (bit casts, tail buffers), strcmp (ISA names)
 #include <math.h>         // pow, sqrt, sqrtf, isfinite (pow/sqrt need -lm)
 #include <immintrin.h>    // AVX2 / AVX-512 intrinsics; usable in target() functions without -mavx2
-#include "llmc/utils.h"   // llmc_error: the 0 / -1 error convention
+#include "zero3/util.h"    // zero_error: the 0 / -1 error convention
 
 typedef enum { CPU_ADAM_FP32, CPU_ADAM_BF16 } CpuAdamDtype;
 
@@ -277,8 +277,8 @@ static inline int cpu_adam_force_isa(const char* isa) {
     if (strcmp(isa, "avx512") == 0) { want = CPU_ADAM_ISA_AVX512; }
     else if (strcmp(isa, "avx2") == 0) { want = CPU_ADAM_ISA_AVX2; }
     else if (strcmp(isa, "scalar") == 0) { want = CPU_ADAM_ISA_SCALAR; }
-    else { return llmc_error("cpu_adam_force_isa: unknown ISA '%s' (avx512, avx2, scalar, auto)", isa); }
-    if (!cpu_adam_isa_ok(want)) { return llmc_error("cpu_adam_force_isa: this CPU cannot run %s", isa); }
+    else { return zero_error("cpu_adam_force_isa: unknown ISA '%s' (avx512, avx2, scalar, auto)", isa); }
+    if (!cpu_adam_isa_ok(want)) { return zero_error("cpu_adam_force_isa: this CPU cannot run %s", isa); }
     __atomic_store_n(&cpu_adam_isa_sel, want, __ATOMIC_RELAXED);
     return 0;
 }
@@ -330,24 +330,24 @@ static inline void cpu_adam_range(int isa, const CpuAdamConsts* c, float* p, con
 // t < 1, betas outside [0, 1), unknown dtypes).
 static inline int cpu_adam_step(float* p, const void* g, CpuAdamDtype g_dtype, float* m, float* v, size_t n,
                                 const CpuAdamParams* hp, void* out, CpuAdamDtype out_dtype) {
-    if (hp == NULL) { return llmc_error("cpu_adam_step: hyperparameters are NULL"); }
+    if (hp == NULL) { return zero_error("cpu_adam_step: hyperparameters are NULL"); }
     if (n > SIZE_MAX / sizeof(float) / 2) {
-        return llmc_error("cpu_adam_step: n = %zu elements overflows a byte count", n);
+        return zero_error("cpu_adam_step: n = %zu elements overflows a byte count", n);
     }
     if (n > 0 && (p == NULL || g == NULL || m == NULL || v == NULL)) {
-        return llmc_error("cpu_adam_step: NULL array (p %p, g %p, m %p, v %p) for n = %zu",
+        return zero_error("cpu_adam_step: NULL array (p %p, g %p, m %p, v %p) for n = %zu",
                           (void*)p, g, (void*)m, (void*)v, n);
     }
     if (g_dtype != CPU_ADAM_FP32 && g_dtype != CPU_ADAM_BF16) {
-        return llmc_error("cpu_adam_step: unknown gradient dtype %d", (int)g_dtype);
+        return zero_error("cpu_adam_step: unknown gradient dtype %d", (int)g_dtype);
     }
     if (out != NULL && out_dtype != CPU_ADAM_FP32 && out_dtype != CPU_ADAM_BF16) {
-        return llmc_error("cpu_adam_step: unknown output dtype %d", (int)out_dtype);
+        return zero_error("cpu_adam_step: unknown output dtype %d", (int)out_dtype);
     }
-    if (hp->t < 1) { return llmc_error("cpu_adam_step: step t = %d, must be >= 1", hp->t); }
+    if (hp->t < 1) { return zero_error("cpu_adam_step: step t = %d, must be >= 1", hp->t); }
     // !(x >= 0 && x < 1) also catches NaN; beta = 1 would make a bias correction 0
     if (!(hp->beta1 >= 0.0f && hp->beta1 < 1.0f) || !(hp->beta2 >= 0.0f && hp->beta2 < 1.0f)) {
-        return llmc_error("cpu_adam_step: betas (%g, %g) must be in [0, 1)", hp->beta1, hp->beta2);
+        return zero_error("cpu_adam_step: betas (%g, %g) must be in [0, 1)", hp->beta1, hp->beta2);
     }
     if (n == 0) { return 0; }
 

@@ -1,15 +1,8 @@
 /*
- The ZeRO engine on the GPU: the GPU trainer's device backend. The same contract as
- zero3/engine.h (the host engine, which the CPU trainer and the GPU trainer's host
- backend use): the model calls, in the order of the use schedule registered at init,
-
-   zero_dev_begin(pass)   a training micro-step (forward then backward) or a forward
-   zero_dev_fetch(u)      the unit's parameters (floatX, on the GPU)
-   zero_dev_release(u)    done with them for now
-   zero_dev_grad(u)       the unit's gradient buffer to accumulate into (backward)
-   zero_dev_reduce(u)     the unit's gradient is complete for this micro-step
-   zero_dev_end()
- and once per optimizer step zero_dev_step().
+ The device engine: the ZeRO engine on the GPU, the GPU trainer's fast path. The calls
+ are zero3/zero.h's (through zero_dev_ops), in the order of the use schedule, whose every
+ decision (keep, release, prefetch, the reduction window) is zero3/schedule.h's, as in the
+ host engine.
 
  Stages, all state on the GPU, one GPU per rank, collectives over NCCL
  (zero3/nccl.cuh) on their own stream:
@@ -22,8 +15,7 @@
       shard accumulators; the buffer goes back to the pool
    3  + parameters sharded: this rank keeps its floatX shards; a unit is gathered into a
       pooled buffer before each use, with the next units prefetched, and released after,
-      unless it is small (persistent) or used again soon (the host engine's reuse rule,
-      zero_schedule_keep)
+      unless it is small (persistent) or used again soon
  --offload-optimizer cpu (stages 1-3, ZeRO-Offload): the fp32 master and AdamW moments
  live in pinned host memory. Each unit's reduced gradient shard is copied to the host on
  a copy stream as soon as its reduction is done on the last micro-step, overlapping the
@@ -31,55 +23,55 @@
  the shards and writes the floatX compute copy, which goes back on the copy stream.
  With dpu (ZeRO-Offload's one-step delayed parameter update, --dpu 1) the CPU Adam of
  step i runs on a thread while the GPU computes step i+1 with the parameters of step i-1;
- its result is uploaded at the end of step i+1. (NVMe and parameter offload run on the
- host engine: --zero-backend host.)
+ its result is uploaded at the end of step i+1. NVMe and parameter offload are the host
+ engine's (the GPU trainer's host-staged backend, zero3/staged.cuh).
 
- No allocation inside a step, and without offload no host synchronization: the gradient
- norm, the clipping factor and the ranks' all-reduce of the norm stay on the GPU, and the
- norm reaches the host with the step's losses (zero_dev_norm). With offload the host
- waits for the gradient shards' copies before the CPU Adam (and, with dpu, for the
- previous update). The pools are sized at init by
- running the schedules once in simulation (the decisions depend only on the schedule and
- the configuration). A pooled buffer is reused only after the stream that last used it
- has passed an event recorded then: a parameter buffer after the compute stream's kernels
- that read it (recorded at release), a gradient buffer after its reduce-scatter (recorded
- on the NCCL stream). Gathers wait for the compute stream's AdamW at the start of each
- pass; the compute stream waits for a gather's event at the unit's fetch.
+ [Note: the host never waits inside a step without offload]
+ Nothing is allocated in a step, and the gradient norm, the clipping factor and the ranks'
+ all-reduce of the norm stay on the GPU; the norm reaches the host after the trainer's
+ end-of-step synchronization (zero_dev_stats). Ordering is by events only: a pooled buffer
+ is reused after the stream that last used it has passed an event recorded then (a
+ parameter buffer after the compute stream's kernels that read it, recorded at release;
+ a gradient buffer after its reduce-scatter, recorded on the NCCL stream). Gathers wait
+ for the compute stream's AdamW at the start of each pass; the compute stream waits for a
+ gather's event at the unit's fetch, and for the oldest reduction's event when the window
+ behind is full. With offload the host waits for the gradient shards' copies before the
+ CPU Adam (and, with dpu, for the previous update).
+
+ The pools are sized at init by walking the schedule (zero_schedule_peak): the decisions
+ depend only on the schedule and the configuration.
 
  Waiting on communication is measured on the GPU (zero_dev_wait): each time the compute
  stream waits for a collective or a copy that has not ended when the wait is issued, the
  GPU's clock is read as the stream reaches the wait and again when it is over.
 
- Errors return -1 with llmc_error; the caller stops the job.
+ Errors return -1 with zero_error; the caller stops the job.
 */
 #ifndef ZERO3_DEVICE_CUH
 #define ZERO3_DEVICE_CUH
 
 #include <stdlib.h>              // calloc, free
 #include <string.h>              // memset
-#include <math.h>                // sqrt, pow
-#include <mpi.h>                 // the norm's all-reduce over ranks, the initial broadcast
+#include <limits.h>              // INT_MAX: MPI counts
+#include <mpi.h>                 // the initial broadcast, the master's gather for checkpoints
 #include <pthread.h>             // --dpu: the CPU Adam of step i runs while the GPU does step i+1
-#include <time.h>                // clock_gettime: the update thread's timing (no MPI calls off the main thread)
 #include <omp.h>                 // omp_set_num_threads: the update thread's OpenMP team
-#include "llmc/cuda_common.cuh"  // floatX, cudaCheck, CEIL_DIV, from_float
-#include "llmc/adamw.cuh"        // adamw_update_cuda, global_norm_squared
+#include "zero3/util.h"          // zero_error, zero_now_ms
+#include "zero3/cuda_util.cuh"   // floatX, zero_cuda, the conversion kernels, gpu_clock_ns
+#include "zero3/adamw.cuh"       // adamw_update_cuda, global_norm_squared, the scale kernels
 #include "zero3/plan.h"          // ZeroPlan: padded units and shards
-#include "zero3/config.h"        // ZeroConfig: prefetch, persistence, live budget
+#include "zero3/config.h"        // ZeroConfig
+#include "zero3/zero.h"          // the interface: ZeroOps, ZeroModel, ZeroStats
+#include "zero3/schedule.h"      // ZeroSchedule: the uses and their decisions
+#include "zero3/checkpoint.h"    // ZeroStateHeader: this engine's part of a checkpoint
 #include "zero3/nccl.cuh"        // ZeroNccl: the collectives' stream and events
-#include "zero3/engine.h"        // ZeroTensor, ZERO_PASS_*, zero_schedule_keep (the host engine's rule)
+#include "zero3/cpu_adam.h"      // cpu_adam_step: offload's SIMD AdamW
 
 #if defined(ENABLE_FP32)
 #define NCCL_FLOATX ncclFloat32
 #else
 #define NCCL_FLOATX ncclBfloat16
 #endif
-
-// floatX (n,) <- fp32 (n,), round to nearest (init, the host backend's uploads)
-__global__ void copy_to_floatx_kernel(floatX* dst, const float* src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { dst[i] = from_float<floatX>(src[i]); }
-}
 
 // acc (n,) fp32 += got (n,) floatX: a reduced gradient shard into its accumulator
 __global__ void zero_dev_accumulate_kernel(float* acc, const floatX* got, size_t n) {
@@ -99,7 +91,7 @@ typedef struct {
 
 typedef struct {
     size_t elems;         // a unit's padded size
-    int count, taken, max_taken;
+    int count;            // buffers
     int next;             // where the search for a free buffer starts: round robin from the last one taken
     ZeroDevBuf* bufs;     // (count)
 } ZeroDevPool;
@@ -113,32 +105,26 @@ typedef struct {
     float lr, weight_decay, grad_scale;
     int t, rc;
     double ms;
-    char msg[1024];               // the thread's error (llmc_error's buffer is per thread)
+    char msg[1024];               // the thread's error (zero_error's buffer is per thread)
 } ZeroDevUpdate;
 
 typedef struct ZeroDev {
     ZeroPlan plan;
     ZeroConfig cfg;
+    ZeroSchedule sched;
+    MPI_Comm comm;                // the ranks (NCCL's communicator is made over it)
     int stage, world, rank, use_nccl;
     ZeroNccl nccl;
     cudaStream_t compute;
     int num_tensors;
     ZeroTensor* tensors;
     float beta1, beta2, eps;
-    // the use schedules and their keep decisions
-    int len[ZERO_NUM_PASSES];
-    int* unit_of[ZERO_NUM_PASSES];
-    int* keep[ZERO_NUM_PASSES];
-    int pass, pos, last_micro;
     int shards_written;           // stage 3: the compute stream wrote shard_params since the last pass began (step, load)
-    int simulate;                 // init: walk the schedules, count pooled buffers, touch nothing
     // parameters (floatX)
     floatX* params;               // (padded_total) stages 0-2
     floatX* shard_params;         // (shard_total) stage 3: this rank's shards
-    floatX** unit_ptr;            // (num_units) stage 3: where the unit is gathered, NULL if not
+    floatX** unit_ptr;            // (num_units) stage 3: where the unit is gathered (persistent: its own buffer)
     ZeroDevBuf** unit_buf;        // (num_units) stage 3: its pooled buffer (NULL: persistent or not gathered)
-    int* persistent;              // (num_units) stage 3: gathered once, refreshed after each step
-    double live_elems;
     ZeroDevPool ppool[ZERO_DEV_MAX_POOLS];
     int nppool;
     // gradients
@@ -148,6 +134,7 @@ typedef struct ZeroDev {
     ZeroDevBuf** grad_buf;        // (num_units) stages 2-3: the unit's gradient buffer during its backward
     ZeroDevPool gpool[ZERO_DEV_MAX_POOLS];
     int ngpool;
+    cudaEvent_t* reduced_ev;      // (num_units) recorded on the NCCL stream after the unit's reduction
     // AdamW
     float* master;                // (opt_elems) fp32
     float* m;
@@ -156,14 +143,14 @@ typedef struct ZeroDev {
     float* norm_scratch;          // GLOBAL_NORM_SCRATCH_FLOATS
     float* norm_out;              // (3,): [0] this rank's squared norm, [1] AdamW's gradient scale, [2] the norm
     double* norm_sum;             // (1,) the squared norm summed over ranks
-    float* host_norm;             // (2,) pinned: [0] AdamW's gradient scale (read by offload's CPU Adam), [1] the step's norm (zero_dev_norm)
+    float* host_norm;             // (2,) pinned: [0] AdamW's gradient scale (read by offload's CPU Adam), [1] the step's norm
     // waiting on communication (zero_dev_wait)
     unsigned long long* wait_clock; // (2,) on the GPU: [0] when the compute stream reached a wait, [1] the waits' total (ns)
     double host_wait_ms;          // the host's waits for the gradient copies (offload), cumulative
     // --offload-optimizer cpu: master, m, v above are pinned host arrays
     int offload;
     cudaStream_t copy;            // gradient shards out, updated parameter shards in
-    cudaEvent_t reduced_ev;       // NCCL stream -> copy stream: a unit's shard is reduced
+    cudaEvent_t copy_ev;          // NCCL stream -> copy stream: a unit's shard is reduced
     cudaEvent_t copied_ev;        // copy stream -> compute stream: the updated shards are in
     void* h_grads_buf[2];         // (shard_total) pinned: the reduced shards, floatX (stage 1) or fp32 (stages 2-3);
     void* h_grads;                //   two with dpu (one being updated from, one being filled), h_grads the one filled
@@ -181,19 +168,14 @@ typedef struct ZeroDev {
     double host_bytes_grads, host_bytes_optimizer, host_bytes_params;
 } ZeroDev;
 
-static int zero_dev_cuda(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) { return 0; }
-    return llmc_error("zero device: %s: %s", what, cudaGetErrorString(e));
-}
-
 // a zeroed device allocation, counted into *bytes
 static void* zero_dev_alloc(size_t nbytes, double* bytes) {
     void* p = NULL;
     if (cudaMalloc(&p, nbytes > 0 ? nbytes : 16) != cudaSuccess) {
-        llmc_error("zero device: out of GPU memory allocating %.1f MiB", nbytes / 1048576.0);
+        zero_error("zero device: out of GPU memory allocating %.1f MiB", nbytes / 1048576.0);
         return NULL;
     }
-    if (cudaMemset(p, 0, nbytes > 0 ? nbytes : 16) != cudaSuccess) { cudaFree(p); llmc_error("zero device: cudaMemset failed"); return NULL; }
+    if (cudaMemset(p, 0, nbytes > 0 ? nbytes : 16) != cudaSuccess) { cudaFree(p); zero_error("zero device: cudaMemset failed"); return NULL; }
     *bytes += (double)nbytes;
     return p;
 }
@@ -202,7 +184,7 @@ static void* zero_dev_alloc(size_t nbytes, double* bytes) {
 static void* zero_dev_alloc_host(size_t nbytes, double* bytes) {
     void* p = NULL;
     if (cudaMallocHost(&p, nbytes > 0 ? nbytes : 16) != cudaSuccess) {
-        llmc_error("zero device: out of pinned host memory allocating %.1f MiB", nbytes / 1048576.0);
+        zero_error("zero device: out of pinned host memory allocating %.1f MiB", nbytes / 1048576.0);
         return NULL;
     }
     memset(p, 0, nbytes > 0 ? nbytes : 16);
@@ -225,66 +207,45 @@ __global__ void zero_dev_wait_stop_kernel(unsigned long long* clock) { clock[1] 
 // kernels: the figure is an upper bound, fine at the scale of a collective.
 static int zero_dev_wait(ZeroDev* d, cudaEvent_t ev) {
     cudaError_t q = cudaEventQuery(ev);
-    if (q != cudaSuccess && q != cudaErrorNotReady) { return zero_dev_cuda(q, "cudaEventQuery"); }
+    if (q != cudaSuccess && q != cudaErrorNotReady) { return zero_cuda(q, "cudaEventQuery"); }
     int timed = q == cudaErrorNotReady;
     if (timed) {  // ("not ready" is not left as the runtime's last error)
         zero_dev_wait_start_kernel<<<1, 1, 0, d->compute>>>(d->wait_clock);
-        if (zero_dev_cuda(cudaGetLastError(), "the wait clock") != 0) { return -1; }
+        if (zero_cuda(cudaGetLastError(), "the wait clock") != 0) { return -1; }
     }
-    if (zero_dev_cuda(cudaStreamWaitEvent(d->compute, ev, 0), "cudaStreamWaitEvent") != 0) { return -1; }
+    if (zero_cuda(cudaStreamWaitEvent(d->compute, ev, 0), "cudaStreamWaitEvent") != 0) { return -1; }
     if (timed) {
         zero_dev_wait_stop_kernel<<<1, 1, 0, d->compute>>>(d->wait_clock);
-        return zero_dev_cuda(cudaGetLastError(), "the wait clock");
+        return zero_cuda(cudaGetLastError(), "the wait clock");
     }
     return 0;
 }
 
 // the compute stream waits for the collectives issued so far
 static int zero_dev_join(ZeroDev* d) {
-    if (zero_dev_cuda(cudaEventRecord(d->nccl.done, d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
+    if (zero_cuda(cudaEventRecord(d->nccl.done, d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
     return zero_dev_wait(d, d->nccl.done);
 }
-
-// *ms: the compute stream's waits on communication so far, plus the host's for the
-// gradient copies (cumulative, milliseconds). Synchronizes the compute stream: between steps.
-static int zero_dev_wait_ms(ZeroDev* d, double* ms) {
-    unsigned long long total = 0;
-    if (zero_dev_cuda(cudaMemcpyAsync(&total, d->wait_clock + 1, sizeof(total), cudaMemcpyDeviceToHost, d->compute),
-                      "reading the wait clock") != 0 ||
-        zero_dev_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) {
-        return -1;
-    }
-    *ms = (double)total * 1e-6 + d->host_wait_ms;
-    return 0;
-}
-
-// the norm of the last step's mean gradient, before clipping; valid once the compute
-// stream has passed that step (without offload zero_dev_step queues its copy to the host;
-// the trainer reads it after its end-of-step synchronization)
-static float zero_dev_norm(const ZeroDev* d) { return d->host_norm[1]; }
 
 // ----------------------------------------------------------------------------
 // pools of unit-sized buffers
 
 static ZeroDevPool* zero_dev_pool_for(ZeroDevPool* pools, int* npools, size_t elems) {
     for (int i = 0; i < *npools; i++) { if (pools[i].elems == elems) { return &pools[i]; } }
-    if (*npools == ZERO_DEV_MAX_POOLS) { llmc_error("zero device: more than %d distinct unit sizes", ZERO_DEV_MAX_POOLS); return NULL; }
+    if (*npools == ZERO_DEV_MAX_POOLS) { zero_error("zero device: more than %d distinct unit sizes", ZERO_DEV_MAX_POOLS); return NULL; }
     ZeroDevPool* p = &pools[(*npools)++];
     memset(p, 0, sizeof(*p));
     p->elems = elems;
     return p;
 }
 
-// a free buffer of unit u's size (in simulation: only counted)
-static ZeroDevBuf* zero_dev_take(ZeroDev* d, ZeroDevPool* pools, int* npools, int u, ZeroDevBuf* sim) {
-    ZeroDevPool* p = zero_dev_pool_for(pools, npools, d->plan.units[u].padded);
-    if (p == NULL) { return NULL; }
-    p->taken++;
-    if (p->taken > p->max_taken) { p->max_taken = p->taken; }
-    if (d->simulate) { sim->unit = u; return sim; }
+// a free buffer of unit u's size
+static ZeroDevBuf* zero_dev_take(ZeroDev* d, ZeroDevPool* pools, int npools, int u) {
+    ZeroDevPool* p = NULL;
+    for (int i = 0; i < npools; i++) { if (pools[i].elems == d->plan.units[u].padded) { p = &pools[i]; } }
     // round robin: a buffer just freed is taken last, so its reduce-scatter (or its
     // readers) can finish while another buffer is in use
-    for (int k = 0; k < p->count; k++) {
+    for (int k = 0; p != NULL && k < p->count; k++) {
         int i = (p->next + k) % p->count;
         if (p->bufs[i].unit < 0) {
             p->bufs[i].unit = u;
@@ -292,26 +253,18 @@ static ZeroDevBuf* zero_dev_take(ZeroDev* d, ZeroDevPool* pools, int* npools, in
             return &p->bufs[i];
         }
     }
-    llmc_error("zero device: no free buffer for unit %d (pool of %d): the schedule differs from the one at init", u, p->count);
+    zero_error("zero device: no free buffer for unit %d (pool of %d): the schedule differs from the one at init",
+               u, p != NULL ? p->count : 0);
     return NULL;
 }
 
-static void zero_dev_give(ZeroDev* d, ZeroDevPool* pools, int npools, int u, ZeroDevBuf* b) {
-    for (int i = 0; i < npools; i++) {
-        if (pools[i].elems == d->plan.units[u].padded) { pools[i].taken--; }
-    }
-    b->unit = -1;
-}
-
-// allocates each pool's buffers: max_taken of them (set by the simulation, or by the caller)
+// allocates count buffers in each pool (with the reduce-scatter's output: gradient pools)
 static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int with_rs) {
     for (int i = 0; i < npools; i++) {
         ZeroDevPool* p = &pools[i];
-        p->count = p->max_taken > 0 ? p->max_taken : 1;
-        p->taken = 0;
         p->next = 0;
         p->bufs = (ZeroDevBuf*)calloc(p->count, sizeof(ZeroDevBuf));
-        if (p->bufs == NULL) { return llmc_error("zero device: out of memory"); }
+        if (p->bufs == NULL) { return zero_error("zero device: out of memory"); }
         for (int k = 0; k < p->count; k++) {
             ZeroDevBuf* b = &p->bufs[k];
             b->unit = -1;
@@ -321,8 +274,8 @@ static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int 
                 b->rs_out = (floatX*)zero_dev_alloc(p->elems / d->world * sizeof(floatX), &d->bytes_buffers);
                 if (b->rs_out == NULL) { return -1; }
             }
-            if (zero_dev_cuda(cudaEventCreateWithFlags(&b->free_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
-                zero_dev_cuda(cudaEventCreateWithFlags(&b->ready_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+            if (zero_cuda(cudaEventCreateWithFlags(&b->free_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+                zero_cuda(cudaEventCreateWithFlags(&b->ready_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
                 return -1;
             }
         }
@@ -346,21 +299,19 @@ static void zero_dev_pools_free(ZeroDevPool* pools, int npools) {
 // ----------------------------------------------------------------------------
 // stage 3 gathers
 
-// gathers unit u into a pooled buffer on the NCCL stream, once the buffer's last readers
-// are done: this rank's shard in place, then the all-gather; ready_ev marks the end
+// gathers unit u (the schedule counts it in flight) into a pooled buffer on the NCCL
+// stream, once the buffer's last readers are done: this rank's shard in place, then the
+// all-gather; ready_ev marks the end
 static int zero_dev_gather(ZeroDev* d, int u) {
     const ZeroUnit* pu = &d->plan.units[u];
-    ZeroDevBuf sim;
-    ZeroDevBuf* b = zero_dev_take(d, d->ppool, &d->nppool, u, &sim);
+    ZeroDevBuf* b = zero_dev_take(d, d->ppool, d->nppool, u);
     if (b == NULL) { return -1; }
-    d->live_elems += (double)pu->numel;
-    if (d->simulate) { d->unit_ptr[u] = (floatX*)1; d->unit_buf[u] = NULL; return 0; }
     cudaStream_t ns = d->nccl.stream;
-    if (zero_dev_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
-        zero_dev_cuda(cudaMemcpyAsync(b->buf + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
-                                      pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0 ||
+    if (zero_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
+        zero_cuda(cudaMemcpyAsync(b->buf + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
+                                  pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0 ||
         zero_nccl_allgather(&d->nccl, b->buf, pu->shard, NCCL_FLOATX) != 0 ||
-        zero_dev_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) {
+        zero_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) {
         return -1;
     }
     d->unit_ptr[u] = b->buf;
@@ -371,30 +322,22 @@ static int zero_dev_gather(ZeroDev* d, int u) {
 // unit u's gathered copy is no longer needed: its buffer is free once the compute
 // stream's kernels issued so far (the readers) are done
 static int zero_dev_ungather(ZeroDev* d, int u) {
-    if (d->unit_ptr[u] == NULL || d->persistent[u]) { return 0; }
-    ZeroDevBuf sim;
-    ZeroDevBuf* b = d->simulate ? &sim : d->unit_buf[u];
-    if (!d->simulate && zero_dev_cuda(cudaEventRecord(b->free_ev, d->compute), "cudaEventRecord") != 0) { return -1; }
-    zero_dev_give(d, d->ppool, d->nppool, u, b);
+    ZeroDevBuf* b = d->unit_buf[u];
+    zero_schedule_freed(&d->sched, u);
+    if (b == NULL) { return 0; }
+    if (zero_cuda(cudaEventRecord(b->free_ev, d->compute), "cudaEventRecord") != 0) { return -1; }
+    b->unit = -1;
     d->unit_ptr[u] = NULL;
     d->unit_buf[u] = NULL;
-    d->live_elems -= (double)d->plan.units[u].numel;
     return 0;
 }
 
-// gathers the units of the next prefetch_depth uses after pos that are not gathered,
-// while they fit the live budget (the decisions depend only on schedule and config). Unlike
-// the host engine, the budget counts gathered units but not the persistent ones, and the
-// prefetch bucket is not applied: the gathers are queued on the NCCL stream, in flight
-// or not, and each holds a pooled buffer until released.
-static int zero_dev_prefetch(ZeroDev* d) {
-    int started = 0;
-    for (int i = d->pos + 1; i < d->len[d->pass] && started < d->cfg.prefetch_depth; i++) {
-        int u = d->unit_of[d->pass][i];
-        if (d->unit_ptr[u] != NULL) { continue; }
-        if (d->live_elems + (double)d->plan.units[u].numel > (double)d->cfg.max_live_parameters) { break; }
-        if (zero_dev_gather(d, u) != 0) { return -1; }
-        started++;
+// starts the gathers the schedule's window ahead asks for, after the use before `from`
+static int zero_dev_prefetch(ZeroDev* d, int from) {
+    int ahead[64];  // prefetch_depth <= 64 (zero3/config.h)
+    int n = zero_schedule_prefetch(&d->sched, from, ahead);
+    for (int k = 0; k < n; k++) {
+        if (zero_dev_gather(d, ahead[k]) != 0) { return -1; }
     }
     return 0;
 }
@@ -402,62 +345,58 @@ static int zero_dev_prefetch(ZeroDev* d) {
 // ----------------------------------------------------------------------------
 // the model's calls
 
-static int zero_dev_begin(ZeroDev* d, int pass) {
-    d->pass = pass;
-    d->pos = 0;
-    d->last_micro = 1;
-    if (d->stage != 3) { return 0; }
+static int zero_dev_begin(void* impl, int pass, int last_micro) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (zero_schedule_begin(&d->sched, pass, last_micro) != 0) { return -1; }
+    if (!d->sched.gathers) { return 0; }
     // the gathers of this pass read shards that the last step's AdamW (or a load) wrote
-    if (!d->simulate && d->shards_written) {
+    if (d->shards_written) {
         if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
         d->shards_written = 0;
     }
-    d->pos = -1;  // the prefetch window starts before the first use
-    int rc = zero_dev_prefetch(d);
-    d->pos = 0;
-    return rc;
+    return zero_dev_prefetch(d, 0);
 }
 
-static int zero_dev_fetch(ZeroDev* d, int u, floatX** out) {
-    if (d->pos >= d->len[d->pass] || d->unit_of[d->pass][d->pos] != u) {
-        return llmc_error("zero device: fetch of unit %d at use %d of pass %d, but the schedule has unit %d there",
-                          u, d->pos, d->pass, d->pos < d->len[d->pass] ? d->unit_of[d->pass][d->pos] : -1);
-    }
-    if (d->stage < 3) {
+static int zero_dev_fetch(void* impl, int u, void** out) {
+    ZeroDev* d = (ZeroDev*)impl;
+    ZeroSchedule* s = &d->sched;
+    if (zero_schedule_at(s, u, "fetch") != 0) { return -1; }
+    if (!s->gathers) {
         *out = d->params + d->plan.units[u].full_offset;
         return 0;
     }
-    if (d->unit_ptr[u] == NULL && zero_dev_gather(d, u) != 0) { return -1; }
-    if (!d->simulate && d->unit_buf[u] != NULL && zero_dev_wait(d, d->unit_buf[u]->ready_ev) != 0) { return -1; }
-    if (zero_dev_prefetch(d) != 0) { return -1; }
+    if (s->state[u] == ZERO_UNIT_NOT_LIVE) {
+        zero_schedule_started(s, u);
+        if (zero_dev_gather(d, u) != 0) { return -1; }
+    }
+    if (d->unit_buf[u] != NULL && zero_dev_wait(d, d->unit_buf[u]->ready_ev) != 0) { return -1; }
+    zero_schedule_gathered(s, u);
+    if (zero_dev_prefetch(d, s->pos + 1) != 0) { return -1; }
     *out = d->unit_ptr[u];
     return 0;
 }
 
-static int zero_dev_release(ZeroDev* d, int u) {
-    if (d->pos >= d->len[d->pass] || d->unit_of[d->pass][d->pos] != u) {
-        return llmc_error("zero device: release of unit %d at use %d of pass %d, out of schedule", u, d->pos, d->pass);
-    }
-    int keep = d->keep[d->pass][d->pos];
-    d->pos++;
-    if (d->stage == 3 && !keep) { return zero_dev_ungather(d, u); }
-    return 0;
+static int zero_dev_release(void* impl, int u) {
+    ZeroDev* d = (ZeroDev*)impl;
+    int rc = zero_schedule_release(&d->sched, u);
+    if (rc < 0) { return -1; }
+    return rc == 1 ? zero_dev_ungather(d, u) : 0;
 }
 
 // the unit's gradient buffer (padded), accumulated into by the backward
-static int zero_dev_grad(ZeroDev* d, int u, floatX** out) {
+static int zero_dev_grad(void* impl, int u, void** out) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (zero_schedule_grad(&d->sched, u) != 0) { return -1; }
     if (d->stage < 2) {
         *out = d->grads + d->plan.units[u].full_offset;
         return 0;
     }
     if (d->grad_buf[u] == NULL) {
-        ZeroDevBuf sim;
-        ZeroDevBuf* b = zero_dev_take(d, d->gpool, &d->ngpool, u, &sim);
+        ZeroDevBuf* b = zero_dev_take(d, d->gpool, d->ngpool, u);
         if (b == NULL) { return -1; }
-        if (d->simulate) { *out = NULL; d->grad_buf[u] = (ZeroDevBuf*)1; return 0; }
         // zeroed once its last reduce-scatter has read it
         if (zero_dev_wait(d, b->free_ev) != 0 ||
-            zero_dev_cuda(cudaMemsetAsync(b->buf, 0, d->plan.units[u].padded * sizeof(floatX), d->compute), "cudaMemsetAsync") != 0) {
+            zero_cuda(cudaMemsetAsync(b->buf, 0, d->plan.units[u].padded * sizeof(floatX), d->compute), "cudaMemsetAsync") != 0) {
             return -1;
         }
         d->grad_buf[u] = b;
@@ -473,56 +412,59 @@ static int zero_dev_copy_out(ZeroDev* d, int u) {
     const ZeroUnit* pu = &d->plan.units[u];
     size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
     const char* src = d->stage == 1 ? (const char*)(d->gshard + pu->shard_offset) : (const char*)(d->acc + pu->shard_offset);
-    if (zero_dev_cuda(cudaEventRecord(d->reduced_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
-        zero_dev_cuda(cudaStreamWaitEvent(d->copy, d->reduced_ev, 0), "cudaStreamWaitEvent") != 0 ||
-        zero_dev_cuda(cudaMemcpyAsync((char*)d->h_grads + pu->shard_offset * gb, src, pu->shard * gb,
-                                      cudaMemcpyDeviceToHost, d->copy), "copying a gradient shard out") != 0) {
+    if (zero_cuda(cudaEventRecord(d->copy_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
+        zero_cuda(cudaStreamWaitEvent(d->copy, d->copy_ev, 0), "cudaStreamWaitEvent") != 0 ||
+        zero_cuda(cudaMemcpyAsync((char*)d->h_grads + pu->shard_offset * gb, src, pu->shard * gb,
+                                  cudaMemcpyDeviceToHost, d->copy), "copying a gradient shard out") != 0) {
         return -1;
     }
     d->moved_d2h += (double)pu->shard * gb;
     return 0;
 }
 
-// the unit's gradient is complete for this micro-step: its collective goes on the NCCL
-// stream, after the compute stream's kernels so far (the backward that wrote it)
-static int zero_dev_reduce(ZeroDev* d, int u) {
+// The unit's gradient is complete for this micro-step: its collective goes on the NCCL
+// stream, after the compute stream's kernels so far (the backward that wrote it). When
+// the schedule's window behind is full, the compute stream first waits for the oldest
+// reductions (reduce_bucket_size).
+static int zero_dev_reduce(void* impl, int u) {
+    ZeroDev* d = (ZeroDev*)impl;
+    ZeroSchedule* s = &d->sched;
     const ZeroUnit* pu = &d->plan.units[u];
-    if (d->stage < 2) {
-        if (!d->use_nccl || !d->last_micro) { return 0; }  // accumulate locally until the boundary
-        if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
-        floatX* g = d->grads + pu->full_offset;
-        if (d->stage == 0) { return zero_nccl_allreduce(&d->nccl, g, pu->padded, NCCL_FLOATX); }
-        if (zero_nccl_reduce_scatter(&d->nccl, g, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX) != 0) { return -1; }
-        return zero_dev_copy_out(d, u);
+    if (zero_schedule_reduce(s, u) != 0) { return -1; }
+    if (d->stage < 2 && (!d->use_nccl || !s->last_micro)) { return 0; }  // accumulate locally until the boundary
+    while (zero_schedule_reduce_full(s, u)) {
+        if (zero_dev_wait(d, d->reduced_ev[zero_schedule_reduce_oldest(s)]) != 0) { return -1; }
     }
+    if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
     ZeroDevBuf* b = d->grad_buf[u];
-    if (b == NULL) { return llmc_error("zero device: reduce of unit %d without its gradient", u); }
-    d->grad_buf[u] = NULL;
-    if (d->simulate) { ZeroDevBuf sim; zero_dev_give(d, d->gpool, d->ngpool, u, &sim); return 0; }
-    cudaStream_t ns = d->nccl.stream;
-    if (zero_nccl_after(&d->nccl, d->compute) != 0 ||
-        zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX) != 0) {
-        return -1;
+    if (d->stage == 0) {
+        if (zero_nccl_allreduce(&d->nccl, d->grads + pu->full_offset, pu->padded, NCCL_FLOATX) != 0) { return -1; }
+    } else if (d->stage == 1) {
+        if (zero_nccl_reduce_scatter(&d->nccl, d->grads + pu->full_offset, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX) != 0) { return -1; }
+    } else {
+        d->grad_buf[u] = NULL;
+        if (zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX) != 0) { return -1; }
+        zero_dev_accumulate_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256, 0, d->nccl.stream>>>(
+            d->acc + pu->shard_offset, b->rs_out, pu->shard);
+        if (zero_cuda(cudaGetLastError(), "the accumulate kernel") != 0 ||
+            zero_cuda(cudaEventRecord(b->free_ev, d->nccl.stream), "cudaEventRecord") != 0) {
+            return -1;
+        }
+        b->unit = -1;
     }
-    zero_dev_accumulate_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256, 0, ns>>>(d->acc + pu->shard_offset, b->rs_out, pu->shard);
-    if (zero_dev_cuda(cudaGetLastError(), "the accumulate kernel") != 0 ||
-        zero_dev_cuda(cudaEventRecord(b->free_ev, ns), "cudaEventRecord") != 0) {
-        return -1;
-    }
-    zero_dev_give(d, d->gpool, d->ngpool, u, b);
-    return d->last_micro ? zero_dev_copy_out(d, u) : 0;
+    if (zero_cuda(cudaEventRecord(d->reduced_ev[u], d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
+    zero_schedule_reduce_started(s, u);
+    return s->last_micro ? zero_dev_copy_out(d, u) : 0;
 }
 
-// every use made; stage 3 releases what the pass kept
-static int zero_dev_end(ZeroDev* d) {
-    if (d->pos != d->len[d->pass]) {
-        return llmc_error("zero device: pass %d ended after %d of its %d uses", d->pass, d->pos, d->len[d->pass]);
-    }
-    for (int u = 0; d->grad_buf != NULL && u < d->plan.num_units; u++) {
-        if (d->grad_buf[u] != NULL) { return llmc_error("zero device: pass ended with unit %d's gradient not reduced", u); }
-    }
-    for (int u = 0; d->stage == 3 && u < d->plan.num_units; u++) {
-        if (zero_dev_ungather(d, u) != 0) { return -1; }
+// every use made; stage 3 releases what the pass kept. The window behind starts empty in
+// the next pass: its reductions are ordered by the buffers' events and the step's join.
+static int zero_dev_end(void* impl) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (zero_schedule_end(&d->sched) != 0) { return -1; }
+    while (zero_schedule_reduce_oldest(&d->sched) >= 0) {}
+    for (int u = 0; d->sched.gathers && u < d->plan.num_units; u++) {
+        if (!d->sched.persistent[u] && zero_dev_ungather(d, u) != 0) { return -1; }
     }
     return 0;
 }
@@ -533,10 +475,10 @@ static int zero_dev_end(ZeroDev* d) {
 // stage 3: the persistent units get this rank's updated shard and every other rank's
 static int zero_dev_refresh_persistent(ZeroDev* d) {
     for (int u = 0; u < d->plan.num_units; u++) {
-        if (!d->persistent[u]) { continue; }
+        if (!d->sched.persistent[u]) { continue; }
         const ZeroUnit* pu = &d->plan.units[u];
-        if (zero_dev_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
-                                          pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, d->nccl.stream), "copying a shard") != 0 ||
+        if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
+                                      pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, d->nccl.stream), "copying a shard") != 0 ||
             zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX) != 0) {
             return -1;
         }
@@ -567,63 +509,14 @@ static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float
     return 0;
 }
 
-static double zero_dev_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static void* zero_dev_update_main(void* arg) {
     ZeroDevUpdate* a = (ZeroDevUpdate*)arg;
     if (a->d->omp_threads > 0) { omp_set_num_threads(a->d->omp_threads); }  // a new thread has the default team size
-    double t0 = zero_dev_now_ms();
+    double t0 = zero_now_ms();
     a->rc = zero_dev_cpu_update(a->d, a->grads, a->out, a->lr, a->weight_decay, a->grad_scale, a->t);
-    a->ms = zero_dev_now_ms() - t0;
-    if (a->rc != 0) { snprintf(a->msg, sizeof(a->msg), "%s", llmc_errmsg()); }
+    a->ms = zero_now_ms() - t0;
+    if (a->rc != 0) { snprintf(a->msg, sizeof(a->msg), "%s", zero_errmsg()); }
     return NULL;
-}
-
-static int zero_dev_share_params(ZeroDev* d);  // below, with the step
-
-// offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy stream, the compute
-// stream waiting for them; then every rank's shards to every rank (stages 1-2: all-gathered
-// in place; stage 3: the persistent units refreshed)
-static int zero_dev_upload(ZeroDev* d, const floatX* src) {
-    cudaStream_t s = d->compute;
-    // the copies overwrite parameters that work queued on the compute stream (and the
-    // gathers on the NCCL stream) may still read: after both
-    if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }
-    if (zero_dev_cuda(cudaEventRecord(d->copied_ev, s), "cudaEventRecord") != 0 ||
-        zero_dev_cuda(cudaStreamWaitEvent(d->copy, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
-        return -1;
-    }
-    for (int u = 0; u < d->plan.num_units; u++) {
-        const ZeroUnit* pu = &d->plan.units[u];
-        floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
-        if (zero_dev_cuda(cudaMemcpyAsync(dst, src + pu->shard_offset, pu->shard * sizeof(floatX),
-                                          cudaMemcpyHostToDevice, d->copy), "copying a parameter shard in") != 0) {
-            return -1;
-        }
-        d->moved_h2d += (double)pu->shard * sizeof(floatX);
-    }
-    if (zero_dev_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
-        return -1;
-    }
-    return zero_dev_share_params(d);
-}
-
-// dpu: waits for the pending CPU update and uploads its result (at the end of the next
-// step, and before anything reads the master or needs the latest parameters: checkpoints,
-// the end of training)
-static int zero_dev_flush(ZeroDev* d) {
-    if (!d->update_pending) { return 0; }
-    if (pthread_join(d->update_thread, NULL) != 0) { return llmc_error("zero device: joining the CPU Adam thread failed"); }
-    d->update_pending = 0;
-    if (d->update_args.rc != 0) { return llmc_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
-    d->update_ms += d->update_args.ms;
-    // the thread wrote update_args.out; the upload from it runs on the copy stream while
-    // the next thread writes the other buffer (see zero_dev_step)
-    return zero_dev_upload(d, d->update_args.out);
 }
 
 // after an update: every rank's updated shards to every rank, in place (stages 1-2), or
@@ -646,6 +539,79 @@ static int zero_dev_share_params(ZeroDev* d) {
     return 0;
 }
 
+// offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy
+// stream, the compute stream waiting for them; then every rank's shards to every rank
+static int zero_dev_upload(ZeroDev* d, const floatX* src) {
+    cudaStream_t s = d->compute;
+    // the copies overwrite parameters that work queued on the compute stream (and the
+    // gathers on the NCCL stream) may still read: after both
+    if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }
+    if (zero_cuda(cudaEventRecord(d->copied_ev, s), "cudaEventRecord") != 0 ||
+        zero_cuda(cudaStreamWaitEvent(d->copy, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
+        return -1;
+    }
+    for (int u = 0; u < d->plan.num_units; u++) {
+        const ZeroUnit* pu = &d->plan.units[u];
+        floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
+        if (zero_cuda(cudaMemcpyAsync(dst, src + pu->shard_offset, pu->shard * sizeof(floatX),
+                                      cudaMemcpyHostToDevice, d->copy), "copying a parameter shard in") != 0) {
+            return -1;
+        }
+        d->moved_h2d += (double)pu->shard * sizeof(floatX);
+    }
+    if (zero_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
+        return -1;
+    }
+    return zero_dev_share_params(d);
+}
+
+// dpu: waits for the pending CPU update and uploads its result (at the end of the next
+// step, and before anything reads the master or needs the latest parameters: checkpoints,
+// the end of training)
+static int zero_dev_flush(void* impl) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (!d->update_pending) { return 0; }
+    if (pthread_join(d->update_thread, NULL) != 0) { return zero_error("zero device: joining the CPU Adam thread failed"); }
+    d->update_pending = 0;
+    if (d->update_args.rc != 0) { return zero_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
+    d->update_ms += d->update_args.ms;
+    // the thread wrote update_args.out; the upload from it runs on the copy stream while
+    // the next thread writes the other buffer (see zero_dev_step)
+    return zero_dev_upload(d, d->update_args.out);
+}
+
+// offload: the CPU Adam of this step (the gradient shards are on the host), on the step's
+// thread, or (dpu) on a thread of its own while the GPU computes the next step
+static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scale) {
+    if (!d->dpu) {
+        double t0 = zero_now_ms();
+        if (zero_dev_cpu_update(d, d->h_grads, d->h_params, st->lr, st->weight_decay, grad_scale, st->t) != 0) { return -1; }
+        d->update_ms += zero_now_ms() - t0;
+        return zero_dev_upload(d, d->h_params);
+    }
+    // The previous step's update goes to the GPU now (its upload queued on the copy
+    // stream), this step's starts on a thread from the gradients just copied, into the
+    // other h_params buffer: the one uploaded a step ago, which the synchronization above
+    // finished. The next step's copies fill the other gradient buffer. Its result is
+    // shared with the ranks when it is uploaded.
+    if (zero_dev_flush(d) != 0) { return -1; }
+    d->h_params = d->h_params == d->h_params_buf[0] ? d->h_params_buf[1] : d->h_params_buf[0];
+    memset(&d->update_args, 0, sizeof(d->update_args));
+    d->update_args.d = d;
+    d->update_args.grads = d->h_grads;
+    d->update_args.out = d->h_params;
+    d->update_args.lr = st->lr;
+    d->update_args.weight_decay = st->weight_decay;
+    d->update_args.grad_scale = grad_scale;
+    d->update_args.t = st->t;
+    if (pthread_create(&d->update_thread, NULL, zero_dev_update_main, &d->update_args) != 0) {
+        return zero_error("zero device: starting the CPU Adam thread failed");
+    }
+    d->update_pending = 1;
+    d->h_grads = d->h_grads == d->h_grads_buf[0] ? d->h_grads_buf[1] : d->h_grads_buf[0];
+    return 0;
+}
+
 // Global norm of the mean gradient, clipping, AdamW on this rank's part of every tensor
 // (one launch each; an element's stochastic rounding bits depend on its place in the
 // padded model, so every stage draws the same bits for it), then the updated parameters
@@ -653,17 +619,20 @@ static int zero_dev_share_params(ZeroDev* d) {
 // into AdamW's gradient scale. The norm, its sum over ranks (an NCCL all-reduce) and the
 // scale are computed on the GPU, where AdamW reads the scale: without offload the host does
 // not wait. With offload the CPU Adam waits for the scale, and for the gradient copies anyway.
-static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_clip, int t, uint64_t seed) {
+static int zero_dev_step(void* impl, const ZeroStep* st) {
+    ZeroDev* d = (ZeroDev*)impl;
     cudaStream_t s = d->compute;
     if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
-    if (d->stage == 0) { global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
-    else if (d->stage == 1) { global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
-    else { global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
+    int rc = 0;
+    if (d->stage == 0) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
+    else if (d->stage == 1) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
+    else { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
+    if (rc != 0) { return -1; }
     // this rank's squared norm widened to double, summed over ranks at stages 1-3 (each rank
     // holds the squares of its shards), then the scale and the norm: all on the GPU
     adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
-    if (zero_dev_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
-    if (d->stage >= 1 && d->world > 1) {  // 8 bytes, left out of the model's traffic counters (the report leaves the host engine's scalar sums out too)
+    if (zero_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
+    if (d->stage >= 1 && d->world > 1) {  // 8 bytes, left out of the model's traffic counters (the host engine's scalar sums are too)
         if (zero_nccl_after(&d->nccl, s) != 0 ||
             zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm, d->nccl.stream),
                             "the norm's all-reduce") != 0 ||
@@ -671,51 +640,27 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
             return -1;
         }
     }
-    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->world, grad_clip);
+    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->world, st->grad_clip);
     // the scale and the norm to the host: read after the trainer's end-of-step
-    // synchronization (zero_dev_norm), or at once with offload, whose CPU Adam needs the scale
-    if (zero_dev_cuda(cudaGetLastError(), "the gradient scale") != 0 ||
-        zero_dev_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out + 1, 2 * sizeof(float), cudaMemcpyDeviceToHost, s),
-                      "copying the norm") != 0) {
+    // synchronization (zero_dev_stats), or at once with offload, whose CPU Adam needs the scale
+    if (zero_cuda(cudaGetLastError(), "the gradient scale") != 0 ||
+        zero_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out + 1, 2 * sizeof(float), cudaMemcpyDeviceToHost, s),
+                  "copying the norm") != 0) {
         return -1;
     }
-    const float* scale_dev = d->norm_out + 1;  // AdamW on the GPU reads it there
-    float grad_scale = 1.0f;                   // the CPU Adam's copy (offload)
+    float grad_scale = 1.0f;  // the CPU Adam's copy (offload)
     if (d->offload) {
-        if (zero_dev_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) { return -1; }
+        if (zero_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) { return -1; }
         grad_scale = d->host_norm[0];
         // every gradient shard is on the host once the copy stream is through (which also
-        // ends every earlier upload from an h_params buffer)
-        double w0 = zero_dev_now_ms();
-        if (zero_dev_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
-        d->host_wait_ms += zero_dev_now_ms() - w0;
-        if (d->dpu) {
-            // The previous step's update goes to the GPU now (its upload queued on the copy
-            // stream), this step's starts on a thread from the gradients just copied, into
-            // the other h_params buffer: the one uploaded a step ago, which the
-            // synchronization above finished. The next step's copies fill the other
-            // gradient buffer.
-            if (zero_dev_flush(d) != 0) { return -1; }
-            d->h_params = d->h_params == d->h_params_buf[0] ? d->h_params_buf[1] : d->h_params_buf[0];
-            memset(&d->update_args, 0, sizeof(d->update_args));
-            d->update_args.d = d;
-            d->update_args.grads = d->h_grads;
-            d->update_args.out = d->h_params;
-            d->update_args.lr = lr;
-            d->update_args.weight_decay = weight_decay;
-            d->update_args.grad_scale = grad_scale;
-            d->update_args.t = t;
-            if (pthread_create(&d->update_thread, NULL, zero_dev_update_main, &d->update_args) != 0) {
-                return llmc_error("zero device: starting the CPU Adam thread failed");
-            }
-            d->update_pending = 1;
-            d->h_grads = d->h_grads == d->h_grads_buf[0] ? d->h_grads_buf[1] : d->h_grads_buf[0];
-        } else {
-            double t0 = MPI_Wtime();
-            if (zero_dev_cpu_update(d, d->h_grads, d->h_params, lr, weight_decay, grad_scale, t) != 0) { return -1; }
-            d->update_ms += (MPI_Wtime() - t0) * 1e3;
-        }
+        // ends every earlier upload from an h_params buffer); before the accumulators the
+        // copies read from are cleared below
+        double w0 = zero_now_ms();
+        if (zero_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
+        d->host_wait_ms += zero_now_ms() - w0;
     }
+    unsigned int run_seed = (unsigned int)(st->seed ^ (st->seed >> 32));
+    const float* scale_dev = d->norm_out + 1;  // AdamW on the GPU reads it there
     for (int i = 0; !d->offload && i < d->num_tensors; i++) {
         const ZeroTensor* tr = &d->tensors[i];
         // this rank's part of the tensor: at `off` in the padded model (the rounding bits,
@@ -726,96 +671,287 @@ static int zero_dev_step(ZeroDev* d, float lr, float weight_decay, float grad_cl
             if (in < 0) { return -1; }
             if (in == 0) { continue; }  // no element of this tensor in this rank's shard
         }
-        unsigned int run_seed = (unsigned int)(seed ^ (seed >> 32));
-        float wd = tr->decay ? weight_decay : 0.0f;
+        float wd = tr->decay ? st->weight_decay : 0.0f;
         if (d->stage == 0) {
-            adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
-                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off, scale_dev);
+            rc = adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
         } else if (d->stage == 1) {
-            adamw_update_cuda(d->params + off, d->master + sh, d->gshard + sh, d->m + sh, d->v + sh, n,
-                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off, scale_dev);
+            rc = adamw_update_cuda(d->params + off, d->master + sh, d->gshard + sh, d->m + sh, d->v + sh, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
         } else {
             floatX* p = d->stage == 2 ? d->params + off : d->shard_params + sh;
-            adamw_update_cuda(p, d->master + sh, d->acc + sh, d->m + sh, d->v + sh, n,
-                              lr, d->beta1, d->beta2, d->eps, wd, grad_scale, t, run_seed, s, off, scale_dev);
+            rc = adamw_update_cuda(p, d->master + sh, d->acc + sh, d->m + sh, d->v + sh, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
         }
+        if (rc != 0) { return -1; }
     }
     // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken)
-    if (d->stage < 2 && zero_dev_cuda(cudaMemsetAsync(d->grads, 0, d->plan.padded_total * sizeof(floatX), s), "cudaMemsetAsync") != 0) {
+    if (d->stage < 2 && zero_cuda(cudaMemsetAsync(d->grads, 0, d->plan.padded_total * sizeof(floatX), s), "cudaMemsetAsync") != 0) {
         return -1;
     }
-    if (d->stage >= 2 && zero_dev_cuda(cudaMemsetAsync(d->acc, 0, d->plan.shard_total * sizeof(float), s), "cudaMemsetAsync") != 0) {
+    if (d->stage >= 2 && zero_cuda(cudaMemsetAsync(d->acc, 0, d->plan.shard_total * sizeof(float), s), "cudaMemsetAsync") != 0) {
         return -1;
     }
-    if (d->offload && d->dpu) { return 0; }  // shared when that update is uploaded
-    return d->offload ? zero_dev_upload(d, d->h_params) : zero_dev_share_params(d);
+    return d->offload ? zero_dev_offload_step(d, st, grad_scale) : zero_dev_share_params(d);
+}
+
+// ----------------------------------------------------------------------------
+// what the engine reports
+
+// the compute stream's waits on communication so far, plus the host's for the gradient
+// copies; the last step's norm. Synchronizes the compute stream: between steps.
+static int zero_dev_stats(void* impl, ZeroStats* out) {
+    ZeroDev* d = (ZeroDev*)impl;
+    unsigned long long total = 0;
+    if (zero_cuda(cudaMemcpyAsync(&total, d->wait_clock + 1, sizeof(total), cudaMemcpyDeviceToHost, d->compute),
+                  "reading the wait clock") != 0 ||
+        zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) {
+        return -1;
+    }
+    out->norm = d->host_norm[1];
+    out->wait_ms = (double)total * 1e-6 + d->host_wait_ms;
+    if (d->use_nccl) { memcpy(out->comm_bytes, d->nccl.bytes, sizeof(out->comm_bytes)); }
+    out->moved[ZERO_MOVE_D2H] = d->moved_d2h;
+    out->moved[ZERO_MOVE_H2D] = d->moved_h2d;
+    out->update_ms = d->update_ms;
+    out->mem[ZERO_MEM_PARAMS] = d->bytes_params;
+    out->mem[ZERO_MEM_GRADS] = d->bytes_grads;
+    out->mem[ZERO_MEM_OPTIMIZER] = d->bytes_optimizer;
+    out->mem[ZERO_MEM_BUFFERS] = d->bytes_buffers;
+    out->mem[ZERO_MEM_HOST_PARAMS] = d->host_bytes_params;
+    out->mem[ZERO_MEM_HOST_GRADS] = d->host_bytes_grads;
+    out->mem[ZERO_MEM_HOST_OPTIMIZER] = d->host_bytes_optimizer;
+    out->mem_peak = d->bytes_params + d->bytes_grads + d->bytes_optimizer + d->bytes_buffers;  // allocated once, at init
+    out->padded_total = d->plan.padded_total;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints
+
+// bytes of a device or pinned host array streamed through a bounded host buffer
+static int zero_dev_stream(FILE* fp, void* arr, size_t bytes, int writing) {
+    const size_t chunk = (size_t)64 << 20;
+    char* buf = (char*)malloc(bytes < chunk ? (bytes > 0 ? bytes : 1) : chunk);
+    if (buf == NULL) { return zero_error("zero device: out of memory for the checkpoint buffer"); }
+    int rc = 0;
+    for (size_t off = 0; off < bytes && rc == 0; off += chunk) {
+        size_t n = bytes - off < chunk ? bytes - off : chunk;
+        if (writing) {
+            rc = zero_cuda(cudaMemcpy(buf, (const char*)arr + off, n, cudaMemcpyDefault), "reading the state");
+            if (rc == 0 && fwrite(buf, 1, n, fp) != n) { rc = zero_error("zero device: writing the state failed: %s", strerror(errno)); }
+        } else {
+            if (fread(buf, 1, n, fp) != n) { rc = zero_error("zero device: the state is truncated"); }
+            if (rc == 0) { rc = zero_cuda(cudaMemcpy((char*)arr + off, buf, n, cudaMemcpyDefault), "writing the state"); }
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+// the compute copy a resume needs (bf16: it comes from stochastic rounding, so it is
+// saved, not recomputed): the whole model at stages 0-2, this rank's shards at stage 3
+static floatX* zero_dev_param_state(const ZeroDev* d, size_t* elems) {
+    *elems = d->stage < 3 ? d->plan.padded_total : d->plan.shard_total;
+    return d->stage < 3 ? d->params : d->shard_params;
+}
+
+static ZeroStateHeader zero_dev_state_header(const ZeroDev* d) {
+    size_t np = 0;
+    zero_dev_param_state(d, &np);
+    return zero_state_header("device", d->stage, &d->plan, sizeof(floatX), 3 * d->opt_elems * sizeof(float) + np * sizeof(floatX));
+}
+
+// This rank's part of a checkpoint (zero3/checkpoint.h): the section header ("device"),
+// then the fp32 master, m and v (opt_elems each: the padded model at stage 0, this rank's
+// shards after), then the compute copy (zero_dev_param_state). A pending --dpu update is
+// applied first.
+static int zero_dev_save(void* impl, FILE* fp) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (zero_dev_flush(d) != 0 || zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) { return -1; }
+    ZeroStateHeader h = zero_dev_state_header(d);
+    size_t np = 0, n = d->opt_elems * sizeof(float);
+    floatX* pstate = zero_dev_param_state(d, &np);
+    if (zero_state_write_header(fp, &h) != 0 || zero_dev_stream(fp, d->master, n, 1) != 0 || zero_dev_stream(fp, d->m, n, 1) != 0 ||
+        zero_dev_stream(fp, d->v, n, 1) != 0 || zero_dev_stream(fp, pstate, np * sizeof(floatX), 1) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+// reads what zero_dev_save wrote into an engine of the same partition and precision; the
+// persistent units of stage 3 are then gathered again from the shards
+static int zero_dev_load(void* impl, FILE* fp) {
+    ZeroDev* d = (ZeroDev*)impl;
+    ZeroStateHeader want = zero_dev_state_header(d);
+    size_t np = 0, n = d->opt_elems * sizeof(float);
+    floatX* pstate = zero_dev_param_state(d, &np);
+    if (zero_dev_flush(d) != 0 || zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0 ||
+        zero_state_read_header(fp, &want) != 0 || zero_dev_stream(fp, d->master, n, 0) != 0 ||
+        zero_dev_stream(fp, d->m, n, 0) != 0 || zero_dev_stream(fp, d->v, n, 0) != 0 ||
+        zero_dev_stream(fp, pstate, np * sizeof(floatX), 0) != 0) {
+        return -1;
+    }
+    if (d->stage != 3) { return 0; }
+    d->shards_written = 1;
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
+    return 0;
+}
+
+// Copies the fp32 master of the whole model (unpadded, unit order) to `out` on rank 0
+// (out may be NULL elsewhere): at stages 1-3 unit by unit from the ranks' shards.
+static int zero_dev_gather_master(void* impl, float* out) {
+    ZeroDev* d = (ZeroDev*)impl;
+    const ZeroPlan* p = &d->plan;
+    if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
+    size_t largest = 0;
+    for (int u = 0; u < p->num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
+    float* unit = (float*)malloc(largest * sizeof(float));
+    if (unit == NULL) { return zero_error("zero device: out of memory"); }
+    int rc = zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize");
+    size_t dst = 0;
+    for (int u = 0; u < p->num_units && rc == 0; u++) {
+        const ZeroUnit* pu = &p->units[u];
+        if (d->stage == 0) {
+            rc = zero_cuda(cudaMemcpy(unit, d->master + pu->full_offset, pu->numel * sizeof(float), cudaMemcpyDeviceToHost), "copying the master");
+        } else if (pu->shard > (size_t)INT_MAX) {
+            rc = zero_error("zero device: unit %d's shard of %zu elements is too large for MPI_Gather", u, pu->shard);
+        } else {
+            float* mine = unit + (size_t)d->rank * pu->shard;
+            rc = zero_cuda(cudaMemcpy(mine, d->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDefault), "copying the master");
+            if (rc == 0 && MPI_Gather(d->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
+                                      unit, (int)pu->shard, MPI_FLOAT, 0, d->comm) != MPI_SUCCESS) {
+                rc = zero_error("zero device: gathering the master failed");
+            }
+        }
+        if (rc == 0 && d->rank == 0) { memcpy(out + dst, unit, pu->numel * sizeof(float)); }
+        dst += pu->numel;
+    }
+    free(unit);
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
 // init and teardown
 
-// walks a schedule in simulation: counts the pooled buffers its gathers need
-static int zero_dev_simulate_pass(ZeroDev* d, int pass) {
-    if (zero_dev_begin(d, pass) != 0) { return -1; }
-    for (int i = 0; i < d->len[pass]; i++) {
-        floatX* p;
-        if (zero_dev_fetch(d, d->unit_of[pass][i], &p) != 0 || zero_dev_release(d, d->unit_of[pass][i]) != 0) { return -1; }
+// the pools: stage 3's gather buffers, as many of each size as the schedule ever holds;
+// stages 2-3's gradient buffers, two per size when several units have it (one being
+// written while the other is reduced), plus one more if the embedding (unit 0) has it
+// too, since its gradient is open for the whole backward
+static int zero_dev_pools_init(ZeroDev* d) {
+    const ZeroPlan* p = &d->plan;
+    for (int u = 0; d->stage == 3 && u < p->num_units; u++) {
+        if (d->sched.persistent[u]) { continue; }
+        ZeroDevPool* pp = zero_dev_pool_for(d->ppool, &d->nppool, p->units[u].padded);
+        if (pp == NULL) { return -1; }
+        if (pp->count == 0 && (pp->count = zero_schedule_peak(&d->sched, pp->elems)) < 0) { return zero_error("zero device: out of memory"); }
+        if (pp->count == 0) { pp->count = 1; }
     }
-    return zero_dev_end(d);
+    if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0) != 0) { return -1; }
+    if (d->stage < 2) { return 0; }
+    int units_of[ZERO_DEV_MAX_POOLS] = {0};
+    for (int u = 0; u < p->num_units; u++) {
+        ZeroDevPool* gp = zero_dev_pool_for(d->gpool, &d->ngpool, p->units[u].padded);
+        if (gp == NULL) { return -1; }
+        units_of[gp - d->gpool]++;
+    }
+    for (int i = 0; i < d->ngpool; i++) {
+        ZeroDevPool* gp = &d->gpool[i];
+        gp->count = units_of[i] < 2 ? units_of[i] : 2;
+        if (units_of[i] > 1 && gp->elems == p->units[0].padded) { gp->count++; }
+    }
+    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, 1);
 }
 
-// Builds the device engine over MPI_COMM_WORLD (one GPU per rank, the device set):
-// unit sizes, tensors (weight decay), the two schedules, and the full unpadded fp32
-// parameters in unit order on rank 0 (broadcast unit by unit, so every rank starts
-// identical and stage 3 never holds the whole model). compute: the model's stream.
-static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_numel, int num_units,
-                         const ZeroTensor* tensors, int num_tensors, const int* train_sched, int train_len,
-                         const int* fwd_sched, int fwd_len, const float* params, cudaStream_t compute,
-                         float beta1, float beta2, float eps, int dpu, int omp_threads) {
+// rank 0's parameters, unit by unit, through one fp32 unit buffer on the host and one on
+// the GPU: the master (whole or this rank's shard) and the floatX compute copy
+static int zero_dev_broadcast_params(ZeroDev* d, const float* params) {
+    const ZeroPlan* p = &d->plan;
+    size_t largest = 0;
+    for (int u = 0; u < p->num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
+    float* host_unit = (float*)calloc(largest, sizeof(float));
+    double scratch_bytes = 0;
+    float* dev_unit = (float*)zero_dev_alloc(largest * sizeof(float), &scratch_bytes);
+    int rc = host_unit != NULL && dev_unit != NULL ? 0 : zero_error("zero device: out of memory for the initial broadcast");
+    size_t src = 0;
+    for (int u = 0; u < p->num_units && rc == 0; u++) {
+        const ZeroUnit* pu = &p->units[u];
+        if (d->rank == 0) { memcpy(host_unit, params + src, pu->numel * sizeof(float)); }
+        memset(host_unit + pu->numel, 0, (pu->padded - pu->numel) * sizeof(float));  // the padding is zero
+        src += pu->numel;
+        for (size_t off = 0; off < pu->numel && rc == 0; off += (size_t)1 << 28) {  // MPI counts are int
+            size_t cnt = pu->numel - off < ((size_t)1 << 28) ? pu->numel - off : ((size_t)1 << 28);
+            if (MPI_Bcast(host_unit + off, (int)cnt, MPI_FLOAT, 0, d->comm) != MPI_SUCCESS) { rc = zero_error("zero device: broadcast failed"); }
+        }
+        if (rc != 0) { break; }
+        rc = zero_cuda(cudaMemcpy(dev_unit, host_unit, pu->padded * sizeof(float), cudaMemcpyHostToDevice), "uploading a unit");
+        const float* mine = dev_unit + (size_t)d->rank * pu->shard;
+        if (rc == 0 && d->stage == 0) {
+            rc = zero_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
+        } else if (rc == 0) {  // (cudaMemcpyDefault: the master may be pinned host memory)
+            rc = zero_cuda(cudaMemcpy(d->master + pu->shard_offset, mine, pu->shard * sizeof(float), cudaMemcpyDefault), "copying");
+        }
+        if (rc != 0) { break; }
+        if (d->stage < 3) {
+            zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->params + pu->full_offset, dev_unit, pu->padded);
+        } else {
+            zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256>>>(d->shard_params + pu->shard_offset, mine, pu->shard);
+            if (d->sched.persistent[u]) {
+                zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->unit_ptr[u], dev_unit, pu->padded);
+            }
+        }
+        rc = zero_cuda(cudaGetLastError(), "launching the conversion");
+        if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "converting a unit"); }  // dev_unit is reused next
+    }
+    free(host_unit);
+    cudaFree(dev_unit);
+    d->shards_written = 1;
+    return rc;
+}
+
+// Builds the device engine over in->comm (one GPU per rank, the device set) for
+// in->model, its work ordered after in->stream, the model's.
+static int zero_dev_init(void* impl, const ZeroInit* in) {
+    ZeroDev* d = (ZeroDev*)impl;
+    const ZeroConfig* cfg = in->cfg;
+    int num_units = in->model->num_units;
     memset(d, 0, sizeof(*d));
     d->cfg = *cfg;
     d->stage = cfg->stage;
-    d->compute = compute;
-    d->beta1 = beta1; d->beta2 = beta2; d->eps = eps;
+    d->compute = (cudaStream_t)in->stream;
+    d->comm = in->comm;
+    d->beta1 = in->beta1; d->beta2 = in->beta2; d->eps = in->eps;
     if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param != ZERO_OFFLOAD_NONE) {
-        return llmc_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
+        return zero_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
     }
     d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
-    d->dpu = dpu;
-    d->omp_threads = omp_threads;
-    if (d->offload && d->stage == 0) { return llmc_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
-    if (d->dpu && !d->offload) { return llmc_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
-    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &d->world);
-    if (zero_plan_init(&d->plan, unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0) { return -1; }
+    d->dpu = in->dpu;
+    d->omp_threads = in->threads;
+    if (d->offload && d->stage == 0) { return zero_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
+    if (d->dpu && !d->offload) { return zero_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
+    if (MPI_Comm_rank(d->comm, &d->rank) != MPI_SUCCESS || MPI_Comm_size(d->comm, &d->world) != MPI_SUCCESS) {
+        return zero_error("zero device: the MPI communicator is unusable");
+    }
+    if (zero_plan_init(&d->plan, in->model->unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0 ||
+        zero_schedule_init(&d->sched, in->model, &d->plan, cfg) != 0) {
+        return -1;
+    }
     const ZeroPlan* p = &d->plan;
-    d->num_tensors = num_tensors;
-    d->tensors = (ZeroTensor*)malloc(num_tensors * sizeof(ZeroTensor));
+    d->num_tensors = in->model->num_tensors;
+    d->tensors = (ZeroTensor*)malloc(d->num_tensors * sizeof(ZeroTensor));
     d->unit_ptr = (floatX**)calloc(num_units, sizeof(floatX*));
     d->unit_buf = (ZeroDevBuf**)calloc(num_units, sizeof(ZeroDevBuf*));
-    d->persistent = (int*)calloc(num_units, sizeof(int));
     d->grad_buf = (ZeroDevBuf**)calloc(num_units, sizeof(ZeroDevBuf*));
-    if (!d->tensors || !d->unit_ptr || !d->unit_buf || !d->persistent || !d->grad_buf) { return llmc_error("zero device: out of memory"); }
-    memcpy(d->tensors, tensors, num_tensors * sizeof(ZeroTensor));
-    const int* scheds[ZERO_NUM_PASSES] = {train_sched, fwd_sched};
-    int lens[ZERO_NUM_PASSES] = {train_len, fwd_len};
-    for (int k = 0; k < ZERO_NUM_PASSES; k++) {
-        d->len[k] = lens[k];
-        d->unit_of[k] = (int*)malloc(lens[k] * sizeof(int));
-        d->keep[k] = (int*)malloc(lens[k] * sizeof(int));
-        if (d->unit_of[k] == NULL || d->keep[k] == NULL) { return llmc_error("zero device: out of memory"); }
-        memcpy(d->unit_of[k], scheds[k], lens[k] * sizeof(int));
-        for (int i = 0; i < lens[k]; i++) {
-            if (d->unit_of[k][i] < 0 || d->unit_of[k][i] >= num_units) {
-                return llmc_error("zero device: schedule names unit %d of %d", d->unit_of[k][i], num_units);
-            }
-        }
-        zero_schedule_keep(p, &d->cfg, d->unit_of[k], lens[k], d->keep[k]);
+    d->reduced_ev = (cudaEvent_t*)calloc(num_units, sizeof(cudaEvent_t));
+    if (!d->tensors || !d->unit_ptr || !d->unit_buf || !d->grad_buf || !d->reduced_ev) { return zero_error("zero device: out of memory"); }
+    memcpy(d->tensors, in->model->tensors, d->num_tensors * sizeof(ZeroTensor));
+    for (int u = 0; u < num_units; u++) {
+        if (zero_cuda(cudaEventCreateWithFlags(&d->reduced_ev[u], cudaEventDisableTiming), "cudaEventCreate") != 0) { return -1; }
     }
     // NCCL whenever the engine communicates; at one rank stages 1-3 still run it (the
     // collectives are then copies), so the whole path runs on a single GPU
     d->use_nccl = d->world > 1 || d->stage >= 1;
-    if (d->use_nccl && zero_nccl_init(&d->nccl, MPI_COMM_WORLD) != 0) { return -1; }
+    if (d->use_nccl && zero_nccl_init(&d->nccl, d->comm) != 0) { return -1; }
 
     // the model states
     size_t np = p->padded_total, ns = p->shard_total;
@@ -829,20 +965,21 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
     if (d->stage == 1 && (d->gshard = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
     if (d->stage >= 2 && (d->acc = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) { return -1; }
     if (d->offload) {
+        size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
         if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
             (d->m = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
             (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
-            (d->h_grads_buf[0] = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL ||
-            (d->dpu && (d->h_grads_buf[1] = zero_dev_alloc_host(ns * (d->stage == 1 ? sizeof(floatX) : sizeof(float)), &d->host_bytes_grads)) == NULL) ||
+            (d->h_grads_buf[0] = zero_dev_alloc_host(ns * gb, &d->host_bytes_grads)) == NULL ||
+            (d->dpu && (d->h_grads_buf[1] = zero_dev_alloc_host(ns * gb, &d->host_bytes_grads)) == NULL) ||
             (d->h_params_buf[0] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL ||
             (d->dpu && (d->h_params_buf[1] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL)) {
             return -1;
         }
         d->h_grads = d->h_grads_buf[0];
         d->h_params = d->h_params_buf[0];
-        if (zero_dev_cuda(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "creating the copy stream") != 0 ||
-            zero_dev_cuda(cudaEventCreateWithFlags(&d->reduced_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
-            zero_dev_cuda(cudaEventCreateWithFlags(&d->copied_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+        if (zero_cuda(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "creating the copy stream") != 0 ||
+            zero_cuda(cudaEventCreateWithFlags(&d->copy_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+            zero_cuda(cudaEventCreateWithFlags(&d->copied_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
             return -1;
         }
     } else if ((d->master = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
@@ -851,99 +988,38 @@ static int zero_dev_init(ZeroDev* d, const ZeroConfig* cfg, const size_t* unit_n
         return -1;
     }
     if ((d->norm_scratch = (float*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_FLOATS * sizeof(float), &d->bytes_buffers)) == NULL ||
-        (d->norm_out = (float*)zero_dev_alloc(3 * sizeof(float), &d->bytes_buffers)) == NULL) {
+        (d->norm_out = (float*)zero_dev_alloc(3 * sizeof(float), &d->bytes_buffers)) == NULL ||
+        (d->norm_sum = (double*)zero_dev_alloc(sizeof(double), &d->bytes_buffers)) == NULL ||
+        (d->wait_clock = (unsigned long long*)zero_dev_alloc(2 * sizeof(unsigned long long), &d->bytes_buffers)) == NULL ||
+        zero_cuda(cudaMallocHost((void**)&d->host_norm, 2 * sizeof(float)), "cudaMallocHost") != 0) {
         return -1;
     }
-    if ((d->norm_sum = (double*)zero_dev_alloc(sizeof(double), &d->bytes_buffers)) == NULL ||
-        (d->wait_clock = (unsigned long long*)zero_dev_alloc(2 * sizeof(unsigned long long), &d->bytes_buffers)) == NULL) {
-        return -1;
-    }
-    if (zero_dev_cuda(cudaMallocHost((void**)&d->host_norm, 2 * sizeof(float)), "cudaMallocHost") != 0) { return -1; }
     d->host_norm[0] = d->host_norm[1] = 0.0f;
 
-    // stage 3: small units stay gathered; the pools from a walk of both schedules
-    if (d->stage == 3) {
-        for (int u = 0; u < num_units; u++) {
-            d->persistent[u] = (long long)p->units[u].numel < d->cfg.param_persistence_threshold;
-            if (d->persistent[u]) {
-                d->unit_ptr[u] = (floatX*)zero_dev_alloc(p->units[u].padded * sizeof(floatX), &d->bytes_buffers);
-                if (d->unit_ptr[u] == NULL) { return -1; }
-            }
-        }
-        d->simulate = 1;
-        if (zero_dev_simulate_pass(d, ZERO_PASS_TRAIN) != 0 || zero_dev_simulate_pass(d, ZERO_PASS_FORWARD) != 0) { return -1; }
-        d->simulate = 0;
-        if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0) != 0) { return -1; }
+    // stage 3: the persistent units in buffers of their own, gathered for the whole run
+    for (int u = 0; d->stage == 3 && u < num_units; u++) {
+        if (!d->sched.persistent[u]) { continue; }
+        d->unit_ptr[u] = (floatX*)zero_dev_alloc(p->units[u].padded * sizeof(floatX), &d->bytes_buffers);
+        if (d->unit_ptr[u] == NULL) { return -1; }
+        zero_schedule_gathered(&d->sched, u);
     }
-    if (d->stage >= 2) {
-        // gradient buffers: per unit size, two when several units have it (one being
-        // written while the other is reduced), plus one more if the embedding (unit 0)
-        // has it too, since its gradient is open for the whole backward
-        for (int u = 0; u < num_units; u++) {
-            ZeroDevPool* gp = zero_dev_pool_for(d->gpool, &d->ngpool, p->units[u].padded);
-            if (gp == NULL) { return -1; }
-            gp->taken++;  // here: units of this size
-        }
-        for (int i = 0; i < d->ngpool; i++) {
-            ZeroDevPool* gp = &d->gpool[i];
-            gp->max_taken = gp->taken < 2 ? gp->taken : 2;
-            if (gp->taken > 1 && gp->elems == p->units[0].padded) { gp->max_taken++; }
-        }
-        if (zero_dev_pools_alloc(d, d->gpool, d->ngpool, 1) != 0) { return -1; }
-    }
-
-    // rank 0's parameters, unit by unit, through one fp32 unit buffer on the host and one
-    // on the GPU: the master (whole or this rank's shard) and the floatX compute copy
-    size_t largest = 0;
-    for (int u = 0; u < num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
-    float* host_unit = (float*)calloc(largest, sizeof(float));
-    double scratch_bytes = 0;
-    float* dev_unit = (float*)zero_dev_alloc(largest * sizeof(float), &scratch_bytes);
-    int rc = host_unit != NULL && dev_unit != NULL ? 0 : llmc_error("zero device: out of memory for the initial broadcast");
-    size_t src = 0;
-    for (int u = 0; u < num_units && rc == 0; u++) {
-        const ZeroUnit* pu = &p->units[u];
-        if (d->rank == 0) { memcpy(host_unit, params + src, pu->numel * sizeof(float)); }
-        memset(host_unit + pu->numel, 0, (pu->padded - pu->numel) * sizeof(float));  // the padding is zero
-        src += pu->numel;
-        for (size_t off = 0; off < pu->numel && rc == 0; off += (size_t)1 << 28) {  // MPI counts are int
-            size_t cnt = pu->numel - off < ((size_t)1 << 28) ? pu->numel - off : ((size_t)1 << 28);
-            if (MPI_Bcast(host_unit + off, (int)cnt, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) { rc = llmc_error("zero device: broadcast failed"); }
-        }
-        if (rc != 0) { break; }
-        rc = zero_dev_cuda(cudaMemcpy(dev_unit, host_unit, pu->padded * sizeof(float), cudaMemcpyHostToDevice), "uploading a unit");
-        const float* mine = dev_unit + (size_t)d->rank * pu->shard;
-        if (rc == 0 && d->stage == 0) {
-            rc = zero_dev_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
-        } else if (rc == 0) {  // (cudaMemcpyDefault: the master may be pinned host memory)
-            rc = zero_dev_cuda(cudaMemcpy(d->master + pu->shard_offset, mine, pu->shard * sizeof(float), cudaMemcpyDefault), "copying");
-        }
-        if (rc != 0) { break; }
-        if (d->stage < 3) {
-            copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->params + pu->full_offset, dev_unit, pu->padded);
-        } else {
-            copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256>>>(d->shard_params + pu->shard_offset, mine, pu->shard);
-            if (d->persistent[u]) {
-                copy_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->unit_ptr[u], dev_unit, pu->padded);
-            }
-        }
-        rc = zero_dev_cuda(cudaGetLastError(), "launching the conversion");
-        if (rc == 0) { rc = zero_dev_cuda(cudaDeviceSynchronize(), "converting a unit"); }  // dev_unit is reused next
-    }
-    free(host_unit);
-    cudaFree(dev_unit);
-    d->shards_written = 1;
-    return rc;
+    if (zero_dev_pools_init(d) != 0) { return -1; }
+    return zero_dev_broadcast_params(d, in->params);
 }
 
-static void zero_dev_free(ZeroDev* d) {
+static void zero_dev_free(void* impl) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (d == NULL) { return; }
     if (d->compute != NULL) { cudaStreamSynchronize(d->compute); }
     if (d->copy != NULL) { cudaStreamSynchronize(d->copy); }
     if (d->use_nccl) { zero_nccl_free(&d->nccl); }
     zero_dev_pools_free(d->ppool, d->nppool);
     zero_dev_pools_free(d->gpool, d->ngpool);
-    for (int u = 0; d->persistent != NULL && u < d->plan.num_units; u++) {
-        if (d->persistent[u]) { cudaFree(d->unit_ptr[u]); }
+    for (int u = 0; d->unit_ptr != NULL && u < d->plan.num_units; u++) {
+        if (d->sched.persistent != NULL && d->sched.persistent[u]) { cudaFree(d->unit_ptr[u]); }
+    }
+    for (int u = 0; d->reduced_ev != NULL && u < d->plan.num_units; u++) {
+        if (d->reduced_ev[u] != NULL) { cudaEventDestroy(d->reduced_ev[u]); }
     }
     cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
     if (d->offload) {
@@ -953,66 +1029,27 @@ static void zero_dev_free(ZeroDev* d) {
         cudaFreeHost(d->h_grads_buf[0]);
         if (d->h_grads_buf[1] != NULL) { cudaFreeHost(d->h_grads_buf[1]); }
         if (d->copy != NULL) { cudaStreamDestroy(d->copy); }
-        if (d->reduced_ev != NULL) { cudaEventDestroy(d->reduced_ev); }
+        if (d->copy_ev != NULL) { cudaEventDestroy(d->copy_ev); }
         if (d->copied_ev != NULL) { cudaEventDestroy(d->copied_ev); }
     } else {
         cudaFree(d->master); cudaFree(d->m); cudaFree(d->v);
     }
     cudaFree(d->norm_scratch); cudaFree(d->norm_out); cudaFree(d->norm_sum); cudaFree(d->wait_clock);
     if (d->host_norm != NULL) { cudaFreeHost(d->host_norm); }
-    free(d->tensors); free(d->unit_ptr); free(d->unit_buf); free(d->persistent); free(d->grad_buf);
-    for (int k = 0; k < ZERO_NUM_PASSES; k++) { free(d->unit_of[k]); free(d->keep[k]); }
+    free(d->tensors); free(d->unit_ptr); free(d->unit_buf); free(d->grad_buf); free(d->reduced_ev);
+    zero_schedule_free(&d->sched);
     zero_plan_free(&d->plan);
-    memset(d, 0, sizeof(*d));
+    free(d);
 }
 
-// ----------------------------------------------------------------------------
-// checkpoints: what this rank holds, as device arrays to write and read back
+static const ZeroOps zero_dev_ops = {
+    "device", zero_dev_begin, zero_dev_fetch, zero_dev_release, zero_dev_grad, zero_dev_reduce, zero_dev_end,
+    zero_dev_step, zero_dev_flush, zero_dev_stats, zero_dev_save, zero_dev_load, zero_dev_gather_master, zero_dev_free,
+};
 
-// the compute copy that a resume needs (bf16: it comes from stochastic rounding, so it is
-// saved, not recomputed): the whole model at stages 0-2, this rank's shards at stage 3
-static floatX* zero_dev_param_state(const ZeroDev* d, size_t* elems) {
-    *elems = d->stage < 3 ? d->plan.padded_total : d->plan.shard_total;
-    return d->stage < 3 ? d->params : d->shard_params;
-}
-
-// after reading the compute copy back at stage 3: the persistent units from the shards
-static int zero_dev_after_load(ZeroDev* d) {
-    if (d->stage != 3) { return 0; }
-    d->shards_written = 1;
-    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
-    return 0;
-}
-
-// Copies the fp32 master of the whole model (unpadded, unit order) to `out` on rank 0
-// (out may be NULL elsewhere): at stages 1-3 unit by unit from the ranks' shards.
-static int zero_dev_master_gather(ZeroDev* d, float* out) {
-    const ZeroPlan* p = &d->plan;
-    size_t largest = 0;
-    for (int u = 0; u < p->num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
-    float* unit = (float*)malloc(largest * sizeof(float));
-    if (unit == NULL) { return llmc_error("zero device: out of memory"); }
-    int rc = zero_dev_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize");
-    size_t dst = 0;
-    for (int u = 0; u < p->num_units && rc == 0; u++) {
-        const ZeroUnit* pu = &p->units[u];
-        if (d->stage == 0) {
-            rc = zero_dev_cuda(cudaMemcpy(unit, d->master + pu->full_offset, pu->numel * sizeof(float), cudaMemcpyDeviceToHost), "copying the master");
-        } else if (pu->shard > (size_t)INT_MAX) {
-            rc = llmc_error("zero device: unit %d's shard of %zu elements is too large for MPI_Gather", u, pu->shard);
-        } else {
-            float* mine = unit + (size_t)d->rank * pu->shard;
-            rc = zero_dev_cuda(cudaMemcpy(mine, d->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDefault), "copying the master");
-            if (rc == 0 && MPI_Gather(d->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
-                                      unit, (int)pu->shard, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
-                rc = llmc_error("zero device: gathering the master failed");
-            }
-        }
-        if (rc == 0 && d->rank == 0) { memcpy(out + dst, unit, pu->numel * sizeof(float)); }
-        dst += pu->numel;
-    }
-    free(unit);
-    return rc;
+// A device engine behind z (see ZeroInit). On failure nothing is left allocated.
+static int zero_dev_create(Zero* z, const ZeroInit* in) {
+    return zero_create(z, &zero_dev_ops, calloc(1, sizeof(ZeroDev)), zero_dev_init, in);
 }
 
 #endif // ZERO3_DEVICE_CUH

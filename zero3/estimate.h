@@ -54,7 +54,7 @@
 
 #include <stdio.h>          // FILE, fprintf for the table
 #include <math.h>           // isfinite (a macro: no -lm needed)
-#include "llmc/utils.h"     // llmc_error: the library error convention
+#include "zero3/util.h"     // zero_error: the library error convention
 #include "zero3/config.h"   // ZeroOffload, zero_offload_name
 
 typedef struct { double gpu_bytes, host_bytes_per_node, nvme_bytes_per_node; } ZeroEstimate;
@@ -69,16 +69,16 @@ typedef struct { double gpu_bytes, host_bytes_per_node, nvme_bytes_per_node; } Z
 
 static inline int zero_estimate(double num_params, double largest_layer, int num_nodes, int gpus_per_node, int stage,
                                 ZeroOffload opt, ZeroOffload param, ZeroEstimate* out) {
-    if (!(isfinite(num_params) && num_params > 0)) { return llmc_error("zero estimate: num_params %g must be > 0", num_params); }
+    if (!(isfinite(num_params) && num_params > 0)) { return zero_error("zero estimate: num_params %g must be > 0", num_params); }
     if (!(isfinite(largest_layer) && largest_layer >= 0 && largest_layer <= num_params)) {
-        return llmc_error("zero estimate: largest_layer %g must be in [0, num_params %g]", largest_layer, num_params);
+        return zero_error("zero estimate: largest_layer %g must be in [0, num_params %g]", largest_layer, num_params);
     }
-    if (num_nodes < 1 || gpus_per_node < 1) { return llmc_error("zero estimate: %d nodes x %d GPUs: both must be >= 1", num_nodes, gpus_per_node); }
-    if (stage < 0 || stage > 3) { return llmc_error("zero estimate: stage %d is out of range [0, 3]", stage); }
-    if ((unsigned)opt > ZERO_OFFLOAD_NVME || (unsigned)param > ZERO_OFFLOAD_NVME) { return llmc_error("zero estimate: unknown offload device"); }
-    if (opt != ZERO_OFFLOAD_NONE && stage < 1) { return llmc_error("zero estimate: offload optimizer %s needs stage >= 1", zero_offload_name(opt)); }
-    if (param != ZERO_OFFLOAD_NONE && stage != 3) { return llmc_error("zero estimate: offload param %s needs stage 3", zero_offload_name(param)); }
-    if (opt == ZERO_OFFLOAD_NVME && stage != 3) { return llmc_error("zero estimate: offload optimizer nvme needs stage 3"); }
+    if (num_nodes < 1 || gpus_per_node < 1) { return zero_error("zero estimate: %d nodes x %d GPUs: both must be >= 1", num_nodes, gpus_per_node); }
+    if (stage < 0 || stage > 3) { return zero_error("zero estimate: stage %d is out of range [0, 3]", stage); }
+    if ((unsigned)opt > ZERO_OFFLOAD_NVME || (unsigned)param > ZERO_OFFLOAD_NVME) { return zero_error("zero estimate: unknown offload device"); }
+    if (opt != ZERO_OFFLOAD_NONE && stage < 1) { return zero_error("zero estimate: offload optimizer %s needs stage >= 1", zero_offload_name(opt)); }
+    if (param != ZERO_OFFLOAD_NONE && stage != 3) { return zero_error("zero estimate: offload param %s needs stage 3", zero_offload_name(param)); }
+    if (opt == ZERO_OFFLOAD_NVME && stage != 3) { return zero_error("zero estimate: offload optimizer nvme needs stage 3"); }
 
     const double psi = num_params, L = largest_layer;
     const double N = (double)num_nodes * (double)gpus_per_node, G = (double)gpus_per_node;
@@ -149,7 +149,7 @@ static inline void zero_estimate_print(FILE* f, const char* model_name, double n
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         ZeroEstimate e = { 0, 0, 0 };
         if (zero_estimate(num_params, largest_layer, num_nodes, gpus_per_node, rows[i].stage, rows[i].opt, rows[i].param, &e) != 0) {
-            fprintf(f, "  (cannot estimate: %s)\n", llmc_errmsg());
+            fprintf(f, "  (cannot estimate: %s)\n", zero_errmsg());
             return;
         }
         fprintf(f, "  %5d  %-17s  %-13s  %12.2f  %13.2f  %13.2f\n", rows[i].stage, zero_offload_name(rows[i].opt),

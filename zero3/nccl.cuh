@@ -19,7 +19,7 @@
 
  Byte counters: per rank, as a ring algorithm moves them (zero3/comm.h's model), in the
  element size of the collective (a bf16 collective moves half the bytes of an fp32 one).
- Errors return -1 with llmc_error naming the collective and NCCL's or CUDA's message.
+ Errors return -1 with zero_error naming the collective and NCCL's or CUDA's message.
 */
 #ifndef ZERO3_NCCL_CUH
 #define ZERO3_NCCL_CUH
@@ -28,7 +28,8 @@
 #include <mpi.h>             // the unique id's broadcast
 #include <nccl.h>            // ncclComm_t and the collectives
 #include <cuda_runtime.h>    // streams and events
-#include "llmc/utils.h"      // llmc_error
+#include "zero3/util.h"      // zero_error
+#include "zero3/cuda_util.cuh"  // zero_cuda
 #include "zero3/comm.h"      // ZERO_ALLGATHER ... : the collective kinds of the byte counters
 
 typedef struct {
@@ -43,12 +44,7 @@ typedef struct {
 
 static inline int zero_nccl_error(ncclResult_t r, const char* what) {
     if (r == ncclSuccess) { return 0; }
-    return llmc_error("zero nccl: %s failed: %s", what, ncclGetErrorString(r));
-}
-
-static inline int zero_nccl_cuda(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) { return 0; }
-    return llmc_error("zero nccl: %s failed: %s", what, cudaGetErrorString(e));
+    return zero_error("zero nccl: %s failed: %s", what, ncclGetErrorString(r));
 }
 
 static inline size_t zero_nccl_elem_bytes(ncclDataType_t t) {
@@ -59,18 +55,18 @@ static inline size_t zero_nccl_elem_bytes(ncclDataType_t t) {
 static int zero_nccl_init(ZeroNccl* c, MPI_Comm comm) {
     memset(c, 0, sizeof(*c));
     if (MPI_Comm_rank(comm, &c->rank) != MPI_SUCCESS || MPI_Comm_size(comm, &c->world) != MPI_SUCCESS) {
-        return llmc_error("zero nccl: MPI communicator unusable");
+        return zero_error("zero nccl: MPI communicator unusable");
     }
     ncclUniqueId id;
     if (c->rank == 0 && zero_nccl_error(ncclGetUniqueId(&id), "ncclGetUniqueId") != 0) { return -1; }
     if (MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, comm) != MPI_SUCCESS) {
-        return llmc_error("zero nccl: broadcasting the NCCL unique id failed");
+        return zero_error("zero nccl: broadcasting the NCCL unique id failed");
     }
     if (zero_nccl_error(ncclCommInitRank(&c->comm, c->world, id, c->rank), "ncclCommInitRank") != 0) { return -1; }
     c->ready_ = 1;
-    if (zero_nccl_cuda(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating the collective stream") != 0 ||
-        zero_nccl_cuda(cudaEventCreateWithFlags(&c->after, cudaEventDisableTiming), "creating an event") != 0 ||
-        zero_nccl_cuda(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "creating an event") != 0) {
+    if (zero_cuda(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating the collective stream") != 0 ||
+        zero_cuda(cudaEventCreateWithFlags(&c->after, cudaEventDisableTiming), "creating an event") != 0 ||
+        zero_cuda(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "creating an event") != 0) {
         return -1;
     }
     return 0;
@@ -86,8 +82,8 @@ static void zero_nccl_free(ZeroNccl* c) {
 
 // the collective stream waits for the work issued so far on `compute`
 static inline int zero_nccl_after(ZeroNccl* c, cudaStream_t compute) {
-    if (zero_nccl_cuda(cudaEventRecord(c->after, compute), "cudaEventRecord") != 0) { return -1; }
-    return zero_nccl_cuda(cudaStreamWaitEvent(c->stream, c->after, 0), "cudaStreamWaitEvent");
+    if (zero_cuda(cudaEventRecord(c->after, compute), "cudaEventRecord") != 0) { return -1; }
+    return zero_cuda(cudaStreamWaitEvent(c->stream, c->after, 0), "cudaStreamWaitEvent");
 }
 
 // in place: buf (count) becomes the sum over ranks

@@ -61,7 +61,7 @@
  buffers, because a direct read would otherwise write into freed memory.
 
  One NvmeFile is used by one thread at a time (no locking). Errors: 0 / -1 and one
- llmc_error line, as everywhere in zero3/.
+ zero_error line, as everywhere in zero3/.
 
  Feature macros: O_DIRECT and fallocate are Linux extensions (_GNU_SOURCE). Include this
  header before any system header, or build with -D_GNU_SOURCE; otherwise #error says so.
@@ -85,7 +85,7 @@
 #include <sys/uio.h>     // struct iovec: registered buffers
 #include <sys/mman.h>    // madvise: huge pages for the registered buffers
 #include <liburing.h>    // io_uring_*: the submission and completion rings
-#include "llmc/utils.h"  // llmc_error
+#include "zero3/util.h"  // zero_error
 
 #ifndef O_DIRECT
 #error "zero3/nvme.h needs _GNU_SOURCE (O_DIRECT): include it first or build with -D_GNU_SOURCE"
@@ -160,14 +160,14 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
     f->fd = -1;
     f->free_req = f->done_head = f->done_tail = -1;
     if (dir == NULL || rank < 0 || queue_depth < 1 || bytes == 0) {
-        return llmc_error("nvme_open: bad arguments (dir %s, rank %d, bytes %zu, queue depth %d)",
+        return zero_error("nvme_open: bad arguments (dir %s, rank %d, bytes %zu, queue depth %d)",
                           dir ? dir : "(null)", rank, bytes, queue_depth);
     }
     int n = snprintf(f->path, sizeof(f->path), "%s/zero3_rank%05d.swp", dir, rank);
     if (n < 0 || (size_t)n >= sizeof(f->path)) {
-        return llmc_error("nvme_open: path too long under %s", dir);
+        return zero_error("nvme_open: path too long under %s", dir);
     }
-    if (bytes > SIZE_MAX - (NVME_ALIGN - 1)) { return llmc_error("nvme_open: %s: size %zu too large", f->path, bytes); }
+    if (bytes > SIZE_MAX - (NVME_ALIGN - 1)) { return zero_error("nvme_open: %s: size %zu too large", f->path, bytes); }
     f->bytes = (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
     f->queue_depth = queue_depth;
     f->chunk_bytes = NVME_CHUNK_BYTES;
@@ -175,11 +175,11 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
     // stat the directory first: "directory missing" is a clearer message than ENOENT on the file
     struct stat st;
     if (stat(dir, &st) != 0) {
-        llmc_error("nvme_open: swap directory %s: %s", dir, strerror(errno));
+        zero_error("nvme_open: swap directory %s: %s", dir, strerror(errno));
         goto fail;
     }
     if (!S_ISDIR(st.st_mode)) {
-        llmc_error("nvme_open: swap directory %s: %s", dir, strerror(ENOTDIR));
+        zero_error("nvme_open: swap directory %s: %s", dir, strerror(ENOTDIR));
         goto fail;
     }
     f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
@@ -193,7 +193,7 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
         }
     }
     if (f->fd < 0) {
-        llmc_error("nvme_open: cannot create swap file %s: %s", f->path, strerror(errno));
+        zero_error("nvme_open: cannot create swap file %s: %s", f->path, strerror(errno));
         goto fail;
     }
     created = 1;
@@ -202,17 +202,17 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
         if (e == EOPNOTSUPP) {
             // no preallocation on this filesystem: a sparse file; ENOSPC would come at write time
             if (ftruncate(f->fd, (off_t)f->bytes) != 0) {
-                llmc_error("nvme_open: cannot size %s to %zu bytes: %s", f->path, f->bytes, strerror(errno));
+                zero_error("nvme_open: cannot size %s to %zu bytes: %s", f->path, f->bytes, strerror(errno));
                 goto fail;
             }
         } else {
-            llmc_error("nvme_open: cannot preallocate %zu bytes for %s: %s", f->bytes, f->path, strerror(e));
+            zero_error("nvme_open: cannot preallocate %zu bytes for %s: %s", f->bytes, f->path, strerror(e));
             goto fail;
         }
     }
     rc = io_uring_queue_init((unsigned)queue_depth, &f->ring, 0);
     if (rc < 0) {
-        llmc_error("nvme_open: io_uring setup (queue depth %d) for %s failed: %s%s", queue_depth, f->path,
+        zero_error("nvme_open: io_uring setup (queue depth %d) for %s failed: %s%s", queue_depth, f->path,
                    strerror(-rc), rc == -EPERM ? " (io_uring disabled? see /proc/sys/kernel/io_uring_disabled)" : "");
         goto fail;
     }
@@ -220,7 +220,7 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
     f->slots = (NvmeSlot*)calloc((size_t)queue_depth, sizeof(NvmeSlot));
     f->free_slots = (int*)calloc((size_t)queue_depth, sizeof(int));
     if (f->slots == NULL || f->free_slots == NULL) {
-        llmc_error("nvme_open: %s: out of memory for %d queue slots", f->path, queue_depth);
+        zero_error("nvme_open: %s: out of memory for %d queue slots", f->path, queue_depth);
         goto fail;
     }
     for (int i = 0; i < queue_depth; i++) {
@@ -284,11 +284,11 @@ static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void***
     *out = NULL;
     if (count < 1 || bytes_each == 0 || bytes_each > ((size_t)1 << 30)) {
         // the kernel registers at most 1 GiB per buffer
-        return llmc_error("nvme_buffers_alloc: %s: bad request (%d buffers of %zu bytes; 1 GiB max each)",
+        return zero_error("nvme_buffers_alloc: %s: bad request (%d buffers of %zu bytes; 1 GiB max each)",
                           f->path, count, bytes_each);
     }
     if (f->inflight > 0 || f->outstanding > 0) {
-        return llmc_error("nvme_buffers_alloc: %s: cannot register buffers with I/O in flight", f->path);
+        return zero_error("nvme_buffers_alloc: %s: cannot register buffers with I/O in flight", f->path);
     }
     size_t size = (bytes_each + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
     int total = f->n_iov + count, rc = 0;
@@ -297,13 +297,13 @@ static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void***
     void*** arrays = (void***)realloc(f->ptr_arrays, (size_t)(f->n_ptr_arrays + 1) * sizeof(void**));
     if (arrays != NULL) { f->ptr_arrays = arrays; }
     if (ptrs == NULL || iov == NULL || arrays == NULL) {
-        llmc_error("nvme_buffers_alloc: %s: out of memory", f->path);
+        zero_error("nvme_buffers_alloc: %s: out of memory", f->path);
         goto fail;
     }
     for (int i = 0; i < count; i++) {
         ptrs[i] = nvme_alloc(size);
         if (ptrs[i] == NULL) {
-            llmc_error("nvme_buffers_alloc: %s: out of memory for %d buffers of %zu bytes", f->path, count, size);
+            zero_error("nvme_buffers_alloc: %s: out of memory for %d buffers of %zu bytes", f->path, count, size);
             goto fail;
         }
     }
@@ -316,7 +316,7 @@ static int nvme_buffers_alloc(NvmeFile* f, int count, size_t bytes_each, void***
     if (f->n_iov > 0) { io_uring_unregister_buffers(&f->ring); }
     rc = io_uring_register_buffers(&f->ring, iov, (unsigned)total);
     if (rc < 0) {
-        llmc_error("nvme_buffers_alloc: %s: io_uring_register_buffers (%d buffers) failed: %s%s", f->path, total,
+        zero_error("nvme_buffers_alloc: %s: io_uring_register_buffers (%d buffers) failed: %s%s", f->path, total,
                    strerror(-rc), rc == -ENOMEM ? " (RLIMIT_MEMLOCK?)" : "");
         // try to restore the old registration so the earlier buffers keep working
         // (if that fails too, they are used with plain read/write: slower, still correct)
@@ -347,7 +347,7 @@ static int nvme_flush(NvmeFile* f) {
         if (rc == -EINTR) { continue; }
         if (rc <= 0) {
             f->broken = 1;
-            return llmc_error("nvme: %s: io_uring_submit failed: %s", f->path,
+            return zero_error("nvme: %s: io_uring_submit failed: %s", f->path,
                               rc < 0 ? strerror(-rc) : "no SQE accepted");
         }
         f->unsubmitted -= rc;
@@ -363,7 +363,7 @@ static int nvme_prep(NvmeFile* f, int si) {
         // cannot happen while inflight <= queue_depth <= SQ entries; guard anyway
         if (nvme_flush(f) != 0) { return -1; }
         sqe = io_uring_get_sqe(&f->ring);
-        if (sqe == NULL) { f->broken = 1; return llmc_error("nvme: %s: submission queue full", f->path); }
+        if (sqe == NULL) { f->broken = 1; return zero_error("nvme: %s: submission queue full", f->path); }
     }
     unsigned len = (unsigned)s->bytes;  // <= chunk_bytes <= 1 GiB
     if (f->reqs[s->req].is_write) {
@@ -393,7 +393,7 @@ static int nvme_reap_one(NvmeFile* f) {
     do { rc = io_uring_wait_cqe(&f->ring, &cqe); } while (rc == -EINTR);
     if (rc < 0) {
         f->broken = 1;
-        return llmc_error("nvme: %s: waiting for a completion failed: %s", f->path, strerror(-rc));
+        return zero_error("nvme: %s: waiting for a completion failed: %s", f->path, strerror(-rc));
     }
     int si = (int)io_uring_cqe_get_data64(cqe);
     int res = cqe->res;
@@ -430,7 +430,7 @@ static int nvme_req_alloc(NvmeFile* f) {
     if (f->free_req < 0) {
         int cap = f->reqs_cap ? 2 * f->reqs_cap : 16;
         NvmeRequest* reqs = (NvmeRequest*)realloc(f->reqs, (size_t)cap * sizeof(NvmeRequest));
-        if (reqs == NULL) { return llmc_error("nvme: %s: out of memory for %d requests", f->path, cap); }
+        if (reqs == NULL) { return zero_error("nvme: %s: out of memory for %d requests", f->path, cap); }
         for (int i = cap - 1; i >= f->reqs_cap; i--) { reqs[i].next = f->free_req; f->free_req = i; }
         f->reqs = reqs;
         f->reqs_cap = cap;
@@ -441,8 +441,8 @@ static int nvme_req_alloc(NvmeFile* f) {
 }
 
 static int nvme_check_usable(NvmeFile* f, const char* what) {
-    if (f->fd < 0 || !f->ring_ok) { return llmc_error("%s: swap file is not open", what); }
-    if (f->broken) { return llmc_error("%s: %s: ring unusable after an earlier submission failure", what, f->path); }
+    if (f->fd < 0 || !f->ring_ok) { return zero_error("%s: swap file is not open", what); }
+    if (f->broken) { return zero_error("%s: %s: ring unusable after an earlier submission failure", what, f->path); }
     return 0;
 }
 
@@ -452,11 +452,11 @@ static int nvme_submit(NvmeFile* f, int is_write, const void* buf, size_t offset
     const char* what = is_write ? "nvme_write" : "nvme_read";
     if (nvme_check_usable(f, what) != 0) { return -1; }
     if (bytes == 0 || offset % NVME_ALIGN != 0 || bytes % NVME_ALIGN != 0 || (uintptr_t)buf % NVME_ALIGN != 0) {
-        return llmc_error("%s: %s: offset %zu, size %zu and buffer %p must be non-zero multiples of %d",
+        return zero_error("%s: %s: offset %zu, size %zu and buffer %p must be non-zero multiples of %d",
                           what, f->path, offset, bytes, buf, NVME_ALIGN);
     }
     if (offset > f->bytes || bytes > f->bytes - offset) {
-        return llmc_error("%s: %s: %zu bytes at offset %zu go past the end of the file (%zu bytes)",
+        return zero_error("%s: %s: %zu bytes at offset %zu go past the end of the file (%zu bytes)",
                           what, f->path, bytes, offset, f->bytes);
     }
     int buf_index = -1;
@@ -515,7 +515,7 @@ static int nvme_finish(NvmeFile* f, int ri) {
     NvmeRequest* r = &f->reqs[ri];
     int rc = 0;
     if (r->err != 0 || r->eof) {
-        rc = llmc_error("%s: %s: I/O failed at offset %zu: %s", r->is_write ? "nvme_write" : "nvme_read",
+        rc = zero_error("%s: %s: I/O failed at offset %zu: %s", r->is_write ? "nvme_write" : "nvme_read",
                         f->path, r->err_offset, r->eof ? "unexpected end of file" : strerror(r->err));
     }
     r->next = f->free_req;
@@ -539,7 +539,7 @@ static int nvme_wait(NvmeFile* f, uint64_t* tag) {
     if (nvme_check_usable(f, "nvme_wait") != 0) { return -1; }
     while (f->done_head < 0) {
         if (f->outstanding == 0 || f->inflight == 0) {
-            return llmc_error("nvme_wait: %s: no request in flight", f->path);
+            return zero_error("nvme_wait: %s: no request in flight", f->path);
         }
         if (nvme_flush(f) != 0 || nvme_reap_one(f) != 0) { return -1; }
     }
@@ -553,15 +553,15 @@ static int nvme_wait(NvmeFile* f, uint64_t* tag) {
 // waits for every outstanding request; -1 (with the first failure's message) if any failed
 static int nvme_wait_all(NvmeFile* f) {
     if (nvme_check_usable(f, "nvme_wait_all") != 0) { return -1; }
-    char first[sizeof(llmc_errbuf)] = "";
+    char first[sizeof(zero_errbuf)] = "";
     while (f->outstanding > 0) {
         uint64_t tag;
         if (nvme_wait(f, &tag) != 0) {
-            if (first[0] == '\0') { snprintf(first, sizeof(first), "%s", llmc_errmsg()); }
+            if (first[0] == '\0') { snprintf(first, sizeof(first), "%s", zero_errmsg()); }
             if (f->broken) { break; }
         }
     }
-    if (first[0] != '\0') { return llmc_error("%s", first); }
+    if (first[0] != '\0') { return zero_error("%s", first); }
     return 0;
 }
 

@@ -29,7 +29,7 @@
 #include <stdint.h>       // SIZE_MAX: overflow checks
 #include <stdlib.h>       // calloc, free
 #include <string.h>       // memset
-#include "llmc/utils.h"   // llmc_error: the 0 / -1 error convention
+#include "zero3/util.h"    // zero_error: the 0 / -1 error convention
 
 // the most ranks a plan accepts: far beyond any real run, and it keeps
 // world * align_elems (<= 2^20 * 64) from overflowing
@@ -63,23 +63,23 @@ static inline void zero_plan_free(ZeroPlan* p) {
 
 // Builds the plan for num_units units of unit_numel[u] elements of elem_bytes bytes each,
 // split over world ranks, seen from rank. p is overwritten (a previous plan in it must be
-// freed first). Returns 0, or -1 with p zeroed and one llmc_error line.
+// freed first). Returns 0, or -1 with p zeroed and one zero_error line.
 static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_units, int world, int rank,
                                  size_t elem_bytes) {
-    if (p == NULL) { return llmc_error("zero_plan_init: plan pointer is NULL"); }
+    if (p == NULL) { return zero_error("zero_plan_init: plan pointer is NULL"); }
     memset(p, 0, sizeof(*p));  // so that every failure below leaves a plan zero_plan_free accepts
     if (world < 1 || world > ZERO_PLAN_MAX_WORLD) {
-        return llmc_error("zero_plan_init: world %d must be in [1, %d]", world, ZERO_PLAN_MAX_WORLD);
+        return zero_error("zero_plan_init: world %d must be in [1, %d]", world, ZERO_PLAN_MAX_WORLD);
     }
     if (rank < 0 || rank >= world) {
-        return llmc_error("zero_plan_init: rank %d must be in [0, world %d)", rank, world);
+        return zero_error("zero_plan_init: rank %d must be in [0, world %d)", rank, world);
     }
     if (num_units < 1) {
-        return llmc_error("zero_plan_init: num_units %d must be >= 1", num_units);
+        return zero_error("zero_plan_init: num_units %d must be >= 1", num_units);
     }
-    if (unit_numel == NULL) { return llmc_error("zero_plan_init: unit_numel is NULL"); }
+    if (unit_numel == NULL) { return zero_error("zero_plan_init: unit_numel is NULL"); }
     if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8) {
-        return llmc_error("zero_plan_init: elem_bytes %zu must be 1, 2, 4 or 8", elem_bytes);
+        return zero_error("zero_plan_init: elem_bytes %zu must be 1, 2, 4 or 8", elem_bytes);
     }
     size_t align_elems = 64 / elem_bytes;
     // every padded size is a multiple of this quantum; <= 2^20 * 64, no overflow
@@ -87,20 +87,20 @@ static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_
 
     ZeroUnit* units = (ZeroUnit*)calloc((size_t)num_units, sizeof(ZeroUnit));
     if (units == NULL) {
-        return llmc_error("zero_plan_init: out of memory for %d units", num_units);
+        return zero_error("zero_plan_init: out of memory for %d units", num_units);
     }
     size_t numel_total = 0, padded_total = 0, shard_total = 0;
     for (int u = 0; u < num_units; u++) {
         size_t n = unit_numel[u];
         if (n == 0) {
             free(units);
-            return llmc_error("zero_plan_init: unit %d has numel 0 (every unit needs >= 1 element)", u);
+            return zero_error("zero_plan_init: unit %d has numel 0 (every unit needs >= 1 element)", u);
         }
         // ceil(n / quantum) * quantum without forming n + quantum - 1, which could overflow
         size_t blocks = n / quantum + (n % quantum != 0);
         if (blocks > SIZE_MAX / quantum) {
             free(units);
-            return llmc_error("zero_plan_init: unit %d numel %zu overflows size_t when padded to a multiple of %zu",
+            return zero_error("zero_plan_init: unit %d numel %zu overflows size_t when padded to a multiple of %zu",
                               u, n, quantum);
         }
         size_t padded = blocks * quantum;
@@ -108,7 +108,7 @@ static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_
         // since someone will allocate padded_total * elem_bytes bytes
         if (padded > SIZE_MAX - padded_total || padded_total + padded > SIZE_MAX / elem_bytes) {
             free(units);
-            return llmc_error("zero_plan_init: unit %d numel %zu makes the padded total overflow size_t "
+            return zero_error("zero_plan_init: unit %d numel %zu makes the padded total overflow size_t "
                               "(%zu elements of %zu bytes before it)", u, n, padded_total, elem_bytes);
         }
         units[u].numel = n;
@@ -135,7 +135,7 @@ static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_
 // The part of the element range [begin, end) of unit u (unpadded unit-local offsets,
 // end <= numel) that lies in rank r's shard, as offsets local to that shard.
 // Returns 1 and sets *lo < *hi when non-empty, 0 when empty. Invalid arguments (u or r out
-// of range, begin > end, end > numel) return -1 with an llmc_error line. *lo and *hi are
+// of range, begin > end, end > numel) return -1 with an zero_error line. *lo and *hi are
 // set to 0 whenever the result is not 1, so a caller that tests the return for truth
 // still walks an empty range; compare with 1 to tell empty from invalid.
 // Used by the optimizer to apply per-tensor settings (weight decay) inside a shard: a
@@ -144,16 +144,16 @@ static inline int zero_plan_shard_range(const ZeroPlan* p, int u, int r, size_t 
                                         size_t* lo, size_t* hi) {
     *lo = 0;
     *hi = 0;
-    if (p == NULL || p->units == NULL) { return llmc_error("zero_plan_shard_range: plan is not initialized"); }
+    if (p == NULL || p->units == NULL) { return zero_error("zero_plan_shard_range: plan is not initialized"); }
     if (u < 0 || u >= p->num_units) {
-        return llmc_error("zero_plan_shard_range: unit %d must be in [0, %d)", u, p->num_units);
+        return zero_error("zero_plan_shard_range: unit %d must be in [0, %d)", u, p->num_units);
     }
     if (r < 0 || r >= p->world) {
-        return llmc_error("zero_plan_shard_range: rank %d must be in [0, world %d)", r, p->world);
+        return zero_error("zero_plan_shard_range: rank %d must be in [0, world %d)", r, p->world);
     }
     const ZeroUnit* unit = &p->units[u];
     if (begin > end || end > unit->numel) {
-        return llmc_error("zero_plan_shard_range: range [%zu, %zu) is not inside unit %d of numel %zu",
+        return zero_error("zero_plan_shard_range: range [%zu, %zu) is not inside unit %d of numel %zu",
                           begin, end, u, unit->numel);
     }
     size_t shard_begin = (size_t)r * unit->shard;  // <= padded: no overflow
@@ -187,10 +187,10 @@ static inline int zero_plan_tensor_part(const ZeroPlan* p, int u, int r, size_t 
 
 // Elements of rank r's shard of unit u that are real (not padding): 0..shard. The real
 // elements always come first in a shard, since padding sits at the end of the unit.
-// Returns 0 (and records an llmc_error line) for an out-of-range u or r.
+// Returns 0 (and records an zero_error line) for an out-of-range u or r.
 static inline size_t zero_plan_shard_numel(const ZeroPlan* p, int u, int r) {
     if (p == NULL || p->units == NULL || u < 0 || u >= p->num_units || r < 0 || r >= p->world) {
-        llmc_error("zero_plan_shard_numel: unit %d / rank %d out of range for the plan", u, r);
+        zero_error("zero_plan_shard_numel: unit %d / rank %d out of range for the plan", u, r);
         return 0;
     }
     const ZeroUnit* unit = &p->units[u];

@@ -12,7 +12,7 @@
 #     (./tokenize --val-tokens):
 #   dev/data/tinyshakespeare/tiny_shakespeare_val.bin     32,768 tokens  (66,560 bytes)
 #   dev/data/tinyshakespeare/tiny_shakespeare_train.bin  305,260 tokens (611,544 bytes)
-# The counts are llm.c's; test/test_tokenizer_exact.sh checks them and checks both
+# The counts are llm.c's; test/e2e/test_tokenizer_exact.sh checks them and checks both
 # shards byte for byte against the same procedure run with the Python reference.
 # Both are llm.c token shards (magic 20240520, version 1, uint16 GPT-2 tokens).
 set -euo pipefail

@@ -1,8 +1,8 @@
 /*
  The CUDA runtime on the CPU, for running this project's CUDA code without a GPU: the
  kernels' tests (test/test_kernels*_gpu.cu as build/test_kernels*_emu), the GPU trainer
- (build/train_gpt2_zero3_emu{,_fp32}, which test/test_gpu_trainer.sh can run) and the
- device engine's own test (test/test_device_emu.cc). Device memory is host memory; every
+ (build/train_gpt2_zero3_emu{,_fp32}, which test/gpu/test_gpu_trainer.sh can run) and the
+ device engine's own test (test/emu/test_device_emu.cc). Device memory is host memory; every
  call does its work at once, so streams and events order nothing (an event queried is
  "not ready" every other time, to no effect). Beside it here: cuda_bf16.h, cublas_v2.h,
  cublasLt.h, cub's radix sort, nvtx3 and nccl.h.

@@ -1,5 +1,5 @@
 /*
- NCCL as zero3/nccl.cuh uses it, over MPI_COMM_WORLD, for test/test_device_emu.cc: each
+ NCCL as zero3/nccl.cuh uses it, over MPI_COMM_WORLD, for test/emu/test_device_emu.cc: each
  collective runs at the call (MPI's), so a group is just its calls in order; the ranks
  issue them in the same order, as NCCL requires too. Buffers are host memory (see
  cuda_runtime.h here).

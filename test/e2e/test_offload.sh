@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Offload through the trainer: --offload-optimizer cpu|nvme and --offload-param cpu|nvme give
+# bit for bit the losses of the same run without offload, at N=1 and N=2 and stages 1-3; the NVMe
+# pipeline with many small sub-groups and few buffers; resume from NVMe-held state;
+# the report's host/NVMe bytes and transfers; clear errors for a bad NVMe path.
+# Ends with "N passed, N failed".
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
+
+if ! $PY test/e2e/ref_gpt2.py "$tmp" > "$tmp/ref.log" 2>&1; then cat "$tmp/ref.log"; echo "0 passed, 1 failed"; exit 1; fi
+mkdir -p "$tmp/nvme"
+STD="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0 -a 1 -x 8 -l 1e-3 -u 0 -q 1.0 -c 0.1"
+# Offload moves the optimizer's state, not its arithmetic: every path updates with the
+# same SIMD CPU Adam, whose result does not depend on how a range is split (tiles,
+# threads, sub-groups), and the copies are exact. So the losses must be equal to the
+# last bit; any difference is a stale copy, a wrong shard or a lost group.
+same_losses() {  # a.json b.json -> exit 0 if the losses are bit-identical
+    losses "$1" > "$tmp/la"; losses "$2" > "$tmp/lb"
+    [ -s "$tmp/la" ] && cmp -s "$tmp/la" "$tmp/lb"
+}
+
+for n in 1 2; do
+    B=$((8 / n))
+    for z in 1 2 3; do
+        run "base${n}_$z" $n $STD -b $B -z $z || { bad "N=$n stage $z baseline"; continue; }
+        configs=("--offload-optimizer cpu")
+        [ $z = 3 ] && configs+=("--offload-optimizer nvme --nvme-path $tmp/nvme"
+                                "--offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000"
+                                "--offload-param cpu"
+                                "--offload-param cpu --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 5000"
+                                "--offload-param nvme --max-in-cpu 0 --param-persistence-threshold 0 --offload-optimizer cpu --nvme-path $tmp/nvme"
+                                "--offload-param nvme --max-in-cpu 30000 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000")
+        for c in "${configs[@]}"; do
+            if run off $n $STD -b $B -z $z $c; then
+                same_losses "$tmp/base${n}_$z.json" "$tmp/off.json" && ok "N=$n stage $z $c: bit-identical losses to no offload" \
+                    || bad "N=$n stage $z $c: losses differ: $(maxdiff "$tmp/la" "$tmp/lb")"
+            else
+                bad "N=$n stage $z $c run"
+            fi
+        done
+    done
+done
+# the NVMe pipeline with 2 buffers (the fewest that overlap) and many groups, via JSON
+cat > "$tmp/nv.json" <<EOF2
+{"zero_optimization": {"stage": 3, "sub_group_size": 2048,
+  "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme", "buffer_count": 2, "pipeline_read": true, "pipeline_write": true}}}
+EOF2
+run nvjson 2 $STD -b 4 --ds-config "$tmp/nv.json" && same_losses "$tmp/base2_3.json" "$tmp/nvjson.json" \
+    && ok "NVMe via --ds-config, 2 buffers, 2048-element groups: bit-identical" || bad "NVMe via --ds-config: losses differ or the run failed"
+ls "$tmp/nvme" | grep -q . && bad "swap files left in $tmp/nvme: $(ls "$tmp/nvme")" || ok "swap files removed at exit"
+
+# report: where the bytes are and what moved
+$PY - "$tmp/off.json" "$tmp/base2_3.json" <<'EOF2' && ok "report: host and NVMe bytes, transfers per step" || bad "report: offload accounting"
+import json, sys
+off, base = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+m, b = off["memory"]["per_rank"][0], base["memory"]["per_rank"][0]
+shard = b["params"]                                   # fp32 shard bytes at stage 3
+assert m["optimizer"] == 0 and b["optimizer"] == 2 * shard, (m, b)      # moments left the device
+assert m["params"] == 0 and m["host_params"] == shard                   # --offload-param cpu
+assert m["host_grads"] == shard and m["nvme"] >= 3 * shard              # master, m, v on NVMe
+t = off["transfers_per_step"]
+assert t["device_to_host"] == shard and t["host_to_device"] >= shard    # grads out, params back (+ gathers)
+assert t["nvme_read"] >= 3 * shard and t["nvme_write"] >= 3 * shard
+assert b["host_params"] == 0 and base["transfers_per_step"]["nvme_read"] == 0
+EOF2
+
+# parameters on NVMe: the units beyond max_in_cpu live in the swap file and are read
+# before each gather (with the default reuse distance, once per step) and written after
+run pnv 2 $STD -b 4 -z 3 --offload-param nvme --max-in-cpu 0 --param-persistence-threshold 0 --offload-optimizer cpu --nvme-path "$tmp/nvme"
+$PY - "$tmp/pnv.json" "$tmp/base2_3.json" <<'EOF2' && ok "report: parameter shards on NVMe, read and written each step" || bad "report: parameter NVMe accounting"
+import json, sys
+off, base = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+m, shard = off["memory"]["per_rank"][0], base["memory"]["per_rank"][0]["params"]
+assert m["params"] == 0 and m["nvme"] >= shard, m           # every shard in the file (4 KiB-padded per unit)
+t = off["transfers_per_step"]
+assert t["nvme_read"] >= shard and t["nvme_write"] >= shard, t
+EOF2
+
+# resume with the moments and most parameter shards on NVMe: bit-identical to running straight through
+R="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0 -b 4 --shuffle 1 -k constant -u 2 -l 1e-3 -c 0.1 -z 3 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 4096 --offload-param nvme --max-in-cpu 30000"
+run full 2 $R -x 6 > /dev/null
+$MPIRUN -np 2 $BIN $R -x 3 -o "$tmp/ck" -n 3 > "$tmp/part.log" 2>&1
+run res 2 $R -x 6 -o "$tmp/ck" -n 3 -y 1
+losses "$tmp/full.json" | tail -3 > "$tmp/f"; losses "$tmp/res.json" > "$tmp/r" 2>/dev/null
+[ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "resume with NVMe-held optimizer state and parameters is bit-identical" || bad "NVMe resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
+
+# bad NVMe settings fail clearly, naming the path
+expect_error "missing NVMe directory"  "$tmp/none"   $MPIRUN -np 1 $BIN $STD -b 8 -z 3 --offload-optimizer nvme --nvme-path "$tmp/none"
+expect_error "NVMe without a path"     "nvme"        $MPIRUN -np 1 $BIN $STD -b 8 -z 3 --offload-optimizer nvme
+expect_error "NVMe below stage 3"      "stage"       $MPIRUN -np 1 $BIN $STD -b 8 -z 2 --offload-optimizer nvme --nvme-path "$tmp/nvme"
+expect_error "offload at stage 0"      "stage"       $MPIRUN -np 1 $BIN $STD -b 8 -z 0 --offload-optimizer cpu
+expect_error "param nvme, optimizer on device" "offload_param nvme" $MPIRUN -np 1 $BIN $STD -b 8 -z 3 --offload-param nvme --nvme-path "$tmp/nvme"
+
+finish

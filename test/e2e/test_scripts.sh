@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# CPU checks of the launch scripts in scripts/ (no GPU, no data, nothing trained):
+#   syntax        bash -n on every script (and shellcheck when it is installed)
+#   run_*.sh      with DRY_RUN=1, at NGPU=1 and NGPU=8, each prints its plan and its
+#                 command; the command's flags, given to ./train_gpt2_zero3_cpu with
+#                 --estimate 1:NGPU, must parse (args_parse reads and validates every flag,
+#                 and trainer_model checks -e and -t, before --estimate prints and exits);
+#                 the estimator's model count must be the one the plan assumes; its per-GPU
+#                 model states for the chosen stage and offload must be under 80 GB, and
+#                 with the trainer's activation estimate within the plan's fit_gib; the total
+#                 batch must be a multiple of B*T*NGPU
+#   overrides     the environment reaches the command (data, output, micro batch, extra
+#                 flags, NVMe path); bad values stop with a message
+#   GPU scripts   profile.sh, bench_gpu.sh and a real run stop with a message on a machine
+#                 without a GPU; dev/bench_torch_gpt2.py refuses to run without CUDA, runs
+#                 a small model on the CPU, and counts FLOPs like the trainers' reports
+# Ends with "N passed, N failed".
+# shellcheck source=test/e2e/lib.sh
+source "$(dirname "$0")/lib.sh"   # cd to the repo root; $BIN, $PY, $tmp, ok/bad/finish
+
+GB80_GIB=74.5   # 80e9 bytes in GiB: the estimator prints GiB
+have_gpu=0
+if command -v nvidia-smi > /dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then have_gpu=1; fi
+if [ ! -x "$BIN" ]; then bad "$BIN is not built (make train_gpt2_zero3_cpu)"; finish; exit 1; fi
+
+mapfile -t runs < <(ls scripts/run_gpt2_*.sh scripts/run_gpt3_*.sh)
+if [ "${#runs[@]}" -ge 10 ]; then ok "found ${#runs[@]} run scripts"; else bad "found only ${#runs[@]} run scripts"; fi
+
+# ---------------------------------------------------------------------------
+# syntax
+for s in scripts/*.sh test/e2e/test_scripts.sh; do
+    if bash -n "$s" 2> "$tmp/err"; then ok "bash -n $s"; else bad "bash -n $s: $(head -1 "$tmp/err")"; fi
+done
+if "$PY" -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
+else bad "py_compile dev/bench_torch_gpt2.py: $(tail -1 "$tmp/err")"; fi
+if command -v shellcheck > /dev/null; then
+    new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/gpu_bundle.sh test/e2e/test_scripts.sh)
+    if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
+    else bad "shellcheck: $(grep -m1 -E '^In |SC[0-9]+' "$tmp/sc")"; fi
+fi
+
+# ---------------------------------------------------------------------------
+# helpers: one dry run, parsed
+
+# dry SCRIPT [ARGS]: runs it with DRY_RUN=1 (plus whatever the caller exported) and
+# OUT_DIR=$w/out, leaves the plan line in $plan, the trainer's flags in the array args,
+# the whole command in cmd; $w is the working directory ($tmp, or a job's own)
+w=$tmp
+dry() {
+    plan=""; args=(); cmd=()
+    DRY_RUN=1 OUT_DIR="$w/out" bash "$@" > "$w/dry" 2> "$w/dryerr" || return 1
+    plan=$(grep '^# plan:' "$w/dry")
+    local line
+    line=$(grep -v '^#' "$w/dry")
+    [ -n "$plan" ] && [ -n "$line" ] || return 1
+    eval "cmd=($line)"
+    local i
+    for i in "${!cmd[@]}"; do
+        if [ "${cmd[$i]}" = ./train_gpt2_zero3 ]; then args=("${cmd[@]:$((i + 1))}"); return 0; fi
+    done
+    return 1
+}
+# pv KEY: a field of the plan line
+pv() { sed -E "s/.* $1=([^ ]+).*/\1/" <<< "$plan"; }
+# flag NAME DEFAULT: the value of the last NAME in args (the one the parser keeps)
+flag() {
+    local v=$2 i
+    for ((i = 0; i < ${#args[@]} - 1; i++)); do
+        if [ "${args[$i]}" = "$1" ]; then v=${args[$((i + 1))]}; fi
+    done
+    echo "$v"
+}
+# a count as the estimator prints it (zero_estimate_count): 124475904 -> 124.48M
+short() { awk -v v="$1" 'BEGIN { if (v >= 1e9) printf "%.2fB\n", v / 1e9; else if (v >= 1e6) printf "%.2fM\n", v / 1e6;
+    else if (v >= 1e3) printf "%.2fK\n", v / 1e3; else printf "%.0f\n", v }'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+# ---------------------------------------------------------------------------
+# every run script at NGPU=1 and NGPU=8, as parallel jobs (the trainer's MPI start-up is
+# most of the time, and it waits rather than computes); each job prints "ok/bad<TAB>what"
+# lines, replayed in order below
+
+# check_run SCRIPT N: the checks of one script at NGPU=N
+check_run() {
+    local s=$1 n=$2 name tag model psi want B T D R Z opt param gpu act fit total
+    ok() { printf 'ok\t%s\n' "$1"; }
+    bad() { printf 'bad\t%s\n' "$1"; }
+    name=$(basename "$s" .sh)
+    tag="$name NGPU=$n"
+    w="$tmp/job_${name}_$n"
+    mkdir -p "$w"
+    if ! NGPU=$n dry "$s"; then
+        bad "$tag: dry run failed: $(head -2 "$w/dryerr" "$w/dry" | tr '\n' ' ')"
+        return
+    fi
+    if [ "${cmd[0]}" = mpirun ] && [ "${cmd[1]}" = -np ] && [ "${cmd[2]}" = "$n" ]; then
+        ok "$tag: mpirun -np $n ./train_gpt2_zero3"
+    else
+        bad "$tag: command is '${cmd[*]:0:4} ...'"
+    fi
+    if [ -e "$w/out" ]; then bad "$tag: the dry run created $w/out"; rm -rf "$w/out"; fi
+
+    # (a) the CPU trainer's parser takes every flag (the estimate path exits before any
+    # data, output directory or parameter memory is touched)
+    if $BIN "${args[@]}" --estimate "1:$n" > "$w/est" 2> "$w/esterr"; then
+        ok "$tag: the trainer accepts the flags"
+    else
+        bad "$tag: the trainer rejects the flags: $(head -1 "$w/esterr")"
+        return
+    fi
+    if [ -e "$w/out" ]; then bad "$tag: --estimate created the output directory"; fi
+
+    # the model the trainer builds is the one the plan (and the script's header) assumes
+    model=$(flag -e none)
+    psi=$(sed -nE 's/.*Psi = ([0-9.]+[KMB]?) params.*/\1/p' "$w/est")
+    want=$(short "$(pv params)")
+    if [ "$psi" = "$want" ]; then
+        ok "$tag: -e $model has $(pv params) parameters ($(pv layers) layers, $(pv channels) channels)"
+    else
+        bad "$tag: -e $model builds $psi parameters, but the plan is $want = $(pv params) ($(pv layers) layers, $(pv heads) heads, $(pv channels) channels): llmc/gpt2.h's descriptor and scripts/run_common.sh's model_shape disagree"
+        return
+    fi
+
+    # the plan describes the command
+    B=$(flag -b 4) T=$(flag -t 1024) D=$(flag -d -1) R=$(flag -r 1) Z=$(flag -z 0)
+    opt=$(flag --offload-optimizer none) param=$(flag --offload-param none)
+    if [ "$B/$T/$R/$Z/$opt/$param/$n" = "$(pv B)/$(pv T)/$(pv recompute)/$(pv stage)/$(pv offload_optimizer)/$(pv offload_param)/$(pv ngpu)" ]; then
+        ok "$tag: plan matches the command (B=$B T=$T -r $R -z $Z, offload $opt/$param)"
+    else
+        bad "$tag: plan ($plan) and command (B=$B T=$T -r $R -z $Z $opt/$param) differ"
+    fi
+    if [ "$D" -gt 0 ] && [ $((D % (B * T * n))) -eq 0 ]; then ok "$tag: -d $D = $((D / (B * T * n))) x B*T*NGPU"
+    else bad "$tag: -d $D is not a multiple of B*T*NGPU = $((B * T * n))"; fi
+
+    # (b) the estimator's per-GPU model states for this stage and offload
+    gpu=$(awk -v z="$Z" -v o="$opt" -v p="$param" '$1 == z && $2 == o && $3 == p { print $4 }' "$w/est")
+    if [ -z "$gpu" ]; then bad "$tag: no estimator row for stage $Z, offload $opt/$param"; return; fi
+    if le "$gpu" "$GB80_GIB"; then ok "$tag: model states $gpu GiB per GPU < 80 GB"
+    else bad "$tag: model states $gpu GiB per GPU exceed 80 GB"; fi
+    act=$(pv act_gib) fit=$(pv fit_gib)
+    # the plan's activations are the trainer's own estimate (llmc/activations.h, the GPU
+    # trainer's allocation table), printed by --estimate with the same flags
+    if [ "$act" = "$(sed -nE 's/^activations: ([0-9.]+) GiB.*/\1/p' "$w/est")" ] && [[ $act =~ ^[0-9.]+$ ]]; then
+        ok "$tag: activations $act GiB, as the trainer's --estimate prints them"
+    else
+        bad "$tag: the plan's activations ($act) are not the trainer's estimate: $(grep '^activations' "$w/est")"
+    fi
+    total=$(awk -v a="$gpu" -v b="$act" 'BEGIN { printf "%.1f", a + b }')
+    if le "$total" "$fit"; then ok "$tag: states $gpu + activations $act = $total GiB <= $fit GiB"
+    else bad "$tag: states $gpu + activations $act = $total GiB > $fit GiB"; fi
+}
+
+jobs_out=()
+for s in "${runs[@]}"; do
+    for n in 1 8; do
+        f="$tmp/result_$(basename "$s" .sh)_$n"
+        (check_run "$s" "$n") > "$f" 2>&1 &
+        jobs_out+=("$f")
+    done
+done
+wait
+for f in "${jobs_out[@]}"; do
+    mapfile -t lines < "$f"
+    for l in "${lines[@]}"; do
+        case "$l" in
+            ok$'\t'*) ok "${l#ok$'\t'}" ;;
+            bad$'\t'*) bad "${l#bad$'\t'}" ;;
+            *) bad "stray output from a job ($f): $l" ;;
+        esac
+    done
+done
+
+# ---------------------------------------------------------------------------
+# the method: --estimate does parse and validate every flag before it exits
+dry scripts/run_gpt2_124M.sh
+expect_error "--estimate still rejects an unknown flag" "--bogus" $BIN "${args[@]}" --bogus 1 --estimate 1:1
+expect_error "--estimate still rejects a bad value" "-b" $BIN "${args[@]}" -b 4x --estimate 1:1
+expect_error "--estimate still validates offload" "offload" $BIN "${args[@]}" -z 2 --offload-param cpu --estimate 1:1
+expect_error "--estimate still checks -t" "-t" $BIN "${args[@]}" -t 4096 --estimate 1:1
+
+# the environment reaches the command
+if NGPU=2 MICRO_BATCH=16 RECOMPUTE=2 TRAIN_DATA="/d/tr_*.bin" VAL_DATA=/d/va.bin EXTRA_ARGS="-x 7 --seed 3" \
+   MPI_ARGS="--bind-to none" dry scripts/run_gpt2_124M.sh -v 0 \
+   && [ "$(flag -i "")" = "/d/tr_*.bin" ] && [ "$(flag -j "")" = /d/va.bin ] && [ "$(flag -o "")" = "$tmp/out" ] \
+   && [ "$(flag -b "")" = 16 ] && [ "$(flag -r "")" = 2 ] && [ "$(flag -x "")" = 7 ] && [ "$(flag --seed "")" = 3 ] \
+   && [ "$(flag -v "")" = 0 ] && [ "$(flag -z "")" = 1 ] && [ "${args[-1]}" = 0 ] && [ "${cmd[2]}" = 2 ] \
+   && printf '%s\n' "${cmd[@]}" | grep -qx -- --bind-to; then
+    ok "overrides: NGPU, MICRO_BATCH, RECOMPUTE, TRAIN_DATA, VAL_DATA, OUT_DIR, EXTRA_ARGS, MPI_ARGS, script arguments"
+else
+    bad "overrides did not reach the command: ${cmd[*]}"
+fi
+if OFFLOAD_OPTIMIZER=nvme OFFLOAD_PARAM=nvme NVME_PATH="$tmp/nvme" dry scripts/run_gpt3_13B.sh \
+   && [ "$(flag --nvme-path "")" = "$tmp/nvme" ] && $BIN "${args[@]}" --estimate 1:1 > "$tmp/est" 2>&1 \
+   && gpu=$(awk '$1 == 3 && $2 == "nvme" && $3 == "nvme" { print $4 }' "$tmp/est") && le "$gpu" "$GB80_GIB"; then
+    ok "NVMe offload: --nvme-path passed, the trainer accepts it, $gpu GiB per GPU"
+else
+    bad "NVMe offload override: ${args[*]}"
+fi
+expect_error "NVMe offload without NVME_PATH" "NVME_PATH" env DRY_RUN=1 OFFLOAD_OPTIMIZER=nvme bash scripts/run_gpt3_13B.sh
+expect_error "batch that does not divide" "MICRO_BATCH" env DRY_RUN=1 MICRO_BATCH=48 bash scripts/run_gpt2_124M.sh
+expect_error "NGPU not a number" "NGPU" env DRY_RUN=1 NGPU=two bash scripts/run_gpt2_124M.sh
+
+# ---------------------------------------------------------------------------
+# without a GPU, the GPU scripts stop at once with a message (and build nothing)
+if [ "$have_gpu" = 0 ]; then
+    expect_error "run script without a GPU" "no NVIDIA GPU" env OUT_DIR="$tmp/o" bash scripts/run_gpt2_124M.sh
+    expect_error "bench_gpu.sh without a GPU" "no NVIDIA GPU" env OUT="$tmp/b" bash scripts/bench_gpu.sh
+    expect_error "profile.sh without a GPU" "no NVIDIA GPU" env NSYS=/bin/true OUT_DIR="$tmp/p" bash scripts/profile.sh
+    expect_error "profile.sh without nsys" "nsys" env NSYS="$tmp/no-nsys" bash scripts/profile.sh
+    expect_error "bench_torch_gpt2.py without CUDA" "no CUDA device" "$PY" dev/bench_torch_gpt2.py --steps 2 --warmup 0
+fi
+
+# the PyTorch baseline: runs on the CPU (eager, fp32) and learns nothing from random tokens:
+# the loss stays near ln(50257) = 10.82
+if "$PY" dev/bench_torch_gpt2.py --device cpu -L 2 -H 2 -C 64 -b 2 -t 32 --steps 3 --warmup 1 \
+        --report "$tmp/torch.json" > "$tmp/torch.log" 2>&1 \
+   && "$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r['steps']
+assert len(s) == 3 and all(10.0 < x['loss'] < 11.7 and x['ms'] > 0 and x['tokens_per_s'] > 0 for x in s), s
+assert r['summary']['num_parameters'] == 50304 * 64 + 32 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64
+" "$tmp/torch.json" 2> "$tmp/err"; then
+    ok "bench_torch_gpt2.py: 3 steps on the CPU, loss near ln(V), the trainer's parameter count"
+else
+    bad "bench_torch_gpt2.py on the CPU: $(tail -1 "$tmp/torch.log") $(tail -1 "$tmp/err")"
+fi
+# the same FLOPs per token as the trainers (their report's config.flops_per_token, from
+# llmc/gpt2.h's gpt2_flops_per_token: 6 (12 L C^2 + Vp C) + 12 L T C), asked of the binary
+# on a small model
+if $BIN -e d2 -b 1 -t 64 -x 0 -v 0 -s 0 --report "$tmp/flops.json" > "$tmp/flops.log" 2>&1; then
+    trainer_flops=$("$PY" -c "import json,sys; print('%.0f' % json.load(open(sys.argv[1]))['config']['flops_per_token'])" "$tmp/flops.json")
+    torch_flops=$("$PY" dev/bench_torch_gpt2.py --print-flops -L 2 -H 2 -C 128 -t 64)
+    hand=$(awk 'BEGIN { L = 2; C = 128; T = 64; printf "%.0f", 6 * (12 * L * C * C + 50304 * C) + 12 * L * T * C }')
+    if [ "$torch_flops" = "flops_per_token=$trainer_flops" ] && [ "$trainer_flops" = "$hand" ]; then
+        ok "bench_torch_gpt2.py counts FLOPs per token like the trainers ($trainer_flops for d2 at T=64)"
+    else
+        bad "FLOPs per token: trainer $trainer_flops, bench_torch_gpt2.py $torch_flops, by hand $hand"
+    fi
+else
+    bad "a 0-step run for the FLOP count failed: $(tail -1 "$tmp/flops.log")"
+fi
+
+# ---------------------------------------------------------------------------
+# gpu_bundle.sh: refuses what it cannot do, with a message (its pack and run need the
+# network and a GPU machine; checked by hand, see the README)
+bash scripts/gpu_bundle.sh > "$tmp/gb" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q usage "$tmp/gb"; then ok "gpu_bundle.sh without a mode: usage, exit 2"; else bad "gpu_bundle.sh without a mode: exit $rc"; fi
+bash scripts/gpu_bundle.sh run "$tmp/none" > "$tmp/gb" 2>&1; rc=$?
+if [ $rc -eq 1 ] && grep -q "bundle.tar.xz not found" "$tmp/gb"; then ok "gpu_bundle.sh run without a bundle: says so, exit 1"
+else bad "gpu_bundle.sh run without a bundle: exit $rc: $(head -1 "$tmp/gb")"; fi
+
+finish

@@ -1,0 +1,291 @@
+/*
+ The GPU trainer's device engine (zero3/device.cuh) run on the CPU: its logic, at 1-4
+ ranks, without a GPU, through the engine interface (zero3/zero.h) as the trainer calls
+ it. Built by the Makefile from a copy of device.cuh whose kernel launches go through
+ emu_launch, against test/emu's CUDA runtime (host memory, every call done at once) and
+ NCCL (MPI collectives).
+ What it checks is what a GPU with one rank cannot: the shard offsets of reduce-scatters
+ and all-gathers at N > 1, the pools and their simulation-sized counts, persistence,
+ prefetch and the live budget at stage 3, gradient accumulation, the offload hand-offs
+ (gradient shards out, updated shards in) and --dpu's one-step delay, the norm and
+ clipping on the "GPU", the master gathered for checkpoints, and a resume from the state a
+ checkpoint holds (zero_save into a file, zero_load into a new engine). What it cannot
+ check: the ordering between streams (everything here runs in call order). Its AdamW
+ launchers are computed directly (test/emu/adamw_host.cuh, included below in place of
+ zero3/adamw.cuh); the real kernels are checked, emulated, by build/test_kernels2_emu.
+
+ The model is GPT-2's units, tensors and schedules (llmc/trainer.h's gpt2_engine_model)
+ at a tiny size. Each micro-step walks the training schedule as the GPU trainer does,
+ and the backward adds a gradient that depends on the parameters fetched, the rank and
+ the micro-step. Every rank computes the whole run itself in plain fp32 (AdamW from
+ zero3/adamw.h) and compares: the parameters every fetch hands out (bit for bit before
+ the first update), the norm, and the master at the end.
+
+ usage: test_device_emu -z stage [-o 1 (offload cpu)] [-p 1 (dpu)] [-a micro-steps]
+        [-n steps] [-f prefetch] [-t persistence threshold] [-l max live] [-c clip]
+        [-r K (checkpoint after K steps, resumed into a new engine)]
+ prints "PASS ..." / "FAIL ..." lines; exit 1 on any failure.
+*/
+#define EMU_DEFINE_GLOBALS    // test/emu/cuda_runtime.h's globals live here
+#include <stdio.h>            // printf
+#include <stdlib.h>           // atoi, atof
+#include <string.h>           // strcmp
+#include <math.h>             // fabs, sin
+#include <mpi.h>              // MPI_Init, the ranks
+#include <vector>             // the reference's arrays
+#include "llmc/trainer.h"     // gpt2_engine_model: GPT-2's units, tensors and schedules
+// The stand-in for zero3/adamw.cuh, first: it defines that header's guard, so device.cuh's
+// own include of zero3/adamw.cuh adds nothing and the engine calls these launchers.
+#include "adamw_host.cuh"     // test/emu/adamw_host.cuh
+#include "zero3/device.cuh"   // the device engine (the launch-rewritten copy: see the Makefile)
+
+
+static int rank_ = 0, world_ = 1, failures = 0;
+
+static void check(const char* what, int ok, const char* fmt, double a, double b) {
+    if (!ok) { failures++; }
+    if (!ok || rank_ == 0) {
+        printf("%s rank %d: %s (", ok ? "PASS" : "FAIL", rank_, what);
+        printf(fmt, a, b);
+        printf(")\n");
+    }
+}
+
+// the backward's gradient for element i of unit u: positive and well away from zero (so
+// AdamW's m / sqrt(v) is well conditioned and the comparison's tolerance small), depending
+// on the parameter fetched, the rank and the micro-step
+static float grad_of(float p, int u, size_t i, int rank, int micro) {
+    return 0.05f + 0.01f * (float)((i * 7 + (size_t)u * 13 + (size_t)rank * 5 + (size_t)micro * 3) % 17) + 0.1f * p;
+}
+// the embedding's second contribution (the encoder's backward: no parameters)
+static float grad_enc(size_t i, int rank) { return 0.001f * (float)((i + (size_t)rank) % 5); }
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2, resume_at = -1;
+    long long persistence = 100, max_live = 1000000000LL;
+    float clip = 1.0f;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "-z") == 0) { stage = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-o") == 0) { offload = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-p") == 0) { dpu = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-a") == 0) { accum = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-n") == 0) { steps = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-f") == 0) { prefetch = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-t") == 0) { persistence = atoll(argv[i + 1]); }
+        else if (strcmp(argv[i], "-l") == 0) { max_live = atoll(argv[i + 1]); }
+        else if (strcmp(argv[i], "-c") == 0) { clip = (float)atof(argv[i + 1]); }
+        else if (strcmp(argv[i], "-r") == 0) { resume_at = atoi(argv[i + 1]); }
+        else { fprintf(stderr, "test_device_emu: unknown flag %s\n", argv[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
+    }
+
+    // GPT-2 at a tiny size: units of 960, 1884 (x2) and 24 elements, odd shards at 3 ranks
+    GPT2Config c = {16, 61, 64, 2, 2, 12};
+    ZeroModel sp;
+    gpt2_engine_model(&c, &sp);
+    int nu = sp.num_units;
+    const int* train_uses = sp.uses[ZERO_PASS_TRAIN];
+    const int* fwd_uses = sp.uses[ZERO_PASS_FORWARD];
+    std::vector<size_t> unit_start(nu + 1, 0);
+    for (int u = 0; u < nu; u++) { unit_start[u + 1] = unit_start[u] + sp.unit_numel[u]; }
+    size_t total = unit_start[nu];
+    std::vector<float> init(total);
+    for (size_t i = 0; i < total; i++) { init[i] = 0.1f * (float)sin(0.37 * (double)i + 1.0); }
+    std::vector<float> decay(total, 0.0f);  // the weight decay of each element's tensor
+    const float lr = 1e-3f, wd = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    for (int k = 0; k < sp.num_tensors; k++) {
+        const ZeroTensor* tr = &sp.tensors[k];
+        for (size_t j = 0; j < tr->size; j++) { decay[unit_start[tr->unit] + tr->offset + j] = tr->decay ? wd : 0.0f; }
+    }
+
+    ZeroConfig zc;
+    zero_config_defaults(&zc);
+    zc.stage = stage;
+    zc.offload_optimizer = offload ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+    zc.prefetch_depth = prefetch;
+    zc.param_persistence_threshold = persistence;
+    zc.max_live_parameters = max_live;
+    Zero z;
+    auto engine_init = [&](Zero* e, const float* params) {
+        ZeroInit in;
+        memset(&in, 0, sizeof(in));
+        in.cfg = &zc;
+        in.model = &sp;
+        in.params = rank_ == 0 ? params : NULL;
+        in.beta1 = beta1; in.beta2 = beta2; in.eps = eps;
+        in.comm = MPI_COMM_WORLD;
+        in.dpu = dpu;
+        in.threads = 1;
+        if (zero_dev_create(e, &in) != 0) {
+            fprintf(stderr, "FAIL rank %d: zero_dev_create: %s\n", rank_, zero_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    };
+    auto fail = [&](const char* what) {
+        fprintf(stderr, "FAIL rank %d: %s: %s\n", rank_, what, zero_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    };
+    engine_init(&z, init.data());
+
+    // the reference: P[j], the parameters after j updates; the model sees P[k] at step k,
+    // or P[max(k - 1, 0)] with dpu
+    std::vector<std::vector<float>> P(1, init);
+    std::vector<float> rm(total, 0.0f), rv(total, 0.0f);
+    double max_fetch_err = 0.0, max_first_err = 0.0;
+    std::vector<float> grad(total);
+
+    // one pass (train or forward) as the GPU trainer walks it; vis: what fetches must give
+    auto run_pass = [&](int train, int micro, int last_micro, const std::vector<float>& vis, int first) -> int {
+        if (zero_begin(&z, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD, last_micro) != 0) { return -1; }
+        int len = sp.num_uses[train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD];
+        const int* sched = train ? train_uses : fwd_uses;
+        int fwd_len = sp.num_uses[ZERO_PASS_FORWARD];  // the training schedule's forward part is the forward schedule
+        floatX* emb_grad = NULL;
+        for (int k = 0; k < len; k++) {
+            int u = sched[k];
+            void* pv = NULL;
+            if (zero_fetch(&z, u, &pv) != 0) { return -1; }
+            const floatX* p = (const floatX*)pv;
+            for (size_t i = 0; i < sp.unit_numel[u]; i++) {
+                double e = fabs((double)p[i] - (double)vis[unit_start[u] + i]);
+                if (e > max_fetch_err) { max_fetch_err = e; }
+                if (first && e > max_first_err) { max_first_err = e; }
+            }
+            if (train && k >= fwd_len) {  // the backward's use of u: its gradient
+                void* gv = NULL;
+                if (zero_grad(&z, u, &gv) != 0) { return -1; }
+                floatX* g = (floatX*)gv;
+                for (size_t i = 0; i < sp.unit_numel[u]; i++) { g[i] += grad_of(p[i], u, i, rank_, micro); }
+                if (u == 0) { emb_grad = g; }
+            }
+            if (zero_release(&z, u) != 0) { return -1; }
+            if (train && k >= fwd_len && u != 0 && zero_reduce(&z, u) != 0) { return -1; }
+        }
+        if (train) {  // the encoder's backward: unit 0's gradient again, no fetch, then its reduction
+            void* gv = NULL;
+            if (zero_grad(&z, 0, &gv) != 0) { return -1; }
+            floatX* g = (floatX*)gv;
+            if (g != emb_grad) { zero_error("unit 0's gradient buffer moved while open"); return -1; }
+            for (size_t i = 0; i < sp.unit_numel[0]; i++) { g[i] += grad_enc(i, rank_); }
+            if (zero_reduce(&z, 0) != 0) { return -1; }
+        }
+        return zero_end(&z);
+    };
+    // the reductions the device engine has issued so far (its NCCL calls)
+    auto reductions_so_far = [&]() -> long {
+        const ZeroDev* d = (const ZeroDev*)z.impl;
+        return d->nccl.calls[ZERO_ALLREDUCE] + d->nccl.calls[ZERO_REDUCE_SCATTER];
+    };
+
+    double max_norm_err = 0.0;
+    int floor = 0;  // dpu: the last update applied at once (a checkpoint flushes the pending one)
+    for (int step = 0; step < steps; step++) {
+        if (step == resume_at) {
+            // a checkpoint as the trainer writes one (the engine's zero_save: the pending
+            // update applied, then the fp32 master, the moments and the compute copy of this
+            // rank), read back into a new engine made from other parameters, which carries on
+            // in the old one's place
+            FILE* fp = tmpfile();
+            if (fp == NULL || zero_save(&z, fp) != 0) { fail("zero_save"); }
+            floor = step;
+            std::vector<float> other(total, 0.25f);
+            Zero e;
+            engine_init(&e, other.data());
+            rewind(fp);
+            if (zero_load(&e, fp) != 0) { fail("zero_load"); }
+            check("the state read back to its end", fgetc(fp) == EOF, "%g %g", 0.0, 0.0);
+            fclose(fp);
+            zero_free(&z);
+            z = e;
+        }
+        const std::vector<float>& vis = P[dpu ? (step - 1 > floor ? step - 1 : floor) : step];
+        // a forward alone first (validation's), then the micro-steps
+        if (run_pass(0, 0, 1, vis, step == 0) != 0) { fail("a forward pass"); }
+        long calls0 = reductions_so_far();
+        for (int micro = 0; micro < accum; micro++) {
+            if (run_pass(1, micro, micro == accum - 1, vis, step == 0) != 0) { fail("a training pass"); }
+        }
+        // one reduction per unit and step at stages 0-1 (on the last micro-step; none at
+        // stage 0 on one rank), per unit and micro-step at stages 2-3
+        long reductions = reductions_so_far() - calls0;
+        long expect = stage == 0 && world_ == 1 ? 0 : stage <= 1 ? nu : (long)nu * accum;
+        if (reductions != expect) { check("reductions per step", 0, "%g, expected %g", (double)reductions, (double)expect); }
+        ZeroStep st = {lr, wd, clip, step + 1, 1234u};
+        if (zero_step(&z, &st) != 0) { fail("zero_step"); }
+        // the reference step: the gradient summed over ranks and micro-steps at vis
+        for (int u = 0; u < nu; u++) {
+            for (size_t i = 0; i < sp.unit_numel[u]; i++) {
+                float s = 0.0f;
+                for (int r = 0; r < world_; r++) {
+                    for (int micro = 0; micro < accum; micro++) {
+                        s += grad_of(vis[unit_start[u] + i], u, i, r, micro) + (u == 0 ? grad_enc(i, r) : 0.0f);
+                    }
+                }
+                grad[unit_start[u] + i] = s;
+            }
+        }
+        double sumsq = 0.0;
+        for (size_t i = 0; i < total; i++) { sumsq += (double)grad[i] * grad[i]; }
+        float norm = 0.0f;
+        float scale = adamw_grad_scale(sumsq, world_, clip, &norm);
+        float bc1 = (float)(1.0 - pow((double)beta1, step + 1));
+        float bc2 = (float)(1.0 - pow((double)beta2, step + 1));
+        std::vector<float> next = P.back();
+        for (size_t i = 0; i < total; i++) {
+            next[i] = adamw_param_step(next[i], grad[i] * scale, &rm[i], &rv[i], lr, beta1, beta2, eps, decay[i], bc1, bc2);
+        }
+        P.push_back(next);
+        ZeroStats zs;  // (synchronizes the compute stream, as the trainer's read of the norm does)
+        if (zero_stats(&z, &zs) != 0 || !(zs.wait_ms >= 0.0)) {
+            check("zero_stats answers", 0, "%g ms %g", zs.wait_ms, 0.0);
+        }
+        double ne = fabs((double)zs.norm - norm) / norm;
+        if (ne > max_norm_err) { max_norm_err = ne; }
+    }
+    // the end of training: a pending --dpu update applied, then a forward sees the last parameters
+    if (zero_flush(&z) != 0 || run_pass(0, 0, 1, P.back(), 0) != 0) { fail("the last forward"); }
+
+    // fetches: exact before any update; within fp32 reordering after (sums over ranks and
+    // micro-steps in another order; offload's SIMD AdamW within a few ulps of the scalar one)
+    check("first step's fetches equal the initial parameters", max_first_err == 0.0, "max err %g, tol %g", max_first_err, 0.0);
+    check("every fetch equals the reference parameters", max_fetch_err <= 2e-6, "max err %g, tol %g", max_fetch_err, 2e-6);
+    check("norm of the mean gradient", max_norm_err <= 1e-5, "max rel err %g, tol %g", max_norm_err, 1e-5);
+
+    // the master, gathered as a checkpoint does
+    std::vector<float> master(total, 0.0f);
+    if (zero_gather(&z, rank_ == 0 ? master.data() : NULL) != 0) { fail("zero_gather"); }
+    if (rank_ == 0) {
+        double e = 0.0;
+        for (size_t i = 0; i < total; i++) { e = fmax(e, fabs((double)master[i] - P.back()[i])); }
+        check("gathered master equals the reference", e <= 2e-6, "max err %g, tol %g", e, 2e-6);
+    }
+
+    // a use out of schedule is refused with a message, not followed; so is a state saved
+    // by another engine layout
+    {
+        void* p = NULL;
+        int bad_unit = fwd_uses[0] == 1 ? 2 : 1;
+        int rc = zero_begin(&z, ZERO_PASS_FORWARD, 1) == 0 ? zero_fetch(&z, bad_unit, &p) : 0;
+        check("fetch out of schedule refused", rc != 0 && strstr(zero_errmsg(), "schedule") != NULL, "rc %g %g", (double)rc, 0.0);
+        FILE* fp = tmpfile();
+        ZeroStateHeader h = zero_state_header("host", stage, &((ZeroDev*)z.impl)->plan, 4, 0);
+        rc = fp != NULL && zero_state_write_header(fp, &h) == 0 ? 0 : -1;
+        if (fp != NULL) { rewind(fp); }
+        rc = rc == 0 ? zero_load(&z, fp) : 0;
+        check("a host engine's state refused, naming it", rc != 0 && strstr(zero_errmsg(), "host engine") != NULL, "rc %g %g", (double)rc, 0.0);
+        if (fp != NULL) { fclose(fp); }
+    }
+
+    zero_free(&z);
+    gpt2_engine_model_free(&sp);
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank_ == 0) {
+        printf("%s: stage %d offload %d dpu %d accum %d ranks %d prefetch %d persistence %lld max_live %lld clip %g resume %d\n",
+               all == 0 ? "ok" : "FAILED", stage, offload, dpu, accum, world_, prefetch, persistence, max_live, clip, resume_at);
+    }
+    MPI_Finalize();
+    return all == 0 ? 0 : 1;
+}

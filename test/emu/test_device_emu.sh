@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The device engine (zero3/device.cuh) on the CPU, through test/emu (see
+# test/emu/test_device_emu.cc): every stage at 1-4 ranks against a plain fp32 reference, with
+# gradient accumulation, stage 3's prefetch / persistence / live budget, CPU offload,
+# --dpu and resume. Each run checks its fetches, norms, reductions per step and the
+# gathered master.
+source "$(dirname "$0")/../e2e/lib.sh"
+EMU=./build/test_device_emu
+export ASAN_OPTIONS=detect_leaks=0   # Open MPI's own allocations at exit are not ours to free
+
+emu() {  # emu N ARGS...: one run on N ranks
+    local n=$1; shift
+    local name="ranks $n: $*"
+    if $MPIRUN -np "$n" -x ASAN_OPTIONS $EMU "$@" > "$tmp/emu.log" 2>&1 && grep -q '^ok:' "$tmp/emu.log"; then
+        ok "$name"
+    else
+        bad "$name"
+        grep -E 'FAIL|ERROR|error' "$tmp/emu.log" | head -5 | sed 's/^/  /'
+    fi
+}
+
+for n in 1 2 3 4; do
+    for z in 0 1 2 3; do emu "$n" -z "$z" -a 2; done
+done
+# stage 3: every unit gathered (persistence 0), without and with deep prefetch, a live
+# budget that stops the prefetch, no clipping
+emu 3 -z 3 -t 0 -f 0
+emu 3 -z 3 -t 0 -f 3 -c 0
+emu 2 -z 3 -t 0 -f 3 -l 3000
+# CPU offload, with and without the delayed update, at one and three ranks
+for n in 1 3; do
+    for z in 1 2 3; do
+        emu "$n" -z "$z" -o 1 -a 2 -n 4
+        emu "$n" -z "$z" -o 1 -p 1 -n 4
+    done
+done
+# resume: the state a checkpoint holds, read into a new engine after 2 of 4 steps (the
+# pending --dpu update applied first, as a checkpoint does)
+for z in 0 1 2 3; do emu 2 -z "$z" -n 4 -r 2 -t 0; done
+emu 3 -z 3 -n 4 -r 2
+emu 3 -z 2 -o 1 -n 4 -r 2
+emu 3 -z 3 -o 1 -p 1 -n 5 -r 2
+finish

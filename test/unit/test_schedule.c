@@ -1,0 +1,241 @@
+/*
+ The use schedule (zero3/schedule.h), the one place where both engines' decisions are
+ made: the reuse rule, persistence, the window ahead (prefetch depth, live budget,
+ prefetch bucket), the window behind (reduce bucket), the use checks and the pool sizes.
+ The engines themselves are tested end to end (test_zero.sh, test_device_emu.sh); here
+ each decision is checked against what the documentation says it is, on schedules small
+ enough to work out by hand.
+*/
+#include <string.h>              // strstr
+#include <criterion/criterion.h> // Test, cr_assert*
+#include "zero3/schedule.h"      // the code under test
+
+// A model of 4 units: 0 the embedding (used by the first and the last layers, like
+// GPT-2's wte), 1 and 2 two blocks of the same size, 3 a small final norm.
+static const size_t NUMEL[4] = {1000, 400, 400, 10};
+// forward: 0 1 2 3 0; training: the forward then 0 3 2 1 (GPT-2's gpt2_schedule at L = 2)
+static const int FWD[5] = {0, 1, 2, 3, 0};
+static const int TRAIN[9] = {0, 1, 2, 3, 0, 0, 3, 2, 1};
+
+typedef struct { ZeroPlan plan; ZeroSchedule s; } Fixture;
+
+// the schedule of the model above at `stage` with cfg's knobs over one rank
+static void fixture(Fixture* f, ZeroConfig* cfg) {
+    ZeroModel m;
+    memset(&m, 0, sizeof(m));
+    m.num_units = 4;
+    m.unit_numel = NUMEL;
+    m.uses[ZERO_PASS_TRAIN] = TRAIN;
+    m.num_uses[ZERO_PASS_TRAIN] = 9;
+    m.uses[ZERO_PASS_FORWARD] = FWD;
+    m.num_uses[ZERO_PASS_FORWARD] = 5;
+    cr_assert_eq(zero_plan_init(&f->plan, NUMEL, 4, 1, 0, sizeof(float)), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_schedule_init(&f->s, &m, &f->plan, cfg), 0, "%s", zero_errmsg());
+    for (int u = 0; u < 4; u++) {  // the persistent units are gathered at init, as the engines do
+        if (f->s.persistent[u]) { zero_schedule_gathered(&f->s, u); }
+    }
+}
+
+static void fixture_free(Fixture* f) {
+    zero_schedule_free(&f->s);
+    zero_plan_free(&f->plan);
+}
+
+static ZeroConfig stage3(void) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    c.stage = 3;
+    c.param_persistence_threshold = 100;  // unit 3 (10 elements) is persistent, the others not
+    return c;
+}
+
+Test(schedule, reuse_rule_keeps_what_is_used_again_soon) {
+    ZeroConfig c = stage3();
+    Fixture f;
+    fixture(&f, &c);
+    // forward: unit 0 is used again at the classifier with 400 + 400 + 10 elements fetched
+    // in between: kept under the default reuse distance (1e9)
+    cr_assert_eq(f.s.keep[ZERO_PASS_FORWARD][0], 1);
+    cr_assert_eq(f.s.keep[ZERO_PASS_FORWARD][1], 0);  // unit 1 is not used again in a forward
+    // training: the classifier's forward and backward uses are adjacent (distance 0)
+    cr_assert_eq(f.s.keep[ZERO_PASS_TRAIN][4], 1);
+    fixture_free(&f);
+
+    c.max_reuse_distance = 809;  // one element short of 400 + 400 + 10
+    fixture(&f, &c);
+    cr_assert_eq(f.s.keep[ZERO_PASS_FORWARD][0], 0);
+    cr_assert_eq(f.s.keep[ZERO_PASS_TRAIN][4], 1, "distance 0 is within any budget");
+    fixture_free(&f);
+
+    c.max_reuse_distance = 1000000;
+    c.max_live_parameters = 1399;  // unit 0 with the largest unit in between (400) needs 1400
+    fixture(&f, &c);
+    cr_assert_eq(f.s.keep[ZERO_PASS_FORWARD][0], 0, "the live budget also decides keeping");
+    fixture_free(&f);
+}
+
+Test(schedule, persistent_units_only_at_stage_3) {
+    ZeroConfig c = stage3();
+    Fixture f;
+    fixture(&f, &c);
+    cr_assert(f.s.persistent[3] && !f.s.persistent[0] && !f.s.persistent[1]);
+    cr_assert_eq(f.s.live, 10.0, "gathered from the start: in the live budget");
+    // a persistent unit is never freed at its release
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    for (int i = 0; i < 3; i++) { f.s.pos++; }
+    cr_assert_eq(zero_schedule_release(&f.s, 3), 0);
+    fixture_free(&f);
+
+    c.stage = 2;
+    fixture(&f, &c);
+    for (int u = 0; u < 4; u++) { cr_assert_eq(f.s.persistent[u], 0); }
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    cr_assert_eq(zero_schedule_release(&f.s, 0), 0, "before stage 3 nothing is ever freed");
+    fixture_free(&f);
+}
+
+Test(schedule, prefetch_window_depth_budget_bucket) {
+    ZeroConfig c = stage3();
+    c.prefetch_depth = 2;
+    Fixture f;
+    fixture(&f, &c);
+    int ahead[64];
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    // the first two uses' units, in order, both counted in flight
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 0, ahead), 2);
+    cr_assert(ahead[0] == 0 && ahead[1] == 1);
+    cr_assert_eq(f.s.in_flight, 1400.0);
+    // already in flight or gathered: not started again
+    zero_schedule_gathered(&f.s, 0);
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 1, ahead), 1);
+    cr_assert_eq(ahead[0], 2, "unit 1 is in flight, so the window moves on to unit 2");
+    fixture_free(&f);
+
+    // a prefetch bucket smaller than two units: one gather in flight at a time
+    c.prefetch_bucket_size = 1200;
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 0, ahead), 1);
+    cr_assert_eq(ahead[0], 0);
+    zero_schedule_gathered(&f.s, 0);
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 1, ahead), 2, "nothing in flight: 400 + 400 fit the bucket");
+    fixture_free(&f);
+
+    // a unit larger than the bucket still starts when nothing else is in flight
+    c.prefetch_bucket_size = 10;
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 0, ahead), 1);
+    fixture_free(&f);
+
+    // the live budget stops the window, gathered and in flight together
+    c.prefetch_bucket_size = 50000000;
+    c.max_live_parameters = 1399;
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 0, ahead), 1, "1000 + 400 > 1399");
+    fixture_free(&f);
+
+    // no prefetch, or not stage 3: never a gather ahead
+    c = stage3();
+    c.prefetch_depth = 0;
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 0, ahead), 0);
+    fixture_free(&f);
+    c.prefetch_depth = 2;
+    c.stage = 1;
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    cr_assert_eq(zero_schedule_prefetch(&f.s, 0, ahead), 0);
+    fixture_free(&f);
+}
+
+Test(schedule, reduce_window_is_first_in_first_out) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    c.stage = 2;
+    c.reduce_bucket_size = 900;  // padded sizes at one rank of fp32: 1008, 400, 400, 16
+    Fixture f;
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_reduce_full(&f.s, 1), 0, "an empty window always takes one");
+    zero_schedule_reduce_started(&f.s, 1);
+    cr_assert_eq(zero_schedule_reduce_full(&f.s, 2), 0, "400 + 400 <= 900");
+    zero_schedule_reduce_started(&f.s, 2);
+    cr_assert_eq(zero_schedule_reduce_full(&f.s, 3), 0, "800 + 16 <= 900");
+    zero_schedule_reduce_started(&f.s, 3);
+    cr_assert_eq(zero_schedule_reduce_full(&f.s, 0), 1);
+    cr_assert_eq(zero_schedule_reduce_oldest(&f.s), 1);
+    cr_assert_eq(zero_schedule_reduce_oldest(&f.s), 2);
+    cr_assert_eq(zero_schedule_reduce_oldest(&f.s), 3);
+    cr_assert_eq(zero_schedule_reduce_full(&f.s, 0), 0, "empty again: even a unit above the bucket starts");
+    cr_assert_eq(zero_schedule_reduce_oldest(&f.s), -1);
+    fixture_free(&f);
+}
+
+Test(schedule, use_checks_name_the_unit) {
+    ZeroConfig c = stage3();
+    Fixture f;
+    fixture(&f, &c);
+    cr_assert_neq(zero_schedule_at(&f.s, 0, "fetch"), 0, "outside a pass");
+    cr_assert(strstr(zero_errmsg(), "outside a pass") != NULL, "%s", zero_errmsg());
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_FORWARD, 1), 0);
+    cr_assert_neq(zero_schedule_begin(&f.s, ZERO_PASS_TRAIN, 1), 0, "a pass inside a pass");
+    cr_assert_neq(zero_schedule_at(&f.s, 1, "fetch"), 0);
+    cr_assert(strstr(zero_errmsg(), "fetch of unit 1 at use 0") != NULL && strstr(zero_errmsg(), "schedule has unit 0") != NULL,
+              "%s", zero_errmsg());
+    cr_assert_lt(zero_schedule_release(&f.s, 2), 0);
+    cr_assert_neq(zero_schedule_grad(&f.s, 0), 0, "no gradient in a forward pass");
+    cr_assert_neq(zero_schedule_end(&f.s), 0);
+    cr_assert(strstr(zero_errmsg(), "after 0 of its 5 uses") != NULL, "%s", zero_errmsg());
+    fixture_free(&f);
+
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_TRAIN, 1), 0);
+    for (int i = 0; i < 9; i++) { cr_assert_geq(zero_schedule_release(&f.s, TRAIN[i]), 0, "use %d", i); }
+    cr_assert_neq(zero_schedule_reduce(&f.s, 1), 0, "a reduce without its gradient");
+    cr_assert(strstr(zero_errmsg(), "without its gradient") != NULL, "%s", zero_errmsg());
+    cr_assert_eq(zero_schedule_grad(&f.s, 1), 0);
+    cr_assert_neq(zero_schedule_end(&f.s), 0, "a gradient left open");
+    cr_assert(strstr(zero_errmsg(), "unit 1's gradient not reduced") != NULL, "%s", zero_errmsg());
+    cr_assert_eq(zero_schedule_reduce(&f.s, 1), 0);
+    cr_assert_neq(zero_schedule_grad(&f.s, 1), 0, "a second gradient of a unit reduced in this pass");
+    cr_assert(strstr(zero_errmsg(), "again after its reduce") != NULL, "%s", zero_errmsg());
+    cr_assert_neq(zero_schedule_reduce(&f.s, 1), 0, "a second reduce");
+    cr_assert_eq(zero_schedule_end(&f.s), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_schedule_begin(&f.s, ZERO_PASS_TRAIN, 1), 0);
+    cr_assert_eq(zero_schedule_grad(&f.s, 1), 0, "the next pass opens it again");
+    fixture_free(&f);
+}
+
+// The two blocks (400 elements each) are the only units of their size that are not
+// persistent. Without prefetch and without reuse one is gathered at a time; prefetching
+// gathers the next while the current is in use, and keeping them from the forward to the
+// backward (reuse within the default distance) holds both.
+Test(schedule, peak_counts_the_buffers_a_size_needs) {
+    ZeroConfig c = stage3();
+    for (int depth = 0; depth <= 3; depth++) {
+        for (long long reuse = 0; reuse <= 1000000000LL; reuse += 1000000000LL) {
+            c.prefetch_depth = depth;
+            c.max_reuse_distance = reuse;
+            Fixture f;
+            fixture(&f, &c);
+            int peak = zero_schedule_peak(&f.s, 400);
+            cr_assert_eq(peak, depth == 0 && reuse == 0 ? 1 : 2, "depth %d reuse %lld: %d", depth, reuse, peak);
+            cr_assert_eq(zero_schedule_peak(&f.s, 1008), 1, "the embedding: one buffer");
+            cr_assert_eq(zero_schedule_peak(&f.s, 16), 0, "the final norm is persistent: no pooled buffer");
+            // the walk leaves the schedule as it found it
+            cr_assert(f.s.state[0] == ZERO_UNIT_NOT_LIVE && f.s.state[1] == ZERO_UNIT_NOT_LIVE && f.s.state[3] == ZERO_UNIT_LIVE);
+            cr_assert(f.s.live == 10.0 && f.s.in_flight == 0.0);
+            fixture_free(&f);
+        }
+    }
+    // a live budget under two blocks and the persistent norm (810): never two blocks at once
+    c.prefetch_depth = 3;
+    c.max_reuse_distance = 0;
+    c.max_live_parameters = 800;
+    Fixture f;
+    fixture(&f, &c);
+    cr_assert_eq(zero_schedule_peak(&f.s, 400), 1);
+    fixture_free(&f);
+}

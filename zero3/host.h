@@ -1,0 +1,1020 @@
+/*
+ The host engine: parameters, gradients and AdamW state of a model made of *units* in
+ host memory, partitioned over the ranks of a communicator by stage, collectives over MPI
+ (zero3/comm.h). The CPU trainer's engine, and inside zero3/staged.cuh the GPU trainer's
+ host-staged backend.
+
+   stage 0  everything replicated; gradients all-reduced at the accumulation boundary
+   stage 1  + AdamW state sharded: gradients reduce-scattered at the boundary, each rank
+            updates its shard, updated parameters all-gathered
+   stage 2  + gradients sharded: each unit's gradient is reduce-scattered into an fp32
+            shard accumulator right after its backward, at every micro-step, and the
+            full unit gradient is freed
+   stage 3  + parameters sharded: a unit is gathered before each use (forward and
+            backward) and released after, unless it is used again soon
+ Offload: --offload-optimizer cpu (the fp32 master and moments of stages 1-3 on the host,
+ updated by the SIMD CPU Adam) or nvme (stage 3: in this rank's swap file, updated sub-group
+ by sub-group), --offload-param cpu|nvme (stage 3: the parameter shards).
+
+ The calls are zero3/zero.h's, through zero_host_ops; the order of the uses and every
+ keep, release, prefetch and reduction-window decision is zero3/schedule.h's. Each
+ nonblocking collective gets a turn at every unit boundary (zero_poll): Open MPI moves a
+ host collective on only while the rank is inside an MPI call.
+
+ In memory every buffer is either "device" or "host" by its accounting tag (ZERO_MEM_*),
+ even though both are host memory here: the CPU trainer's figures then read as the GPU's.
+*/
+#ifndef ZERO3_HOST_H
+#define ZERO3_HOST_H
+
+#include <stdlib.h>            // aligned_alloc, free
+#include <string.h>            // memset, memcpy
+#include "zero3/util.h"        // zero_error
+#include "zero3/adamw.h"       // grad_norm_squared, adamw_grad_scale
+#include "zero3/plan.h"        // ZeroPlan: padded units and shards
+#include "zero3/comm.h"        // ZeroComm: collectives with byte counters
+#include "zero3/config.h"      // ZeroConfig
+#include "zero3/zero.h"        // the interface: ZeroOps, ZeroModel, ZeroStats
+#include "zero3/schedule.h"    // ZeroSchedule: the uses and their decisions
+#include "zero3/checkpoint.h"  // ZeroStateHeader: this engine's part of a checkpoint
+#include "zero3/cpu_adam.h"    // cpu_adam_step: SIMD AdamW over host shards
+#include "zero3/nvme.h"        // NvmeFile: io_uring swapper for the NVMe tier
+
+// ----------------------------------------------------------------------------
+// memory accounting: every engine allocation carries a tag
+
+static const char* const zero_mem_names[ZERO_MEM_KINDS] = {"params", "grads", "optimizer", "buffers",
+    "host params", "host grads", "host optimizer", "host buffers"};
+
+typedef struct {
+    double current[ZERO_MEM_KINDS], peak[ZERO_MEM_KINDS];
+    double total, total_peak;   // the "device" kinds only: what must fit where the model computes
+    double nvme_bytes;          // the swap file
+} ZeroMemory;
+
+// A tensor's part of this rank's shard, in shard-buffer offsets [begin, end): what AdamW
+// walks (weight decay is per tensor), found once at init.
+typedef struct { size_t begin, end; int unit; size_t unit_lo; int decay; } ZeroSegment;
+
+#define ZERO_POOL_MAX 64
+
+typedef struct {
+    ZeroConfig cfg;
+    ZeroPlan plan;
+    ZeroComm comm;
+    ZeroSchedule sched;
+    int stage, world, rank;
+    int num_tensors;
+    ZeroTensor* tensors;
+    float beta1, beta2, eps;
+
+    // parameters: stages 0-2 hold the full padded buffer (every rank); stage 3 only the shards
+    float* full_params;     // (padded_total) stages 0-2
+    float* shard_params;    // (shard_total) stage 3: this rank's master shards
+    // stage 3 gathered units
+    float** unit_buf;       // (num_units) the gathered copy, or NULL
+    ZeroRequest* unit_req;  // (num_units) the gather in flight
+
+    // gradients
+    float* full_grads;      // (padded_total) stages 0-1
+    float** grad_buf;       // (num_units) stages 2-3: the unit's full gradient during backward
+    float* shard_grads;     // (shard_total) stages 1-3: reduced gradient shards (fp32 accumulators at 2-3)
+    // the reductions in flight (the schedule's window behind says which, oldest first):
+    // reduce-scatters at stages 1-3, all-reduces at stage 0
+    ZeroRequest* red_req;   // (num_units)
+    float** red_recv;       // (num_units) stages 2-3: the received shard, added into the accumulator
+
+    // AdamW state: full at stage 0, shards otherwise
+    float* m;
+    float* v;
+    size_t opt_elems;       // elements of m and v each
+    float norm;             // the last step's gradient norm
+
+    ZeroSegment* segs;      // (nsegs) stages 1-3
+    int nsegs;
+
+    // offload (--offload-optimizer cpu|nvme, --offload-param cpu)
+    int offload_opt, offload_param;
+    float* host_grads;      // (shard_total) each unit's gradient shard, copied out once reduced
+    float* host_master;     // (shard_total) cpu: the fp32 master shards
+    NvmeFile nvme;          // nvme: master, m and v regions of this rank's swap file
+    int nvme_ready;
+    size_t nvme_region;     // bytes of each region, a multiple of 4 KiB
+    size_t group;           // elements of a sub-group (sub_group_size, a multiple of 1024)
+    int nbufs;              // buffer_count: pinned group buffers (p, m, v each)
+    void** nvme_bufs;
+    double moved[ZERO_NUM_MOVES];
+    double update_ms;       // cumulative wall time of the AdamW update, wherever it runs (device, CPU Adam, NVMe)
+    // --offload-param nvme (stage 3): the shards of units not cached on the host live in
+    // the swap file's parameter region; max_in_cpu elements (persistent units first)
+    // stay on the host
+    float** param_ptr;      // (num_units) stage 3: the unit's shard on the host, NULL if on NVMe
+    size_t* param_file_off; // (num_units) byte offset of an NVMe unit's shard in the swap file
+    float* param_stage;     // 4 KiB-aligned staging for one shard: reads, and the step's output
+    size_t param_stage_bytes;
+    int staged_unit;        // the unit whose updated shard sits in param_stage, -1 if none
+
+    // working-set buffers freed during the step, kept for reuse by size: no allocation
+    // (and no page faults) in the steady state
+    struct { void* ptr; size_t elems; } pool[ZERO_POOL_MAX];
+    int npool;
+
+    ZeroMemory mem;
+} ZeroHost;
+
+// ----------------------------------------------------------------------------
+// allocation with accounting (64-byte aligned, zeroed)
+
+static void* zero_alloc(ZeroHost* e, int kind, size_t elems) {
+    size_t bytes = (elems * sizeof(float) + 63) / 64 * 64;
+    if (bytes == 0) { bytes = 64; }
+    void* p = aligned_alloc(64, bytes);
+    if (p == NULL) {
+        zero_error("zero: out of memory allocating %.1f MiB of %s", bytes / 1048576.0, zero_mem_names[kind]);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    e->mem.current[kind] += elems * sizeof(float);
+    if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total += elems * sizeof(float); }
+    if (e->mem.current[kind] > e->mem.peak[kind]) { e->mem.peak[kind] = e->mem.current[kind]; }
+    if (e->mem.total > e->mem.total_peak) { e->mem.total_peak = e->mem.total; }
+    return p;
+}
+
+static void zero_release_mem(ZeroHost* e, int kind, void* p, size_t elems) {
+    if (p == NULL) { return; }
+    free(p);
+    e->mem.current[kind] -= elems * sizeof(float);
+    if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total -= elems * sizeof(float); }
+}
+
+// A working-set buffer (ZERO_MEM_BUFFERS): one of the same size from the pool if there
+// is one, else a new allocation. zeroed: 0 for buffers that are overwritten whole (a
+// gather, a reduce-scatter's receive), 1 for accumulators. Pooled buffers stay counted
+// as allocated, so the peak is what the process really holds.
+static void* zero_buf_get(ZeroHost* e, size_t elems, int zeroed) {
+    for (int i = e->npool - 1; i >= 0; i--) {
+        if (e->pool[i].elems != elems) { continue; }
+        void* p = e->pool[i].ptr;
+        e->pool[i] = e->pool[--e->npool];
+        if (zeroed) { memset(p, 0, elems * sizeof(float)); }
+        return p;
+    }
+    return zero_alloc(e, ZERO_MEM_BUFFERS, elems);  // new memory comes zeroed
+}
+
+static void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
+    if (p == NULL) { return; }
+    if (e->npool < ZERO_POOL_MAX) {
+        e->pool[e->npool].ptr = p;
+        e->pool[e->npool].elems = elems;
+        e->npool++;
+        return;
+    }
+    zero_release_mem(e, ZERO_MEM_BUFFERS, p, elems);
+}
+
+// ----------------------------------------------------------------------------
+// stage 3 gathers
+
+static int zero_param_shard_get(ZeroHost* e, int u, float* dst);  // below, with the step
+
+// starts gathering unit u into a fresh buffer (this rank's shard is its input block); the
+// schedule already counts it in flight
+static int zero_gather_start(ZeroHost* e, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    float* buf = (float*)zero_buf_get(e, pu->padded, 0);
+    if (buf == NULL) { return -1; }
+    // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
+    // prefetch schedule starts this early, so the read runs ahead of the unit's use
+    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard) != 0) { return -1; }
+    if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
+    e->unit_buf[u] = buf;
+    return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
+}
+
+// waits for unit u's gather, if one is in flight
+static int zero_gather_finish(ZeroHost* e, int u) {
+    if (e->sched.state[u] != ZERO_UNIT_IN_FLIGHT) { return 0; }
+    if (zero_comm_wait(&e->comm, &e->unit_req[u]) != 0) { return -1; }
+    zero_schedule_gathered(&e->sched, u);
+    return 0;
+}
+
+static void zero_unit_free(ZeroHost* e, int u) {
+    if (e->sched.state[u] == ZERO_UNIT_NOT_LIVE) { return; }
+    zero_buf_put(e, e->unit_buf[u], e->plan.units[u].padded);
+    e->unit_buf[u] = NULL;
+    zero_schedule_freed(&e->sched, u);
+}
+
+// Open MPI moves a nonblocking collective on only while the rank is inside an MPI call,
+// so at every unit boundary the engine gives its gathers and reductions in flight a
+// turn; without this most of a prefetch would happen in the wait that needs it.
+static int zero_poll(ZeroHost* e) {
+    int done = 0;
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (e->sched.state[u] == ZERO_UNIT_IN_FLIGHT && zero_comm_test(&e->comm, &e->unit_req[u], &done) != 0) { return -1; }
+    }
+    const ZeroSchedule* s = &e->sched;
+    for (int i = 0; i < s->red_count; i++) {
+        int u = s->reducing[(s->red_head + i) % s->num_units];
+        if (zero_comm_test(&e->comm, &e->red_req[u], &done) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// starts the gathers the schedule's window ahead asks for, after the use before `from`
+static int zero_prefetch(ZeroHost* e, int from) {
+    int ahead[64];  // prefetch_depth <= 64 (zero3/config.h)
+    int n = zero_schedule_prefetch(&e->sched, from, ahead);
+    for (int k = 0; k < n; k++) {
+        if (zero_gather_start(e, ahead[k]) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the model's calls
+
+static int zero_host_begin(void* impl, int pass, int last_micro) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (zero_schedule_begin(&e->sched, pass, last_micro) != 0) { return -1; }
+    return zero_prefetch(e, 0);  // the first uses' gathers start before the first fetch
+}
+
+static int zero_host_fetch(void* impl, int u, void** out) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroSchedule* s = &e->sched;
+    if (zero_schedule_at(s, u, "fetch") != 0) { return -1; }
+    if (!s->gathers) {
+        *out = e->full_params + e->plan.units[u].full_offset;
+        return 0;
+    }
+    if (s->state[u] == ZERO_UNIT_NOT_LIVE) {
+        zero_schedule_started(s, u);
+        if (zero_gather_start(e, u) != 0) { return -1; }
+    }
+    if (zero_gather_finish(e, u) != 0 || zero_prefetch(e, s->pos + 1) != 0) { return -1; }
+    *out = e->unit_buf[u];
+    return 0;
+}
+
+static int zero_host_release(void* impl, int u) {
+    ZeroHost* e = (ZeroHost*)impl;
+    int rc = zero_schedule_release(&e->sched, u);
+    if (rc < 0) { return -1; }
+    if (rc == 1) { zero_unit_free(e, u); }
+    return zero_poll(e);
+}
+
+// the unit's full gradient buffer (padded), accumulated into by the backward
+static int zero_host_grad(void* impl, int u, void** out) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (zero_schedule_grad(&e->sched, u) != 0) { return -1; }
+    if (e->stage < 2) {
+        *out = e->full_grads + e->plan.units[u].full_offset;
+        return 0;
+    }
+    if (e->grad_buf[u] == NULL) {
+        e->grad_buf[u] = (float*)zero_buf_get(e, e->plan.units[u].padded, 1);
+        if (e->grad_buf[u] == NULL) { return -1; }
+    }
+    *out = e->grad_buf[u];
+    return 0;
+}
+
+// completes the oldest reduction in flight (stages 2-3: adds it into the accumulator)
+static int zero_reduce_complete_one(ZeroHost* e) {
+    int u = zero_schedule_reduce_oldest(&e->sched);
+    ZeroUnit* pu = &e->plan.units[u];
+    if (zero_comm_wait(&e->comm, &e->red_req[u]) != 0) { return -1; }
+    int copy_out = e->host_grads != NULL && e->sched.last_micro;  // offload: the shard goes to the host now
+    if (e->stage >= 2) {
+        float* acc = e->shard_grads + pu->shard_offset;
+        const float* got = e->red_recv[u];
+        for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+        zero_buf_put(e, e->red_recv[u], pu->shard);
+        e->red_recv[u] = NULL;
+        zero_buf_put(e, e->grad_buf[u], pu->padded);
+        e->grad_buf[u] = NULL;
+    }
+    if (copy_out && e->stage >= 1) {
+        memcpy(e->host_grads + pu->shard_offset, e->shard_grads + pu->shard_offset, pu->shard * sizeof(float));
+        e->moved[ZERO_MOVE_D2H] += pu->shard * sizeof(float);
+    }
+    return 0;
+}
+
+static int zero_reduce_drain(ZeroHost* e) {
+    while (e->sched.red_count > 0) {
+        if (zero_reduce_complete_one(e) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// The unit's gradient is complete for this micro-step: start its reduction.
+static int zero_host_reduce(void* impl, int u) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroSchedule* s = &e->sched;
+    if (zero_schedule_reduce(s, u) != 0) { return -1; }
+    if (e->stage < 2 && !s->last_micro) { return 0; }  // accumulate locally until the boundary
+    if (e->world == 1 && e->stage < 2) { return 0; }   // nothing to reduce, the full gradient is the shard
+    while (zero_schedule_reduce_full(s, u)) {           // the window behind: reduce_bucket_size
+        if (zero_reduce_complete_one(e) != 0) { return -1; }
+    }
+    ZeroUnit* pu = &e->plan.units[u];
+    zero_schedule_reduce_started(s, u);
+    if (e->stage == 0) {
+        return zero_allreduce(&e->comm, e->full_grads + pu->full_offset, pu->padded, &e->red_req[u]);
+    }
+    if (e->stage == 1) {
+        return zero_reduce_scatter(&e->comm, e->full_grads + pu->full_offset, e->shard_grads + pu->shard_offset,
+                                   pu->shard, &e->red_req[u]);
+    }
+    float* recv = (float*)zero_buf_get(e, pu->shard, 0);
+    if (recv == NULL) { return -1; }
+    e->red_recv[u] = recv;
+    return zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, &e->red_req[u]);
+}
+
+// Ends a pass: every use must have been made; stage 3 releases what the pass kept. A
+// training pass also completes its reductions: the next micro-step accumulates into
+// fresh unit gradients, never into a buffer that is still being sent.
+static int zero_host_end(void* impl) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (zero_schedule_end(&e->sched) != 0) { return -1; }
+    if (e->sched.pass == ZERO_PASS_TRAIN && zero_reduce_drain(e) != 0) { return -1; }
+    for (int u = 0; e->sched.gathers && u < e->plan.num_units; u++) {
+        if (e->sched.persistent[u]) { continue; }
+        if (zero_gather_finish(e, u) != 0) { return -1; }  // a prefetch past the end cannot happen, but be safe
+        zero_unit_free(e, u);
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the optimizer step
+
+// the parameter shard that AdamW updates, for unit u: in the full buffer (stages 1-2)
+// or the shard buffer (stage 3)
+static float* zero_param_shard(ZeroHost* e, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    if (e->stage == 3) { return e->param_ptr[u]; }  // NULL: on NVMe, see zero_param_shard_get/put
+    return e->full_params + pu->full_offset + (size_t)e->rank * pu->shard;
+}
+
+static size_t zero_align4k(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
+
+// copies unit u's parameter shard into dst, from the host or from NVMe
+static int zero_param_shard_get(ZeroHost* e, int u, float* dst) {
+    ZeroUnit* pu = &e->plan.units[u];
+    if (zero_param_shard(e, u) != NULL) {
+        memcpy(dst, zero_param_shard(e, u), pu->shard * sizeof(float));
+        return 0;
+    }
+    if (e->staged_unit == u) { e->staged_unit = -1; }  // about to be overwritten: it was flushed already
+    size_t bytes = zero_align4k(pu->shard * sizeof(float));
+    if (nvme_read(&e->nvme, e->param_stage, e->param_file_off[u], bytes) != 0) { return -1; }
+    e->moved[ZERO_MOVE_NVME_READ] += bytes;
+    memcpy(dst, e->param_stage, pu->shard * sizeof(float));
+    return 0;
+}
+
+// writes the staged shard of an NVMe unit back to the swap file
+static int zero_param_flush(ZeroHost* e) {
+    if (e->staged_unit < 0) { return 0; }
+    int u = e->staged_unit;
+    size_t bytes = zero_align4k(e->plan.units[u].shard * sizeof(float));
+    e->staged_unit = -1;
+    if (nvme_write(&e->nvme, e->param_stage, e->param_file_off[u], bytes) != 0) { return -1; }
+    e->moved[ZERO_MOVE_NVME_WRITE] += bytes;
+    return 0;
+}
+
+// where the step writes unit u's updated shard: the host copy, or the staging buffer of
+// an NVMe unit (the previous staged unit is flushed first). The optimizer walks the
+// shard in order, so each NVMe unit is staged once per step.
+static float* zero_param_out(ZeroHost* e, int u) {
+    float* p = zero_param_shard(e, u);
+    if (p != NULL) { return p; }
+    if (e->staged_unit != u) {
+        if (zero_param_flush(e) != 0) { return NULL; }
+        memset(e->param_stage, 0, e->param_stage_bytes);
+        e->staged_unit = u;
+    }
+    return e->param_stage;
+}
+
+// stores src as unit u's parameter shard (init, checkpoints)
+static int zero_param_shard_put(ZeroHost* e, int u, const float* src) {
+    ZeroUnit* pu = &e->plan.units[u];
+    if (zero_param_shard(e, u) != NULL) {
+        memcpy(zero_param_shard(e, u), src, pu->shard * sizeof(float));
+        return 0;
+    }
+    float* out = zero_param_out(e, u);
+    if (out == NULL) { return -1; }
+    memcpy(out, src, pu->shard * sizeof(float));
+    return zero_param_flush(e);
+}
+
+// zeroes the accumulated gradients (zero_step does it after each update)
+static void zero_host_clear_grads(ZeroHost* e) {
+    if (e->full_grads != NULL) { memset(e->full_grads, 0, e->plan.padded_total * sizeof(float)); }
+    if (e->shard_grads != NULL) { memset(e->shard_grads, 0, e->plan.shard_total * sizeof(float)); }
+}
+
+// stage 3: the always-gathered units get their updated shards from every rank
+static int zero_refresh_persistent(ZeroHost* e) {
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (!e->sched.persistent[u]) { continue; }
+        ZeroUnit* pu = &e->plan.units[u];
+        memcpy(e->unit_buf[u] + (size_t)e->rank * pu->shard, zero_param_shard(e, u), pu->shard * sizeof(float));
+        if (zero_allgather(&e->comm, e->unit_buf[u], pu->shard, NULL) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the NVMe tier: this rank's fp32 master shards, m and v in three regions of its swap
+// file, updated sub-group by sub-group
+
+enum { NVME_P, NVME_M, NVME_V };
+
+static size_t zero_nvme_offset(const ZeroHost* e, int region, size_t elem) {
+    return (size_t)region * e->nvme_region + elem * sizeof(float);
+}
+
+// elements of group g, and the bytes to move for it (whole 4 KiB blocks: the regions are
+// padded, so reading past the last real element stays inside the file)
+static size_t zero_nvme_group_elems(const ZeroHost* e, int g) {
+    size_t begin = (size_t)g * e->group;
+    size_t end = begin + e->group < e->plan.shard_total ? begin + e->group : e->plan.shard_total;
+    return end - begin;
+}
+static size_t zero_nvme_group_bytes(const ZeroHost* e, int g) {
+    return (zero_nvme_group_elems(e, g) * sizeof(float) + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+}
+
+// buffer b holds p, m, v of one group, each `group` floats
+static float* zero_nvme_buf(const ZeroHost* e, int b, int region) {
+    return (float*)e->nvme_bufs[b] + (size_t)region * e->group;
+}
+
+// tags: group * 8 + (is_write << 2) + region
+static int zero_nvme_submit(ZeroHost* e, int g, int is_write) {
+    int b = g % e->nbufs;
+    size_t bytes = zero_nvme_group_bytes(e, g);
+    for (int r = NVME_P; r <= NVME_V; r++) {
+        size_t off = zero_nvme_offset(e, r, (size_t)g * e->group);
+        uint64_t tag = (uint64_t)g * 8 + ((uint64_t)is_write << 2) + (uint64_t)r;
+        int rc = is_write ? nvme_write_async(&e->nvme, zero_nvme_buf(e, b, r), off, bytes, tag)
+                          : nvme_read_async(&e->nvme, zero_nvme_buf(e, b, r), off, bytes, tag);
+        if (rc != 0) { return -1; }
+        e->moved[is_write ? ZERO_MOVE_NVME_WRITE : ZERO_MOVE_NVME_READ] += bytes;
+    }
+    return 0;
+}
+
+// waits until the 3 requests of (group g, is_write) are done; other completions that
+// arrive meanwhile are counted for their own group in `left` (2 entries per group)
+static int zero_nvme_wait_group(ZeroHost* e, int* left, int g, int is_write) {
+    while (left[2 * g + is_write] > 0) {
+        uint64_t tag;
+        if (nvme_wait(&e->nvme, &tag) != 0) { return -1; }
+        left[2 * (tag / 8) + ((tag >> 2) & 1)]--;
+    }
+    return 0;
+}
+
+// The pipelined optimizer step (ZeRO-Infinity): with buffer_count buffers, the read of
+// group i+1 and the writes of earlier groups are in flight while group i is updated.
+// A buffer is reused only once the writes of the group it held are done.
+static int zero_nvme_step(ZeroHost* e, CpuAdamParams* hp, float weight_decay) {
+    int ngroups = (int)((e->plan.shard_total + e->group - 1) / e->group);
+    int* left = (int*)calloc(2 * (size_t)ngroups, sizeof(int));
+    if (left == NULL) { return zero_error("zero: out of memory for the NVMe step"); }
+    int rc = -1, seg = 0;
+    for (int g = 0; g < ngroups; g++) { left[2 * g] = 3; left[2 * g + 1] = 3; }
+    if (zero_nvme_submit(e, 0, 0) != 0) { goto done; }
+    for (int g = 0; g < ngroups; g++) {
+        int next = g + 1;
+        if (next < ngroups) {
+            int prev_owner = next - e->nbufs;  // the group that last used next's buffer
+            if (prev_owner >= 0 && zero_nvme_wait_group(e, left, prev_owner, 1) != 0) { goto done; }
+            if (zero_nvme_submit(e, next, 0) != 0) { goto done; }
+        }
+        if (zero_nvme_wait_group(e, left, g, 0) != 0) { goto done; }
+        int b = g % e->nbufs;
+        size_t g0 = (size_t)g * e->group, g1 = g0 + zero_nvme_group_elems(e, g);
+        float* p = zero_nvme_buf(e, b, NVME_P);
+        float* m = zero_nvme_buf(e, b, NVME_M);
+        float* v = zero_nvme_buf(e, b, NVME_V);
+        while (seg < e->nsegs && e->segs[seg].end <= g0) { seg++; }
+        for (int i = seg; i < e->nsegs && e->segs[i].begin < g1; i++) {
+            ZeroSegment sg = e->segs[i];
+            size_t lo = sg.begin > g0 ? sg.begin : g0, hi = sg.end < g1 ? sg.end : g1;
+            hp->weight_decay = sg.decay ? weight_decay : 0.0f;
+            float* out = zero_param_out(e, sg.unit);
+            if (out == NULL) { goto done; }
+            out += sg.unit_lo + (lo - sg.begin);
+            if (cpu_adam_step(p + (lo - g0), e->host_grads + lo, CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0),
+                              hi - lo, hp, out, CPU_ADAM_FP32) != 0) { goto done; }
+            e->moved[ZERO_MOVE_H2D] += (hi - lo) * sizeof(float);
+        }
+        if (zero_nvme_submit(e, g, 1) != 0) { goto done; }
+    }
+    if (nvme_wait_all(&e->nvme) != 0 || zero_param_flush(e) != 0) { goto done; }
+    rc = 0;
+done:
+    free(left);
+    return rc;
+}
+
+// copies count floats between the swap file's region and a host array, group by group
+// through buffer 0 (init, checkpoints: not in the step's hot path)
+static int zero_nvme_copy(ZeroHost* e, int region, float* host, int to_file) {
+    int ngroups = (int)((e->plan.shard_total + e->group - 1) / e->group);
+    float* buf = zero_nvme_buf(e, 0, NVME_P);
+    for (int g = 0; g < ngroups; g++) {
+        size_t n = zero_nvme_group_elems(e, g), bytes = zero_nvme_group_bytes(e, g);
+        size_t off = zero_nvme_offset(e, region, (size_t)g * e->group);
+        if (to_file) {
+            memset(buf, 0, bytes);
+            if (host != NULL) { memcpy(buf, host + (size_t)g * e->group, n * sizeof(float)); }
+            if (nvme_write(&e->nvme, buf, off, bytes) != 0) { return -1; }
+        } else {
+            if (nvme_read(&e->nvme, buf, off, bytes) != 0) { return -1; }
+            memcpy(host + (size_t)g * e->group, buf, n * sizeof(float));
+        }
+    }
+    return 0;
+}
+
+// AdamW over this rank's part of every tensor. The gradients are sums over ranks: the
+// mean is folded into AdamW's gradient scale together with the clipping factor.
+// Keeps the global norm of the mean gradient for zero_host_stats.
+static int zero_host_step(void* impl, const ZeroStep* st) {
+    ZeroHost* e = (ZeroHost*)impl;
+    float lr = st->lr, weight_decay = st->weight_decay;
+    int t = st->t;
+    if (zero_reduce_drain(e) != 0) { return -1; }
+    double sumsq;
+    if (e->stage == 0) {
+        sumsq = grad_norm_squared(e->full_grads, e->plan.padded_total);  // replicated: no communication
+    } else {
+        if (e->stage == 1 && e->world == 1) {  // stage 1 at one rank did not reduce: the full gradient is the shard
+            memcpy(e->shard_grads, e->full_grads, e->plan.shard_total * sizeof(float));
+            if (e->host_grads != NULL) {
+                memcpy(e->host_grads, e->shard_grads, e->plan.shard_total * sizeof(float));
+                e->moved[ZERO_MOVE_D2H] += e->plan.shard_total * sizeof(float);
+            }
+        }
+        sumsq = grad_norm_squared(e->host_grads != NULL ? e->host_grads : e->shard_grads, e->plan.shard_total);
+        if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
+    }
+    float scale = adamw_grad_scale(sumsq, e->world, st->grad_clip, &e->norm);
+    CpuAdamParams hp = {lr, e->beta1, e->beta2, e->eps, 0.0f, scale, t};
+
+    // Every path updates with the SIMD CPU Adam (zero3/cpu_adam.h), in place: on the
+    // CPU trainer the "device" is host memory too. zero3/adamw.h's scalar adamw_update
+    // stays as the tests' reference.
+    double t_update = zero_now_ms();
+    if (e->stage == 0) {
+        for (int i = 0; i < e->num_tensors; i++) {
+            ZeroTensor tr = e->tensors[i];
+            size_t off = e->plan.units[tr.unit].full_offset + tr.offset;
+            hp.weight_decay = tr.decay ? weight_decay : 0.0f;
+            if (cpu_adam_step(e->full_params + off, e->full_grads + off, CPU_ADAM_FP32, e->m + off, e->v + off,
+                              tr.size, &hp, NULL, CPU_ADAM_FP32) != 0) { return -1; }
+        }
+    } else if (e->offload_opt == ZERO_OFFLOAD_NONE) {
+        for (int i = 0; i < e->nsegs; i++) {
+            ZeroSegment sg = e->segs[i];
+            hp.weight_decay = sg.decay ? weight_decay : 0.0f;
+            if (cpu_adam_step(zero_param_shard(e, sg.unit) + sg.unit_lo, e->shard_grads + sg.begin, CPU_ADAM_FP32,
+                              e->m + sg.begin, e->v + sg.begin, sg.end - sg.begin, &hp, NULL, CPU_ADAM_FP32) != 0) { return -1; }
+        }
+    } else if (e->offload_opt == ZERO_OFFLOAD_CPU) {
+        // SIMD AdamW on the host shards; the updated parameters go straight to the
+        // device's shard (the copy back)
+        for (int i = 0; i < e->nsegs; i++) {
+            ZeroSegment sg = e->segs[i];
+            size_t n = sg.end - sg.begin;
+            hp.weight_decay = sg.decay ? weight_decay : 0.0f;
+            float* out = zero_param_out(e, sg.unit);
+            if (out == NULL || cpu_adam_step(e->host_master + sg.begin, e->host_grads + sg.begin, CPU_ADAM_FP32, e->m + sg.begin,
+                                             e->v + sg.begin, n, &hp, out + sg.unit_lo, CPU_ADAM_FP32) != 0) { return -1; }
+            e->moved[ZERO_MOVE_H2D] += n * sizeof(float);
+        }
+        if (zero_param_flush(e) != 0) { return -1; }
+    } else if (zero_nvme_step(e, &hp, weight_decay) != 0) {
+        return -1;
+    }
+    e->update_ms += zero_now_ms() - t_update;
+
+    // the updated shards go to every rank: stages 1-2 all-gather into the full buffer;
+    // stage 3 refreshes its persistent units (the others are gathered at their next use)
+    if (e->stage == 1 || e->stage == 2) {
+        for (int u = 0; u < e->plan.num_units; u++) {
+            ZeroUnit* pu = &e->plan.units[u];
+            if (zero_allgather(&e->comm, e->full_params + pu->full_offset, pu->shard, &e->unit_req[u]) != 0) { return -1; }
+        }
+        for (int u = 0; u < e->plan.num_units; u++) {
+            if (zero_comm_wait(&e->comm, &e->unit_req[u]) != 0) { return -1; }
+        }
+    } else if (e->stage == 3) {
+        if (zero_refresh_persistent(e) != 0) { return -1; }
+    }
+
+    zero_host_clear_grads(e);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// init and teardown
+
+// Opens this rank's swap file: the optimizer's regions (master, m, v) when it is on
+// NVMe, then the parameter region for the units not cached on the host.
+static int zero_nvme_open(ZeroHost* e, size_t param_bytes) {
+    ZeroPlan* p = &e->plan;
+    size_t whole = (p->shard_total + 1023) / 1024 * 1024;
+    e->nvme_region = whole * sizeof(float);
+    size_t opt_bytes = e->offload_opt == ZERO_OFFLOAD_NVME ? 3 * e->nvme_region : 0;
+    if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, opt_bytes + param_bytes, 8) != 0) { return -1; }
+    e->nvme_ready = 1;
+    e->mem.nvme_bytes = (double)(opt_bytes + param_bytes);
+    return 0;
+}
+
+// Stage 3: where each unit's parameter shard lives. With --offload-param nvme, units stay
+// on the host while max_in_cpu elements allow, the schedule's persistent ones first; the
+// rest go to the swap file.
+static int zero_param_store_init(ZeroHost* e) {
+    ZeroPlan* p = &e->plan;
+    int nu = p->num_units;
+    e->param_ptr = (float**)calloc(nu, sizeof(float*));
+    e->param_file_off = (size_t*)calloc(nu, sizeof(size_t));
+    int* on_host = (int*)calloc(nu, sizeof(int));
+    if (e->param_ptr == NULL || e->param_file_off == NULL || on_host == NULL) { free(on_host); return zero_error("zero: out of memory"); }
+    e->staged_unit = -1;
+    size_t host_elems = 0, file_bytes = 0, max_shard = 0;
+    double budget = e->offload_param == ZERO_OFFLOAD_NVME ? (double)e->cfg.max_in_cpu : 1e300;
+    for (int pass = 0; pass < 2; pass++) {  // persistent units first, then in order
+        for (int u = 0; u < nu; u++) {
+            ZeroUnit* pu = &p->units[u];
+            int persistent = e->sched.persistent[u];
+            if (persistent != (pass == 0) || on_host[u]) { continue; }
+            if (persistent || (double)(host_elems + pu->shard) <= budget) {
+                on_host[u] = 1;
+                host_elems += pu->shard;
+            }
+        }
+    }
+    for (int u = 0; u < nu; u++) {
+        size_t sb = p->units[u].shard * sizeof(float);
+        if (!on_host[u]) { file_bytes += zero_align4k(sb); }
+        if (sb > max_shard) { max_shard = sb; }
+    }
+    int kind = e->offload_param != ZERO_OFFLOAD_NONE ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS;
+    e->shard_params = (float*)zero_alloc(e, kind, host_elems);
+    if (e->shard_params == NULL) { free(on_host); return -1; }
+    int need_nvme = file_bytes > 0 || e->offload_opt == ZERO_OFFLOAD_NVME;
+    if (need_nvme && zero_nvme_open(e, file_bytes) != 0) { free(on_host); return -1; }
+    size_t host_off = 0, file_off = e->offload_opt == ZERO_OFFLOAD_NVME ? 3 * e->nvme_region : 0;
+    for (int u = 0; u < nu; u++) {
+        if (on_host[u]) {
+            e->param_ptr[u] = e->shard_params + host_off;
+            host_off += p->units[u].shard;
+        } else {
+            e->param_file_off[u] = file_off;
+            file_off += zero_align4k(p->units[u].shard * sizeof(float));
+        }
+    }
+    free(on_host);
+    if (file_bytes > 0) {
+        e->param_stage_bytes = zero_align4k(max_shard);
+        e->param_stage = (float*)nvme_alloc(e->param_stage_bytes);  // huge pages: few segments per O_DIRECT request
+        if (e->param_stage == NULL) { return zero_error("zero: out of memory for the parameter staging buffer"); }
+        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->param_stage_bytes;
+        e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
+    }
+    return 0;
+}
+
+// the tensors' parts of this rank's shard, in shard-buffer order
+static int zero_segments_init(ZeroHost* e) {
+    e->segs = (ZeroSegment*)malloc((size_t)e->num_tensors * sizeof(ZeroSegment));
+    if (e->segs == NULL) { return zero_error("zero: out of memory"); }
+    e->nsegs = 0;
+    for (int i = 0; i < e->num_tensors; i++) {
+        ZeroTensor tr = e->tensors[i];
+        size_t full, sh, n;
+        int in = zero_plan_tensor_part(&e->plan, tr.unit, e->rank, tr.offset, tr.offset + tr.size, &full, &sh, &n);
+        if (in < 0) { return -1; }
+        if (in == 0) { continue; }
+        size_t so = e->plan.units[tr.unit].shard_offset;
+        e->segs[e->nsegs++] = (ZeroSegment){sh, sh + n, tr.unit, sh - so, tr.decay};
+    }
+    return 0;
+}
+
+// this rank's parameter shards, copied into one array in shard-buffer order
+static int zero_shards_copy_out(ZeroHost* e, float* dst) {
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (zero_param_shard_get(e, u, dst + e->plan.units[u].shard_offset) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// Optimizer offload: gradient shards on the host; the fp32 master and the moments on
+// the host (cpu) or in this rank's swap file under nvme_path (nvme).
+static int zero_offload_init(ZeroHost* e) {
+    ZeroPlan* p = &e->plan;
+    e->host_grads = (float*)zero_alloc(e, ZERO_MEM_HOST_GRADS, p->shard_total);
+    if (e->host_grads == NULL) { return -1; }
+    if (e->offload_opt == ZERO_OFFLOAD_CPU) {
+        e->host_master = (float*)zero_alloc(e, ZERO_MEM_HOST_PARAMS, p->shard_total);
+        if (e->host_master == NULL) { return -1; }
+        return zero_shards_copy_out(e, e->host_master);
+    }
+    // NVMe (stage 3; the file was opened with the parameter store): sub-groups of
+    // sub_group_size elements, whole 4 KiB blocks
+    size_t g = (size_t)e->cfg.sub_group_size;
+    g = (g + 1023) / 1024 * 1024;
+    size_t whole = e->nvme_region / sizeof(float);
+    e->group = g < whole ? g : whole;
+    e->nbufs = e->cfg.buffer_count >= 2 ? e->cfg.buffer_count : 2;  // one read ahead while one updates
+    void** bufs = NULL;
+    if (nvme_buffers_alloc(&e->nvme, e->nbufs, 3 * e->group * sizeof(float), &bufs) != 0) { return -1; }
+    e->nvme_bufs = bufs;
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->nbufs * 3 * e->group * sizeof(float);
+    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
+    // the master shards from the device copy, zero moments
+    float* tmp = (float*)malloc(p->shard_total * sizeof(float));
+    if (tmp == NULL) { return zero_error("zero: out of memory"); }
+    int rc = zero_shards_copy_out(e, tmp);
+    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_P, tmp, 1);
+    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_M, NULL, 1);
+    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_V, NULL, 1);
+    free(tmp);
+    return rc;
+}
+
+// Builds the engine over in->comm for in->model (see ZeroInit); in->params are read on
+// rank 0 only and broadcast, so every rank starts identical.
+static int zero_host_init(void* impl, const ZeroInit* in) {
+    ZeroHost* e = (ZeroHost*)impl;
+    const ZeroConfig* cfg = in->cfg;
+    const ZeroModel* model = in->model;
+    int num_units = model->num_units;
+    memset(e, 0, sizeof(*e));
+    e->cfg = *cfg;
+    e->stage = cfg->stage;
+    e->offload_opt = cfg->offload_optimizer;
+    e->offload_param = cfg->offload_param;
+    e->staged_unit = -1;  // no NVMe parameter shard staged
+    if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
+        return zero_error("zero: parameter offload needs ZeRO stage 3");
+    }
+    if (e->offload_param == ZERO_OFFLOAD_NVME && e->offload_opt == ZERO_OFFLOAD_NONE) {
+        // the step writes NVMe-resident shards through the host: the optimizer must run there
+        return zero_error("zero: offload_param nvme needs offload_optimizer cpu or nvme");
+    }
+    if (e->offload_opt != ZERO_OFFLOAD_NONE && e->stage == 0) {
+        return zero_error("zero: optimizer offload needs ZeRO stage 1 or more");
+    }
+    e->beta1 = in->beta1; e->beta2 = in->beta2; e->eps = in->eps;
+    if (zero_comm_init(&e->comm, in->comm) != 0) { return -1; }
+    e->world = e->comm.world;
+    e->rank = e->comm.rank;
+    if (zero_plan_init(&e->plan, model->unit_numel, num_units, e->world, e->rank, sizeof(float)) != 0) { return -1; }
+    if (zero_schedule_init(&e->sched, model, &e->plan, cfg) != 0) { return -1; }
+    ZeroPlan* p = &e->plan;
+    e->num_tensors = model->num_tensors;
+    e->tensors = (ZeroTensor*)malloc(model->num_tensors * sizeof(ZeroTensor));
+    e->unit_buf = (float**)calloc(num_units, sizeof(float*));
+    e->unit_req = (ZeroRequest*)calloc(num_units, sizeof(ZeroRequest));
+    e->grad_buf = (float**)calloc(num_units, sizeof(float*));
+    e->red_req = (ZeroRequest*)calloc(num_units, sizeof(ZeroRequest));
+    e->red_recv = (float**)calloc(num_units, sizeof(float*));
+    if (!e->tensors || !e->unit_buf || !e->unit_req || !e->grad_buf || !e->red_req || !e->red_recv) {
+        return zero_error("zero: out of memory for the engine's tables");
+    }
+    memcpy(e->tensors, model->tensors, model->num_tensors * sizeof(ZeroTensor));
+
+    // rank 0's parameters go to every rank, so all start identical. Stages 0-2 keep the
+    // full padded buffer. Stage 3 goes unit by unit through one unit-sized buffer and
+    // keeps only its shards (and the small persistent units whole): the full model is
+    // never held, which is what lets stage 3 hold models that do not fit one rank.
+    if (e->stage < 3) {
+        e->full_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total);
+        if (e->full_params == NULL) { return -1; }
+    } else if (zero_param_store_init(e) != 0) {
+        return -1;
+    }
+    size_t src = 0;
+    for (int u = 0; u < num_units; u++) {
+        ZeroUnit* pu = &p->units[u];
+        float* buf = e->full_params != NULL ? e->full_params + pu->full_offset
+                                            : (float*)zero_buf_get(e, pu->padded, 1);  // zero padding
+        if (buf == NULL) { return -1; }
+        if (e->rank == 0) { memcpy(buf, in->params + src, pu->numel * sizeof(float)); }
+        src += pu->numel;
+        int rc = zero_broadcast(&e->comm, buf, pu->padded * sizeof(float), 0);
+        if (e->stage < 3) {
+            if (rc != 0) { return -1; }
+            continue;
+        }
+        if (rc != 0 || zero_param_shard_put(e, u, buf + (size_t)e->rank * pu->shard) != 0) {
+            zero_buf_put(e, buf, pu->padded);  // to the pool, which zero_host_free empties
+            return -1;
+        }
+        if (e->sched.persistent[u]) {  // small: stays gathered for the whole run
+            e->unit_buf[u] = buf;
+            zero_schedule_gathered(&e->sched, u);
+        } else {
+            zero_buf_put(e, buf, pu->padded);  // the first gather of a unit this size reuses it
+        }
+    }
+
+    if (e->stage < 2) {
+        e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
+        if (e->full_grads == NULL) { return -1; }
+    }
+    if (e->stage >= 1) {
+        e->shard_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->shard_total);
+        if (e->shard_grads == NULL) { return -1; }
+    }
+    e->opt_elems = e->stage == 0 ? p->padded_total : p->shard_total;
+    if (e->offload_opt != ZERO_OFFLOAD_NVME) {  // NVMe: the moments live in the swap file
+        int kind = e->offload_opt == ZERO_OFFLOAD_CPU ? ZERO_MEM_HOST_OPTIMIZER : ZERO_MEM_OPTIMIZER;
+        e->m = (float*)zero_alloc(e, kind, e->opt_elems);
+        e->v = (float*)zero_alloc(e, kind, e->opt_elems);
+        if (e->m == NULL || e->v == NULL) { return -1; }
+    }
+    if (e->stage >= 1 && zero_segments_init(e) != 0) { return -1; }
+    if (e->offload_opt != ZERO_OFFLOAD_NONE && zero_offload_init(e) != 0) { return -1; }
+    return 0;
+}
+
+static void zero_host_free(void* impl) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (e == NULL) { return; }
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (e->unit_buf != NULL) { free(e->unit_buf[u]); }
+        if (e->grad_buf != NULL) { free(e->grad_buf[u]); }
+        if (e->red_recv != NULL) { free(e->red_recv[u]); }
+    }
+    free(e->full_params); free(e->shard_params); free(e->full_grads); free(e->shard_grads);
+    free(e->m); free(e->v);
+    free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv);
+    for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
+    free(e->segs); free(e->host_grads); free(e->host_master);
+    free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
+    if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
+    zero_schedule_free(&e->sched);
+    zero_plan_free(&e->plan);
+    zero_comm_free(&e->comm);
+    free(e);
+}
+
+// ----------------------------------------------------------------------------
+// whole-model access for checkpoints
+
+// Copies the full unpadded parameters (unit order) to `out` on rank 0 (out may be NULL
+// elsewhere). Stage 3 gathers unit by unit through a temporary buffer.
+static int zero_host_gather(void* impl, float* out) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroPlan* p = &e->plan;
+    size_t dst = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        ZeroUnit* pu = &p->units[u];
+        const float* src = NULL;
+        float* tmp = NULL;
+        if (e->stage < 3) {
+            src = e->full_params + pu->full_offset;
+        } else {
+            tmp = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
+            if (tmp == NULL) { return -1; }
+            if (zero_param_shard_get(e, u, tmp + (size_t)e->rank * pu->shard) != 0 ||
+                zero_allgather(&e->comm, tmp, pu->shard, NULL) != 0) {
+                zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded);
+                return -1;
+            }
+            src = tmp;
+        }
+        if (e->rank == 0) { memcpy(out + dst, src, pu->numel * sizeof(float)); }
+        dst += pu->numel;
+        zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded);
+    }
+    return 0;
+}
+
+// bytes of this rank's state after its header: the parameters it owns and m, v
+static size_t zero_host_state_bytes(const ZeroHost* e) {
+    size_t params = e->stage == 0 ? e->plan.padded_total : e->plan.shard_total;
+    return (params + 2 * e->opt_elems) * sizeof(float);
+}
+
+// This rank's part of a checkpoint (zero3/checkpoint.h): the section header ("host"), then
+// the fp32 parameters it owns (stage 0: the whole padded model; stages 1-3: its shard of
+// every unit, in shard-buffer order), then AdamW's m and v (opt_elems each).
+static int zero_host_save(void* impl, FILE* fp) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroPlan* p = &e->plan;
+    ZeroStateHeader h = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
+    if (zero_state_write_header(fp, &h) != 0) { return -1; }
+    int ok = 1;
+    if (e->stage == 0) {
+        ok = fwrite(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
+    } else {
+        float* tmp = (float*)malloc(p->shard_total * sizeof(float));
+        ok = tmp != NULL && zero_shards_copy_out(e, tmp) == 0 && fwrite(tmp, sizeof(float), p->shard_total, fp) == p->shard_total;
+        free(tmp);
+    }
+    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments come from the swap file
+        float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
+        if (tmp == NULL) { return zero_error("zero: out of memory"); }
+        for (int r = NVME_M; r <= NVME_V && ok; r++) {
+            ok = zero_nvme_copy(e, r, tmp, 0) == 0 && fwrite(tmp, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        }
+        free(tmp);
+        return ok ? 0 : zero_error("zero: writing the optimizer state failed: %s", strerror(errno));
+    }
+    ok = ok && fwrite(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    ok = ok && fwrite(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    return ok ? 0 : zero_error("zero: writing the optimizer state failed: %s", strerror(errno));
+}
+
+// reads what zero_host_save wrote into an engine of the same partition; stages 1-2 then
+// all-gather the parameters, stage 3 refreshes its persistent units
+static int zero_host_load(void* impl, FILE* fp) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroPlan* p = &e->plan;
+    ZeroStateHeader want = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
+    if (zero_state_read_header(fp, &want) != 0) { return -1; }
+    int ok = 1;
+    if (e->stage == 0) {
+        ok = fread(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
+    } else {
+        float* tmp = (float*)malloc(p->shard_total * sizeof(float));
+        ok = tmp != NULL && fread(tmp, sizeof(float), p->shard_total, fp) == p->shard_total;
+        for (int u = 0; u < p->num_units && ok; u++) { ok = zero_param_shard_put(e, u, tmp + p->units[u].shard_offset) == 0; }
+        free(tmp);
+    }
+    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments go to the swap file, the master too
+        float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
+        if (tmp == NULL) { return zero_error("zero: out of memory"); }
+        for (int r = NVME_M; r <= NVME_V && ok; r++) {
+            ok = fread(tmp, sizeof(float), e->opt_elems, fp) == e->opt_elems && zero_nvme_copy(e, r, tmp, 1) == 0;
+        }
+        ok = ok && zero_shards_copy_out(e, tmp) == 0 && zero_nvme_copy(e, NVME_P, tmp, 1) == 0;
+        free(tmp);
+    } else {
+        ok = ok && fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    }
+    if (!ok) { return zero_error("zero: the optimizer state is truncated or the swap file failed"); }
+    if (e->host_master != NULL && zero_shards_copy_out(e, e->host_master) != 0) { return -1; }
+    if (e->stage == 1 || e->stage == 2) {
+        for (int u = 0; u < p->num_units; u++) {
+            if (zero_allgather(&e->comm, e->full_params + p->units[u].full_offset, p->units[u].shard, NULL) != 0) { return -1; }
+        }
+    } else if (e->stage == 3) {
+        if (zero_refresh_persistent(e) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the interface
+
+static int zero_host_flush(void* impl) { (void)impl; return 0; }  // the host engine's step is done when it returns
+
+static int zero_host_stats(void* impl, ZeroStats* s) {
+    ZeroHost* e = (ZeroHost*)impl;
+    s->norm = e->norm;
+    s->wait_ms = e->comm.wait_ms;
+    memcpy(s->comm_bytes, e->comm.bytes, sizeof(s->comm_bytes));
+    memcpy(s->moved, e->moved, sizeof(s->moved));
+    s->update_ms = e->update_ms;
+    memcpy(s->mem, e->mem.peak, sizeof(s->mem));
+    s->mem_peak = e->mem.total_peak;
+    s->nvme_bytes = e->mem.nvme_bytes;
+    s->padded_total = e->plan.padded_total;
+    return 0;
+}
+
+static const ZeroOps zero_host_ops = {
+    "host", zero_host_begin, zero_host_fetch, zero_host_release, zero_host_grad, zero_host_reduce, zero_host_end,
+    zero_host_step, zero_host_flush, zero_host_stats, zero_host_save, zero_host_load, zero_host_gather, zero_host_free,
+};
+
+// A host engine behind z (see ZeroInit). On failure nothing is left allocated.
+static int zero_host_create(Zero* z, const ZeroInit* in) {
+    return zero_create(z, &zero_host_ops, calloc(1, sizeof(ZeroHost)), zero_host_init, in);
+}
+
+#endif // ZERO3_HOST_H

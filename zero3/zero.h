@@ -1,0 +1,162 @@
+/*
+ The ZeRO engine's interface: what a trainer sees of any engine. Three engines stand
+ behind it, chosen at start-up, and the trainer calls them all the same way:
+
+   host     zero3/host.h      the model states in host memory, collectives over MPI: the
+                              CPU trainer's engine, every stage and offload (cpu, NVMe)
+   device   zero3/device.cuh  the model states on the GPU, collectives over NCCL on their
+                              own stream: the GPU trainer's fast path
+   staged   zero3/staged.cuh  the host engine behind a GPU: the GPU computes on copies that
+                              the hooks upload and download (NVMe and parameter offload,
+                              ranks sharing one GPU)
+
+ The model is made of *units* (for GPT-2: the embedding, each block, the final
+ layernorm), each one contiguous buffer, the granularity of every gather and reduction.
+ A pass walks the units in the order of a use schedule registered at init (ZeroModel):
+
+   zero_begin(pass, last_micro)   a training micro-step (forward then backward) or a forward
+   zero_fetch(u)                  the unit's full parameters (stage 3: gathered, prefetch started)
+   zero_release(u)                done with them for now
+   zero_grad(u)                   the unit's full gradient buffer to accumulate into (backward)
+   zero_reduce(u)                 the unit's gradient is complete for this micro-step
+   zero_end()
+ and once per optimizer step zero_step(). The four calls in the middle are the hooks the
+ forward and backward make per unit; the schedule they follow is zero3/schedule.h.
+
+ Parameters and gradients reach the model as void*: float on the host engine, the GPU's
+ compute type (floatX, zero3/cuda_util.cuh) on the other two.
+
+ Errors: every call returns 0, or -1 with zero_errmsg() naming the problem; the engine is
+ then in an undefined state and the caller stops (a failed collective has left the ranks
+ out of step). Nothing here exits.
+*/
+#ifndef ZERO3_ZERO_H
+#define ZERO3_ZERO_H
+
+#include <stdio.h>          // FILE: checkpoints
+#include <stddef.h>         // size_t
+#include <stdint.h>         // uint64_t
+#include <string.h>         // memset
+#include <mpi.h>            // MPI_Comm: the ranks an engine partitions over
+#include "zero3/util.h"     // zero_error
+#include "zero3/config.h"   // ZeroConfig
+#include "zero3/comm.h"     // ZERO_NUM_COLLECTIVES: the collectives the byte counters tell apart
+
+// the two use schedules a model registers
+enum { ZERO_PASS_TRAIN, ZERO_PASS_FORWARD, ZERO_NUM_PASSES };
+
+// A tensor as the optimizer sees it: a range of a unit, with or without weight decay.
+typedef struct { int unit; size_t offset, size; int decay; } ZeroTensor;
+
+// What an engine is built for: the units' sizes, the tensors (weight decay is per tensor),
+// and for each pass the units in the order the model uses them (a unit may appear more
+// than once: GPT-2's embedding is used by the encoder and again by the classifier).
+typedef struct {
+    int num_units;
+    const size_t* unit_numel;           // (num_units) elements of each unit
+    int num_tensors;
+    const ZeroTensor* tensors;          // (num_tensors)
+    const int* uses[ZERO_NUM_PASSES];   // (num_uses[pass]) the unit of each use
+    int num_uses[ZERO_NUM_PASSES];
+} ZeroModel;
+
+// How an engine starts.
+typedef struct {
+    const ZeroConfig* cfg;   // stage, the DeepSpeed knobs, offload (validated)
+    const ZeroModel* model;
+    const float* params;     // (sum of unit_numel) fp32, unit order: read on rank 0 only and
+                             // broadcast, so every rank starts identical
+    float beta1, beta2, eps; // AdamW
+    MPI_Comm comm;           // the ranks to partition over
+    int dpu;                 // device engine: ZeRO-Offload's delayed parameter update (--dpu)
+    int threads;             // device engine: the CPU Adam's OpenMP threads; 0: OpenMP's default
+    void* stream;            // device and staged engines: the model's cudaStream_t, their work ordered after it
+} ZeroInit;
+
+// One optimizer step: AdamW at 1-based step t after clipping the global norm of the mean
+// gradient at grad_clip (0: off); seed: the device engine's stochastic rounding to bf16.
+typedef struct { float lr, weight_decay, grad_clip; int t; uint64_t seed; } ZeroStep;
+
+// bytes moved between the tiers
+enum { ZERO_MOVE_D2H, ZERO_MOVE_H2D, ZERO_MOVE_NVME_READ, ZERO_MOVE_NVME_WRITE, ZERO_NUM_MOVES };
+// memory by kind: where the computation runs (the GPU, or host memory for the host engine),
+// then the same kinds in host memory (offload)
+enum { ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIMIZER, ZERO_MEM_BUFFERS,
+       ZERO_MEM_HOST_PARAMS, ZERO_MEM_HOST_GRADS, ZERO_MEM_HOST_OPTIMIZER, ZERO_MEM_HOST_BUFFERS, ZERO_MEM_KINDS };
+
+// What an engine reports, all cumulative since init except the norm. Read between steps.
+typedef struct {
+    float norm;                               // the last step's gradient norm, before clipping
+    double wait_ms;                           // time spent waiting on communication
+    double comm_bytes[ZERO_NUM_COLLECTIVES];  // bytes this rank sent, as a ring algorithm sends them
+    double moved[ZERO_NUM_MOVES];             // bytes between device, host and NVMe
+    double update_ms;                         // the AdamW update's time, wherever it runs
+    double mem[ZERO_MEM_KINDS];               // peak bytes of each kind
+    double mem_peak;                          // the peak of the compute-side kinds together
+    double nvme_bytes;                        // the swap file
+    size_t padded_total;                      // elements of the model with each unit padded
+} ZeroStats;
+
+// An engine: the calls above, on its own state (impl).
+typedef struct {
+    const char* name;  // the layout of its state: "host" (the host engine, staged or not) or "device"
+    int (*begin)(void* impl, int pass, int last_micro);
+    int (*fetch)(void* impl, int unit, void** params);
+    int (*release)(void* impl, int unit);
+    int (*grad)(void* impl, int unit, void** grad);
+    int (*reduce)(void* impl, int unit);
+    int (*end)(void* impl);
+    int (*step)(void* impl, const ZeroStep* step);
+    int (*flush)(void* impl);                    // work still running for an earlier step (--dpu's update) is applied
+    int (*stats)(void* impl, ZeroStats* out);    // may wait for the GPU: between steps
+    int (*save)(void* impl, FILE* fp);           // this rank's state (zero3/checkpoint.h)
+    int (*load)(void* impl, FILE* fp);
+    int (*gather)(void* impl, float* out);       // the fp32 master of the whole model (unpadded, unit
+                                                 // order) to out on rank 0; out may be NULL elsewhere
+    void (*free)(void* impl);
+} ZeroOps;
+
+typedef struct {
+    const ZeroOps* ops;
+    void* impl;
+} Zero;
+
+static inline int zero_begin(Zero* z, int pass, int last_micro) { return z->ops->begin(z->impl, pass, last_micro); }
+static inline int zero_fetch(Zero* z, int unit, void** params) { return z->ops->fetch(z->impl, unit, params); }
+static inline int zero_release(Zero* z, int unit) { return z->ops->release(z->impl, unit); }
+static inline int zero_grad(Zero* z, int unit, void** grad) { return z->ops->grad(z->impl, unit, grad); }
+static inline int zero_reduce(Zero* z, int unit) { return z->ops->reduce(z->impl, unit); }
+static inline int zero_end(Zero* z) { return z->ops->end(z->impl); }
+static inline int zero_step(Zero* z, const ZeroStep* step) { return z->ops->step(z->impl, step); }
+static inline int zero_flush(Zero* z) { return z->ops->flush(z->impl); }
+static inline int zero_stats(Zero* z, ZeroStats* out) {
+    memset(out, 0, sizeof(*out));
+    return z->ops->stats(z->impl, out);
+}
+static inline int zero_save(Zero* z, FILE* fp) { return z->ops->save(z->impl, fp); }
+static inline int zero_load(Zero* z, FILE* fp) { return z->ops->load(z->impl, fp); }
+static inline int zero_gather(Zero* z, float* out) { return z->ops->gather(z->impl, out); }
+static inline const char* zero_name(const Zero* z) { return z->ops->name; }
+
+// Builds an engine behind z: init (the engine's) on impl, a zeroed allocation of the
+// engine's state; on failure the engine's free undoes what init did and z stays zeroed.
+static inline int zero_create(Zero* z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),
+                              const ZeroInit* in) {
+    memset(z, 0, sizeof(*z));
+    if (impl == NULL) { return zero_error("zero: out of memory for the %s engine", ops->name); }
+    if (init(impl, in) != 0) {
+        ops->free(impl);
+        return -1;
+    }
+    z->ops = ops;
+    z->impl = impl;
+    return 0;
+}
+
+// frees the engine (harmless on a zeroed Zero, or twice)
+static inline void zero_free(Zero* z) {
+    if (z->ops != NULL && z->impl != NULL) { z->ops->free(z->impl); }
+    memset(z, 0, sizeof(*z));
+}
+
+#endif // ZERO3_ZERO_H
