@@ -22,7 +22,6 @@
 
 #include <stdio.h>            // printf, fprintf, snprintf
 #include <stdlib.h>           // exit, malloc
-#include <time.h>             // clock_gettime
 #include <string.h>           // strstr, memset
 #include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
 #include <unistd.h>           // access, sysconf: cores per node
@@ -38,8 +37,8 @@
 #include "llmc/schedulers.h"  // LRScheduler
 #include "llmc/checkpoint.h"  // checkpoint_save, checkpoint_load, checkpoint_latest
 #include "llmc/activations.h" // the GPU trainer's activations, for --estimate
-#include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe
-#include "zero3/zero.h"       // Zero: the engine's interface
+#include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe, zero_hash_bytes
+#include "zero3/zero.h"       // Zero: the engine's interface; zero_now_ms (zero3/util.h)
 #include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
 
 static void mpi_check(int rc, const char* file, int line) {
@@ -81,12 +80,6 @@ static inline void grads_reduce(Zero* z, int u) { zeroCheck(zero_reduce(z, u)); 
 static void trainer_fail(int rank) {
     fprintf(stderr, "error: rank %d: %s\n", rank, llmc_errmsg());
     MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 // errors found before training starts, the same on every rank: print once, stop all
@@ -213,13 +206,6 @@ static long trainer_total_batch(const TrainConfig* tc, int rank, int world) {
     return tokens_per_micro;
 }
 
-// FNV-1a over bytes, chained: for the check that every rank runs the same thing
-static uint64_t hash_bytes(uint64_t h, const void* data, size_t n) {
-    const unsigned char* p = (const unsigned char*)data;
-    for (size_t i = 0; i < n; i++) { h = (h ^ p[i]) * 0x100000001B3ull; }
-    return h;
-}
-
 // Every rank must run the same configuration and model, or the collectives would
 // pair up wrong. Each rank hashes what must agree; all compare with rank 0's and each
 // that differs says what differs.
@@ -228,25 +214,25 @@ static void trainer_check_ranks(const Trainer* t) {
     uint64_t h[3];
     h[0] = zero_config_hash(&tc->zero);
     uint64_t x = 0xcbf29ce484222325ull;
-    x = hash_bytes(x, &tc->B, sizeof(tc->B));
-    x = hash_bytes(x, &tc->T, sizeof(tc->T));
-    x = hash_bytes(x, &t->total_batch, sizeof(t->total_batch));
-    x = hash_bytes(x, &tc->lr, sizeof(tc->lr));
-    x = hash_bytes(x, &tc->weight_decay, sizeof(tc->weight_decay));
-    x = hash_bytes(x, &tc->grad_clip, sizeof(tc->grad_clip));
-    x = hash_bytes(x, &tc->seed, sizeof(tc->seed));
-    x = hash_bytes(x, &tc->max_steps, sizeof(tc->max_steps));
-    x = hash_bytes(x, &tc->overfit_single_batch, sizeof(tc->overfit_single_batch));
-    x = hash_bytes(x, &tc->shuffle, sizeof(tc->shuffle));
-    x = hash_bytes(x, &tc->val_every, sizeof(tc->val_every));
-    x = hash_bytes(x, &tc->sample_every, sizeof(tc->sample_every));
-    x = hash_bytes(x, &tc->checkpoint_every, sizeof(tc->checkpoint_every));
+    x = zero_hash_bytes(x, &tc->B, sizeof(tc->B));
+    x = zero_hash_bytes(x, &tc->T, sizeof(tc->T));
+    x = zero_hash_bytes(x, &t->total_batch, sizeof(t->total_batch));
+    x = zero_hash_bytes(x, &tc->lr, sizeof(tc->lr));
+    x = zero_hash_bytes(x, &tc->weight_decay, sizeof(tc->weight_decay));
+    x = zero_hash_bytes(x, &tc->grad_clip, sizeof(tc->grad_clip));
+    x = zero_hash_bytes(x, &tc->seed, sizeof(tc->seed));
+    x = zero_hash_bytes(x, &tc->max_steps, sizeof(tc->max_steps));
+    x = zero_hash_bytes(x, &tc->overfit_single_batch, sizeof(tc->overfit_single_batch));
+    x = zero_hash_bytes(x, &tc->shuffle, sizeof(tc->shuffle));
+    x = zero_hash_bytes(x, &tc->val_every, sizeof(tc->val_every));
+    x = zero_hash_bytes(x, &tc->sample_every, sizeof(tc->sample_every));
+    x = zero_hash_bytes(x, &tc->checkpoint_every, sizeof(tc->checkpoint_every));
     // the GPU trainer's: a rank on another backend or with a delayed update would issue
     // other collectives
-    x = hash_bytes(x, tc->zero_backend, strlen(tc->zero_backend));
-    x = hash_bytes(x, &tc->dpu, sizeof(tc->dpu));
+    x = zero_hash_bytes(x, tc->zero_backend, strlen(tc->zero_backend));
+    x = zero_hash_bytes(x, &tc->dpu, sizeof(tc->dpu));
     h[1] = x;
-    h[2] = hash_bytes(0xcbf29ce484222325ull, &t->config, sizeof(t->config));
+    h[2] = zero_hash_bytes(0xcbf29ce484222325ull, &t->config, sizeof(t->config));
     uint64_t h0[3] = {h[0], h[1], h[2]};
     mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
     static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
@@ -782,7 +768,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         if (m->range_push != NULL) { m->range_push("step"); }
         ZeroStats before;
         zeroCheck(zero_stats(m->zero, &before));
-        double t0 = now_ms();
+        double t0 = zero_now_ms();
         for (int micro = 0; micro < t->grad_accum; micro++) {
             if (!tc->overfit_single_batch || !have_batch) {
                 llmcCheck(dataloader_next_batch(&t->train));
@@ -796,7 +782,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         zeroCheck(zero_step(m->zero, &zs));
         if (m->range_pop != NULL) { m->range_pop(); }
         float loss = allreduce_mean((float)(m->train_loss(m->self) / t->grad_accum), world);
-        double ms = now_ms() - t0;
+        double ms = zero_now_ms() - t0;
         ZeroStats after;
         zeroCheck(zero_stats(m->zero, &after));
         double wait = after.wait_ms - before.wait_ms;
