@@ -86,11 +86,13 @@ build/test_comm_mpi_chunk: test/unit/test_comm_mpi.c zero3/comm.h zero3/util.h |
 
 # The CUDA code on the CPU (test/emu's runtime, cuBLAS and NCCL stand-ins): copies under
 # build/emu with each kernel launch `k<<<cfg>>>(args)` rewritten to `emu_launch(k, cfg)(args)`
-# and each `extern __shared__ T name[];` to EMU_DYNAMIC_SMEM(T, name), built with g++.
+# each `extern __shared__ T name[];` to EMU_DYNAMIC_SMEM(T, name), and each `__shared__ T
+# name[...];` registered (emu_shared_register: poisoned before every block), built with g++.
 MPICXX   ?= mpicxx
 CXX      ?= g++
 EMU_SED   = sed -E -e 's/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/' \
-                   -e 's/extern __shared__ ([A-Za-z_0-9]+) ([A-Za-z_0-9]+)\[\];/EMU_DYNAMIC_SMEM(\1, \2);/'
+                   -e 's/extern __shared__ ([A-Za-z_0-9]+) ([A-Za-z_0-9]+)\[\];/EMU_DYNAMIC_SMEM(\1, \2);/' \
+                   -e 's/^(\s*__shared__ [A-Za-z_0-9]+ ([A-Za-z_0-9]+)(\[[^;]*\])*;)/\1 static int emu_shared_\2 __attribute__((unused)) = emu_shared_register(\&\2, sizeof(\2));/'
 EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) test/gpu/test_kernels_gpu.cu \
                                      test/gpu/test_kernels2_gpu.cu train_gpt2_zero3.cu)
 EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*.cuh test/emu/*/*.h test/emu/cub/device/*.cuh) $(LLMC_HEADERS)
@@ -98,14 +100,23 @@ build/emu/%: % | build
 	@mkdir -p $(dir $@)
 	$(EMU_SED) $< > $@
 	@! grep -n '<<<\|extern __shared__' $@ || { echo "left unrewritten in $@"; rm -f $@; exit 1; }
-EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-unknown-pragmas -fopenmp -D_GNU_SOURCE -DLLMC_EMU
+# Every load and store calls test/emu/emu_device.h's __asan_*_noabort callbacks (the kernel
+# address sanitizer's call-based instrumentation, with no sanitizer runtime): how the race
+# checker sees which memory a kernel touches, and host code that touches device memory.
+EMU_TRACK = -DEMU_TRACK -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 --param asan-stack=0 \
+            --param asan-globals=0 --param asan-use-after-return=0
+EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-unknown-pragmas -fopenmp -D_GNU_SOURCE -DLLMC_EMU \
+            $(EMU_TRACK)
 
-# the device engine, with AddressSanitizer (an offset off by one in a shard copy reads or
-# writes outside a buffer); its AdamW launchers computed directly (test/emu/adamw_host.cuh,
-# included by the test in place of zero3/adamw.cuh)
+# the device engine (an offset off by one in a shard copy runs into the unmapped page after
+# its allocation, or into the checker); its AdamW launchers computed directly
+# (test/emu/adamw_host.cuh, included by the test in place of zero3/adamw.cuh)
 build/test_device_emu: test/emu/test_device_emu.cc $(EMU_DEPS) | build
-	$(MPICXX) -O1 -g -fsanitize=address -fno-omit-frame-pointer $(EMU_FLAGS) -DENABLE_FP32 \
+	$(MPICXX) -O1 -g -fno-omit-frame-pointer $(EMU_FLAGS) -DENABLE_FP32 \
 	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+# the emulated NCCL's own test (bf16 rounded per hop of the ring)
+build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build
+	$(MPICXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 # the kernels' GPU tests, fp32 and bf16 (the second without its cuBLASLt matmul tests)
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
 # (a whole program from one rewritten .cu: fp32 when the target's name says so)
@@ -125,7 +136,7 @@ build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | 
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
-MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu
+MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_nccl_emu
 
 test: deps
 	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32

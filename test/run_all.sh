@@ -54,12 +54,18 @@ run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
 run_suite "device engine (CPU)"   bash test/emu/test_device_emu.sh
 # the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16
+# (each under the out-of-order scheduler and the race checker, on two seeds: test/emu/emu_device.h)
 for t in build/test_kernels_emu_fp32 build/test_kernels_emu build/test_kernels2_emu_fp32 build/test_kernels2_emu; do
-    run_suite "$(basename "$t") (kernels emulated on the CPU)" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t"
+    for seed in 1 2; do
+        run_suite "$(basename "$t") (kernels emulated on the CPU, seed $seed)" \
+            env EMU_SEED=$seed OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t"
+    done
 done
-# the GPU trainer's end-to-end suite (make test-gpu's), the CUDA code emulated on the CPU
-run_suite "GPU trainer (emulated on the CPU)" env GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
+# the GPU trainer's end-to-end suite (make test-gpu's), the CUDA code emulated on the CPU (seed
+# 1), and the trainer at every stage, offload, --dpu and resume on seeds 2 and 3
+run_suite "GPU trainer (emulated on the CPU)" env EMU_SEED=1 GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
     bash test/gpu/test_gpu_trainer.sh
+run_suite "GPU trainer under other schedules" bash test/emu/test_trainer_seeds.sh
 if command -v "${NVCC:-nvcc}" > /dev/null; then
     run_suite "CUDA kernels compile" bash test/gpu/test_cuda_build.sh
 else

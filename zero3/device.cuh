@@ -209,7 +209,10 @@ static int zero_dev_wait(ZeroDev* d, cudaEvent_t ev) {
     cudaError_t q = cudaEventQuery(ev);
     if (q != cudaSuccess && q != cudaErrorNotReady) { return zero_cuda(q, "cudaEventQuery"); }
     int timed = q == cudaErrorNotReady;
-    if (timed) {  // ("not ready" is not left as the runtime's last error)
+    // the runtime keeps "not ready" as its last error: cleared here, or the launch check
+    // below would report it as the launch's failure
+    if (timed) { (void)cudaGetLastError(); }
+    if (timed) {
         zero_dev_wait_start_kernel<<<1, 1, 0, d->compute>>>(d->wait_clock);
         if (zero_cuda(cudaGetLastError(), "the wait clock") != 0) { return -1; }
     }

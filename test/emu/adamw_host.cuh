@@ -1,8 +1,9 @@
 /*
  A stand-in for zero3/adamw.cuh, for the emulated device engine (test/emu/test_device_emu.cc
  includes it first, so that device.cuh's own include of zero3/adamw.cuh finds its guard
- already defined and adds nothing). The same launchers, computed directly on the host
- with zero3/adamw.h's functions, because the real kernels' fixed 512 x 256-thread norm
+ already defined and adds nothing). The same launchers, queued on their stream as host work
+ (test/emu/cuda_runtime.h's emu_stream_work: ordered and race-checked like a kernel) that
+ computes with zero3/adamw.h's functions, because the real kernels' fixed 512 x 256-thread norm
  takes seconds per call as emulated fibers (they are tested, emulated, by
  build/test_kernels2_emu, and on a GPU by test/gpu/test_kernels2_gpu.cu). Sums of squares in
  double, rounded to float like the GPU's.
@@ -20,23 +21,27 @@ template <typename Tg>
 static inline int adamw_update_cuda(floatX* params, float* master, const Tg* grads, float* m, float* v,
                                     size_t n, float lr, float beta1, float beta2, float eps,
                                     float weight_decay, float grad_scale, int t, unsigned int,
-                                    cudaStream_t, size_t = 0, const float* scale_dev = NULL) {
-    if (scale_dev != NULL) { grad_scale = *scale_dev; }
-    float bc1 = (float)(1.0 - pow((double)beta1, t));
-    float bc2 = (float)(1.0 - pow((double)beta2, t));
-    for (size_t i = 0; i < n; i++) {
-        master[i] = adamw_param_step(master[i], to_float(grads[i]) * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
-                                     weight_decay, bc1, bc2);
-        if (params != NULL) { params[i] = master[i]; }
-    }
+                                    cudaStream_t s, size_t = 0, const float* scale_dev = NULL) {
+    emu_stream_work(s, "adamw_update_cuda (host stand-in)", [=]() {
+        float scale = scale_dev != NULL ? *scale_dev : grad_scale;
+        float bc1 = (float)(1.0 - pow((double)beta1, t));
+        float bc2 = (float)(1.0 - pow((double)beta2, t));
+        for (size_t i = 0; i < n; i++) {
+            master[i] = adamw_param_step(master[i], to_float(grads[i]) * scale, &m[i], &v[i], lr, beta1, beta2, eps,
+                                         weight_decay, bc1, bc2);
+            if (params != NULL) { params[i] = master[i]; }
+        }
+    });
     return 0;
 }
 
 template <typename Tg>
-static inline int global_norm_squared(float* out, float*, const Tg* grads, size_t n, cudaStream_t) {
-    double acc = 0.0;
-    for (size_t i = 0; i < n; i++) { acc += (double)to_float(grads[i]) * to_float(grads[i]); }
-    out[0] = (float)acc;
+static inline int global_norm_squared(float* out, float*, const Tg* grads, size_t n, cudaStream_t s) {
+    emu_stream_work(s, "global_norm_squared (host stand-in)", [=]() {
+        double acc = 0.0;
+        for (size_t i = 0; i < n; i++) { acc += (double)to_float(grads[i]) * to_float(grads[i]); }
+        out[0] = (float)acc;
+    });
     return 0;
 }
 

@@ -94,7 +94,8 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
                                             const void* A, cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb,
                                             const void* beta, const void* C, cublasLtMatrixLayout_t lc,
                                             void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*,
-                                            void*, size_t, cudaStream_t) {
+                                            void*, size_t, cudaStream_t stream,
+                                            const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     uint64_t m = ld->rows, n = ld->cols;
     uint64_t k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
     // the shapes must agree, as cuBLASLt checks them
@@ -108,18 +109,29 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
                e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     int has_aux = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if ((has_bias && d->bias == NULL) || (has_aux && (d->aux == NULL || d->aux_ld < (int64_t)m))) { return CUBLAS_STATUS_INVALID_VALUE; }
+    // queued on the stream with what it reads and writes; the descriptors are copied (the
+    // caller may destroy them at once), alpha and beta read now (host pointer mode)
     float al = *(const float*)alpha, be = *(const float*)beta;
-    std::vector<float> acc;
-    emu_cublas_product(d->ta, d->tb, (int)m, (int)n, (int)k, A, la->type, (int)la->ld, B, lb->type, (int)lb->ld, acc);
-    for (uint64_t j = 0; j < n; j++) {
-        for (uint64_t i = 0; i < m; i++) {
-            float v = al * acc[i + j * m] + (be != 0.0f ? be * emu_cublas_load(C, lc->type, i + j * (uint64_t)lc->ld) : 0.0f);
-            if (has_bias) { v += emu_cublas_load(d->bias, ld->type, i); }
-            if (has_aux) { emu_lt_store(d->aux, ld->type, i + j * (uint64_t)d->aux_ld, v); }
-            if (gelu) { v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
-            emu_lt_store(D, ld->type, i + j * (uint64_t)ld->ld, v);
+    EmuLtDesc dd = *d;
+    EmuLtLayout a_l = *la, b_l = *lb, c_l = *lc, d_l = *ld;
+    auto span = [](const EmuLtLayout& l) { return l.cols == 0 ? 0 : ((l.cols - 1) * (uint64_t)l.ld + l.rows) * (l.type == CUDA_R_32F ? 4 : 2); };
+    std::vector<EmuAccess> acc = {emu_range(A, span(a_l), 0), emu_range(B, span(b_l), 0), emu_range(D, span(d_l), 1)};
+    if (be != 0.0f) { acc.push_back(emu_range(C, span(c_l), 0)); }
+    if (has_bias) { acc.push_back(emu_range(d->bias, m * (ld->type == CUDA_R_32F ? 4 : 2), 0)); }
+    if (has_aux) { acc.push_back(emu_range(d->aux, ((n - 1) * (uint64_t)d->aux_ld + m) * (ld->type == CUDA_R_32F ? 4 : 2), 1)); }
+    emu_stream_declared(stream, "cublasLtMatmul", acc, [=]() {
+        std::vector<float> prod;
+        emu_cublas_product(dd.ta, dd.tb, (int)m, (int)n, (int)k, A, a_l.type, (int)a_l.ld, B, b_l.type, (int)b_l.ld, prod);
+        for (uint64_t j = 0; j < n; j++) {
+            for (uint64_t i = 0; i < m; i++) {
+                float v = al * prod[i + j * m] + (be != 0.0f ? be * emu_cublas_load(C, c_l.type, i + j * (uint64_t)c_l.ld) : 0.0f);
+                if (has_bias) { v += emu_cublas_load(dd.bias, d_l.type, i); }
+                if (has_aux) { emu_lt_store(dd.aux, d_l.type, i + j * (uint64_t)dd.aux_ld, v); }
+                if (gelu) { v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+                emu_lt_store(D, d_l.type, i + j * (uint64_t)d_l.ld, v);
+            }
         }
-    }
+    }, file, line);
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -1,6 +1,7 @@
 /*
  cublas_v2.h on the CPU (see cuda_runtime.h here): the handle and cublasGemmStridedBatchedEx
- as the attention's cuBLAS path calls it, fp32 or bf16 operands, fp32 products (OpenBLAS's
+ as the attention's cuBLAS path calls it, queued on the handle's stream with the ranges it
+ reads and writes declared to the race checker, fp32 or bf16 operands, fp32 products (OpenBLAS's
  sgemm on fp32 copies), in cuBLAS's column-major convention: C = alpha op(A) op(B) + beta C for each of `batch`
  matrices, op(X) = X or its transpose, element (i, j) of an ld-leading matrix at i + j*ld.
 */
@@ -51,26 +52,41 @@ static inline void emu_cublas_product(cublasOperation_t ta, cublasOperation_t tb
                 m, n, k, 1.0f, a, lda, b, ldb, 0.0f, acc.data(), m);
 }
 
-static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+// the bytes a column-major (rows, cols) operand with leading dimension ld spans, batch
+// matrices `stride` elements apart
+static inline size_t emu_cublas_span(size_t rows, size_t cols, size_t ld, long long stride, int batch, size_t es) {
+    if (rows == 0 || cols == 0 || batch == 0) { return 0; }
+    return ((size_t)(batch - 1) * (size_t)stride + (cols - 1) * ld + rows) * es;
+}
+
+// queued on the handle's stream; alpha and beta are read at the call (host pointer mode)
+static inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                                         int m, int n, int k, const void* alpha,
                                                         const void* A, cudaDataType at, int lda, long long sa,
                                                         const void* B, cudaDataType bt, int ldb, long long sb,
                                                         const void* beta, void* C, cudaDataType ct, int ldc, long long sc,
-                                                        int batch, cublasComputeType_t, cublasGemmAlgo_t) {
+                                                        int batch, cublasComputeType_t, cublasGemmAlgo_t,
+                                                        const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     float al = *(const float*)alpha, be = *(const float*)beta;
-    size_t es_a = at == CUDA_R_32F ? 4 : 2, es_b = bt == CUDA_R_32F ? 4 : 2;
-    std::vector<float> acc;
-    for (int b = 0; b < batch; b++) {
-        emu_cublas_product(ta, tb, m, n, k, (const char*)A + (size_t)b * sa * es_a, at, lda,
-                           (const char*)B + (size_t)b * sb * es_b, bt, ldb, acc);
-        for (int j = 0; j < n; j++) {
-            for (int i = 0; i < m; i++) {
-                size_t ci = (size_t)b * sc + (size_t)i + (size_t)j * ldc;
-                float out = al * acc[(size_t)i + (size_t)j * m] + (be != 0.0f ? be * emu_cublas_load(C, ct, ci) : 0.0f);  // beta 0: C is not read
-                if (ct == CUDA_R_32F) { ((float*)C)[ci] = out; } else { ((__nv_bfloat16*)C)[ci] = __nv_bfloat16(out); }
+    size_t es_a = at == CUDA_R_32F ? 4 : 2, es_b = bt == CUDA_R_32F ? 4 : 2, es_c = ct == CUDA_R_32F ? 4 : 2;
+    std::vector<EmuAccess> acc = {
+        emu_range(A, emu_cublas_span(ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, sa, batch, es_a), 0),
+        emu_range(B, emu_cublas_span(tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, sb, batch, es_b), 0),
+        emu_range(C, emu_cublas_span(m, n, ldc, sc, batch, es_c), 1)};
+    emu_stream_declared(h->stream, "cublasGemmStridedBatchedEx", acc, [=]() {
+        std::vector<float> prod;
+        for (int b = 0; b < batch; b++) {
+            emu_cublas_product(ta, tb, m, n, k, (const char*)A + (size_t)b * sa * es_a, at, lda,
+                               (const char*)B + (size_t)b * sb * es_b, bt, ldb, prod);
+            for (int j = 0; j < n; j++) {
+                for (int i = 0; i < m; i++) {
+                    size_t ci = (size_t)b * sc + (size_t)i + (size_t)j * ldc;
+                    float out = al * prod[(size_t)i + (size_t)j * m] + (be != 0.0f ? be * emu_cublas_load(C, ct, ci) : 0.0f);  // beta 0: C is not read
+                    if (ct == CUDA_R_32F) { ((float*)C)[ci] = out; } else { ((__nv_bfloat16*)C)[ci] = __nv_bfloat16(out); }
+                }
             }
         }
-    }
+    }, file, line);
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -1,26 +1,35 @@
 /*
  The CUDA runtime on the CPU, for running this project's CUDA code without a GPU: the
- kernels' tests (test/test_kernels*_gpu.cu as build/test_kernels*_emu), the GPU trainer
- (build/train_gpt2_zero3_emu{,_fp32}, which test/gpu/test_gpu_trainer.sh can run) and the
- device engine's own test (test/emu/test_device_emu.cc). Device memory is host memory; every
- call does its work at once, so streams and events order nothing (an event queried is
- "not ready" every other time, to no effect). Beside it here: cuda_bf16.h, cublas_v2.h,
- cublasLt.h, cub's radix sort, nvtx3 and nccl.h.
+ kernels' tests (test/gpu/test_kernels*_gpu.cu as build/test_kernels*_emu), the GPU trainer
+ (build/train_gpt2_zero3_emu{,_fp32}, which test/gpu/test_gpu_trainer.sh runs) and the
+ device engine's own test (test/emu/test_device_emu.cc). Beside it here: emu_device.h (the
+ memory, the streams as queues run out of order by a seeded scheduler, and the race
+ checker: read its top), cuda_bf16.h, cublas_v2.h, cublasLt.h, cub's radix sort, nvtx3 and
+ nccl.h.
 
  Kernels run through emu_launch: the Makefile rewrites each `k<<<grid, block, smem,
- stream>>>(args)` to `emu_launch(k, grid, block, smem, stream)(args)`. The blocks run one
- after another; a block's threads are fibers (see emu_switch) on this one OS thread, each run
- until it reaches a barrier: __syncthreads waits for the whole block, __syncwarp and the
- shuffles for the thread's warp. A barrier that some threads of its block (or warp) can
- never reach, because they returned or wait at another barrier, stops the test with a
- message: on a GPU that is undefined behaviour or a hang. __shared__ variables are
- static (one copy, shared by the block's fibers; blocks do not overlap), dynamic shared
- memory is a fresh buffer per block filled with NaN (0xff bytes), so a read of a word
- nothing wrote shows.
+ stream>>>(args)` to `emu_launch(k, grid, block, smem, stream)(args)`, which checks the
+ launch as the hardware does (grid.y and grid.z at most 65535, at most 1024 threads a block,
+ dynamic shared memory over 48 KB only after cudaFuncSetAttribute for that kernel, static
+ and dynamic shared memory together within the opt-in limit) and queues the kernel with its
+ arguments. A failed launch runs nothing and leaves its error for cudaGetLastError, as on a
+ GPU. When the kernel runs, its blocks run one after another; a block's threads are fibers
+ (see emu_switch) on this one OS thread, each run until it reaches a barrier:
+ __syncthreads waits for the whole block, __syncwarp and the shuffles for the thread's
+ warp. A barrier that some threads of its block (or warp) can never reach, because they
+ returned or wait at another barrier, stops the test with a message: on a GPU that is
+ undefined behaviour or a hang. __shared__ variables are statics, registered as they are
+ first reached and filled with 0xff bytes (NaN as floats) before every block, and dynamic
+ shared memory is a fresh 0xff-filled buffer per block: a read of a word nothing in the
+ block wrote shows.
 
- It finds indexing, partitioning and barrier mistakes, and checks the arithmetic against
- the CPU ops; it does not model memory ordering between threads beyond the barriers,
- warp-synchronous code without a barrier, timing, or anything of the hardware's.
+ cudaGetLastError returns and clears the last error any call returned (cudaErrorNotReady
+ from a query included, as the real runtime does); cudaPeekAtLastError keeps it. Copies
+ check their kind against where the pointers live.
+
+ It finds indexing, partitioning, barrier and stream-ordering mistakes, and checks the
+ arithmetic against the CPU ops; it does not model memory ordering between threads beyond
+ the barriers, warp-synchronous code without a barrier, timing, or the hardware's speed.
 */
 #ifndef EMU_CUDA_RUNTIME_H
 #define EMU_CUDA_RUNTIME_H
@@ -34,18 +43,21 @@
 #include <unistd.h>    // getpid: each process's "GPU" its own UUID
 #include <tuple>       // a launch's arguments, kept for every block
 #include <utility>     // std::apply
+#include <map>         // the shared memory each kernel opted into
+#include "emu_device.h"  // memory, streams, the race checker
 
 typedef enum {
-    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidResourceHandle = 400, cudaErrorNotReady = 600
 } cudaError_t;
 typedef enum {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
     cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4
 } cudaMemcpyKind;
-typedef struct EmuStream* cudaStream_t;   // never dereferenced: work is done at the call
+typedef struct EmuStream* cudaStream_t;   // NULL: the legacy default stream
 typedef struct EmuEvent* cudaEvent_t;
-struct EmuStream { int unused; };
-struct EmuEvent { int recorded; };
+struct EmuStream { int id; };
+struct EmuEvent { int recorded, stream; unsigned seq; EmuClock clock; };  // its most recent record
 #define cudaStreamNonBlocking 1
 #define cudaEventDisableTiming 2
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -70,6 +82,16 @@ extern dim3 blockIdx, threadIdx, blockDim, gridDim;  // defined once, by the tes
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+// each `__shared__ T name[...];` is followed (the Makefile's rewrite) by its registration,
+// run once: the launcher fills every registered variable with 0xff bytes before each block
+struct EmuSharedVar { void* p; size_t n; const void* kernel; };
+inline std::vector<EmuSharedVar> emu_shared_vars;
+inline const void* emu_kernel_running;  // the kernel whose blocks run now
+static inline int emu_shared_register(void* p, size_t n) {
+    emu_shared_vars.push_back(EmuSharedVar{p, n, emu_kernel_running});
+    memset(p, 0xff, n);
+    return 1;
+}
 // `extern __shared__ T name[];` is rewritten to EMU_DYNAMIC_SMEM(T, name): the block's buffer
 extern void* emu_dynamic_smem;
 #define EMU_DYNAMIC_SMEM(T, name) static T*& name = reinterpret_cast<T*&>(emu_dynamic_smem)
@@ -83,9 +105,10 @@ enum { EMU_RUN, EMU_AT_BLOCK, EMU_AT_WARP, EMU_DONE };
 
 // Switching fibers: ucontext's swapcontext makes a system call (the signal mask) at every
 // switch, which dominated the emulated trainer's time; on x86-64 outside AddressSanitizer
-// (which must see stack switches through swapcontext) a fiber switch is emu_switch below:
+// (which must see stack switches through swapcontext; the kernel-address callbacks of
+// EMU_TRACK need nothing of the kind) a fiber switch is emu_switch below:
 // save the callee-saved registers on the current stack, swap stack pointers, restore.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && (!defined(__SANITIZE_ADDRESS__) || defined(EMU_TRACK))
 #define EMU_FAST_SWITCH 1
 extern "C" void emu_switch(void** save_sp, void* load_sp);
 __asm__(".text\n"
@@ -109,20 +132,18 @@ struct EmuBlock {
     unsigned long long xchg[EMU_MAX_THREADS];  // the shuffles' exchange slots
 };
 extern EmuBlock emu_block;
-extern size_t emu_smem_optin;
-extern size_t emu_device_bytes;  // what cudaMalloc holds
 
 static inline void emu_fail(const char* what) {
     fprintf(stderr, "emulated CUDA: %s (block %u,%u, thread %u,%u)\n", what, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
     abort();
 }
 
-static inline void emu_set_thread(int t) {
+static EMU_NO_TRACK inline void emu_set_thread(int t) {
     threadIdx = dim3((unsigned)t % blockDim.x, ((unsigned)t / blockDim.x) % blockDim.y, (unsigned)t / (blockDim.x * blockDim.y));
 }
 
 // a fiber stops at a barrier and hands control back to the block's scheduler
-static inline void emu_wait(int state) {
+static EMU_NO_TRACK inline void emu_wait(int state) {
     EmuFiber* f = &emu_block.fibers[emu_block.cur];
     f->state = state;
 #ifdef EMU_FAST_SWITCH
@@ -132,14 +153,14 @@ static inline void emu_wait(int state) {
 #endif
 }
 
-static void emu_fiber_main(void) {
+static EMU_NO_TRACK void emu_fiber_main(void) {
     emu_block.body(emu_block.arg);
     emu_wait(EMU_DONE);  // never resumed
 }
 
 // runs one block: every fiber until it waits or ends, then releases the warps all of whose
 // threads wait at a warp barrier, or else the block when all of it waits at __syncthreads
-static inline void emu_run_block(int n, void (*body)(void*), void* arg) {
+static EMU_NO_TRACK inline void emu_run_block(int n, void (*body)(void*), void* arg) {
     EmuBlock* b = &emu_block;
     if (b->stacks == NULL) {
         b->stacks = (char*)mmap(NULL, (size_t)EMU_MAX_THREADS * EMU_STACK_BYTES, PROT_READ | PROT_WRITE,
@@ -208,10 +229,10 @@ static inline void emu_run_block(int n, void (*body)(void*), void* arg) {
     }
 }
 
-static inline void __syncthreads(void) { emu_wait(EMU_AT_BLOCK); }
-static inline void __syncwarp(unsigned = 0xffffffffu) { emu_wait(EMU_AT_WARP); }
+static EMU_NO_TRACK inline void __syncthreads(void) { emu_wait(EMU_AT_BLOCK); }
+static EMU_NO_TRACK inline void __syncwarp(unsigned = 0xffffffffu) { emu_wait(EMU_AT_WARP); }
 
-template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+template <typename T> static inline EMU_NO_TRACK T __shfl_xor_sync(unsigned, T v, int lane_mask) {
     static_assert(sizeof(T) <= 8, "shuffle of a type over 8 bytes");
     int t = emu_block.cur;
     memcpy(&emu_block.xchg[t], &v, sizeof(T));
@@ -231,123 +252,317 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
 
+// ----------------------------------------------------------------------------
+// errors: the last one any call returned, for cudaGetLastError
+
+inline cudaError_t emu_last_error = cudaSuccess;
+static inline cudaError_t emu_ret(cudaError_t e) {
+    if (e != cudaSuccess) { emu_last_error = e; }
+    return e;
+}
+static inline int emu_stream_id(cudaStream_t s) { return s == NULL ? 1 : s->id; }
+
+// ----------------------------------------------------------------------------
+// kernel launches
+
+inline std::map<const void*, size_t> emu_smem_optin;      // per kernel, from cudaFuncSetAttribute
+#define EMU_SMEM_DEFAULT (48 * 1024)
+#define EMU_SMEM_OPTIN_MAX (227 * 1024)
+
 // kernel<<<grid, block, smem, stream>>>(args) becomes emu_launch(kernel, grid, block, smem, stream)(args)
 template <typename... P> struct EmuLaunch {
     void (*kernel)(P...);
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
+    const char* file;
+    int line;
     template <typename... A> void operator()(A... args) const {
-        struct Bound { void (*k)(P...); std::tuple<P...> a; } bound{kernel, std::tuple<P...>(static_cast<P>(args)...)};
-        auto body = [](void* p) { Bound* bd = (Bound*)p; std::apply(bd->k, bd->a); };
-        if (smem > 48 * 1024 && smem > emu_smem_optin) { fprintf(stderr, "emulated CUDA: %zu bytes of dynamic shared memory without cudaFuncSetAttribute\n", smem); abort(); }
-        if ((size_t)block.x * block.y * block.z > EMU_MAX_THREADS) { fprintf(stderr, "emulated CUDA: a block of over %d threads\n", EMU_MAX_THREADS); abort(); }
-        gridDim = grid;
-        blockDim = block;
-        for (unsigned bz = 0; bz < grid.z; bz++) {
-            for (unsigned by = 0; by < grid.y; by++) {
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    blockIdx = dim3(bx, by, bz);
-                    void* sm = NULL;
-                    if (smem > 0) { sm = malloc(smem); memset(sm, 0xff, smem); }
-                    emu_dynamic_smem = sm;
-                    emu_run_block((int)(block.x * block.y * block.z), body, &bound);
-                    free(sm);
-                    emu_dynamic_smem = NULL;
+        // the hardware's limits: a launch outside them runs nothing and fails
+        size_t threads = (size_t)block.x * block.y * block.z;
+        auto it = emu_smem_optin.find((const void*)kernel);
+        size_t limit = it == emu_smem_optin.end() ? EMU_SMEM_DEFAULT : it->second;
+        size_t statics = 0;  // (known once the kernel has run: its variables register as reached)
+        for (const EmuSharedVar& v : emu_shared_vars) { statics += v.kernel == (const void*)kernel ? v.n : 0; }
+        if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535 ||
+            threads == 0 || threads > EMU_MAX_THREADS || block.z > 64) {
+            fprintf(stderr, "emulated CUDA: %s:%d: launch of grid (%u,%u,%u) block (%u,%u,%u) beyond the hardware's limits\n",
+                    file, line, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+            emu_ret(cudaErrorInvalidConfiguration);
+            return;
+        }
+        size_t total_limit = it == emu_smem_optin.end() ? EMU_SMEM_DEFAULT : EMU_SMEM_OPTIN_MAX;
+        if (smem > limit || statics + smem > total_limit) {
+            fprintf(stderr, "emulated CUDA: %s:%d: %zu bytes of dynamic shared memory (and %zu static), over the %zu this "
+                    "kernel %s\n", file, line, smem, statics, limit,
+                    it == emu_smem_optin.end() ? "may use without cudaFuncSetAttribute" : "opted into");
+            emu_ret(cudaErrorInvalidValue);
+            return;
+        }
+        struct Bound { void (*k)(P...); std::tuple<P...> a; dim3 grid, block; size_t smem, limit; const char* file; int line; };
+        Bound bound{kernel, std::tuple<P...>(static_cast<P>(args)...), grid, block, smem, limit, file, line};
+        EmuOp* op = emu_op_new(emu_stream_id(stream), "a kernel", file, line);
+        op->track = 1;
+        op->run = [bound](EmuOp*) {
+            auto body = [](void* p) { const Bound* bd = (const Bound*)p; std::apply(bd->k, bd->a); };
+            gridDim = bound.grid;
+            blockDim = bound.block;
+            emu_kernel_running = (const void*)bound.k;
+            for (unsigned bz = 0; bz < bound.grid.z; bz++) {
+                for (unsigned by = 0; by < bound.grid.y; by++) {
+                    for (unsigned bx = 0; bx < bound.grid.x; bx++) {
+                        blockIdx = dim3(bx, by, bz);
+                        void* sm = NULL;
+                        if (bound.smem > 0) { sm = malloc(bound.smem); memset(sm, 0xff, bound.smem); }
+                        for (const EmuSharedVar& v : emu_shared_vars) { memset(v.p, 0xff, v.n); }
+                        emu_dynamic_smem = sm;
+                        emu_run_block((int)(bound.block.x * bound.block.y * bound.block.z), body, (void*)&bound);
+                        free(sm);
+                        emu_dynamic_smem = NULL;
+                    }
                 }
             }
-        }
+        };
+        emu_op_push(op);
     }
 };
 template <typename... P>
-static inline EmuLaunch<P...> emu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem = 0, cudaStream_t = NULL) {
-    return EmuLaunch<P...>{kernel, grid, block, smem};
+static inline EmuLaunch<P...> emu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem = 0, cudaStream_t s = NULL,
+                                         const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return EmuLaunch<P...>{kernel, grid, block, smem, s, file, line};
+}
+
+// host work queued on a stream as if it were a kernel (its accesses recorded the same way):
+// for the tests' stand-ins of kernels and libraries
+template <typename F>
+static inline void emu_stream_work(cudaStream_t s, const char* what, F work, const char* file = __builtin_FILE(),
+                                   int line = __builtin_LINE()) {
+    EmuOp* op = emu_op_new(emu_stream_id(s), what, file, line);
+    op->track = 1;
+    op->run = [work](EmuOp*) { work(); };
+    emu_op_push(op);
+}
+// the same with its accesses declared, not recorded (the libraries' stand-ins, whose
+// arithmetic runs outside the instrumented code)
+template <typename F>
+static inline void emu_stream_declared(cudaStream_t s, const char* what, std::vector<EmuAccess> acc, F work,
+                                       const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    EmuOp* op = emu_op_new(emu_stream_id(s), what, file, line);
+    for (EmuAccess& a : acc) {
+        if (a.hi > a.lo && emu_where((const void*)a.lo) != 0) { op->acc.push_back(a); }
+    }
+    op->run = [work](EmuOp*) { work(); };
+    emu_op_push(op);
+}
+static inline EmuAccess emu_range(const void* p, size_t n, int write) {
+    return EmuAccess{(uintptr_t)p, (uintptr_t)p + n, write};
 }
 
 // ----------------------------------------------------------------------------
-// the runtime's calls
+// memory
 
-// allocations: poisoned (0xff bytes: NaN as floats) so that reading memory nothing wrote
-// shows; "device" ones are counted for cudaMemGetInfo (the size in a 16-byte header)
-static inline void* emu_alloc(size_t n) {
-    void* p = malloc(n > 0 ? n : 1);
-    if (p != NULL) { memset(p, 0xff, n); }
-    return p;
-}
 static inline cudaError_t cudaMalloc(void** p, size_t n) {
-    char* b = (char*)emu_alloc(n + 16);
-    if (b == NULL) { *p = NULL; return cudaErrorMemoryAllocation; }
-    memcpy(b, &n, sizeof(n));
-    emu_device_bytes += n;
-    *p = b + 16;
-    return cudaSuccess;
+    emu_tick();
+    *p = emu_alloc(n, EMU_MEM_DEVICE);
+    return *p != NULL ? cudaSuccess : emu_ret(cudaErrorMemoryAllocation);
 }
 template <typename T> static inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc((void**)p, n); }
-static inline cudaError_t cudaMallocHost(void** p, size_t n) { *p = emu_alloc(n); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+static inline cudaError_t cudaMallocHost(void** p, size_t n) {
+    emu_tick();
+    *p = emu_alloc(n, EMU_MEM_PINNED);
+    return *p != NULL ? cudaSuccess : emu_ret(cudaErrorMemoryAllocation);
+}
 template <typename T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
+// cudaFree and cudaFreeHost wait for the whole device first, as they do on a GPU
 static inline cudaError_t cudaFree(void* p) {
     if (p == NULL) { return cudaSuccess; }
-    char* b = (char*)p - 16;
-    size_t n;
-    memcpy(&n, b, sizeof(n));
-    emu_device_bytes -= n;
-    free(b);
-    return cudaSuccess;
+    emu_device_sync("cudaFree");
+    return emu_free(p, EMU_MEM_DEVICE) == 0 ? cudaSuccess : emu_ret(cudaErrorInvalidValue);
+}
+static inline cudaError_t cudaFreeHost(void* p) {
+    if (p == NULL) { return cudaSuccess; }
+    emu_device_sync("cudaFreeHost");
+    return emu_free(p, EMU_MEM_PINNED) == 0 ? cudaSuccess : emu_ret(cudaErrorInvalidValue);
 }
 template <typename T> static inline cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t) { return cudaMalloc((void**)p, n); }
-static inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
-static inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
-static inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) { memmove(dst, src, n); return cudaSuccess; }
-static inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind k, cudaStream_t = NULL) { return cudaMemcpy(dst, src, n, k); }
-static inline cudaError_t cudaMemset(void* p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
-static inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = NULL) { memset(p, v, n); return cudaSuccess; }
-
-static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new EmuStream(); return cudaSuccess; }
-static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
-static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = new EmuEvent(); return cudaSuccess; }
-static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = NULL) { e->recorded = 1; return cudaSuccess; }
-// "not ready" every other time, so that both ways through zero_dev_wait run (the work is
-// done either way)
-static inline cudaError_t cudaEventQuery(cudaEvent_t) {
-    static int calls = 0;
-    return (calls++ % 2) ? cudaErrorNotReady : cudaSuccess;
+// stream-ordered: the memory goes once the stream has reached the free
+static inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    if (p == NULL) { return cudaSuccess; }
+    EmuOp* op = emu_op_new(emu_stream_id(s), "cudaFreeAsync", file, line);
+    op->acc.push_back(emu_range(p, 1, 1));  // a write: nothing may still use it
+    op->run = [p](EmuOp*) { emu_free(p, EMU_MEM_DEVICE); };
+    emu_op_push(op);
+    return cudaSuccess;
 }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+
+// the kind must say where the pointers live (pinned and pageable are both "host")
+static inline int emu_kind_ok(const void* dst, const void* src, cudaMemcpyKind k) {
+    int wd = emu_where(dst), ws = emu_where(src);
+    if (wd < 0 || ws < 0) { return 0; }  // freed or inside no allocation of the arena
+    int dd = wd == EMU_MEM_DEVICE, sd = ws == EMU_MEM_DEVICE;
+    switch (k) {
+    case cudaMemcpyHostToHost: return !dd && !sd;
+    case cudaMemcpyHostToDevice: return dd && !sd;
+    case cudaMemcpyDeviceToHost: return !dd && sd;
+    case cudaMemcpyDeviceToDevice: return dd && sd;
+    case cudaMemcpyDefault: return 1;
+    }
+    return 0;
+}
+
+static inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s = NULL,
+                                          const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    if (!emu_kind_ok(dst, src, k)) {
+        fprintf(stderr, "emulated CUDA: %s:%d: cudaMemcpy kind %d does not match where its pointers live\n", file, line, (int)k);
+        return emu_ret(cudaErrorInvalidValue);
+    }
+    if (n == 0) { return cudaSuccess; }
+    emu_find_range(dst, n, "cudaMemcpy's destination");
+    emu_find_range(src, n, "cudaMemcpy's source");
+    int wd = emu_where(dst), ws = emu_where(src);
+    EmuOp* op = emu_op_new(emu_stream_id(s), "cudaMemcpy", file, line);
+    if (ws != 0) { op->acc.push_back(emu_range(src, n, 0)); }
+    if (wd != 0) { op->acc.push_back(emu_range(dst, n, 1)); }
+    std::vector<char>* staged = NULL;
+    if (ws == 0) {  // from pageable memory: staged at the call, as the driver does
+        staged = new std::vector<char>((const char*)src, (const char*)src + n);
+        src = staged->data();
+    } else if (ws == EMU_MEM_PINNED) {  // from pinned memory: read when the copy runs
+        op->src_lo = (uintptr_t)src; op->src_hi = (uintptr_t)src + n;
+        op->src_sum = emu_checksum(op->src_lo, op->src_hi);
+    }
+    if (wd == EMU_MEM_PINNED) {  // into pinned memory: poisoned until the copy runs
+        memset(dst, 0xff, n);
+        op->dst_lo = (uintptr_t)dst; op->dst_hi = (uintptr_t)dst + n;
+    }
+    op->run = [dst, src, n, staged](EmuOp*) {
+        memmove(dst, src, n);
+        delete staged;
+    };
+    int sid = op->stream;
+    unsigned seq = op->seq;
+    emu_op_push(op);
+    if (wd == 0) {  // into pageable memory: the call returns once the copy is done
+        EmuQueue* q = emu_queue(sid);
+        EmuClock c = q->clock;
+        emu_run_until([&]() { return q->done >= seq; }, "cudaMemcpyAsync into pageable memory");
+        emu_join(&emu_dev.host, &c);
+    }
+    return cudaSuccess;
+}
+// synchronous: on the legacy default stream, and the host waits for it
+static inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind k,
+                                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, k, NULL, file, line);
+    if (e != cudaSuccess) { return e; }
+    emu_stream_sync(1, "cudaMemcpy");
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s = NULL, const char* file = __builtin_FILE(),
+                                          int line = __builtin_LINE()) {
+    if (emu_where(p) <= 0) {
+        fprintf(stderr, "emulated CUDA: %s:%d: cudaMemset of memory that is not the device's\n", file, line);
+        return emu_ret(cudaErrorInvalidValue);
+    }
+    if (n == 0) { return cudaSuccess; }
+    emu_find_range(p, n, "cudaMemset");
+    EmuOp* op = emu_op_new(emu_stream_id(s), "cudaMemset", file, line);
+    op->acc.push_back(emu_range(p, n, 1));
+    op->run = [p, v, n](EmuOp*) { memset(p, v, n); };
+    emu_op_push(op);
+    return cudaSuccess;
+}
+// asynchronous with respect to the host (for device memory), on the legacy default stream
+static inline cudaError_t cudaMemset(void* p, int v, size_t n, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return cudaMemsetAsync(p, v, n, NULL, file, line);
+}
+
+// ----------------------------------------------------------------------------
+// streams and events
+
+static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new EmuStream{emu_stream_new(1)}; return cudaSuccess; }
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+    *s = new EmuStream{emu_stream_new(!(flags & cudaStreamNonBlocking))};
+    return cudaSuccess;
+}
+// (its queued work still runs, as on a GPU; the queue stays, unused)
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { emu_stream_sync(emu_stream_id(s), "cudaStreamSynchronize"); return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize(void) { emu_device_sync("cudaDeviceSynchronize"); return cudaSuccess; }
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = new EmuEvent(); return cudaSuccess; }
+static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new EmuEvent(); return cudaSuccess; }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+// the event becomes "everything issued on s so far" (its most recent record)
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = NULL) {
+    EmuQueue* q = emu_queue(emu_stream_id(s));
+    e->recorded = 1;
+    e->stream = q->id;
+    e->seq = q->seq;
+    e->clock = q->clock;
+    emu_tick();
+    return cudaSuccess;
+}
+static inline int emu_event_done(cudaEvent_t e) { return !e->recorded || emu_queue(e->stream)->done >= e->seq; }
+static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    emu_tick();
+    if (!emu_event_done(e)) { return emu_ret(cudaErrorNotReady); }
+    if (e->recorded) { emu_join(&emu_dev.host, &e->clock); }
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    emu_run_until([&]() { return emu_event_done(e); }, "cudaEventSynchronize");
+    if (e->recorded) { emu_join(&emu_dev.host, &e->clock); }
+    return cudaSuccess;
+}
+// what s issues from now on comes after the event's most recent record (as of this call)
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    EmuQueue* q = emu_queue(emu_stream_id(s));
+    if (e->recorded) { emu_join(&q->clock, &e->clock); }
+    emu_tick();
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGetLastError(void) { cudaError_t e = emu_last_error; emu_last_error = cudaSuccess; return e; }
+static inline cudaError_t cudaPeekAtLastError(void) { return emu_last_error; }
+static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : emu_ret(cudaErrorInvalidValue); }
 static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 static inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
     *total_b = (size_t)1 << 36;
-    *free_b = *total_b - emu_device_bytes;
+    *free_b = *total_b - emu_dev.device_bytes;
     return cudaSuccess;
 }
-static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "emulated on the CPU");
     long long id = (long long)getpid();  // each process its own "GPU": ranks do not share one
     memcpy(p->uuid.bytes, &id, sizeof(id));
     p->major = 9; p->multiProcessorCount = 1;
-    p->sharedMemPerBlock = 48 * 1024; p->sharedMemPerBlockOptin = 227 * 1024; p->totalGlobalMem = (size_t)1 << 32;
+    p->sharedMemPerBlock = EMU_SMEM_DEFAULT; p->sharedMemPerBlockOptin = EMU_SMEM_OPTIN_MAX; p->totalGlobalMem = (size_t)1 << 32;
     return cudaSuccess;
 }
-template <typename K> static inline cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int v) {
-    if ((size_t)v > emu_smem_optin) { emu_smem_optin = (size_t)v; }
+// per kernel, as on a GPU: the opt-in of one kernel is not another's
+template <typename K> static inline cudaError_t cudaFuncSetAttribute(K k, cudaFuncAttribute, int v) {
+    if (v < 0 || (size_t)v > EMU_SMEM_OPTIN_MAX) { return emu_ret(cudaErrorInvalidValue); }
+    emu_smem_optin[(const void*)k] = (size_t)v;
     return cudaSuccess;
 }
-static inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated CUDA error"; }
+static inline const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNotReady: return "device not ready";
+    default: return "emulated CUDA error";
+    }
+}
 
 // the globals above, in the one file that defines EMU_DEFINE_GLOBALS before including
 #ifdef EMU_DEFINE_GLOBALS
 dim3 blockIdx, threadIdx, blockDim, gridDim;
 void* emu_dynamic_smem = NULL;
 EmuBlock emu_block;
-size_t emu_smem_optin = 0;
-size_t emu_device_bytes = 0;
 #endif
 
 #endif // EMU_CUDA_RUNTIME_H

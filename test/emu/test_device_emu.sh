@@ -3,22 +3,34 @@
 # test/emu/test_device_emu.cc): every stage at 1-4 ranks against a plain fp32 reference, with
 # gradient accumulation, stage 3's prefetch / persistence / live budget, CPU offload,
 # --dpu and resume. Each run checks its fetches, norms, reductions per step and the
-# gathered master.
+# gathered master, and runs under the emulator's out-of-order scheduler and race checker on
+# three seeds.
 source "$(dirname "$0")/../e2e/lib.sh"
 EMU=./build/test_device_emu
-export ASAN_OPTIONS=detect_leaks=0   # Open MPI's own allocations at exit are not ours to free
 
-emu() {  # emu N ARGS...: one run on N ranks
+SEEDS=${EMU_SEEDS:-"1 2 3"}  # the scheduler's seeds (test/emu/emu_device.h): each run under each
+
+emu() {  # emu N ARGS...: one run on N ranks, once per seed
     local n=$1; shift
-    local name="ranks $n: $*"
-    if $MPIRUN -np "$n" -x ASAN_OPTIONS $EMU "$@" > "$tmp/emu.log" 2>&1 && grep -q '^ok:' "$tmp/emu.log"; then
-        ok "$name"
-    else
-        bad "$name"
-        grep -E 'FAIL|ERROR|error' "$tmp/emu.log" | head -5 | sed 's/^/  /'
-    fi
+    for seed in $SEEDS; do
+        local name="ranks $n seed $seed: $*"
+        if EMU_SEED=$seed $MPIRUN -np "$n" -x EMU_SEED $EMU "$@" > "$tmp/emu.log" 2>&1 && grep -q '^ok:' "$tmp/emu.log"; then
+            ok "$name"
+        else
+            bad "$name"
+            grep -E 'FAIL|ERROR|error|RACE|earlier|later|emulated' "$tmp/emu.log" | head -6 | sed 's/^/  /'
+        fi
+    done
 }
 
+# the emulated NCCL itself: bf16 sums rounded at every hop of the ring, as on a GPU
+for n in 3 4; do
+    if EMU_SEED=1 $MPIRUN -np "$n" -x EMU_SEED ./build/test_nccl_emu > "$tmp/nccl.log" 2>&1 && grep -q '^ok:' "$tmp/nccl.log"; then
+        ok "emulated NCCL at $n ranks: bf16 per hop of the ring, fp32 exact"
+    else
+        bad "emulated NCCL at $n ranks"; grep FAIL "$tmp/nccl.log" | head -4 | sed 's/^/  /'
+    fi
+done
 for n in 1 2 3 4; do
     for z in 0 1 2 3; do emu "$n" -z "$z" -a 2; done
 done
@@ -27,6 +39,9 @@ done
 emu 3 -z 3 -t 0 -f 0
 emu 3 -z 3 -t 0 -f 3 -c 0
 emu 2 -z 3 -t 0 -f 3 -l 3000
+# no synchronisation by the host between steps: the engine's events alone order them
+emu 2 -z 3 -t 0 -f 3 -k 0 -n 3
+emu 2 -z 1 -k 0 -n 3
 # CPU offload, with and without the delayed update, at one and three ranks
 for n in 1 3; do
     for z in 1 2 3; do
