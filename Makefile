@@ -114,6 +114,10 @@ EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-
 build/test_device_emu: test/emu/test_device_emu.cc $(EMU_DEPS) | build
 	$(MPICXX) -O1 -g -fno-omit-frame-pointer $(EMU_FLAGS) -DENABLE_FP32 \
 	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+# the emulator's own test (its limits, and races it must catch)
+build/test_emu: test/emu/test_emu.cc $(EMU_DEPS) | build
+	mkdir -p build/emu/test/emu && $(EMU_SED) $< > build/emu/test/emu/test_emu.cc
+	$(CXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. build/emu/test/emu/test_emu.cc -o $@
 # the emulated NCCL's own test (bf16 rounded per hop of the ring)
 build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build
 	$(MPICXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
@@ -136,7 +140,7 @@ build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | 
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
-MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_nccl_emu
+MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_nccl_emu build/test_emu
 
 test: deps
 	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32

@@ -52,6 +52,7 @@ run_suite "trainer end to end"    bash test/e2e/test_trainer.sh
 run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
+run_suite "the emulator itself"   bash test/emu/test_emu.sh
 run_suite "device engine (CPU)"   bash test/emu/test_device_emu.sh
 # the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16
 # (each under the out-of-order scheduler and the race checker, on two seeds: test/emu/emu_device.h)

@@ -153,7 +153,7 @@ static EMU_NO_TRACK void emu_init(void) {
     const char* r = getenv("OMPI_COMM_WORLD_RANK");
     unsigned long long seed = s != NULL ? strtoull(s, NULL, 10) : 1;
     emu_dev.rng.seed(seed * 1000003ull + (r != NULL ? strtoull(r, NULL, 10) : 0));
-    const char* m = getenv("EMU_MAX_PER_CALL");  // 0: every operation at its call, in order
+    const char* m = getenv("EMU_MAX_PER_CALL");  // (see emu_tick)
     emu_dev.max_per_call = m != NULL ? atoi(m) : 3;
     emu_dev.last_alloc = -1;
     // stream 1: the legacy default stream (NULL), blocking by definition
@@ -495,10 +495,12 @@ template <typename F> static EMU_NO_TRACK void emu_run_until(F done, const char*
     }
 }
 
-// at every API call: the GPU moves on by a few operations (none with EMU_MAX_PER_CALL=0
-// beyond... every ready one, in order, when it is 0: the old at-the-call behaviour)
+// at every API call: the GPU moves on by 0 to EMU_MAX_PER_CALL operations (default 3); with
+// 0 it runs everything ready, with -1 nothing (the GPU as far behind the host as it can be:
+// work runs only when the host waits for it)
 static EMU_NO_TRACK void emu_tick(void) {
     emu_init();
+    if (emu_dev.max_per_call < 0) { return; }
     if (emu_dev.max_per_call <= 0) {
         while (emu_step()) {}
         return;

@@ -1,0 +1,187 @@
+/*
+ The emulator's own test (test/emu/cuda_runtime.h, emu_device.h): what it must refuse, and
+ the races it must catch, each shown to bite.
+   test_emu            the limits and the runtime's answers; prints PASS/FAIL lines, then
+                       "N passed, N failed"
+   test_emu RACE-CASE  one deliberate ordering bug, which must stop the run with the checker's
+                       message (test/emu/test_emu.sh runs each and checks the message);
+                       the same case with its wait or synchronisation in place (RACE-CASE-ok)
+                       must pass
+*/
+#define EMU_DEFINE_GLOBALS
+#include <stdio.h>         // printf
+#include <string.h>        // strcmp
+#include <math.h>          // isnan
+#include <stdlib.h>        // setenv
+#include <cuda_runtime.h>  // test/emu's
+
+static int passed = 0, failed = 0;
+static void check(const char* what, int ok) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    if (ok) { passed++; } else { failed++; }
+}
+
+__global__ void fill_kernel(float* out, float v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] = v; }
+}
+__global__ void add_kernel(float* out, const float* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] += in[i]; }
+}
+__global__ void smem_kernel(float* out) {
+    extern __shared__ float dyn[];
+    dyn[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = dyn[threadIdx.x];
+}
+__global__ void other_smem_kernel(float* out) {
+    extern __shared__ float dyn[];
+    dyn[threadIdx.x] = 2.0f;
+    __syncthreads();
+    out[threadIdx.x] = dyn[threadIdx.x];
+}
+// reads the static shared word before any thread of the block wrote it (block 1 must not
+// see what block 0 left there)
+__global__ void stale_shared_kernel(float* out) {
+    __shared__ float word;
+    out[blockIdx.x] = blockIdx.x == 0 ? 0.0f : word;
+    __syncthreads();
+    if (threadIdx.x == 0) { word = 5.0f; }
+}
+
+static int launch_error(void) { return (int)cudaGetLastError(); }
+
+static void limits(void) {
+    float* d;
+    cudaMalloc(&d, 4096 * sizeof(float));
+    fill_kernel<<<1, 1025>>>(d, 1.0f, 4096);
+    check("a block of 1025 threads refused", launch_error() == cudaErrorInvalidConfiguration);
+    check("the launch error is cleared once read", cudaGetLastError() == cudaSuccess);
+    fill_kernel<<<dim3(1, 65536), 32>>>(d, 1.0f, 4096);
+    check("gridDim.y of 65536 refused", launch_error() == cudaErrorInvalidConfiguration);
+    fill_kernel<<<dim3(1, 1, 65536), 32>>>(d, 1.0f, 4096);
+    check("gridDim.z of 65536 refused", launch_error() == cudaErrorInvalidConfiguration);
+    smem_kernel<<<1, 32, 64 * 1024>>>(d);
+    check("64 KB of dynamic shared memory refused without cudaFuncSetAttribute", launch_error() == cudaErrorInvalidValue);
+    cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+    smem_kernel<<<1, 32, 64 * 1024>>>(d);
+    check("64 KB accepted once the kernel opted in", launch_error() == cudaSuccess);
+    other_smem_kernel<<<1, 32, 64 * 1024>>>(d);
+    check("one kernel's opt-in is not another's", launch_error() == cudaErrorInvalidValue);
+    check("an opt-in over the device's limit refused",
+          cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024) == cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+
+    float host[2];
+    stale_shared_kernel<<<2, 32>>>(d);
+    cudaMemcpy(host, d, 2 * sizeof(float), cudaMemcpyDeviceToHost);
+    check("__shared__ memory poisoned between blocks (a read before any write is NaN)", isnan(host[1]));
+
+    float pageable[4] = {0};
+    check("cudaMemcpy with a host pointer as the device side refused",
+          cudaMemcpy(pageable, d, sizeof(pageable), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+    check("cudaMemcpy with a device pointer as the host side refused",
+          cudaMemcpy(d, d + 8, 16, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
+    check("cudaMemcpyDefault takes either", cudaMemcpy(pageable, d, sizeof(pageable), cudaMemcpyDefault) == cudaSuccess);
+    (void)cudaGetLastError();
+
+    // a query answers "not ready" while the work is queued, and leaves it as the last error
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaEvent_t e;
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    int saw_not_ready = 0, sticky = 0;
+    for (int k = 0; k < 50 && !saw_not_ready; k++) {
+        for (int j = 0; j < 20; j++) { fill_kernel<<<4, 32, 0, s>>>(d, 1.0f, 128); }
+        cudaEventRecord(e, s);
+        if (cudaEventQuery(e) == cudaErrorNotReady) {
+            saw_not_ready = 1;
+            sticky = cudaGetLastError() == cudaErrorNotReady && cudaGetLastError() == cudaSuccess;
+        }
+        cudaEventSynchronize(e);
+    }
+    check("cudaEventQuery says not ready while the stream's work is queued", saw_not_ready);
+    check("...and leaves cudaErrorNotReady for one cudaGetLastError, as the runtime does", sticky);
+    check("cudaEventQuery after cudaEventSynchronize: done", cudaEventQuery(e) == cudaSuccess);
+
+    // ordering: a kernel after a wait on an event sees the work before the record
+    float* a;
+    cudaMalloc(&a, 256 * sizeof(float));
+    cudaStream_t s2;
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    int right = 1;
+    for (int k = 0; k < 20; k++) {
+        fill_kernel<<<1, 256, 0, s>>>(a, (float)k, 256);
+        cudaEventRecord(e, s);
+        cudaStreamWaitEvent(s2, e, 0);
+        fill_kernel<<<1, 256, 0, s2>>>(d, 0.0f, 256);
+        add_kernel<<<1, 256, 0, s2>>>(d, a, 256);
+        cudaMemcpyAsync(host, d + 255, sizeof(float), cudaMemcpyDeviceToHost, s2);  // pageable: synchronous
+        right &= host[0] == (float)k;
+        cudaStreamSynchronize(s);
+    }
+    check("work after cudaStreamWaitEvent sees the recorded work (20 rounds)", right);
+    cudaFree(a);
+    cudaFree(d);
+}
+
+// the deliberate bugs: `ok` puts the missing wait back
+static void race(const char* name, int ok) {
+    float *d, *pinned;
+    cudaMalloc(&d, 1024 * sizeof(float));
+    cudaMallocHost(&pinned, 1024 * sizeof(float));
+    cudaStream_t s1, s2;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEvent_t e;
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (!strcmp(name, "kernels")) {  // two streams write one buffer
+        fill_kernel<<<4, 256, 0, s1>>>(d, 1.0f, 1024);
+        if (ok) { cudaEventRecord(e, s1); cudaStreamWaitEvent(s2, e, 0); }
+        fill_kernel<<<4, 256, 0, s2>>>(d, 2.0f, 1024);
+    } else if (!strcmp(name, "copy")) {  // a copy on one stream reads what a kernel on another writes
+        fill_kernel<<<4, 256, 0, s1>>>(d, 1.0f, 1024);
+        if (ok) { cudaEventRecord(e, s1); cudaStreamWaitEvent(s2, e, 0); }
+        cudaMemcpyAsync(pinned, d, 1024 * sizeof(float), cudaMemcpyDeviceToHost, s2);
+    } else if (!strcmp(name, "stale-event")) {  // a wait captures the record before the one that matters
+        cudaEventRecord(e, s1);
+        cudaStreamWaitEvent(s2, e, 0);
+        fill_kernel<<<4, 256, 0, s1>>>(d, 1.0f, 1024);
+        cudaEventRecord(e, s1);  // too late for the wait above
+        if (ok) { cudaStreamWaitEvent(s2, e, 0); }
+        add_kernel<<<4, 256, 0, s2>>>(d, d, 1024);
+    } else if (!strcmp(name, "host-pinned")) {  // the host rewrites a pinned source before the copy ran
+        for (int i = 0; i < 1024; i++) { pinned[i] = 1.0f; }
+        cudaMemcpyAsync(d, pinned, 512 * sizeof(float), cudaMemcpyHostToDevice, s1);
+        if (ok) { cudaStreamSynchronize(s1); }
+        for (int i = 0; i < 1024; i++) { pinned[i] = 2.0f; }
+    } else if (!strcmp(name, "host-device")) {  // the host dereferences device memory
+        cudaDeviceSynchronize();
+        float x = 0.0f;
+        if (ok) { cudaMemcpy(&x, d, sizeof(float), cudaMemcpyDeviceToHost); } else { x = *(volatile float*)d; }
+        printf("read %g\n", x);
+    } else if (!strcmp(name, "legacy")) {  // a non-blocking stream does not wait for the legacy default stream
+        cudaMemset(d, 0, 1024 * sizeof(float));  // (legacy stream)
+        if (ok) { cudaDeviceSynchronize(); }
+        fill_kernel<<<4, 256, 0, s1>>>(d, 1.0f, 1024);
+    } else {
+        fprintf(stderr, "test_emu: unknown case %s\n", name);
+        exit(2);
+    }
+    cudaDeviceSynchronize();
+    printf("no race stopped the run\n");
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3) {
+        // the GPU runs nothing before the host waits (test/emu/emu_device.h's emu_tick): the
+        // host's writes then land while the copy is surely queued
+        if (!strcmp(argv[1], "host-pinned")) { setenv("EMU_MAX_PER_CALL", "-1", 1); }
+        race(argv[1], !strcmp(argv[2], "ok"));
+        return 0;
+    }
+    limits();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
