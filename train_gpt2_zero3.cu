@@ -129,7 +129,7 @@ typedef struct {
     // the kernels' scratch
     float* ln_scratch;     // layernorm_backward's partial sums
     float* dbias_scratch;  // matmul_backward's dbias partial sums
-    void* enc_scratch;     // encoder_backward's sort buffers
+    void* enc_scratch;     // encoder_backward's sort buffers and partial sums
 } DevActs;
 static_assert(offsetof(DevActs, ln_scratch) == ACT_COUNT * sizeof(void*), "DevActs: the activations first, in ACT_* order");
 
@@ -216,7 +216,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
     for (int i = 0; i < ACT_COUNT; i++) { slots[i] = dev_alloc(bytes[i]); }
     a->ln_scratch = (float*)dev_alloc((size_t)2 * LN_BWD_MAX_CHUNKS * C * sizeof(float));
     a->dbias_scratch = (float*)dev_alloc(MATMUL_DBIAS_SCRATCH_FLOATS(4 * C) * sizeof(float));
-    a->enc_scratch = dev_alloc(encoder_backward_scratch_bytes(B, T));
+    a->enc_scratch = dev_alloc(encoder_backward_scratch_bytes(B, T, (int)C));
     cudaCheck(cudaMemset(a->loss_acc, 0, sizeof(double)));  // the only activation read before written
     for (int k = 0; k < 2; k++) {
         cudaCheck(cudaMallocHost((void**)&m->host_batch[k], 2 * BT * sizeof(int)));

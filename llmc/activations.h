@@ -3,7 +3,7 @@
  B x T, and its size. One table for that allocation and for the estimate of the GPU's
  memory that --estimate prints (from either binary) and scripts/run_common.sh reads, so
  the two cannot drift apart. What is not here: the kernels' scratch (layernorm and bias
- partial sums, the encoder's sort buffers: a few MiB) and cuBLASLt's workspace.
+ partial sums, the encoder's sort buffers and per-chunk sums: a few MiB) and cuBLASLt's workspace.
 
  Per layer (L of them) the forward keeps qkv, atty, residual2, residual3, fch, the
  layernorms' statistics, and with the cuBLAS attention its (B, NH, T, T) probabilities and

@@ -9,9 +9,23 @@
  For dwte, several positions may hold the same token. The positions are grouped by token
  with a STABLE device radix sort of (token, position) pairs (cub, part of the CUDA
  toolkit), so each token's positions come out contiguous and in increasing position order.
- Then the first thread of each group of equal tokens sums that group's dout rows in that
- fixed order, in fp32, and adds the sum into dwte once. The order of every addition is
- fixed by the inputs alone, so results are bitwise reproducible run to run.
+ A frequent token makes a long run of equal entries (every position the same token: one
+ run of B*T), and summing a run on one thread per channel would serialise the pass on it.
+ So the sorted entries are cut into fixed chunks of ENCODER_WTE_CHUNK entries, each chunk
+ summed by its own threads (one per channel), and a run is cut where it crosses a chunk
+ boundary:
+   pass 1 (one thread per (chunk, channel)): walks its chunk's entries in order, summing
+     each piece of a run that lies in the chunk, in fp32. A run that starts and ends in the
+     chunk is added into dwte at once; the piece of a longer run goes to the chunk's
+     partials: its "tail" slot (the piece that starts a run and leaves the chunk at its
+     end) or its "head" slot (the piece that continues a run from the chunks before).
+   pass 2 (one thread per (chunk, channel), only where a run starts in the chunk and
+     leaves it): adds that run's tail partial, then the head partials of the chunks after,
+     in chunk order, and adds the total into dwte once.
+ Every token's sum is added into dwte by exactly one thread, in an order fixed by the
+ inputs alone (entries in position order within a piece, pieces in chunk order), so the
+ result is bitwise reproducible run to run; no atomics. The longest serial sum is
+ ENCODER_WTE_CHUNK entries in pass 1 and B*T / ENCODER_WTE_CHUNK partials in pass 2.
  Design choice: this needs a device scratch buffer (size from
  encoder_backward_scratch_bytes), hence the extra `scratch` argument of encoder_backward;
  it avoids any host work or host<->device transfer in the middle of the step. An overload
@@ -23,6 +37,14 @@
 #include <stddef.h>                            // size_t for offsets that may pass 2^31
 #include <cub/device/device_radix_sort.cuh>    // cub::DeviceRadixSort (stable, deterministic)
 #include "llmc/cuda_common.cuh"                // floatX, to_float/from_float, cudaCheck, CEIL_DIV
+
+// sorted entries per chunk of the wte pass (see the top of the file): a run longer than this
+// is summed by several chunks' threads in parallel
+#define ENCODER_WTE_CHUNK 64
+// a chunk's two partial slots (C floats each): the piece of a run continued from the chunks
+// before, and the piece that starts a run and continues into the chunks after
+#define ENCODER_WTE_HEAD 0
+#define ENCODER_WTE_TAIL 1
 
 // ----------------------------------------------------------------------------
 // kernels
@@ -58,23 +80,57 @@ __global__ void encoder_iota_kernel(int* positions, int N) {
     if (i < N) { positions[i] = i; }
 }
 
-// dwte (Vp,C) += grouped sums. grid: x over the N sorted entries (x, because gridDim.y is
-// limited to 65535 and N = B*T can exceed it), y over channel tiles.
-// sorted_tok (N,) token ids in increasing order; sorted_pos (N,) their flat positions (b*T+t),
-// increasing within a run of equal tokens (the radix sort is stable).
-// Only the entry that starts a run of equal tokens does the work: it walks its run in order.
-// Blocks of non-leading entries exit at once (cheap: one compare).
-__global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout,
-                                            const int* sorted_tok, const int* sorted_pos,
-                                            int N, int C) {
-    int i = blockIdx.x;                                  // sorted entry
+// pass 1 of dwte (Vp,C) += grouped sums. grid: x over the chunks of ENCODER_WTE_CHUNK sorted
+// entries (x, because gridDim.y is limited to 65535 and N / chunk can exceed it), y over
+// channel tiles. sorted_tok (N,) token ids in increasing order; sorted_pos (N,) their flat
+// positions (b*T+t), increasing within a run of equal tokens (the radix sort is stable).
+// partials (nchunks, 2, C): a chunk's head and tail slots (see the top of the file); a slot
+// is written only when the chunk has such a piece.
+__global__ void encoder_backward_wte_chunk_kernel(floatX* dwte, float* partials, const floatX* dout,
+                                                  const int* sorted_tok, const int* sorted_pos,
+                                                  int N, int C) {
+    int chunk = blockIdx.x;
     int c = blockIdx.y * blockDim.x + threadIdx.x;       // channel
     if (c >= C) { return; }
-    int tok = sorted_tok[i];
-    if (i > 0 && sorted_tok[i - 1] == tok) { return; }   // not the first of its run
+    int lo = chunk * ENCODER_WTE_CHUNK;
+    int hi = min(N, lo + ENCODER_WTE_CHUNK);
+    int start = lo;                                      // the current piece: entries [start, j)
     float sum = 0.0f;
-    for (int j = i; j < N && sorted_tok[j] == tok; j++) {
+    for (int j = lo; j < hi; j++) {
         sum += to_float(dout[(size_t)sorted_pos[j] * C + c]);
+        if (j + 1 < hi && sorted_tok[j + 1] == sorted_tok[j]) { continue; }  // the piece goes on
+        int tok = sorted_tok[j];
+        int starts_run = start == 0 || sorted_tok[start - 1] != tok;
+        int ends_run = j + 1 == N || sorted_tok[j + 1] != tok;
+        if (starts_run && ends_run) {                    // the whole run: straight into dwte
+            size_t o = (size_t)tok * C + c;
+            dwte[o] = from_float<floatX>(to_float(dwte[o]) + sum);
+        } else {                                         // a piece of a run that crosses chunks
+            int slot = starts_run ? ENCODER_WTE_TAIL : ENCODER_WTE_HEAD;
+            partials[((size_t)chunk * 2 + slot) * C + c] = sum;
+        }
+        sum = 0.0f;
+        start = j + 1;
+    }
+}
+
+// pass 2: for each chunk where a run starts and continues past the chunk's end, that run's
+// tail partial plus the head partials of the chunks it covers after, in chunk order, added
+// into dwte once. Same grid as pass 1.
+__global__ void encoder_backward_wte_combine_kernel(floatX* dwte, const float* partials, const int* sorted_tok,
+                                                    int N, int C) {
+    int chunk = blockIdx.x;
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) { return; }
+    int lo = chunk * ENCODER_WTE_CHUNK;
+    int last = min(N, lo + ENCODER_WTE_CHUNK) - 1;       // the chunk's last entry
+    int tok = sorted_tok[last];
+    if (last + 1 == N || sorted_tok[last + 1] != tok) { return; }        // no run leaves the chunk
+    if (lo > 0 && sorted_tok[lo - 1] == tok && sorted_tok[lo] == tok) { return; }  // it started before
+    float sum = partials[((size_t)chunk * 2 + ENCODER_WTE_TAIL) * C + c];
+    int nchunks = CEIL_DIV(N, ENCODER_WTE_CHUNK);
+    for (int k = chunk + 1; k < nchunks && sorted_tok[k * ENCODER_WTE_CHUNK] == tok; k++) {
+        sum += partials[((size_t)k * 2 + ENCODER_WTE_HEAD) * C + c];
     }
     size_t o = (size_t)tok * C + c;
     dwte[o] = from_float<floatX>(to_float(dwte[o]) + sum);
@@ -93,13 +149,25 @@ static inline void encoder_forward(floatX* out, const int* inp, const floatX* wt
     cudaCheck(cudaGetLastError());
 }
 
+// chunks of the wte pass for N = B*T sorted entries
+static inline int encoder_wte_num_chunks(int N) { return CEIL_DIV(N, ENCODER_WTE_CHUNK); }
+
 // Layout of the backward scratch (all in one buffer, allocated once by the caller):
 //   [0, N)        int  sorted token ids          (N = B*T)
 //   [N, 2N)       int  positions 0..N-1 (sort input)
 //   [2N, 3N)      int  positions sorted by token
+//   then, at a 256-byte aligned offset, the wte pass's partials: (nchunks, 2, C) floats
 //   then, at a 256-byte aligned offset, cub's radix-sort temporary storage.
-static inline size_t encoder_scratch_cub_offset(int N) {
+static inline size_t encoder_scratch_partials_offset(int N) {
     return CEIL_DIV((size_t)3 * N * sizeof(int), (size_t)256) * 256;
+}
+static inline size_t encoder_scratch_cub_offset(int N, int C) {
+    size_t partials = (size_t)encoder_wte_num_chunks(N) * 2 * C * sizeof(float);
+    return encoder_scratch_partials_offset(N) + CEIL_DIV(partials, (size_t)256) * 256;
+}
+// the wte pass's partials inside a scratch buffer: (nchunks, 2, C) floats
+static inline float* encoder_scratch_partials(void* scratch, int N) {
+    return (float*)((char*)scratch + encoder_scratch_partials_offset(N));
 }
 
 // bytes of cub temporary storage for sorting N (int key, int value) pairs on all 32 key bits
@@ -111,17 +179,18 @@ static inline size_t encoder_cub_temp_bytes(int N) {
     return temp_bytes;
 }
 
-// size in bytes of the `scratch` buffer encoder_backward needs for a (B,T) micro-batch:
-// 3*B*T ints rounded up to 256 bytes, plus cub's temporary storage (a few KB to a few
-// hundred KB for typical B*T). Allocate it once for the largest B*T used.
-static inline size_t encoder_backward_scratch_bytes(int B, int T) {
+// size in bytes of the `scratch` buffer encoder_backward needs for a (B,T) micro-batch of
+// C channels: 3*B*T ints and 2*C floats per chunk of ENCODER_WTE_CHUNK entries, each
+// rounded up to 256 bytes, plus cub's temporary storage (a few KB to a few hundred KB for
+// typical B*T). Allocate it once for the largest B*T used.
+static inline size_t encoder_backward_scratch_bytes(int B, int T, int C) {
     int N = B * T;
-    return encoder_scratch_cub_offset(N) + encoder_cub_temp_bytes(N);
+    return encoder_scratch_cub_offset(N, C) + encoder_cub_temp_bytes(N);
 }
 
 // dwte (Vp,C) +=, dwpe (maxT,C) += (rows 0..T-1), from dout (B,T,C) and inp (B,T) on the device.
 // ACCUMULATES into dwte and dwpe (as the CPU version). Deterministic (see the top of the file).
-// scratch: device buffer of at least encoder_backward_scratch_bytes(B, T) bytes; its content
+// scratch: device buffer of at least encoder_backward_scratch_bytes(B, T, C) bytes; its content
 // on entry does not matter and is garbage on exit. Token ids must be >= 0 (they are).
 static inline void encoder_backward(floatX* dwte, floatX* dwpe, void* scratch,
                                     const floatX* dout, const int* inp,
@@ -138,16 +207,20 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, void* scratch,
     int* sorted_tok = (int*)scratch;        // (N,)
     int* positions = sorted_tok + N;        // (N,)
     int* sorted_pos = positions + N;        // (N,)
-    void* cub_temp = (char*)scratch + encoder_scratch_cub_offset(N);
+    float* partials = encoder_scratch_partials(scratch, N);
+    void* cub_temp = (char*)scratch + encoder_scratch_cub_offset(N, C);
     size_t cub_bytes = encoder_cub_temp_bytes(N);
     encoder_iota_kernel<<<CEIL_DIV(N, block), block, 0, s>>>(positions, N);
     cudaCheck(cudaGetLastError());
     cudaCheck(cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, inp, sorted_tok, positions, sorted_pos,
                                               N, 0, 32, s));
 
-    // one thread per (sorted entry, channel); the leader of each run sums the run
-    dim3 grid((unsigned int)N, (unsigned int)CEIL_DIV(C, block));
-    encoder_backward_wte_kernel<<<grid, block, 0, s>>>(dwte, dout, sorted_tok, sorted_pos, N, C);
+    // one thread per (chunk, channel): the pieces of runs in each chunk, then the runs
+    // that cross chunks from their partials
+    dim3 grid((unsigned int)encoder_wte_num_chunks(N), (unsigned int)CEIL_DIV(C, block));
+    encoder_backward_wte_chunk_kernel<<<grid, block, 0, s>>>(dwte, partials, dout, sorted_tok, sorted_pos, N, C);
+    cudaCheck(cudaGetLastError());
+    encoder_backward_wte_combine_kernel<<<grid, block, 0, s>>>(dwte, partials, sorted_tok, N, C);
     cudaCheck(cudaGetLastError());
 }
 
@@ -158,7 +231,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, void* scratch,
 static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* inp,
                                     int B, int T, int C, cudaStream_t s) {
     void* scratch = nullptr;
-    cudaCheck(cudaMallocAsync(&scratch, encoder_backward_scratch_bytes(B, T), s));
+    cudaCheck(cudaMallocAsync(&scratch, encoder_backward_scratch_bytes(B, T, C), s));
     encoder_backward(dwte, dwpe, scratch, dout, inp, B, T, C, s);
     cudaCheck(cudaFreeAsync(scratch, s));
 }

@@ -170,10 +170,21 @@ static void check_same_bits(const char* what, const char* shape, const std::vect
 // ----------------------------------------------------------------------------
 // tests
 
-static void test_encoder(int B, int T, int C, int V, const char* shape, cudaStream_t s) {
+// tokens of the encoder's tests: uniform over V (many short runs when V is small), all
+// equal (one run of B*T: the wte pass's worst case), or one token at ~90% of the positions
+// among rare ones (a long run next to short ones)
+enum { TOKENS_UNIFORM, TOKENS_ALL_EQUAL, TOKENS_ONE_FREQUENT };
+
+static void test_encoder(int B, int T, int C, int V, int tokens, const char* shape, cudaStream_t s) {
     size_t BTC = (size_t)B * T * C;
-    std::vector<int> inp(B * T);
-    for (int i = 0; i < B * T; i++) { inp[i] = (int)(rand_uniform(0.0f, 1.0f) * V) % V; }  // many repeats
+    int N = B * T;
+    std::vector<int> inp(N);
+    for (int i = 0; i < N; i++) {
+        int r = (int)(rand_uniform(0.0f, 1.0f) * V) % V;
+        if (tokens == TOKENS_ALL_EQUAL) { r = V - 1; }
+        if (tokens == TOKENS_ONE_FREQUENT && rand_uniform(0.0f, 1.0f) < 0.9f) { r = V / 3; }
+        inp[i] = r;
+    }
     std::vector<float> wte = rand_vec((size_t)V * C, -1, 1), wpe = rand_vec((size_t)T * C, -1, 1);
     std::vector<float> dout = rand_vec(BTC, -1, 1);
     std::vector<float> dwte = rand_vec((size_t)V * C, -1, 1), dwpe = rand_vec((size_t)T * C, -1, 1);
@@ -191,10 +202,13 @@ static void test_encoder(int B, int T, int C, int V, const char* shape, cudaStre
     encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, s);
     check("encoder_forward out", shape, download(d_out, BTC), out, TOL_ELEM);
 
-    // backward (accumulating into random gradients), twice on the GPU for determinism
-    size_t scratch_bytes = encoder_backward_scratch_bytes(B, T);
+    // backward (accumulating into random gradients), twice on the GPU for determinism; the
+    // scratch starts as NaN (all-ones bytes), so the partials it is read back for below are
+    // what this call wrote
+    size_t scratch_bytes = encoder_backward_scratch_bytes(B, T, C);
     void* d_scratch;
     cudaCheck(cudaMalloc(&d_scratch, scratch_bytes));
+    cudaCheck(cudaMemset(d_scratch, 0xff, scratch_bytes));
     std::vector<float> gw[2], gp[2];
     for (int run = 0; run < 2; run++) {
         floatX *d_dwte = upload(dwte), *d_dwpe = upload(dwpe);
@@ -212,6 +226,33 @@ static void test_encoder(int B, int T, int C, int V, const char* shape, cudaStre
     check("encoder_backward dwpe", shape, gp[0], dwpe, TOL_SUM);
     check_same_bits("encoder_backward dwte determinism", shape, gw[0], gw[1]);
     check_same_bits("encoder_backward dwpe determinism", shape, gp[0], gp[1]);
+
+    // one run of B*T entries is split: it spans several chunks, and each chunk summed its
+    // own piece into its partial slot (the first chunk's piece starts the run: its tail
+    // slot; every later chunk's continues it: its head slot). The stable sort keeps the
+    // positions in order, so chunk k's piece is positions [k*CHUNK, (k+1)*CHUNK).
+    if (tokens == TOKENS_ALL_EQUAL) {
+        int nchunks = encoder_wte_num_chunks(N);
+        bool split = nchunks > 1 && scratch_bytes >= encoder_scratch_partials_offset(N) + (size_t)nchunks * 2 * C * sizeof(float);
+        printf("%s %-34s %-24s %d chunks of %d entries in the scratch layout\n", split ? "PASS" : "FAIL",
+               "encoder_backward wte split", shape, nchunks, ENCODER_WTE_CHUNK);
+        if (split) { g_passed++; } else { g_failed++; }
+        std::vector<float> parts((size_t)nchunks * 2 * C);
+        cudaCheck(cudaDeviceSynchronize());
+        cudaCheck(cudaMemcpy(parts.data(), encoder_scratch_partials(d_scratch, N), parts.size() * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+        std::vector<float> got((size_t)nchunks * C), want((size_t)nchunks * C, 0.0f);
+        for (int k = 0; k < nchunks; k++) {
+            int slot = k == 0 ? ENCODER_WTE_TAIL : ENCODER_WTE_HEAD;
+            for (int c = 0; c < C; c++) {
+                got[(size_t)k * C + c] = parts[((size_t)k * 2 + slot) * C + c];
+                for (int p = k * ENCODER_WTE_CHUNK; p < N && p < (k + 1) * ENCODER_WTE_CHUNK; p++) {
+                    want[(size_t)k * C + c] += dout[(size_t)p * C + c];
+                }
+            }
+        }
+        check("encoder_backward wte chunk partials", shape, got, want, TOL_SUM);
+    }
 
     cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_wte)); cudaCheck(cudaFree(d_wpe));
     cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_scratch));
@@ -369,11 +410,17 @@ int main(void) {
     for (const Shape& sh : shapes) {
         char name[64];
         snprintf(name, sizeof(name), "B%d T%d C%d NH%d", sh.B, sh.T, sh.C, sh.NH);
-        test_encoder(sh.B, sh.T, sh.C, sh.V, name, s);
+        test_encoder(sh.B, sh.T, sh.C, sh.V, TOKENS_UNIFORM, name, s);
         test_layernorm(sh.B, sh.T, sh.C, name, s);
         test_gelu_residual((size_t)sh.B * sh.T * 4 * sh.C, name, s);
         test_attention(sh.B, sh.T, sh.C, sh.NH, name, h, s);
     }
+
+    // the encoder's wte pass on long runs: B*T over many chunks of ENCODER_WTE_CHUNK entries,
+    // every position one token, or one token at 90% among rare ones
+    test_encoder(4, 300, 40, 50, TOKENS_ALL_EQUAL, "B4 T300 C40 all one token", s);
+    test_encoder(3, 333, 72, 500, TOKENS_ONE_FREQUENT, "B3 T333 C72 one at 90%", s);
+    test_encoder(2, 1024, 24, 3, TOKENS_UNIFORM, "B2 T1024 C24 V3", s);
 
     cublasCheck(cublasDestroy(h));
     cudaCheck(cudaStreamDestroy(s));
