@@ -27,13 +27,28 @@
  not by the DGELU epilogue: the epilogue's GELU derivative is not documented precisely, and a
  separate kernel can be checked against the CPU. The price is one extra pass over dinp and,
  in bf16, one extra rounding (dinp is rounded to bf16 before the multiply).
+
+ Alignment. cuBLASLt's heuristic assumes every matrix 256-byte aligned unless the
+ preference says otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES, default
+ 256), and an algorithm chosen under that assumption may fail or misread a matrix that is
+ less aligned. The ZeRO engines hand out tensors inside flat unit buffers, aligned only to
+ the unit and tensor offsets (64-128 bytes for some units of some models, e.g. every other
+ block of d48), so each call tells the heuristic the alignment its pointers really have:
+ the largest power of two dividing the address, at most 256.
+
+ Algorithm cache. The heuristic is a search on the host, and a step makes the same few
+ products over and over (per layer shape, direction and alignment). Its answer depends only on the description of the problem: shapes,
+ transposes, leading dimensions, epilogue, whether C is read (beta != 0), the four
+ alignments and the workspace, so it is kept in a small table keyed by exactly those
+ (matmul_algo_lookup). Descriptors are still created per call (a few microseconds).
 */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
-#include <stdint.h>         // uintptr_t for alignment checks, int64_t for cuBLASLt attributes
+#include <stdint.h>         // uintptr_t for alignments, int64_t and uint32_t for cuBLASLt attributes
 #include <stdio.h>          // fprintf for the error messages
 #include <stdlib.h>         // exit
+#include <string.h>         // memcmp, memset: the algorithm cache's keys
 #include <cublasLt.h>       // cublasLtMatmul and its descriptors
 #include "llmc/cuda_common.cuh"  // floatX, cudaCheck, cublasCheck, to_float/from_float, CEIL_DIV
 
@@ -62,17 +77,82 @@
 #define MATMUL_GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 #define MATMUL_GELU_CUBIC 0.044715f
 
+// the algorithm cache: slots, and how far a key's search goes from its hash slot
+#define MATMUL_ALGO_CACHE_SLOTS 256
+#define MATMUL_ALGO_CACHE_PROBES 8
+
+// ----------------------------------------------------------------------------
+// the algorithm cache
+
+// what the heuristic's answer depends on (every field a whole int64, so that keys compare
+// and hash as plain memory, without padding)
+typedef struct {
+    int64_t m, n, k, trans_a, trans_b, lda, ldb, ldd, ldaux;
+    int64_t epilogue, beta_zero;
+    int64_t align_a, align_b, align_c, align_d;   // bytes, powers of two up to 256
+    int64_t workspace_bytes;
+} MatmulAlgoKey;
+
+typedef struct {
+    int used;
+    MatmulAlgoKey key;
+    cublasLtMatmulAlgo_t algo;
+} MatmulAlgoSlot;
+
+// One table per process, filled by the host thread that issues the matmuls (the trainer
+// has one; the table is not locked). Cleared with the handle (cublaslt_init, cublaslt_free):
+// an algorithm belongs to the library and device it was chosen on.
+static MatmulAlgoSlot matmul_algo_cache[MATMUL_ALGO_CACHE_SLOTS];
+// lookups and heuristic calls so far (the tests read them)
+static long matmul_algo_lookups = 0;
+static long matmul_heuristic_calls = 0;
+
+static inline void matmul_algo_cache_clear(void) { memset(matmul_algo_cache, 0, sizeof(matmul_algo_cache)); }
+
+// the largest power of two dividing p's address, at most 256: the alignment cuBLASLt may assume
+static inline int64_t matmul_alignment(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    int64_t align = 256;
+    while (align > 1 && (a & (uintptr_t)(align - 1)) != 0) { align >>= 1; }
+    return align;
+}
+
+// FNV-1a over the key's bytes
+static inline size_t matmul_algo_hash(const MatmulAlgoKey* key) {
+    const unsigned char* b = (const unsigned char*)key;
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < sizeof(*key); i++) { h = (h ^ b[i]) * 1099511628211ULL; }
+    return (size_t)(h % MATMUL_ALGO_CACHE_SLOTS);
+}
+
+// The slot of `key`: its own (hit: *hit = 1), else a free one within the probe distance,
+// else the hash slot, whose key is evicted (*hit = 0: the caller fills the slot).
+static inline MatmulAlgoSlot* matmul_algo_lookup(const MatmulAlgoKey* key, int* hit) {
+    matmul_algo_lookups++;
+    size_t h = matmul_algo_hash(key);
+    MatmulAlgoSlot* free_slot = NULL;
+    for (int p = 0; p < MATMUL_ALGO_CACHE_PROBES; p++) {
+        MatmulAlgoSlot* slot = &matmul_algo_cache[(h + p) % MATMUL_ALGO_CACHE_SLOTS];
+        if (slot->used && memcmp(&slot->key, key, sizeof(*key)) == 0) { *hit = 1; return slot; }
+        if (!slot->used && free_slot == NULL) { free_slot = slot; }
+    }
+    *hit = 0;
+    return free_slot != NULL ? free_slot : &matmul_algo_cache[h];
+}
+
 // ----------------------------------------------------------------------------
 // handle and workspace
 
 // creates the cuBLASLt handle and its workspace (*bytes = CUBLASLT_WORKSPACE_BYTES)
 static inline void cublaslt_init(cublasLtHandle_t* lt, void** workspace, size_t* bytes) {
     cublasCheck(cublasLtCreate(lt));
+    matmul_algo_cache_clear();
     *bytes = CUBLASLT_WORKSPACE_BYTES;
     cudaCheck(cudaMalloc(workspace, *bytes));
 }
 
 static inline void cublaslt_free(cublasLtHandle_t lt, void* workspace) {
+    matmul_algo_cache_clear();
     cudaCheck(cudaFree(workspace));
     cublasCheck(cublasLtDestroy(lt));
 }
@@ -154,7 +234,8 @@ static inline void matmul_check_ld(int ld, const char* what, const char* fn) {
 //   D (m,n) [ld ldd] = op(A) (m,k) [stored with ld lda] @ op(B) (k,n) [ld ldb] + beta * D
 // with the given epilogue (bias: (m,) per row of D; aux: (m,n) [ld ldaux] for GELU_AUX).
 // Descriptors are created and destroyed on each call: a few microseconds of CPU time,
-// small next to the GEMMs of a GPT-2 layer.
+// small next to the GEMMs of a GPT-2 layer. The algorithm comes from the cache, or from
+// the heuristic told the pointers' real alignments (see the top of the file).
 static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
                                    int trans_a, int trans_b, int lda, int ldb, int ldd, float beta,
                                    cublasLtEpilogue_t epilogue, const floatX* bias, floatX* aux, int ldaux,
@@ -181,23 +262,49 @@ static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, 
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUBLASLT_FLOATX, trans_b ? n : k, trans_b ? k : n, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUBLASLT_FLOATX, m, n, ldd));
 
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = workspace_bytes;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        fprintf(stderr, "error: %s: cuBLASLt found no algorithm (status %d) for m=%d n=%d k=%d "
-                        "trans_a=%d trans_b=%d epilogue=%d\n", fn, (int)st, m, n, k, trans_a, trans_b, (int)epilogue);
-        exit(EXIT_FAILURE);
+    // C = D: one pointer, one alignment for both
+    MatmulAlgoKey key;
+    memset(&key, 0, sizeof(key));
+    key.m = m; key.n = n; key.k = k; key.trans_a = trans_a; key.trans_b = trans_b;
+    key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.ldaux = aux != NULL ? ldaux : 0;
+    key.epilogue = (int64_t)epilogue; key.beta_zero = beta == 0.0f;
+    key.align_a = matmul_alignment(a); key.align_b = matmul_alignment(b);
+    key.align_c = matmul_alignment(d); key.align_d = matmul_alignment(d);
+    key.workspace_bytes = (int64_t)workspace_bytes;
+    int hit = 0;
+    MatmulAlgoSlot* slot = matmul_algo_lookup(&key, &hit);
+    if (!hit) {
+        cublasLtMatmulPreference_t pref;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t ws = workspace_bytes;
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+        const struct { cublasLtMatmulPreferenceAttributes_t attr; int64_t bytes; } aligns[4] = {
+            { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a }, { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b },
+            { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c }, { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d },
+        };
+        for (int i = 0; i < 4; i++) {
+            uint32_t bytes = (uint32_t)aligns[i].bytes;
+            cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &bytes, sizeof(bytes)));
+        }
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        matmul_heuristic_calls++;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+            fprintf(stderr, "error: %s: cuBLASLt found no algorithm (status %d) for m=%d n=%d k=%d trans_a=%d trans_b=%d "
+                            "epilogue=%d alignments A %d B %d D %d bytes\n", fn, (int)st, m, n, k, trans_a, trans_b,
+                    (int)epilogue, (int)key.align_a, (int)key.align_b, (int)key.align_d);
+            exit(EXIT_FAILURE);
+        }
+        slot->used = 1;
+        slot->key = key;
+        slot->algo = heur.algo;
     }
     float alpha = 1.0f;
     // C = D: beta = 1 accumulates into D, beta = 0 overwrites it (C is then not read)
     cublasCheck(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
-                               &heur.algo, workspace, workspace_bytes, s));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+                               &slot->algo, workspace, workspace_bytes, s));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));

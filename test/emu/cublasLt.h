@@ -10,11 +10,16 @@
  are rounded to their type once. The GPU's own kernels sum in another order: a test that
  passes here passes on the GPU only within its stated tolerances, and cuBLASLt's GELU
  approximation is not documented exactly (the tests' tolerances allow for it).
+ Alignment, as documented: the preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES
+ (default 256) are what the heuristic may assume; the algorithm it returns carries them, and
+ cublasLtMatmul refuses (CUBLAS_STATUS_NOT_SUPPORTED) a pointer less aligned than its
+ algorithm assumes, where the real library may fail or misread. emu_lt_heuristic_calls
+ counts the heuristic's calls (the tests read it).
 */
 #ifndef EMU_CUBLASLT_H
 #define EMU_CUBLASLT_H
 
-#include <stdint.h>         // int64_t
+#include <stdint.h>         // int64_t, uint32_t, uintptr_t
 #include <math.h>           // tanhf
 #include <string.h>         // memcpy
 #include "cublas_v2.h"      // cublasStatus_t, cublasOperation_t, cudaDataType, cublasComputeType_t
@@ -28,7 +33,11 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 10,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 11
 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum {  // cuBLASLt's values
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
 
 typedef struct EmuLt { int unused; }* cublasLtHandle_t;
 typedef struct EmuLtDesc {
@@ -39,8 +48,9 @@ typedef struct EmuLtDesc {
     int64_t aux_ld;
 }* cublasLtMatmulDesc_t;
 typedef struct EmuLtLayout { cudaDataType type; uint64_t rows, cols; int64_t ld; }* cublasLtMatrixLayout_t;
-typedef struct EmuLtPref { uint64_t workspace; }* cublasLtMatmulPreference_t;
-typedef struct { int id; } cublasLtMatmulAlgo_t;
+typedef struct EmuLtPref { uint64_t workspace; uint32_t min_align[4]; }* cublasLtMatmulPreference_t;  // A, B, C, D
+typedef struct { int id; uint32_t min_align[4]; } cublasLtMatmulAlgo_t;  // the alignments it assumes
+inline long emu_lt_heuristic_calls = 0;
 typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; cublasStatus_t state; float wavesCount; } cublasLtMatmulHeuristicResult_t;
 
 static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = new EmuLt(); return CUBLAS_STATUS_SUCCESS; }
@@ -68,20 +78,39 @@ static inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* 
     return CUBLAS_STATUS_SUCCESS;
 }
 static inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
-static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new EmuLtPref{0}; return CUBLAS_STATUS_SUCCESS; }
-static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
-static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t,
-                                                                  const void* buf, size_t size) {
-    if (size != sizeof(uint64_t)) { return CUBLAS_STATUS_INVALID_VALUE; }
-    memcpy(&p->workspace, buf, size);
+static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+    *p = new EmuLtPref{0, {256, 256, 256, 256}};  // the documented defaults: no workspace, 256-byte alignment
     return CUBLAS_STATUS_SUCCESS;
 }
+static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a,
+                                                                  const void* buf, size_t size) {
+    switch (a) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+        if (size != sizeof(uint64_t)) { break; }
+        memcpy(&p->workspace, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
+        uint32_t v;
+        if (size != sizeof(uint32_t)) { break; }
+        memcpy(&v, buf, size);
+        if (v == 0 || (v & (v - 1)) != 0) { break; }  // a power of two
+        p->min_align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+// one algorithm, which assumes the preference's alignments
 static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
                                                             cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                            cublasLtMatmulPreference_t, int requested,
+                                                            cublasLtMatmulPreference_t pref, int requested,
                                                             cublasLtMatmulHeuristicResult_t* out, int* found) {
+    emu_lt_heuristic_calls++;
     if (requested < 1) { return CUBLAS_STATUS_INVALID_VALUE; }
     memset(out, 0, sizeof(*out));
+    memcpy(out->algo.min_align, pref->min_align, sizeof(pref->min_align));
     *found = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -93,9 +122,16 @@ static inline void emu_lt_store(void* p, cudaDataType t, size_t i, float v) {
 static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha,
                                             const void* A, cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb,
                                             const void* beta, const void* C, cublasLtMatrixLayout_t lc,
-                                            void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*,
+                                            void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo,
                                             void*, size_t, cudaStream_t stream,
                                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    // every matrix at least as aligned as the algorithm assumes (no algorithm: the
+    // library's own heuristic, which assumes the default 256 bytes)
+    const void* mats[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++) {
+        uint32_t need = algo != NULL ? algo->min_align[i] : 256;
+        if (need == 0 || (uintptr_t)mats[i] % need != 0) { return CUBLAS_STATUS_NOT_SUPPORTED; }
+    }
     uint64_t m = ld->rows, n = ld->cols;
     uint64_t k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
     // the shapes must agree, as cuBLASLt checks them

@@ -190,8 +190,23 @@ static float mm_tol(int K, double S) {
 // ----------------------------------------------------------------------------
 // matmul
 
-static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStream_t s) {
+// Every operand `offset` bytes past a 256-byte boundary: cudaMalloc's own alignment (0), or
+// the 64 and 128 bytes of tensors inside the ZeRO engines' unit buffers, which cuBLASLt must
+// be told of (llmc/matmul.cuh): each operand in an allocation of its own, freed at the end.
+static std::vector<void*> g_mm_allocs;
+template <typename T> static T* dev_at(const std::vector<T>& h, size_t offset) {
+    char* base = NULL;
+    cudaCheck(cudaMalloc(&base, h.size() * sizeof(T) + 512));
+    g_mm_allocs.push_back(base);
+    T* d = (T*)(base + (256 - (uintptr_t)base % 256) % 256 + offset);
+    if (!h.empty()) { cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+    return d;
+}
+
+static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStream_t s, size_t offset) {
     const int BT = 74, C = 96, OC = 288;
+    char nm[160];
+    auto name = [&](const char* what) { snprintf(nm, sizeof(nm), "%s [operands at 256 B + %zu]", what, offset); return nm; };
     std::vector<float> inp_f, w_f, b_f, dout_f, dw0_f, db0_f, dinp0_f, pre_f;
     std::vector<floatX> inp = rand_x((size_t)BT * C, -1.0f, 1.0f, inp_f);
     std::vector<floatX> w = rand_x((size_t)OC * C, -1.0f, 1.0f, w_f);
@@ -202,17 +217,17 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
     std::vector<floatX> dinp0 = rand_x((size_t)BT * C, -1.0f, 1.0f, dinp0_f);
     std::vector<floatX> pre = rand_x((size_t)BT * C, -3.0f, 3.0f, pre_f);  // a pre-GELU input for the backward
 
-    floatX* d_inp = dev_from(inp);
-    floatX* d_w = dev_from(w);
-    floatX* d_b = dev_from(b);
-    floatX* d_dout = dev_from(dout);
-    floatX* d_dw = dev_from(dw0);
-    floatX* d_db = dev_from(db0);
-    floatX* d_dinp = dev_from(dinp0);
-    floatX* d_pre = dev_from(pre);
-    floatX* d_out = dev_from(std::vector<floatX>((size_t)BT * OC));
-    floatX* d_pre_out = dev_from(std::vector<floatX>((size_t)BT * OC));
-    float* d_scratch = dev_from(std::vector<float>(MATMUL_DBIAS_SCRATCH_FLOATS(OC)));
+    floatX* d_inp = dev_at(inp, offset);
+    floatX* d_w = dev_at(w, offset);
+    floatX* d_b = dev_at(b, offset);
+    floatX* d_dout = dev_at(dout, offset);
+    floatX* d_dw = dev_at(dw0, offset);
+    floatX* d_db = dev_at(db0, offset);
+    floatX* d_dinp = dev_at(dinp0, offset);
+    floatX* d_pre = dev_at(pre, offset);
+    floatX* d_out = dev_at(std::vector<floatX>((size_t)BT * OC), offset);
+    floatX* d_pre_out = dev_at(std::vector<floatX>((size_t)BT * OC), offset);
+    float* d_scratch = dev_at(std::vector<float>(MATMUL_DBIAS_SCRATCH_FLOATS(OC)), offset);
 
     // forward scale S[i,o] = sum_c |inp[i,c] w[o,c]| + |b[o]|
     std::vector<float> fwd_S((size_t)BT * OC);
@@ -229,7 +244,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
     matmul_forward(ref.data(), inp_f.data(), w_f.data(), b_f.data(), 1, BT, C, OC);
     matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
     for (size_t i = 0; i < ref.size(); i++) { tol[i] = mm_tol(C, fwd_S[i]); }
-    check_close("matmul_forward bias", to_floats(host_from(d_out, ref.size())), ref, tol);
+    check_close(name("matmul_forward bias"), to_floats(host_from(d_out, ref.size())), ref, tol);
 
     // 2. forward without bias (epilogue DEFAULT)
     {
@@ -237,19 +252,19 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         matmul_forward(ref_nb.data(), inp_f.data(), w_f.data(), NULL, 1, BT, C, OC);
         matmul_forward(d_out, d_inp, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
         for (size_t i = 0; i < ref_nb.size(); i++) { tol_nb[i] = mm_tol(C, fwd_S[i]); }
-        check_close("matmul_forward no bias", to_floats(host_from(d_out, ref_nb.size())), ref_nb, tol_nb);
+        check_close(name("matmul_forward no bias"), to_floats(host_from(d_out, ref_nb.size())), ref_nb, tol_nb);
     }
 
     // 3. forward with the fused GELU: pre_gelu = the biased product, out = gelu(pre_gelu)
     {
         matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, d_pre_out, 1, lt, ws, ws_bytes, s);
-        check_close("matmul_forward gelu: pre_gelu", to_floats(host_from(d_pre_out, ref.size())), ref, tol);
+        check_close(name("matmul_forward gelu: pre_gelu"), to_floats(host_from(d_pre_out, ref.size())), ref, tol);
         std::vector<float> ref_g(ref.size()), tol_g(ref.size());
         gelu_forward(ref_g.data(), ref.data(), (int)ref.size());
         for (size_t i = 0; i < ref.size(); i++) {
             tol_g[i] = 1.13f * tol[i] + 4e-4f * fabsf(ref[i]) + (IS_BF16 ? ldexpf(fabsf(ref_g[i]), -8) : 0.0f) + 1e-6f;
         }
-        check_close("matmul_forward gelu: out", to_floats(host_from(d_out, ref.size())), ref_g, tol_g);
+        check_close(name("matmul_forward gelu: out"), to_floats(host_from(d_out, ref.size())), ref_g, tol_g);
     }
 
     // backward scales: dinp K = OC, dweight K = BT, dbias K = BT
@@ -282,9 +297,9 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         for (size_t i = 0; i < t_dinp.size(); i++) { t_dinp[i] = mm_tol(OC, dinp_S[i] + fabsf(dinp0_f[i])); }
         for (size_t i = 0; i < t_dw.size(); i++) { t_dw[i] = mm_tol(BT, dw_S[i]); }
         for (int o = 0; o < OC; o++) { t_db[o] = mm_tol(BT, db_S[o]); }
-        check_close("matmul_backward dinp (accumulate)", to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
-        check_close("matmul_backward dweight (+=)", to_floats(host_from(d_dw, dw_ref.size())), dw_ref, t_dw);
-        check_close("matmul_backward dbias (+=)", to_floats(host_from(d_db, (size_t)OC)), db_ref, t_db);
+        check_close(name("matmul_backward dinp (accumulate)"), to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
+        check_close(name("matmul_backward dweight (+=)"), to_floats(host_from(d_dw, dw_ref.size())), dw_ref, t_dw);
+        check_close(name("matmul_backward dbias (+=)"), to_floats(host_from(d_db, (size_t)OC)), db_ref, t_db);
 
         // deterministic dbias: the same call again from the same start gives the same bits
         std::vector<floatX> db_first = host_from(d_db, (size_t)OC);
@@ -292,7 +307,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         matmul_backward((floatX*)NULL, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, BT, C, OC, (const floatX*)NULL, 0,
                         lt, ws, ws_bytes, s);
         std::vector<floatX> db_second = host_from(d_db, (size_t)OC);
-        report("matmul_backward dbias deterministic", memcmp(db_first.data(), db_second.data(), OC * sizeof(floatX)) == 0, "");
+        report(name("matmul_backward dbias deterministic"), memcmp(db_first.data(), db_second.data(), OC * sizeof(floatX)) == 0, "");
     }
 
     // 5. backward, dinp overwritten (it starts as NaN: beta = 0 must not read it); no dbias
@@ -306,8 +321,8 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         std::vector<float> t_dinp(dinp_ref.size()), t_dw(dw_ref.size());
         for (size_t i = 0; i < t_dinp.size(); i++) { t_dinp[i] = mm_tol(OC, dinp_S[i]); }
         for (size_t i = 0; i < t_dw.size(); i++) { t_dw[i] = mm_tol(BT, dw_S[i]); }
-        check_close("matmul_backward dinp (overwrite)", to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
-        check_close("matmul_backward dweight (+=, no dbias)", to_floats(host_from(d_dw, dw_ref.size())), dw_ref, t_dw);
+        check_close(name("matmul_backward dinp (overwrite)"), to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
+        check_close(name("matmul_backward dweight (+=, no dbias)"), to_floats(host_from(d_dw, dw_ref.size())), dw_ref, t_dw);
     }
 
     // 6. backward through a GELU: dinp = (dout @ W) * gelu'(pre)
@@ -323,12 +338,50 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
             t_dinp[i] = 1.13f * mm_tol(OC, dinp_S[i]) + 1e-6f * fabsf(dinp_ref[i]) +
                         (IS_BF16 ? ldexpf(fabsf(dinp_ref[i]), -8) : 0.0f);
         }
-        check_close("matmul_backward dinp * gelu'(pre_gelu)", to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
+        check_close(name("matmul_backward dinp * gelu'(pre_gelu)"), to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
     }
 
-    cudaCheck(cudaFree(d_inp)); cudaCheck(cudaFree(d_w)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_dout));
-    cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db)); cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_pre));
-    cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_pre_out)); cudaCheck(cudaFree(d_scratch));
+    for (void* p : g_mm_allocs) { cudaCheck(cudaFree(p)); }
+    g_mm_allocs.clear();
+}
+
+// The heuristic runs once per distinct problem: repeated products of one shape and one
+// alignment take their algorithm from llmc/matmul.cuh's cache, and another alignment of
+// the same shape is another problem (its own heuristic call). Counted by matmul.cuh and,
+// emulated, by the cuBLASLt stand-in itself (test/emu/cublasLt.h), which sees the calls
+// the library gets.
+static void test_matmul_algo_cache(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStream_t s) {
+    const int BT = 40, C = 64, OC = 136;  // a shape no other test uses
+    std::vector<float> inp_f, w_f;
+    std::vector<floatX> inp = rand_x((size_t)BT * C + 64, -1.0f, 1.0f, inp_f);  // + 64: room for an offset
+    std::vector<floatX> w = rand_x((size_t)OC * C, -1.0f, 1.0f, w_f);
+    floatX* d_inp = dev_at(inp, 0);
+    floatX* d_w = dev_at(w, 0);
+    floatX* d_out = dev_at(std::vector<floatX>((size_t)BT * OC), 0);
+    long calls0 = matmul_heuristic_calls, lookups0 = matmul_algo_lookups;
+#if defined(LLMC_EMU)
+    long lib0 = emu_lt_heuristic_calls;
+#endif
+    for (int r = 0; r < 5; r++) {  // one problem, five times
+        matmul_forward(d_out, d_inp, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
+    }
+    long calls1 = matmul_heuristic_calls;
+    const floatX* inp_64 = d_inp + 64 / sizeof(floatX);  // the same shape, inp 64 bytes past the boundary
+    for (int r = 0; r < 5; r++) {
+        matmul_forward(d_out, inp_64, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
+    }
+    long calls2 = matmul_heuristic_calls;
+    cudaCheck(cudaDeviceSynchronize());
+    char detail[200];
+    snprintf(detail, sizeof(detail), "10 lookups (got %ld), heuristic calls: 1 for 5 products (got %ld), 1 more for "
+             "another alignment (got %ld)", matmul_algo_lookups - lookups0, calls1 - calls0, calls2 - calls1);
+    report("matmul algorithm cache", matmul_algo_lookups - lookups0 == 10 && calls1 - calls0 == 1 && calls2 - calls1 == 1, detail);
+#if defined(LLMC_EMU)
+    snprintf(detail, sizeof(detail), "%ld calls reached the library for 10 products (2 expected)", emu_lt_heuristic_calls - lib0);
+    report("matmul algorithm cache: the library's heuristic calls", emu_lt_heuristic_calls - lib0 == 2, detail);
+#endif
+    for (void* p : g_mm_allocs) { cudaCheck(cudaFree(p)); }
+    g_mm_allocs.clear();
 }
 
 // ----------------------------------------------------------------------------
@@ -823,7 +876,8 @@ int main(void) {
     void* ws = NULL;
     size_t ws_bytes = 0;
     cublaslt_init(&lt, &ws, &ws_bytes);
-    test_matmul(lt, ws, ws_bytes, s);
+    for (size_t offset : {(size_t)0, (size_t)64, (size_t)128}) { test_matmul(lt, ws, ws_bytes, s, offset); }
+    test_matmul_algo_cache(lt, ws, ws_bytes, s);
     test_classifier(s);
     test_adamw(s);
     test_global_norm(s);
