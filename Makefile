@@ -110,9 +110,10 @@ EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-
 
 # the device engine (an offset off by one in a shard copy runs into the unmapped page after
 # its allocation, or into the checker); its AdamW launchers computed directly
-# (test/emu/adamw_host.cuh, included by the test in place of zero3/adamw.cuh)
-build/test_device_emu: test/emu/test_device_emu.cc $(EMU_DEPS) | build
-	$(MPICXX) -O1 -g -fno-omit-frame-pointer $(EMU_FLAGS) -DENABLE_FP32 \
+# (test/emu/adamw_host.cuh, included by the test in place of zero3/adamw.cuh); fp32, and bf16
+# (the gradients' reduction in bf16 or fp32)
+build/test_device_emu build/test_device_emu_bf16: build/test_device_emu%: test/emu/test_device_emu.cc $(EMU_DEPS) | build
+	$(MPICXX) -O1 -g -fno-omit-frame-pointer $(EMU_FLAGS) $(if $(findstring bf16,$@),,-DENABLE_FP32) \
 	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 # the emulator's own test (its limits, and races it must catch)
 build/test_emu: test/emu/test_emu.cc $(EMU_DEPS) | build
@@ -140,7 +141,8 @@ build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | 
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
-MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_nccl_emu build/test_emu
+MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
+             build/test_nccl_emu build/test_emu
 
 test: deps
 	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32

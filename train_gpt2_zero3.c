@@ -319,6 +319,9 @@ int main(int argc, char** argv) {
     if (tc->zero.bf16 == 1 && t.rank == 0) {
         fprintf(stderr, "warning: bf16.enabled is ignored: the CPU trainer computes in fp32\n");
     }
+    if (tc->zero.comm_dtype == ZERO_COMM_BF16 && t.rank == 0) {
+        fprintf(stderr, "warning: communication data type bf16 has no effect: the CPU trainer's gradients are fp32, reduced in fp32\n");
+    }
     // OpenBLAS's sgemm runs on the OpenMP ops' threads (the Makefile links its OpenMP build)
     omp_set_num_threads(t.threads);
     openblas_set_num_threads(t.threads);

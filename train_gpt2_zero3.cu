@@ -629,6 +629,10 @@ int main(int argc, char** argv) {
                  "(%d ranks on a node that shows them %d): use --zero-backend host (or auto) to share GPUs", t.local_size, ndev);
         die_all(rank, msg);
     }
+    if (tc->zero.comm_dtype == ZERO_COMM_BF16 && (sizeof(floatX) == 4 || !device_engine) && rank == 0) {
+        fprintf(stderr, "warning: communication data type bf16 has no effect: %s\n", sizeof(floatX) == 4 ?
+                "this build's gradients are fp32, reduced in fp32" : "the host backend reduces the gradients in fp32 on the host");
+    }
     if (!device_engine && tc->dpu) {
         die_all(rank, "--dpu runs on the device backend (--offload-optimizer cpu, no NVMe or parameter offload, one GPU per rank)");
     }

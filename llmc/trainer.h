@@ -338,7 +338,10 @@ static int trainer_estimate(Trainer* t, size_t x) {
             double n = (double)gpt2_unit_size(c, u);
             if (n > largest) { largest = n; }
         }
-        zero_estimate_print(stdout, tc->model, (double)gpt2_num_params(c), largest, nodes, gpus);
+        // the GPU trainer's gradients are reduced in fp32 when asked (bf16 build; the fp32 build's
+        // are fp32 anyway, with no extra buffer)
+        int comm_fp32 = tc->zero.comm_dtype == ZERO_COMM_FP32 && x == 2;
+        zero_estimate_print(stdout, tc->model, (double)gpt2_num_params(c), largest, nodes, gpus, comm_fp32);
         int flash = !strcmp(tc->attention, "flash");
         double act = gpu_activations_total(c, tc->B, tc->T, tc->recompute, flash, x);
         printf("activations: %.2f GiB per GPU (train_gpt2_zero3 in %s at -b %d -t %d -r %d --attention %s; "

@@ -10,7 +10,7 @@
  What we read from the JSON (every other key is reported as a warning, never an error,
  so that a config written for DeepSpeed loads as it is):
    train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps,
-   gradient_clipping, bf16.enabled,
+   gradient_clipping, bf16.enabled, communication_data_type,
    optimizer.type ("AdamW" or "Adam", any case), optimizer.params.{lr, betas, eps,
    weight_decay, adam_w_mode},
    zero_optimization.{stage, reduce_bucket_size, allgather_bucket_size, overlap_comm,
@@ -29,6 +29,12 @@
    also decouples the decay unless its adam_w_mode is false, so "Adam" with a weight
    decay loads with a warning that says so; adam_w_mode false with a weight decay is an
    error, since we cannot do the coupled (L2) variant it asks for.
+ - communication_data_type (--communication-data-type): the type gradients are reduced in.
+   Unset (DeepSpeed's null), the model's: bf16 in the bf16 GPU build, whose device engine
+   then reduces its bf16 gradients in bf16 as DeepSpeed and llm.c do. "fp32" widens them and
+   reduces, accumulates and uses them in fp32 (2x the gradient traffic); "bf16" as unset.
+   The engines whose gradients are fp32 (the host engine, the fp32 build) reduce in fp32
+   whatever it says. "fp16" is refused: no engine here has fp16 gradients.
  - The optimizer and parameter offloads share one nvme_path and one pin_memory here:
    the two sections may both give them, but then with the same value.
  - Every key read either works in both engines that run it (zero3/host.h, zero3/device.cuh)
@@ -61,6 +67,8 @@
 #include "zero3/util.h"     // zero_error: the library error convention
 
 typedef enum { ZERO_OFFLOAD_NONE = 0, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME } ZeroOffload;
+// the type gradients are reduced in: the model's (unset), or named
+typedef enum { ZERO_COMM_MODEL = 0, ZERO_COMM_FP32, ZERO_COMM_BF16 } ZeroCommDtype;
 
 typedef struct {
     int stage;                          // zero_optimization.stage: 0..3
@@ -91,6 +99,7 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;  // optimizer.params
     float gradient_clipping;            // global-norm clip; 0 = off
     int bf16;                           // bf16.enabled: 0/1, -1 absent
+    ZeroCommDtype comm_dtype;           // communication_data_type; ZERO_COMM_MODEL when absent
 } ZeroConfig;
 
 // 2^53: every whole number up to here is exact in a double, the type JSON numbers arrive in
@@ -130,6 +139,17 @@ static inline void zero_config_defaults(ZeroConfig* c) {
     c->weight_decay = NAN;
     c->gradient_clipping = NAN;
     c->bf16 = -1;
+    c->comm_dtype = ZERO_COMM_MODEL;
+}
+
+// "model" (unset: the model's type), "fp32", "bf16"
+static inline const char* zero_comm_dtype_name(ZeroCommDtype t) {
+    switch (t) {
+        case ZERO_COMM_MODEL: return "model";
+        case ZERO_COMM_FP32: return "fp32";
+        case ZERO_COMM_BF16: return "bf16";
+    }
+    return "?";
 }
 
 static inline const char* zero_offload_name(ZeroOffload o) {
@@ -193,6 +213,31 @@ static inline int zero_parse_offload(const char* what, const char* s, ZeroOffloa
     return 0;
 }
 
+// ASCII case-insensitive equality: names are matched like DeepSpeed's ("adamw" == "AdamW", "FP32" == "fp32")
+static inline int zero_streq_nocase(const char* a, const char* b) {
+    for (; *a && *b; a++, b++) {
+        char ca = (*a >= 'A' && *a <= 'Z') ? (char)(*a - 'A' + 'a') : *a;
+        char cb = (*b >= 'A' && *b <= 'Z') ? (char)(*b - 'A' + 'a') : *b;
+        if (ca != cb) { return 0; }
+    }
+    return *a == *b;
+}
+
+// communication_data_type, any case as DeepSpeed lowercases it ("bfp16": its older name
+// for bf16); fp16 is DeepSpeed's too, but nothing here has fp16 gradients to reduce
+static inline int zero_parse_comm_dtype(const char* what, const char* s, ZeroCommDtype* out) {
+    if (s == NULL) { return zero_error("%s needs a value", what); }
+    if (zero_streq_nocase(s, "fp32")) { *out = ZERO_COMM_FP32; }
+    else if (zero_streq_nocase(s, "bf16") || zero_streq_nocase(s, "bfp16")) { *out = ZERO_COMM_BF16; }
+    else if (zero_streq_nocase(s, "fp16")) {
+        return zero_error("%s: fp16 is not supported: gradients here are bf16 or fp32, and are reduced in bf16 or fp32 "
+                          "(fp32 or bf16)", what);
+    } else {
+        return zero_error("%s: unknown data type '%s' (fp32 or bf16)", what, s);
+    }
+    return 0;
+}
+
 static inline int zero_set_path(const char* what, const char* s, char* dst, size_t cap) {
     if (s == NULL || *s == '\0') { return zero_error("%s: the path is empty", what); }
     if (strlen(s) >= cap) { return zero_error("%s: the path is longer than %zu characters", what, cap - 1); }
@@ -209,7 +254,8 @@ static inline int zero_set_path(const char* what, const char* s, char* dst, size
 // Flags: --zero-stage 0..3, --prefetch 0..64, --offload-optimizer none|cpu|nvme,
 // --offload-param none|cpu|nvme, --nvme-path DIR, --reduce-bucket-size N,
 // --prefetch-bucket-size N, --param-persistence-threshold N, --max-live-parameters N,
-// --max-reuse-distance N, --sub-group-size N, --max-in-cpu N. (No flag for the keys that
+// --max-reuse-distance N, --sub-group-size N, --max-in-cpu N, --communication-data-type
+// fp32|bf16. (No flag for the keys that
 // have no effect: they exist for configs written for DeepSpeed.)
 static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const char* value) {
     if (name == NULL) { return 1; }
@@ -247,6 +293,8 @@ static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const ch
         return zero_parse_offload(what, value, &c->offload_param);
     } else if (strcmp(name, "--nvme-path") == 0) {
         return zero_set_path(what, value, c->nvme_path, sizeof(c->nvme_path));
+    } else if (strcmp(name, "--communication-data-type") == 0) {
+        return zero_parse_comm_dtype(what, value, &c->comm_dtype);
     } else {
         return 1;  // not ours: --ds-config included, which the trainer loads itself
     }
@@ -380,16 +428,6 @@ static inline int zero_json_no_duplicates(ZeroJsonCtx* x, const cJSON* obj, cons
 static inline int zero_json_object(ZeroJsonCtx* x, const cJSON* it, const char* key) {
     if (!cJSON_IsObject(it)) { return zero_json_type_error(x, key, "an object", it); }
     return zero_json_no_duplicates(x, it, key);
-}
-
-// ASCII case-insensitive equality: optimizer names are matched like DeepSpeed's ("adamw" == "AdamW")
-static inline int zero_streq_nocase(const char* a, const char* b) {
-    for (; *a && *b; a++, b++) {
-        char ca = (*a >= 'A' && *a <= 'Z') ? (char)(*a - 'A' + 'a') : *a;
-        char cb = (*b >= 'A' && *b <= 'Z') ? (char)(*b - 'A' + 'a') : *b;
-        if (ca != cb) { return 0; }
-    }
-    return *a == *b;
 }
 
 static inline int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConfig* c) {
@@ -658,6 +696,14 @@ static inline int zero_config_load_json(ZeroConfig* c, const char* path, char* w
         else if (strcmp(n, "gradient_clipping") == 0) { rc = zero_json_float(&x, it, n, 0.0, 0, 1e6, &tmp.gradient_clipping); }
         else if (strcmp(n, "optimizer") == 0) { rc = zero_json_optimizer(&x, it, &tmp); }
         else if (strcmp(n, "bf16") == 0) { rc = zero_json_bf16(&x, it, &tmp); }
+        else if (strcmp(n, "communication_data_type") == 0) {
+            // DeepSpeed's default is null: the model's type
+            if (cJSON_IsNull(it)) { tmp.comm_dtype = ZERO_COMM_MODEL; continue; }
+            if (!cJSON_IsString(it)) { rc = zero_json_type_error(&x, n, "a string: fp32 or bf16", it); continue; }
+            char what[1400];
+            snprintf(what, sizeof(what), "--ds-config %s: key '%s'", path, n);
+            rc = zero_parse_comm_dtype(what, it->valuestring, &tmp.comm_dtype);
+        }
         else if (strcmp(n, "zero_optimization") == 0) { rc = zero_json_zero_optimization(&x, it, &tmp); }
         else { zero_json_unknown(&x, zero_json_key(key, sizeof(key), "", n)); }
     }
@@ -712,6 +758,7 @@ static inline int zero_config_validate(const ZeroConfig* c) {
         if (bools[i] != 0 && bools[i] != 1) { return zero_error("zero config: a boolean setting holds %d (0 or 1)", bools[i]); }
     }
     if (c->bf16 < -1 || c->bf16 > 1) { return zero_error("zero config: bf16 holds %d (0, 1 or -1 for unset)", c->bf16); }
+    if ((unsigned)c->comm_dtype > ZERO_COMM_BF16) { return zero_error("zero config: unknown communication data type %d", (int)c->comm_dtype); }
     if (c->train_batch_size == 0 || c->train_batch_size < -1) { return zero_error("zero config: train_batch_size %lld must be >= 1 (or -1 for unset)", c->train_batch_size); }
     if (c->train_micro_batch_size_per_gpu == 0 || c->train_micro_batch_size_per_gpu < -1) {
         return zero_error("zero config: train_micro_batch_size_per_gpu %d must be >= 1 (or -1 for unset)", c->train_micro_batch_size_per_gpu);
@@ -839,13 +886,13 @@ static inline uint64_t zero_hash_f32(uint64_t h, float v) {
 // memory (a node's NVMe mount may well differ from another's).
 static inline uint64_t zero_config_hash(const ZeroConfig* c) {
     uint64_t h = 14695981039346656037ULL;  // FNV-1a 64-bit offset basis
-    h = zero_hash_bytes(h, "ZeroConfig/1", 12);  // bump when the field list changes
+    h = zero_hash_bytes(h, "ZeroConfig/2", 12);  // bump when the field list changes
     long long ints[] = {
         c->stage, c->reduce_bucket_size, c->allgather_bucket_size, c->overlap_comm, c->contiguous_gradients,
         c->reduce_scatter, c->prefetch_bucket_size, c->param_persistence_threshold, c->max_live_parameters,
         c->max_reuse_distance, c->sub_group_size, c->prefetch_depth, (long long)c->offload_optimizer,
         (long long)c->offload_param, c->train_batch_size, c->train_micro_batch_size_per_gpu,
-        c->gradient_accumulation_steps, c->bf16,
+        c->gradient_accumulation_steps, c->bf16, (long long)c->comm_dtype,
     };
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) { h = zero_hash_i64(h, ints[i]); }
     float floats[] = { c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->gradient_clipping };
@@ -891,6 +938,10 @@ static inline void zero_config_describe(const ZeroConfig* c, char* out, size_t l
     }
     out[0] = '\0';
     zero_append(out, len, line);
+    if (c->comm_dtype != ZERO_COMM_MODEL) {
+        zero_append(out, len, ", gradients reduced in ");
+        zero_append(out, len, zero_comm_dtype_name(c->comm_dtype));
+    }
     if (c->offload_optimizer == ZERO_OFFLOAD_NVME || c->offload_param == ZERO_OFFLOAD_NVME) {
         zero_append(out, len, ", nvme ");
         zero_append(out, len, c->nvme_path);

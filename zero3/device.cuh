@@ -26,6 +26,19 @@
  its result is uploaded at the end of step i+1. NVMe and parameter offload are the host
  engine's (the GPU trainer's host-staged backend, zero3/staged.cuh).
 
+ Gradients are reduced in floatX unless the configuration says fp32
+ (--communication-data-type fp32; in the bf16 build, wherever NCCL runs): then each unit's
+ bf16 gradient is widened into an fp32 buffer on the NCCL stream, reduced in fp32, and the
+ result kept and used in fp32: stage 0 all-reduces into a whole fp32 gradient (4 bytes per
+ parameter more) that the norm and AdamW read; stage 1 reduce-scatters into fp32 shards
+ (in place of the bf16 ones: 2 bytes per parameter / N more), which AdamW or, offloaded,
+ the CPU Adam reads; stages 2-3 reduce-scatter into an fp32 shard added into the fp32
+ accumulators. One fp32 buffer of the largest unit (and at stages 2-3 one of its shard)
+ serves every unit: the widening, the collective and the accumulation of a unit are all on
+ the NCCL stream, in order, so the next unit's widening starts after they are done.
+ In bf16 each hop of NCCL's ring rounds the partial sum to bf16: the fp32 reduction is
+ exact to fp32 rounding whatever the number of ranks, at twice the bytes.
+
  [Note: the host never waits inside a step without offload]
  Nothing is allocated in a step, and the gradient norm, the clipping factor and the ranks'
  all-reduce of the norm stay on the GPU; the norm reaches the host after the trainer's
@@ -73,8 +86,9 @@
 #define NCCL_FLOATX ncclBfloat16
 #endif
 
-// acc (n,) fp32 += got (n,) floatX: a reduced gradient shard into its accumulator
-__global__ void zero_dev_accumulate_kernel(float* acc, const floatX* got, size_t n) {
+// acc (n,) fp32 += got (n,) floatX or fp32: a reduced gradient shard into its accumulator
+template <typename T>
+__global__ void zero_dev_accumulate_kernel(float* acc, const T* got, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { acc[i] += to_float(got[i]); }
 }
@@ -83,7 +97,7 @@ __global__ void zero_dev_accumulate_kernel(float* acc, const floatX* got, size_t
 
 typedef struct {
     floatX* buf;          // (elems)
-    floatX* rs_out;       // gradient buffers: the reduce-scatter's output, (elems / world)
+    floatX* rs_out;       // gradient buffers: the reduce-scatter's output, (elems / world); NULL with comm32
     int unit;             // the unit it holds, -1 when free
     cudaEvent_t free_ev;  // the last use of buf is done once this event has passed
     cudaEvent_t ready_ev; // parameter buffers: the gather into buf is done
@@ -129,8 +143,13 @@ typedef struct ZeroDev {
     int nppool;
     // gradients
     floatX* grads;                // (padded_total) stages 0-1
-    floatX* gshard;               // (shard_total) stage 1: reduced shards
+    floatX* gshard;               // (shard_total) stage 1: reduced shards (not with comm32)
     float* acc;                   // (shard_total) stages 2-3: fp32 accumulators
+    int comm32;                   // gradients reduced in fp32 (--communication-data-type fp32, bf16 build, NCCL in use)
+    float* grads32;               // (padded_total) stage 0 with comm32: the whole gradient, widened and all-reduced
+    float* gshard32;              // (shard_total) stage 1 with comm32: the reduced shards, in place of gshard
+    float* wide;                  // (largest padded unit) stages 1-3 with comm32: a unit's gradient widened for its reduce-scatter
+    float* wide_out;              // (largest shard) stages 2-3 with comm32: its reduced shard, on its way to the accumulator
     ZeroDevBuf** grad_buf;        // (num_units) stages 2-3: the unit's gradient buffer during its backward
     ZeroDevPool gpool[ZERO_DEV_MAX_POOLS];
     int ngpool;
@@ -408,13 +427,27 @@ static int zero_dev_grad(void* impl, int u, void** out) {
     return 0;
 }
 
+// bytes of an element of the reduced gradient shards (stages 1-3): floatX at stage 1, fp32
+// when reduced in fp32 and in the accumulators of stages 2-3
+static size_t zero_dev_shard_grad_bytes(const ZeroDev* d) {
+    return d->stage == 1 && !d->comm32 ? sizeof(floatX) : sizeof(float);
+}
+
+// dst (n,) fp32 <- src (n,) floatX on the NCCL stream: a gradient widened for a reduction in
+// fp32, after the compute stream's writes (the caller's zero_nccl_after), before the collective
+static int zero_dev_widen(ZeroDev* d, float* dst, const floatX* src, size_t n) {
+    zero_to_float_kernel<<<(unsigned)CEIL_DIV(n, (size_t)256), 256, 0, d->nccl.stream>>>(dst, src, n);
+    return zero_cuda(cudaGetLastError(), "widening a gradient to fp32");
+}
+
 // offload: unit u's reduced gradient shard (complete: the last micro-step's reduction was
 // just issued on the NCCL stream) to the host, on the copy stream
 static int zero_dev_copy_out(ZeroDev* d, int u) {
     if (!d->offload) { return 0; }
     const ZeroUnit* pu = &d->plan.units[u];
-    size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
-    const char* src = d->stage == 1 ? (const char*)(d->gshard + pu->shard_offset) : (const char*)(d->acc + pu->shard_offset);
+    size_t gb = zero_dev_shard_grad_bytes(d);
+    const char* src = d->stage >= 2 ? (const char*)(d->acc + pu->shard_offset)
+                    : d->comm32 ? (const char*)(d->gshard32 + pu->shard_offset) : (const char*)(d->gshard + pu->shard_offset);
     if (zero_cuda(cudaEventRecord(d->copy_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
         zero_cuda(cudaStreamWaitEvent(d->copy, d->copy_ev, 0), "cudaStreamWaitEvent") != 0 ||
         zero_cuda(cudaMemcpyAsync((char*)d->h_grads + pu->shard_offset * gb, src, pu->shard * gb,
@@ -440,15 +473,34 @@ static int zero_dev_reduce(void* impl, int u) {
     }
     if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
     ZeroDevBuf* b = d->grad_buf[u];
-    if (d->stage == 0) {
+    unsigned grid = (unsigned)CEIL_DIV(pu->shard, (size_t)256);
+    if (d->stage == 0 && d->comm32) {
+        float* g = d->grads32 + pu->full_offset;
+        if (zero_dev_widen(d, g, d->grads + pu->full_offset, pu->padded) != 0 ||
+            zero_nccl_allreduce(&d->nccl, g, pu->padded, ncclFloat32) != 0) {
+            return -1;
+        }
+    } else if (d->stage == 0) {
         if (zero_nccl_allreduce(&d->nccl, d->grads + pu->full_offset, pu->padded, NCCL_FLOATX) != 0) { return -1; }
+    } else if (d->stage == 1 && d->comm32) {
+        if (zero_dev_widen(d, d->wide, d->grads + pu->full_offset, pu->padded) != 0 ||
+            zero_nccl_reduce_scatter(&d->nccl, d->wide, d->gshard32 + pu->shard_offset, pu->shard, ncclFloat32) != 0) {
+            return -1;
+        }
     } else if (d->stage == 1) {
         if (zero_nccl_reduce_scatter(&d->nccl, d->grads + pu->full_offset, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX) != 0) { return -1; }
     } else {
         d->grad_buf[u] = NULL;
-        if (zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX) != 0) { return -1; }
-        zero_dev_accumulate_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256, 0, d->nccl.stream>>>(
-            d->acc + pu->shard_offset, b->rs_out, pu->shard);
+        if (d->comm32) {
+            if (zero_dev_widen(d, d->wide, b->buf, pu->padded) != 0 ||
+                zero_nccl_reduce_scatter(&d->nccl, d->wide, d->wide_out, pu->shard, ncclFloat32) != 0) {
+                return -1;
+            }
+            zero_dev_accumulate_kernel<float><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, d->wide_out, pu->shard);
+        } else {
+            if (zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX) != 0) { return -1; }
+            zero_dev_accumulate_kernel<floatX><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, b->rs_out, pu->shard);
+        }
         if (zero_cuda(cudaGetLastError(), "the accumulate kernel") != 0 ||
             zero_cuda(cudaEventRecord(b->free_ev, d->nccl.stream), "cudaEventRecord") != 0) {
             return -1;
@@ -494,8 +546,8 @@ static int zero_dev_refresh_persistent(ZeroDev* d) {
 // (out: an h_params buffer). Called on the step's thread, or on update_thread with dpu.
 static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float lr, float weight_decay, float grad_scale, int t) {
     CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
-    CpuAdamDtype gt = d->stage == 1 && sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
-    size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
+    size_t gb = zero_dev_shard_grad_bytes(d);
+    CpuAdamDtype gt = gb == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
     CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
     for (int i = 0; i < d->num_tensors; i++) {
         const ZeroTensor* tr = &d->tensors[i];
@@ -627,7 +679,9 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     cudaStream_t s = d->compute;
     if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
     int rc = 0;
-    if (d->stage == 0) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
+    if (d->stage == 0 && d->comm32) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads32, d->plan.padded_total, s); }
+    else if (d->stage == 0) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
+    else if (d->stage == 1 && d->comm32) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->gshard32, d->plan.shard_total, s); }
     else if (d->stage == 1) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
     else { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
     if (rc != 0) { return -1; }
@@ -675,8 +729,14 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
             if (in == 0) { continue; }  // no element of this tensor in this rank's shard
         }
         float wd = tr->decay ? st->weight_decay : 0.0f;
-        if (d->stage == 0) {
+        if (d->stage == 0 && d->comm32) {
+            rc = adamw_update_cuda(d->params + off, d->master + off, d->grads32 + off, d->m + off, d->v + off, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
+        } else if (d->stage == 0) {
             rc = adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
+        } else if (d->stage == 1 && d->comm32) {
+            rc = adamw_update_cuda(d->params + off, d->master + sh, d->gshard32 + sh, d->m + sh, d->v + sh, n,
                                    st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
         } else if (d->stage == 1) {
             rc = adamw_update_cuda(d->params + off, d->master + sh, d->gshard + sh, d->m + sh, d->v + sh, n,
@@ -863,7 +923,7 @@ static int zero_dev_pools_init(ZeroDev* d) {
         gp->count = units_of[i] < 2 ? units_of[i] : 2;
         if (units_of[i] > 1 && gp->elems == p->units[0].padded) { gp->count++; }
     }
-    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, 1);
+    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !d->comm32);  // comm32 reduces into d->wide_out
 }
 
 // rank 0's parameters, unit by unit, through one fp32 unit buffer on the host and one on
@@ -955,6 +1015,9 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     // collectives are then copies), so the whole path runs on a single GPU
     d->use_nccl = d->world > 1 || d->stage >= 1;
     if (d->use_nccl && zero_nccl_init(&d->nccl, d->comm) != 0) { return -1; }
+    // fp32 reductions of bf16 gradients (fp32 ones are reduced in fp32 anyway; without NCCL,
+    // one rank at stage 0, nothing is reduced)
+    d->comm32 = cfg->comm_dtype == ZERO_COMM_FP32 && sizeof(floatX) != sizeof(float) && d->use_nccl;
 
     // the model states
     size_t np = p->padded_total, ns = p->shard_total;
@@ -965,10 +1028,23 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
         return -1;
     }
     if (d->stage < 2 && (d->grads = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
-    if (d->stage == 1 && (d->gshard = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->stage == 1 && !d->comm32 && (d->gshard = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
     if (d->stage >= 2 && (d->acc = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->comm32) {  // the fp32 reductions' buffers (see the top of the file)
+        size_t largest = 0, largest_shard = 0;
+        for (int u = 0; u < num_units; u++) {
+            if (p->units[u].padded > largest) { largest = p->units[u].padded; }
+            if (p->units[u].shard > largest_shard) { largest_shard = p->units[u].shard; }
+        }
+        if ((d->stage == 0 && (d->grads32 = (float*)zero_dev_alloc(np * sizeof(float), &d->bytes_grads)) == NULL) ||
+            (d->stage == 1 && (d->gshard32 = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) ||
+            (d->stage >= 1 && (d->wide = (float*)zero_dev_alloc(largest * sizeof(float), &d->bytes_buffers)) == NULL) ||
+            (d->stage >= 2 && (d->wide_out = (float*)zero_dev_alloc(largest_shard * sizeof(float), &d->bytes_buffers)) == NULL)) {
+            return -1;
+        }
+    }
     if (d->offload) {
-        size_t gb = d->stage == 1 ? sizeof(floatX) : sizeof(float);
+        size_t gb = zero_dev_shard_grad_bytes(d);
         if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
             (d->m = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
             (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
@@ -1025,6 +1101,7 @@ static void zero_dev_free(void* impl) {
         if (d->reduced_ev[u] != NULL) { cudaEventDestroy(d->reduced_ev[u]); }
     }
     cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
+    cudaFree(d->grads32); cudaFree(d->gshard32); cudaFree(d->wide); cudaFree(d->wide_out);
     if (d->offload) {
         if (d->update_pending) { pthread_join(d->update_thread, NULL); }  // it writes these
         cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_params_buf[0]);

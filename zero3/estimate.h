@@ -48,6 +48,13 @@
  Per node is per rank times G. The combinations DeepSpeed does not have (offload at stage 0,
  parameter offload before stage 3, optimizer NVMe offload before stage 3) are errors, like
  zero_config_validate's.
+
+ Gradients reduced in fp32 (--communication-data-type fp32; the device engine, zero3/device.cuh),
+ on top of the above, per GPU: stage 0 keeps the whole reduced gradient in fp32, 4 Psi
+ (nothing on one rank, which reduces nothing); stage 1 its reduced shards in fp32, 4 Psi / N
+ (the bf16 shards they replace are not counted above either), and one unit's gradient
+ widened to fp32 for its reduce-scatter, 4 L; stages 2-3 that unit and its reduced shard,
+ 4 L + 4 L / N. The gradient traffic doubles; the host engine always reduces in fp32.
 */
 #ifndef ZERO3_ESTIMATE_H
 #define ZERO3_ESTIMATE_H
@@ -66,6 +73,7 @@ typedef struct { double gpu_bytes, host_bytes_per_node, nvme_bytes_per_node; } Z
 #define ZERO_EST_WORK_BUFFERS 4.0     // stage-3 working set, in largest-layer bf16 buffers (see above)
 #define ZERO_EST_OPT_SWAP_BUFFERS 4.0    // offload_optimizer.buffer_count default
 #define ZERO_EST_PARAM_SWAP_BUFFERS 5.0  // offload_param.buffer_count default
+#define ZERO_EST_COMM_FP32_BYTES 4.0     // a gradient element widened for an fp32 reduction
 
 static inline int zero_estimate(double num_params, double largest_layer, int num_nodes, int gpus_per_node, int stage,
                                 ZeroOffload opt, ZeroOffload param, ZeroEstimate* out) {
@@ -117,6 +125,14 @@ static inline int zero_estimate(double num_params, double largest_layer, int num
     return 0;
 }
 
+// GPU bytes per rank that reducing the gradients in fp32 adds at `stage` (see the top)
+static inline double zero_estimate_comm_fp32(double num_params, double largest_layer, int num_nodes, int gpus_per_node, int stage) {
+    const double W = ZERO_EST_COMM_FP32_BYTES, N = (double)num_nodes * (double)gpus_per_node;
+    if (stage == 0) { return N > 1 ? W * num_params : 0.0; }
+    if (stage == 1) { return W * num_params / N + W * largest_layer; }
+    return W * largest_layer + W * largest_layer / N;
+}
+
 // 124439808 -> "124.44M", 1.75e11 -> "175.00B"
 static inline const char* zero_estimate_count(double v, char* buf, size_t cap) {
     if (v >= 1e9) { snprintf(buf, cap, "%.2fB", v / 1e9); }
@@ -126,7 +142,9 @@ static inline const char* zero_estimate_count(double v, char* buf, size_t cap) {
     return buf;
 }
 
-static inline void zero_estimate_print(FILE* f, const char* model_name, double num_params, double largest_layer, int num_nodes, int gpus_per_node) {
+// the table; comm_fp32: the gradients reduced in fp32 (--communication-data-type fp32)
+static inline void zero_estimate_print(FILE* f, const char* model_name, double num_params, double largest_layer, int num_nodes,
+                                       int gpus_per_node, int comm_fp32) {
     // each stage with the offloads that make sense for it, from none to the most
     static const struct { int stage; ZeroOffload opt, param; } rows[] = {
         { 0, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE },
@@ -145,6 +163,10 @@ static inline void zero_estimate_print(FILE* f, const char* model_name, double n
     fprintf(f, "model states of %s: Psi = %s params (largest layer %s), N = %d node(s) x %d GPU(s) = %lld ranks; bf16 + AdamW (2+2+12 bytes/param)\n",
             model_name ? model_name : "model", zero_estimate_count(num_params, a, sizeof(a)),
             zero_estimate_count(largest_layer, b, sizeof(b)), num_nodes, gpus_per_node, (long long)num_nodes * gpus_per_node);
+    if (comm_fp32) {
+        fprintf(f, "  gradients reduced in fp32: + 4 bytes/param at stage 0, 4/N bytes/param + 4 x the largest layer at stage 1, "
+                   "4 (1 + 1/N) x the largest layer at stages 2-3\n");
+    }
     fprintf(f, "  stage  offload_optimizer  offload_param   GPU GiB/GPU  host GiB/node  NVMe GiB/node\n");
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         ZeroEstimate e = { 0, 0, 0 };
@@ -152,6 +174,7 @@ static inline void zero_estimate_print(FILE* f, const char* model_name, double n
             fprintf(f, "  (cannot estimate: %s)\n", zero_errmsg());
             return;
         }
+        if (comm_fp32) { e.gpu_bytes += zero_estimate_comm_fp32(num_params, largest_layer, num_nodes, gpus_per_node, rows[i].stage); }
         fprintf(f, "  %5d  %-17s  %-13s  %12.2f  %13.2f  %13.2f\n", rows[i].stage, zero_offload_name(rows[i].opt),
                 zero_offload_name(rows[i].param), e.gpu_bytes / GiB, e.host_bytes_per_node / GiB, e.nvme_bytes_per_node / GiB);
     }

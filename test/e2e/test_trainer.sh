@@ -53,6 +53,7 @@ expect_error "batch does not divide"   "-d"              $BIN $SMALL -b 4 -d 100
 expect_error "checkpoints without -o"  "-o"              $BIN $SMALL -n 5
 expect_error "ZeRO stage out of range" "-z"             $BIN $SMALL -z 4
 expect_error "param nvme without optimizer offload" "offload_param nvme" $BIN $SMALL -z 3 --offload-param nvme --nvme-path "$tmp"
+expect_error "fp16 gradient reductions" "fp16 is not supported" $BIN $SMALL --communication-data-type fp16
 expect_error "unwritable report"       "$tmp/no/dir/r.json" $BIN $SMALL -b 2 -x 1 --report "$tmp/no/dir/r.json"
 expect_error "bad val data"            "badmagic.bin"    $BIN $SMALL -v 5 -j "$tmp/badmagic.bin"
 
@@ -83,6 +84,18 @@ if [ -f "$tmp/dp1.json" ] && [ -f "$tmp/dp2.json" ] && [ -f "$tmp/acc.json" ]; t
     # and the runs really trained: the loss moved
     $PY -c "import sys; a=[float(x) for x in open('$tmp/l1')]; sys.exit(0 if a[0]-a[-1] > 0.3 else 1)" && ok "the loss falls over 4 steps" || bad "the loss did not fall: $(tr '\n' ' ' < "$tmp/l1")"
 fi
+# --communication-data-type: the host engine's gradients are fp32 and reduced in fp32
+# whatever it says (fp32: the same run bit for bit; bf16: the same, with a warning)
+for m in fp32 bf16; do
+    $MPIRUN -np 2 $BIN $DP -b 4 --communication-data-type $m --report "$tmp/dpc_$m.json" > "$tmp/dpc_$m.log" 2>&1 || bad "N=2 run with --communication-data-type $m"
+    if [ -f "$tmp/dp2.json" ] && [ -f "$tmp/dpc_$m.json" ]; then
+        losses "$tmp/dpc_$m.json" > "$tmp/lc"
+        d=$(maxdiff "$tmp/l2" "$tmp/lc")
+        within "$d" 0 && ok "--communication-data-type $m on the host engine: the same losses, bit for bit" || bad "--communication-data-type $m: max diff $d"
+    fi
+done
+grep -q "communication data type bf16 has no effect" "$tmp/dpc_bf16.log" && ok "bf16 reductions on the CPU trainer: a warning says they have no effect" \
+    || bad "no warning for --communication-data-type bf16 on the CPU trainer"
 
 # ---------------------------------------------------------------------------
 # Checkpoints: 6 steps straight vs 3 steps, stop, resume to 6. Shuffling on, so the

@@ -21,12 +21,23 @@
  and the backward adds a gradient that depends on the parameters fetched, the rank and
  the micro-step. Every rank computes the whole run itself in plain fp32 (AdamW from
  zero3/adamw.h) and compares: the parameters every fetch hands out (bit for bit before
- the first update), the norm, and the master at the end.
+ the first update), the norm, and the master at the end. And at every step, the reduced
+ gradients the engine holds before its update (this rank's shards, or the whole gradient
+ at stage 0) against the sum over ranks and micro-steps of what each rank's backward left
+ in its gradient buffers at each reduction, summed exactly (in double).
+
+ Built twice: in fp32 (build/test_device_emu, -DENABLE_FP32) and in bf16
+ (build/test_device_emu_bf16), whose gradients are bf16 and which can reduce them in bf16
+ or in fp32 (-m). Sums of a few bf16 values of the sizes here are exact in fp32, so with
+ fp32 reductions the reduced gradients must equal the exact sum bit for bit, whatever the
+ number of ranks and the order of the sums; bf16 reductions round (NCCL after every hop of
+ its ring), within world x 2^-8 of the sum of magnitudes.
 
  usage: test_device_emu -z stage [-o 1 (offload cpu)] [-p 1 (dpu)] [-a micro-steps]
         [-n steps] [-f prefetch] [-t persistence threshold] [-l max live] [-c clip]
-        [-r K (checkpoint after K steps, resumed into a new engine)] [-k K (the norm read, and
-        the host synchronized, every K steps; default 1)]
+        [-r K (checkpoint after K steps, resumed into a new engine)]
+        [-m fp32|bf16 (--communication-data-type; default the model's)] [-k 0 (the host never
+        synchronizes between steps: no norm read, no check of the reduced gradients)]
  prints "PASS ..." / "FAIL ..." lines; exit 1 on any failure.
 */
 #define EMU_DEFINE_GLOBALS    // test/emu/cuda_runtime.h's globals live here
@@ -44,6 +55,16 @@
 
 
 static int rank_ = 0, world_ = 1, failures = 0;
+
+// tolerances of the checks against the fp32 reference. bf16: the compute copy rounds the
+// master to 8 significant bits (the parameters here are at most 0.1: 2e-4), the gradients
+// the backward adds are rounded to bf16 in their buffers (2^-9 relative), which moves the
+// norm by up to 2^-8 and, through AdamW's m / sqrt(v), the master by a few lr * 2^-8
+#if defined(ENABLE_FP32)
+static const double TOL_FIRST = 0.0, TOL_FETCH = 2e-6, TOL_NORM = 1e-5, TOL_MASTER = 2e-6;
+#else
+static const double TOL_FIRST = 2.44140625e-4, TOL_FETCH = 4e-4, TOL_NORM = 2e-3, TOL_MASTER = 1e-5;  // 2^-12: half a bf16 ulp under 0.125
+#endif
 
 static void check(const char* what, int ok, const char* fmt, double a, double b) {
     if (!ok) { failures++; }
@@ -67,7 +88,8 @@ int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
-    int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2, resume_at = -1, stats_every = 1;
+    int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2, resume_at = -1, host_sync = 1;
+    ZeroCommDtype comm = ZERO_COMM_MODEL;
     long long persistence = 100, max_live = 1000000000LL;
     float clip = 1.0f;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -81,7 +103,10 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-l") == 0) { max_live = atoll(argv[i + 1]); }
         else if (strcmp(argv[i], "-c") == 0) { clip = (float)atof(argv[i + 1]); }
         else if (strcmp(argv[i], "-r") == 0) { resume_at = atoi(argv[i + 1]); }
-        else if (strcmp(argv[i], "-k") == 0) { stats_every = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-k") == 0) { host_sync = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-m") == 0) {
+            if (zero_parse_comm_dtype("-m", argv[i + 1], &comm) != 0) { fprintf(stderr, "%s\n", zero_errmsg()); MPI_Abort(MPI_COMM_WORLD, 2); }
+        }
         else { fprintf(stderr, "test_device_emu: unknown flag %s\n", argv[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
     }
 
@@ -115,6 +140,7 @@ int main(int argc, char** argv) {
     zc.prefetch_depth = prefetch;
     zc.param_persistence_threshold = persistence;
     zc.max_live_parameters = max_live;
+    zc.comm_dtype = comm;
     Zero z;
     auto engine_init = [&](Zero* e, const float* params) {
         ZeroInit in;
@@ -144,6 +170,19 @@ int main(int argc, char** argv) {
     std::vector<float> rm(total, 0.0f), rv(total, 0.0f);
     double max_fetch_err = 0.0, max_first_err = 0.0;
     std::vector<float> grad(total);
+    // what this rank's gradient buffers held at each reduction, summed over the step's
+    // micro-steps in double (exact), unit-major like the parameters; and the magnitudes
+    std::vector<double> red_mine(2 * total, 0.0);
+    // (work on the compute stream: it reads the gradient buffer on the "GPU")
+    auto note_reduced = [&](int u, const floatX* g) {
+        size_t numel = sp.unit_numel[u], at = unit_start[u];
+        emu_stream_work(compute, "the test's note of a reduction's input", [=, &red_mine]() {
+            for (size_t i = 0; i < numel; i++) {
+                red_mine[at + i] += (double)to_float(g[i]);
+                red_mine[total + at + i] += fabs((double)to_float(g[i]));
+            }
+        });
+    };
 
     // one pass (train or forward) as the GPU trainer walks it; vis: what fetches must give
     auto run_pass = [&](int train, int micro, int last_micro, const std::vector<float>& vis, int first) -> int {
@@ -167,18 +206,22 @@ int main(int argc, char** argv) {
                     if (first && e > max_first_err) { max_first_err = e; }
                 }
             });
+            floatX* g = NULL;
             if (train && k >= fwd_len) {  // the backward's use of u: its gradient
                 void* gv = NULL;
                 if (zero_grad(&z, u, &gv) != 0) { return -1; }
-                floatX* g = (floatX*)gv;
+                g = (floatX*)gv;
                 int r = rank_;
                 emu_stream_work(compute, "the test's backward of a unit", [=]() {
-                    for (size_t i = 0; i < numel; i++) { g[i] += grad_of(p[i], u, i, r, micro); }
+                    for (size_t i = 0; i < numel; i++) { g[i] = (floatX)(to_float(g[i]) + grad_of(p[i], u, i, r, micro)); }
                 });
                 if (u == 0) { emb_grad = g; }
             }
             if (zero_release(&z, u) != 0) { return -1; }
-            if (train && k >= fwd_len && u != 0 && zero_reduce(&z, u) != 0) { return -1; }
+            if (train && k >= fwd_len && u != 0) {
+                if (stage >= 2 || last_micro) { note_reduced(u, g); }  // what this reduction reduces
+                if (zero_reduce(&z, u) != 0) { return -1; }
+            }
         }
         if (train) {  // the encoder's backward: unit 0's gradient again, no fetch, then its reduction
             void* gv = NULL;
@@ -188,11 +231,47 @@ int main(int argc, char** argv) {
             size_t numel = sp.unit_numel[0];
             int r = rank_;
             emu_stream_work(compute, "the test's encoder backward", [=]() {
-                for (size_t i = 0; i < numel; i++) { g[i] += grad_enc(i, r); }
+                for (size_t i = 0; i < numel; i++) { g[i] = (floatX)(to_float(g[i]) + grad_enc(i, r)); }
             });
+            if (stage >= 2 || last_micro) { note_reduced(0, g); }
             if (zero_reduce(&z, 0) != 0) { return -1; }
         }
         return zero_end(&z);
+    };
+    // The reduced gradients the engine holds before its step against the exact sum over ranks
+    // of red_mine: this rank's shard of each unit at stages 1-3 (fp32 or bf16 shards, fp32
+    // accumulators), the whole gradient at stage 0. Returns the largest error; *tol_out the
+    // bound it must stay within: 0 where every partial sum is exact in the type reduced in
+    // (bf16 values reduced in fp32), fp32's rounding of each sum and accumulation where the
+    // gradients are fp32, bf16's after each of up to world hops otherwise.
+    double max_red_err = 0.0, max_red_excess = 0.0;
+    auto check_reduced = [&](void) {
+        const ZeroDev* d = (const ZeroDev*)z.impl;
+        if (cudaDeviceSynchronize() != cudaSuccess) { fail("cudaDeviceSynchronize"); }  // (the notes taken)
+        std::vector<double> all(red_mine.size());
+        MPI_Allreduce(red_mine.data(), all.data(), (int)all.size(), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        // (the engine's buffers read on the "GPU", after the synchronisation above)
+        emu_stream_work(compute, "the test's check of the reduced gradients", [&]() {
+            int exact = sizeof(floatX) == 2 && comm == ZERO_COMM_FP32;  // what was asked, whatever the engine did
+            double rel = sizeof(floatX) == 4 ? (double)(world_ * accum + 1) * 5.96e-8 : (double)world_ / 256.0;
+            for (int u = 0; u < nu; u++) {
+                const ZeroUnit* pu = &d->plan.units[u];
+                size_t lo = stage == 0 ? 0 : (size_t)rank_ * pu->shard, hi = stage == 0 ? pu->numel : lo + pu->shard;
+                for (size_t i = lo; i < hi && i < pu->numel; i++) {
+                    double got;
+                    size_t sh = pu->shard_offset + (i - lo), full = pu->full_offset + i;
+                    if (stage >= 2) { got = d->acc[sh]; }
+                    else if (stage == 1) { got = d->comm32 ? (double)d->gshard32[sh] : (double)to_float(d->gshard[sh]); }
+                    else { got = d->comm32 ? (double)d->grads32[full] : (double)to_float(d->grads[full]); }
+                    double want = all[unit_start[u] + i], tol = exact ? 0.0 : rel * all[total + unit_start[u] + i];
+                    double e = fabs(got - want);
+                    if (e > max_red_err) { max_red_err = e; }
+                    if (e - tol > max_red_excess) { max_red_excess = e - tol; }
+                }
+            }
+        });
+        cudaStreamSynchronize(compute);
+        std::fill(red_mine.begin(), red_mine.end(), 0.0);
     };
     // the reductions the device engine has issued so far (its NCCL calls)
     auto reductions_so_far = [&]() -> long {
@@ -230,6 +309,7 @@ int main(int argc, char** argv) {
         }
         // one reduction per unit and step at stages 0-1 (on the last micro-step; none at
         // stage 0 on one rank), per unit and micro-step at stages 2-3
+        if (host_sync) { check_reduced(); }  // (-k 0: the engine's own events alone order the steps)
         long reductions = reductions_so_far() - calls0;
         long expect = stage == 0 && world_ == 1 ? 0 : stage <= 1 ? nu : (long)nu * accum;
         if (reductions != expect) { check("reductions per step", 0, "%g, expected %g", (double)reductions, (double)expect); }
@@ -258,10 +338,8 @@ int main(int argc, char** argv) {
             next[i] = adamw_param_step(next[i], grad[i] * scale, &rm[i], &rv[i], lr, beta1, beta2, eps, decay[i], bc1, bc2);
         }
         P.push_back(next);
-        // (synchronizes the compute stream, as the trainer's read of the norm does; -k K: only
-        // every K steps, so that the engine's own events must order one step after the last)
-        if (stats_every > 0 && (step + 1) % stats_every == 0) {
-            ZeroStats zs;
+        if (host_sync) {
+            ZeroStats zs;  // (synchronizes the compute stream, as the trainer's read of the norm does)
             if (zero_stats(&z, &zs) != 0 || !(zs.wait_ms >= 0.0)) {
                 check("zero_stats answers", 0, "%g ms %g", zs.wait_ms, 0.0);
             }
@@ -275,9 +353,20 @@ int main(int argc, char** argv) {
 
     // fetches: exact before any update; within fp32 reordering after (sums over ranks and
     // micro-steps in another order; offload's SIMD AdamW within a few ulps of the scalar one)
-    check("first step's fetches equal the initial parameters", max_first_err == 0.0, "max err %g, tol %g", max_first_err, 0.0);
-    check("every fetch equals the reference parameters", max_fetch_err <= 2e-6, "max err %g, tol %g", max_fetch_err, 2e-6);
-    check("norm of the mean gradient", max_norm_err <= 1e-5, "max rel err %g, tol %g", max_norm_err, 1e-5);
+    check("first step's fetches equal the initial parameters", max_first_err <= TOL_FIRST, "max err %g, tol %g", max_first_err, TOL_FIRST);
+    check("every fetch equals the reference parameters", max_fetch_err <= TOL_FETCH, "max err %g, tol %g", max_fetch_err, TOL_FETCH);
+    check("norm of the mean gradient", max_norm_err <= TOL_NORM, "max rel err %g, tol %g", max_norm_err, TOL_NORM);
+    {
+        const ZeroDev* d = (const ZeroDev*)z.impl;
+        char what[160];
+        snprintf(what, sizeof(what), "reduced gradients = the exact sum over ranks (%s reductions of %s gradients)",
+                 comm == ZERO_COMM_FP32 || sizeof(floatX) == 4 ? "fp32" : "bf16", PRECISION_MODE);
+        check(what, max_red_excess <= 0.0, "max err %g, %g past its bound", max_red_err, max_red_excess);
+        // bf16 reductions of several ranks round: the check above can tell them from fp32 ones
+        if (sizeof(floatX) == 2 && comm != ZERO_COMM_FP32 && world_ > 1) {
+            check("bf16 reductions are not exact (what fp32 ones fix)", max_red_err > 0.0, "max err %g %g", max_red_err, 0.0);
+        }
+    }
 
     // the master, gathered as a checkpoint does
     std::vector<float> master(total, 0.0f);
@@ -285,7 +374,7 @@ int main(int argc, char** argv) {
     if (rank_ == 0) {
         double e = 0.0;
         for (size_t i = 0; i < total; i++) { e = fmax(e, fabs((double)master[i] - P.back()[i])); }
-        check("gathered master equals the reference", e <= 2e-6, "max err %g, tol %g", e, 2e-6);
+        check("gathered master equals the reference", e <= TOL_MASTER, "max err %g, tol %g", e, TOL_MASTER);
     }
 
     // a use out of schedule is refused with a message, not followed; so is a state saved
@@ -309,8 +398,9 @@ int main(int argc, char** argv) {
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0) {
-        printf("%s: stage %d offload %d dpu %d accum %d ranks %d prefetch %d persistence %lld max_live %lld clip %g resume %d\n",
-               all == 0 ? "ok" : "FAILED", stage, offload, dpu, accum, world_, prefetch, persistence, max_live, clip, resume_at);
+        printf("%s: %s stage %d offload %d dpu %d accum %d ranks %d prefetch %d persistence %lld max_live %lld clip %g resume %d "
+               "comm %s\n", all == 0 ? "ok" : "FAILED", PRECISION_MODE, stage, offload, dpu, accum, world_, prefetch, persistence,
+               max_live, clip, resume_at, zero_comm_dtype_name(comm));
     }
     MPI_Finalize();
     return all == 0 ? 0 : 1;

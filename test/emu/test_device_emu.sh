@@ -2,19 +2,22 @@
 # The device engine (zero3/device.cuh) on the CPU, through test/emu (see
 # test/emu/test_device_emu.cc): every stage at 1-4 ranks against a plain fp32 reference, with
 # gradient accumulation, stage 3's prefetch / persistence / live budget, CPU offload,
-# --dpu and resume. Each run checks its fetches, norms, reductions per step and the
-# gathered master, and runs under the emulator's out-of-order scheduler and race checker on
-# three seeds.
+# --dpu and resume. Each run checks its fetches, norms, reductions per step, the reduced
+# gradients and the gathered master, and runs under the emulator's out-of-order scheduler and
+# race checker on three seeds. The bf16 build: the gradients reduced in fp32 equal the exact
+# sum over 3 and 4 ranks bit for bit (--communication-data-type fp32), in bf16 within bf16's
+# rounding at each hop.
 source "$(dirname "$0")/../e2e/lib.sh"
 EMU=./build/test_device_emu
-
+EMU16=./build/test_device_emu_bf16
 SEEDS=${EMU_SEEDS:-"1 2 3"}  # the scheduler's seeds (test/emu/emu_device.h): each run under each
 
-emu() {  # emu N ARGS...: one run on N ranks, once per seed
+emu() {  # emu N ARGS...: one run on N ranks, once per seed (the bf16 build with EMU_BIN=$EMU16)
     local n=$1; shift
+    local bin=${EMU_BIN:-$EMU}
     for seed in $SEEDS; do
-        local name="ranks $n seed $seed: $*"
-        if EMU_SEED=$seed $MPIRUN -np "$n" -x EMU_SEED $EMU "$@" > "$tmp/emu.log" 2>&1 && grep -q '^ok:' "$tmp/emu.log"; then
+        local name="ranks $n seed $seed: $*"; [ "$bin" = "$EMU" ] || name="bf16, $name"
+        if EMU_SEED=$seed $MPIRUN -np "$n" -x EMU_SEED $bin "$@" > "$tmp/emu.log" 2>&1 && grep -q '^ok:' "$tmp/emu.log"; then
             ok "$name"
         else
             bad "$name"
@@ -55,4 +58,14 @@ for z in 0 1 2 3; do emu 2 -z "$z" -n 4 -r 2 -t 0; done
 emu 3 -z 3 -n 4 -r 2
 emu 3 -z 2 -o 1 -n 4 -r 2
 emu 3 -z 3 -o 1 -p 1 -n 5 -r 2
+# bf16 gradients reduced in fp32 (exact) and in bf16 (rounded) at 3 and 4 ranks, every stage;
+# stage 1's fp32 shards through the CPU Adam (offload, with and without --dpu)
+for n in 3 4; do
+    for z in 0 1 2 3; do
+        for m in fp32 bf16; do EMU_BIN=$EMU16 emu "$n" -z "$z" -a 2 -m "$m"; done
+    done
+done
+EMU_BIN=$EMU16 emu 3 -z 1 -o 1 -n 4 -m fp32
+EMU_BIN=$EMU16 emu 3 -z 1 -o 1 -p 1 -n 4 -m fp32
+EMU_BIN=$EMU16 emu 2 -z 2 -o 1 -n 4 -r 2 -m fp32
 finish

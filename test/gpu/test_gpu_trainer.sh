@@ -22,7 +22,7 @@
 #                     cpu/nvme, bf16, resume; tolerances at that section
 #   device engine     stages 1-3 (NCCL on one rank) against stage 0 bit for bit, stage-3
 #                     gathers without reuse, accumulation, bit-identical resume; -a 1 with
-#                     validation and sampling on
+#                     validation and sampling on; fp32 reductions (one rank: bit for bit)
 #   flash attention   --attention flash against the cuBLAS path (fp32, bf16)
 #   device offload    --offload-optimizer cpu on the device engine against no offload,
 #                     its report, bit-identical resume; --dpu's one-step delay, exactly
@@ -201,6 +201,16 @@ for z in 1 2 3; do
     gpu_run "d_z${z}b" $GPU $RUN -z $z --zero-backend device $extra || bad "bf16 device backend stage $z $extra"
     same_losses bf16 "d_z${z}b" 0 "device stage $z $extra = stage 0, bit for bit (bf16)"
 done
+# gradients reduced in fp32 (--communication-data-type fp32): on one rank each reduction
+# of the bf16 gradient is exact in either type, so the losses are those of the bf16
+# reductions bit for bit, through the fp32 buffers (widened, reduced, used in fp32);
+# test/emu/test_device_emu.sh checks the sums over 3 and 4 ranks
+for z in 1 2 3; do
+    extra=""; [ "$z" = 3 ] && extra=$P0
+    gpu_run "d_c32_$z" $GPU $RUN -z $z --zero-backend device --communication-data-type fp32 $extra || bad "bf16 device stage $z, fp32 reductions"
+    same_losses "d_z${z}b" "d_c32_$z" 0 "device stage $z, gradients reduced in fp32 = in bf16 on one rank, bit for bit"
+done
+expect_error "fp16 gradient reductions refused" "fp16 is not supported" $GPU $RUN --communication-data-type fp16
 # stage 3 with every unit gathered at each use but the classifier's adjacent two (reuse
 # distance 0 keeps only those), prefetch 0 or 3
 for k in "--prefetch 0" "--prefetch 3"; do

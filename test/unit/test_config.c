@@ -82,6 +82,7 @@ Test(config, defaults_are_deepspeeds) {
     cr_assert(isnan(c.lr) && isnan(c.beta1) && isnan(c.beta2) && isnan(c.eps) && isnan(c.weight_decay));
     cr_assert(isnan(c.gradient_clipping));
     cr_assert_eq(c.bf16, -1);
+    cr_assert_eq(c.comm_dtype, ZERO_COMM_MODEL);  // DeepSpeed's null: the model's type
     cr_assert_eq(zero_config_validate(&c), 0, "%s", zero_errmsg());
 }
 
@@ -606,7 +607,7 @@ Test(config, hash_tracks_the_relevant_fields) {
     zero_config_defaults(&b);
     cr_assert_eq(zero_config_hash(&a), zero_config_hash(&b));
     uint64_t base = zero_config_hash(&a);
-    for (int field = 0; field < 24; field++) {
+    for (int field = 0; field < 26; field++) {
         zero_config_defaults(&b);
         switch (field) {
             case 0: b.stage = 3; break;
@@ -633,6 +634,8 @@ Test(config, hash_tracks_the_relevant_fields) {
             case 21: b.eps = 1e-8f; break;
             case 22: b.weight_decay = 0.1f; break;
             case 23: b.gradient_clipping = 1.0f; break;
+            case 24: b.comm_dtype = ZERO_COMM_FP32; break;  // other collectives: all ranks must agree
+            case 25: b.comm_dtype = ZERO_COMM_BF16; break;
         }
         cr_assert_neq(zero_config_hash(&b), base, "field case %d does not change the hash", field);
     }
@@ -679,9 +682,69 @@ Test(config, describe) {
     c.overlap_comm = 1;  // no effect, so not described
     zero_config_describe(&c, out, sizeof(out));
     cr_assert_str_eq(out, "stage 2, offload optimizer cpu, buckets: reduce 5e8");
+    c.comm_dtype = ZERO_COMM_FP32;
+    zero_config_describe(&c, out, sizeof(out));
+    cr_assert_str_eq(out, "stage 2, offload optimizer cpu, buckets: reduce 5e8, gradients reduced in fp32");
     char tiny[8];
     zero_config_describe(&c, tiny, sizeof(tiny));  // truncated, terminated
     cr_assert_eq(strlen(tiny), 7);
+}
+
+// ----------------------------------------------------------------------------
+// the gradients' reduction type: --communication-data-type, communication_data_type
+
+Test(config, communication_data_type) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    cr_assert_eq(zero_config_set_flag(&c, "--communication-data-type", "fp32"), 0, "%s", zero_errmsg());
+    cr_assert_eq(c.comm_dtype, ZERO_COMM_FP32);
+    cr_assert_eq(zero_config_set_flag(&c, "--communication-data-type", "bf16"), 0, "%s", zero_errmsg());
+    cr_assert_eq(c.comm_dtype, ZERO_COMM_BF16);
+    // DeepSpeed lowercases the value, and once called bf16 "bfp16"
+    static const struct { const char* json; ZeroCommDtype want; } good[] = {
+        { "{\"communication_data_type\": \"fp32\"}", ZERO_COMM_FP32 },
+        { "{\"communication_data_type\": \"FP32\"}", ZERO_COMM_FP32 },
+        { "{\"communication_data_type\": \"bf16\"}", ZERO_COMM_BF16 },
+        { "{\"communication_data_type\": \"bfp16\"}", ZERO_COMM_BF16 },
+        { "{\"communication_data_type\": null}", ZERO_COMM_MODEL },
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        zero_config_defaults(&c);
+        c.comm_dtype = ZERO_COMM_BF16;  // null resets it to the model's
+        char warnings[256] = "";
+        cr_assert_eq(zero_config_load_json(&c, write_json("comm.json", good[i].json), warnings, sizeof(warnings)), 0,
+                     "%s: %s", good[i].json, zero_errmsg());
+        cr_assert_eq(c.comm_dtype, good[i].want, "%s", good[i].json);
+        cr_assert_str_eq(warnings, "", "%s", good[i].json);  // a key we read: no unknown-key warning
+    }
+    // a flag beats the file
+    zero_config_defaults(&c);
+    cr_assert_eq(zero_config_load_json(&c, write_json("comm.json", good[0].json), NULL, 0), 0);
+    cr_assert_eq(zero_config_set_flag(&c, "--communication-data-type", "bf16"), 0);
+    cr_assert_eq(c.comm_dtype, ZERO_COMM_BF16);
+    // fp16 is DeepSpeed's, but no engine here has fp16 gradients: refused, saying so; the
+    // configuration is left as it was
+    static const struct { const char* json; const char* also; } bad[] = {
+        { "{\"communication_data_type\": \"fp16\"}", "fp16 is not supported" },
+        { "{\"communication_data_type\": \"fp8\"}", "unknown data type 'fp8'" },
+        { "{\"communication_data_type\": 32}", "expected a string" },
+        { "{\"communication_data_type\": \"auto\"}", "unknown data type 'auto'" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        zero_config_defaults(&c);
+        cr_assert_eq(zero_config_load_json(&c, write_json("comm.json", bad[i].json), NULL, 0), -1, "%s accepted", bad[i].json);
+        cr_assert(strstr(zero_errmsg(), "communication_data_type") != NULL, "%s", zero_errmsg());
+        cr_assert(strstr(zero_errmsg(), bad[i].also) != NULL, "%s: %s", bad[i].json, zero_errmsg());
+        cr_assert_eq(c.comm_dtype, ZERO_COMM_MODEL);
+    }
+    zero_config_defaults(&c);
+    cr_assert_eq(zero_config_set_flag(&c, "--communication-data-type", "fp16"), -1);
+    cr_assert(strstr(zero_errmsg(), "--communication-data-type") != NULL && strstr(zero_errmsg(), "fp16 is not supported") != NULL,
+              "%s", zero_errmsg());
+    cr_assert_eq(zero_config_set_flag(&c, "--communication-data-type", NULL), -1);
+    cr_assert_eq(c.comm_dtype, ZERO_COMM_MODEL);
+    c.comm_dtype = (ZeroCommDtype)7;
+    cr_assert_eq(zero_config_validate(&c), -1);
 }
 
 // ----------------------------------------------------------------------------
@@ -863,7 +926,7 @@ Test(estimate, print_table) {
     size_t len = 0;
     FILE* f = open_memstream(&buf, &len);
     cr_assert_not_null(f);
-    zero_estimate_print(f, "GPT-3 175B", GPT3_PSI, GPT3_L, 8, 8);
+    zero_estimate_print(f, "GPT-3 175B", GPT3_PSI, GPT3_L, 8, 8, 0);
     fclose(f);
     cr_assert(strstr(buf, "GPT-3 175B") != NULL, "%s", buf);
     cr_assert(strstr(buf, "Psi = 174.60B") != NULL, "%s", buf);
@@ -871,4 +934,32 @@ Test(estimate, print_table) {
     cr_assert(strstr(buf, "cannot estimate") == NULL, "%s", buf);
     cr_assert_eq(count_lines(buf), 12, "%s", buf);  // header, column names, 10 rows
     free(buf);
+}
+
+// --communication-data-type fp32: the fp32 buffers of zero3/device.cuh, per GPU
+Test(estimate, fp32_reductions) {
+    const double psi = GPT2_PSI, L = GPT2_L;
+    cr_assert_float_eq(zero_estimate_comm_fp32(psi, L, 1, 8, 0), 4.0 * psi, 1.0);        // the whole gradient
+    cr_assert_float_eq(zero_estimate_comm_fp32(psi, L, 1, 1, 0), 0.0, 1e-9);             // one rank reduces nothing
+    cr_assert_float_eq(zero_estimate_comm_fp32(psi, L, 1, 8, 1), 4.0 * psi / 8 + 4.0 * L, 1.0);
+    cr_assert_float_eq(zero_estimate_comm_fp32(psi, L, 2, 4, 2), 4.0 * L + 4.0 * L / 8, 1.0);
+    cr_assert_float_eq(zero_estimate_comm_fp32(psi, L, 1, 8, 3), 4.0 * L + 4.0 * L / 8, 1.0);
+    // the table adds them to the GPU column of every row
+    char* with = NULL; char* without = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&without, &len);
+    zero_estimate_print(f, "GPT-2 124M", psi, L, 1, 8, 0);
+    fclose(f);
+    f = open_memstream(&with, &len);
+    zero_estimate_print(f, "GPT-2 124M", psi, L, 1, 8, 1);
+    fclose(f);
+    cr_assert(strstr(with, "gradients reduced in fp32") != NULL, "%s", with);
+    cr_assert(strstr(without, "gradients reduced in fp32") == NULL, "%s", without);
+    ZeroEstimate e;
+    est(psi, L, 1, 8, 0, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, &e);
+    char row[128];
+    snprintf(row, sizeof(row), "%12.2f", (e.gpu_bytes + 4.0 * psi) / (1024.0 * 1024.0 * 1024.0));
+    cr_assert(strstr(with, row) != NULL, "stage 0 row with %s GiB: %s", row, with);
+    free(with);
+    free(without);
 }
