@@ -11,7 +11,7 @@
 #   CAUGHT (failed)  the run failed otherwise (wrong numbers, a deadlock the scheduler found)
 #   MISSED           every run passed
 # and ends with "N caught, N missed". Run from the repo root: bash test/emu/mutate.sh [SEEDS]
-# (about 10 minutes on 2 cores).
+# (about 20 minutes on 2 cores; bash reads a script as it runs: do not edit this one meanwhile).
 set -u
 SEEDS=${1:-"1 2 3"}
 MPIRUN=${MPIRUN:-"mpirun --allow-run-as-root --oversubscribe"}
@@ -26,6 +26,9 @@ mkdir -p "$work/build"
 ENGINE_RUNS=(
     "2 -z 3 -t 0 -f 3"
     "2 -z 3 -t 0 -f 3 -k 0 -n 3"
+    "2 -z 1 -k 0 -n 3"
+    "3 -z 3 -o 1 -p 1 -n 4 -k 0"
+    "3 -z 2 -o 1 -n 4 -k 0"
     "2 -z 2 -a 2"
     "2 -z 1 -a 2"
     "2 -z 0 -a 2"
@@ -40,7 +43,7 @@ ENGINE_RUNS=(
 mkdir -p "$work/ref"
 /usr/bin/python3 test/e2e/ref_gpt2.py "$work/ref" > "$work/ref.log" 2>&1 || { echo "ref_gpt2.py failed"; exit 1; }
 TRAIN="-e $work/ref/model.bin -i $work/ref/train.bin -j $work/ref/train.bin -b 4 -t 64 -x 3 -v 0 -s 0 --zero-backend device"
-TRAINER_RUNS=("1 -z 3" "1 -z 3 --offload-optimizer cpu --dpu 1" "2 -z 2 -a 2")
+TRAINER_RUNS=("1 -z 3" "1 -z 3 --offload-optimizer cpu --dpu 1" "2 -z 2 -d 1024" "1 -z 3 -d 1024")
 
 # every call site: FILE LINE K (the K-th wait call on that line)
 PATTERN='(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after)\s*\('
@@ -65,13 +68,15 @@ for site in "${sites[@]}"; do
     if cmp -s "$root/$f" "$work/$f"; then echo "SKIPPED (no change) $what"; continue; fi
     result=MISSED
     if [ "$f" = train_gpt2_zero3.cu ]; then
-        (cd "$work" && make -s build/train_gpt2_zero3_emu_fp32 > build/make.log 2>&1) || { echo "BUILD FAILED $what"; cp "$root/$f" "$work/$f"; continue; }
+        (cd "$work" && make -s build/train_gpt2_zero3_emu_fp32 > build/make.log 2>&1) || { echo "BUILD FAILED $what"; tail -3 "$work/build/make.log"; cp "$root/$f" "$work/$f"; continue; }
         runs=("${TRAINER_RUNS[@]}")
     else
-        (cd "$work" && make -s build/test_device_emu build/train_gpt2_zero3_emu_fp32 > build/make.log 2>&1) || { echo "BUILD FAILED $what"; cp "$root/$f" "$work/$f"; continue; }
+        (cd "$work" && make -s build/test_device_emu build/train_gpt2_zero3_emu_fp32 > build/make.log 2>&1) || { echo "BUILD FAILED $what"; tail -3 "$work/build/make.log"; cp "$root/$f" "$work/$f"; continue; }
         runs=("${ENGINE_RUNS[@]}")
     fi
-    for seed in $SEEDS; do
+    # each seed, then the lazy schedule (EMU_MAX_PER_CALL=-1: the GPU runs only when the host waits)
+    for seed in $SEEDS lazy; do
+        per_call=3; [ "$seed" = lazy ] && per_call=-1
         for r in "${runs[@]}"; do
             read -r n args <<< "$r"
             if [ "$f" = train_gpt2_zero3.cu ]; then
@@ -79,7 +84,8 @@ for site in "${sites[@]}"; do
             else
                 cmd="$work/build/test_device_emu $args"
             fi
-            EMU_SEED=$seed timeout 300 $MPIRUN -np "$n" -x EMU_SEED $cmd > "$work/run.log" 2>&1
+            EMU_SEED=${seed/lazy/4} EMU_MAX_PER_CALL=$per_call timeout 300 $MPIRUN -np "$n" -x EMU_SEED -x EMU_MAX_PER_CALL \
+                $cmd > "$work/run.log" 2>&1
             rc=$?
             if grep -q "RACE" "$work/run.log"; then result="CAUGHT (race)"; elif [ $rc -ne 0 ]; then result="CAUGHT (failed, exit $rc)"; fi
             if [ "$result" != MISSED ]; then

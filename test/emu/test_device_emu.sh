@@ -10,14 +10,18 @@
 source "$(dirname "$0")/../e2e/lib.sh"
 EMU=./build/test_device_emu
 EMU16=./build/test_device_emu_bf16
-SEEDS=${EMU_SEEDS:-"1 2 3"}  # the scheduler's seeds (test/emu/emu_device.h): each run under each
+# the scheduler's seeds (test/emu/emu_device.h), each run under each; "lazy": the GPU runs
+# nothing until the host waits (EMU_MAX_PER_CALL=-1), the host as far ahead as it can get
+SEEDS=${EMU_SEEDS:-"1 2 3 lazy"}
 
 emu() {  # emu N ARGS...: one run on N ranks, once per seed (the bf16 build with EMU_BIN=$EMU16)
     local n=$1; shift
     local bin=${EMU_BIN:-$EMU}
     for seed in $SEEDS; do
         local name="ranks $n seed $seed: $*"; [ "$bin" = "$EMU" ] || name="bf16, $name"
-        if EMU_SEED=$seed $MPIRUN -np "$n" -x EMU_SEED $bin "$@" > "$tmp/emu.log" 2>&1 && grep -q '^ok:' "$tmp/emu.log"; then
+        local per_call=3; [ "$seed" = lazy ] && per_call=-1
+        if EMU_SEED=${seed/lazy/4} EMU_MAX_PER_CALL=$per_call $MPIRUN -np "$n" -x EMU_SEED -x EMU_MAX_PER_CALL $bin "$@" \
+               > "$tmp/emu.log" 2>&1 && grep -q '^ok:' "$tmp/emu.log"; then
             ok "$name"
         else
             bad "$name"

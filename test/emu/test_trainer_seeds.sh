@@ -4,7 +4,8 @@
 # that test/gpu/test_gpu_trainer.sh runs with. Every stage of the device engine at 2 ranks,
 # CPU offload with --dpu, the host-staged backend, bf16, and a resume: each run passes the
 # race checker (a race stops it), and its losses equal seed 1's bit for bit, since which
-# ready operation runs first must change nothing that is computed.
+# ready operation runs first must change nothing that is computed; and two runs under the
+# lazy schedule.
 source "$(dirname "$0")/../e2e/lib.sh"
 GPU=build/train_gpt2_zero3_emu
 GPU32=build/train_gpt2_zero3_emu_fp32
@@ -17,7 +18,7 @@ RUN="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 4 -t 64 -x 4 -l 1e
 # seeded NAME SEED N BIN ARGS...: one run on N ranks under the given seed
 seeded() {
     local name=$1 seed=$2 n=$3 bin=$4; shift 4
-    EMU_SEED=$seed $MPIRUN -np "$n" -x EMU_SEED $bin "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1
+    EMU_SEED=$seed EMU_MAX_PER_CALL=${EMU_MAX_PER_CALL:-3} $MPIRUN -np "$n" -x EMU_SEED -x EMU_MAX_PER_CALL $bin "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1
     local rc=$?
     if [ $rc -ne 0 ]; then
         echo "  ($name: exit $rc)"; grep -m6 -E "RACE|earlier|later|error|emulated" "$tmp/$name.log" | sed 's/^/    /'
@@ -47,6 +48,13 @@ case_ "device z2 N=2 offload cpu --dpu" 2 $GPU32 $RUN -z 2 --zero-backend device
 case_ "device z3 N=1 offload cpu" 1 $GPU32 $RUN -z 3 --zero-backend device --offload-optimizer cpu
 case_ "bf16 device z3 N=2" 2 $GPU $RUN -z 3 --zero-backend device
 case_ "host backend z3 N=2" 2 $GPU32 $RUN -z 3 --zero-backend host
+# the lazy schedule (EMU_MAX_PER_CALL=-1: nothing runs until the host waits, so the host gets
+# as far ahead as the code lets it), with accumulation: the host fills the next micro-batch's
+# pinned staging buffer while the last one's upload may still be queued
+export EMU_MAX_PER_CALL=-1
+case_ "lazy: device z3 N=1 accumulating" 1 $GPU32 $RUN -z 3 --zero-backend device -d 1024
+case_ "lazy: device z2 N=2 offload cpu --dpu" 2 $GPU32 $RUN -z 2 --zero-backend device --offload-optimizer cpu --dpu 1 -d 1024
+unset EMU_MAX_PER_CALL
 
 # resume: 2 steps with a checkpoint, then the last 2 resumed, under each seed
 for s in 1 $SEEDS; do
