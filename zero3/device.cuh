@@ -18,9 +18,12 @@
       unless it is small (persistent) or used again soon
  --offload-optimizer cpu (stages 1-3, ZeRO-Offload): the fp32 master and AdamW moments
  live in pinned host memory. Each unit's reduced gradient shard is copied to the host on
- a copy stream as soon as its reduction is done on the last micro-step, overlapping the
- backward of the units below; at the step the SIMD CPU Adam (zero3/cpu_adam.h) updates
- the shards and writes the floatX compute copy, which goes back on the copy stream.
+ a copy stream of its own (copy_out) as soon as its reduction is done on the last
+ micro-step, overlapping the backward of the units below; at the step the SIMD CPU Adam
+ (zero3/cpu_adam.h) updates the shards and writes the floatX compute copy, which goes back
+ on another (copy_in): downloads and uploads go opposite ways over PCIe, and on one stream
+ the next step's gradient copies would queue behind the last update's upload (with dpu, the
+ whole model's shards issued at the end of the step before).
  With dpu (ZeRO-Offload's one-step delayed parameter update, --dpu 1) the CPU Adam of
  step i runs on a thread while the GPU computes step i+1 with the parameters of step i-1;
  its result is uploaded at the end of step i+1. NVMe and parameter offload are the host
@@ -48,8 +51,12 @@
  a gradient buffer after its reduce-scatter, recorded on the NCCL stream). Gathers wait
  for the compute stream's AdamW at the start of each pass; the compute stream waits for a
  gather's event at the unit's fetch, and for the oldest reduction's event when the window
- behind is full. With offload the host waits for the gradient shards' copies before the
- CPU Adam (and, with dpu, for the previous update).
+ behind is full. With offload the copy-out stream waits for an event recorded on the NCCL
+ stream after each unit's last reduction, the copy-in stream for one recorded on the
+ compute stream after the step's work and collectives (a join), and the compute stream
+ for one recorded on the copy-in stream after the uploads; the host waits for the copy-out
+ stream (the gradient shards) before the CPU Adam, and for the copy-in stream before the
+ CPU Adam writes an h_params buffer again (and, with dpu, for the previous update).
 
  The pools are sized at init by walking the schedule (zero_schedule_peak): the decisions
  depend only on the schedule and the configuration.
@@ -168,9 +175,11 @@ typedef struct ZeroDev {
     double host_wait_ms;          // the host's waits for the gradient copies (offload), cumulative
     // --offload-optimizer cpu: master, m, v above are pinned host arrays
     int offload;
-    cudaStream_t copy;            // gradient shards out, updated parameter shards in
-    cudaEvent_t copy_ev;          // NCCL stream -> copy stream: a unit's shard is reduced
-    cudaEvent_t copied_ev;        // copy stream -> compute stream: the updated shards are in
+    cudaStream_t copy_out;        // gradient shards out (device to host)
+    cudaStream_t copy_in;         // updated parameter shards in (host to device)
+    cudaEvent_t reduced_out_ev;   // NCCL stream -> copy_out: a unit's shard is reduced
+    cudaEvent_t upload_ev;        // compute stream -> copy_in: the parameters' readers and writers so far are done
+    cudaEvent_t copied_ev;        // copy_in -> compute stream: the updated shards are in
     void* h_grads_buf[2];         // (shard_total) pinned: the reduced shards, floatX (stage 1) or fp32 (stages 2-3);
     void* h_grads;                //   two with dpu (one being updated from, one being filled), h_grads the one filled
     int dpu;                      // the CPU Adam of a step overlaps the next step (on `update_thread`)
@@ -441,17 +450,17 @@ static int zero_dev_widen(ZeroDev* d, float* dst, const floatX* src, size_t n) {
 }
 
 // offload: unit u's reduced gradient shard (complete: the last micro-step's reduction was
-// just issued on the NCCL stream) to the host, on the copy stream
+// just issued on the NCCL stream) to the host, on the copy-out stream
 static int zero_dev_copy_out(ZeroDev* d, int u) {
     if (!d->offload) { return 0; }
     const ZeroUnit* pu = &d->plan.units[u];
     size_t gb = zero_dev_shard_grad_bytes(d);
     const char* src = d->stage >= 2 ? (const char*)(d->acc + pu->shard_offset)
                     : d->comm32 ? (const char*)(d->gshard32 + pu->shard_offset) : (const char*)(d->gshard + pu->shard_offset);
-    if (zero_cuda(cudaEventRecord(d->copy_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
-        zero_cuda(cudaStreamWaitEvent(d->copy, d->copy_ev, 0), "cudaStreamWaitEvent") != 0 ||
+    if (zero_cuda(cudaEventRecord(d->reduced_out_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
+        zero_cuda(cudaStreamWaitEvent(d->copy_out, d->reduced_out_ev, 0), "cudaStreamWaitEvent") != 0 ||
         zero_cuda(cudaMemcpyAsync((char*)d->h_grads + pu->shard_offset * gb, src, pu->shard * gb,
-                                  cudaMemcpyDeviceToHost, d->copy), "copying a gradient shard out") != 0) {
+                                  cudaMemcpyDeviceToHost, d->copy_out), "copying a gradient shard out") != 0) {
         return -1;
     }
     d->moved_d2h += (double)pu->shard * gb;
@@ -594,27 +603,27 @@ static int zero_dev_share_params(ZeroDev* d) {
     return 0;
 }
 
-// offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy
+// offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy-in
 // stream, the compute stream waiting for them; then every rank's shards to every rank
 static int zero_dev_upload(ZeroDev* d, const floatX* src) {
     cudaStream_t s = d->compute;
     // the copies overwrite parameters that work queued on the compute stream (and the
     // gathers on the NCCL stream) may still read: after both
     if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }
-    if (zero_cuda(cudaEventRecord(d->copied_ev, s), "cudaEventRecord") != 0 ||
-        zero_cuda(cudaStreamWaitEvent(d->copy, d->copied_ev, 0), "cudaStreamWaitEvent") != 0) {
+    if (zero_cuda(cudaEventRecord(d->upload_ev, s), "cudaEventRecord") != 0 ||
+        zero_cuda(cudaStreamWaitEvent(d->copy_in, d->upload_ev, 0), "cudaStreamWaitEvent") != 0) {
         return -1;
     }
     for (int u = 0; u < d->plan.num_units; u++) {
         const ZeroUnit* pu = &d->plan.units[u];
         floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
         if (zero_cuda(cudaMemcpyAsync(dst, src + pu->shard_offset, pu->shard * sizeof(floatX),
-                                      cudaMemcpyHostToDevice, d->copy), "copying a parameter shard in") != 0) {
+                                      cudaMemcpyHostToDevice, d->copy_in), "copying a parameter shard in") != 0) {
             return -1;
         }
         d->moved_h2d += (double)pu->shard * sizeof(floatX);
     }
-    if (zero_cuda(cudaEventRecord(d->copied_ev, d->copy), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
+    if (zero_cuda(cudaEventRecord(d->copied_ev, d->copy_in), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
         return -1;
     }
     return zero_dev_share_params(d);
@@ -630,7 +639,7 @@ static int zero_dev_flush(void* impl) {
     d->update_pending = 0;
     if (d->update_args.rc != 0) { return zero_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
     d->update_ms += d->update_args.ms;
-    // the thread wrote update_args.out; the upload from it runs on the copy stream while
+    // the thread wrote update_args.out; the upload from it runs on the copy-in stream while
     // the next thread writes the other buffer (see zero_dev_step)
     return zero_dev_upload(d, d->update_args.out);
 }
@@ -644,10 +653,10 @@ static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scal
         d->update_ms += zero_now_ms() - t0;
         return zero_dev_upload(d, d->h_params);
     }
-    // The previous step's update goes to the GPU now (its upload queued on the copy
+    // The previous step's update goes to the GPU now (its upload queued on the copy-in
     // stream), this step's starts on a thread from the gradients just copied, into the
-    // other h_params buffer: the one uploaded a step ago, which the synchronization above
-    // finished. The next step's copies fill the other gradient buffer. Its result is
+    // other h_params buffer: the one uploaded a step ago, which the copy-in stream's
+    // synchronization in zero_dev_step finished. The next step's copies fill the other gradient buffer. Its result is
     // shared with the ranks when it is uploaded.
     if (zero_dev_flush(d) != 0) { return -1; }
     d->h_params = d->h_params == d->h_params_buf[0] ? d->h_params_buf[1] : d->h_params_buf[0];
@@ -709,12 +718,15 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     if (d->offload) {
         if (zero_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) { return -1; }
         grad_scale = d->host_norm[0];
-        // every gradient shard is on the host once the copy stream is through (which also
-        // ends every earlier upload from an h_params buffer); before the accumulators the
-        // copies read from are cleared below
+        // every gradient shard is on the host once the copy-out stream is through; before
+        // the accumulators the copies read from are cleared below
         double w0 = zero_now_ms();
-        if (zero_cuda(cudaStreamSynchronize(d->copy), "cudaStreamSynchronize") != 0) { return -1; }
+        if (zero_cuda(cudaStreamSynchronize(d->copy_out), "cudaStreamSynchronize") != 0) { return -1; }
         d->host_wait_ms += zero_now_ms() - w0;
+        // every earlier upload from an h_params buffer is done before the CPU Adam writes
+        // one again (the compute stream, just synchronized, waited for them too: this keeps
+        // the guarantee where it is needed)
+        if (zero_cuda(cudaStreamSynchronize(d->copy_in), "cudaStreamSynchronize") != 0) { return -1; }
     }
     unsigned int run_seed = (unsigned int)(st->seed ^ (st->seed >> 32));
     const float* scale_dev = d->norm_out + 1;  // AdamW on the GPU reads it there
@@ -1056,8 +1068,10 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
         }
         d->h_grads = d->h_grads_buf[0];
         d->h_params = d->h_params_buf[0];
-        if (zero_cuda(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "creating the copy stream") != 0 ||
-            zero_cuda(cudaEventCreateWithFlags(&d->copy_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+        if (zero_cuda(cudaStreamCreateWithFlags(&d->copy_out, cudaStreamNonBlocking), "creating the copy-out stream") != 0 ||
+            zero_cuda(cudaStreamCreateWithFlags(&d->copy_in, cudaStreamNonBlocking), "creating the copy-in stream") != 0 ||
+            zero_cuda(cudaEventCreateWithFlags(&d->reduced_out_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+            zero_cuda(cudaEventCreateWithFlags(&d->upload_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
             zero_cuda(cudaEventCreateWithFlags(&d->copied_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
             return -1;
         }
@@ -1090,7 +1104,8 @@ static void zero_dev_free(void* impl) {
     ZeroDev* d = (ZeroDev*)impl;
     if (d == NULL) { return; }
     if (d->compute != NULL) { cudaStreamSynchronize(d->compute); }
-    if (d->copy != NULL) { cudaStreamSynchronize(d->copy); }
+    if (d->copy_out != NULL) { cudaStreamSynchronize(d->copy_out); }
+    if (d->copy_in != NULL) { cudaStreamSynchronize(d->copy_in); }
     if (d->use_nccl) { zero_nccl_free(&d->nccl); }
     zero_dev_pools_free(d->ppool, d->nppool);
     zero_dev_pools_free(d->gpool, d->ngpool);
@@ -1108,8 +1123,10 @@ static void zero_dev_free(void* impl) {
         if (d->h_params_buf[1] != NULL) { cudaFreeHost(d->h_params_buf[1]); }
         cudaFreeHost(d->h_grads_buf[0]);
         if (d->h_grads_buf[1] != NULL) { cudaFreeHost(d->h_grads_buf[1]); }
-        if (d->copy != NULL) { cudaStreamDestroy(d->copy); }
-        if (d->copy_ev != NULL) { cudaEventDestroy(d->copy_ev); }
+        if (d->copy_out != NULL) { cudaStreamDestroy(d->copy_out); }
+        if (d->copy_in != NULL) { cudaStreamDestroy(d->copy_in); }
+        if (d->reduced_out_ev != NULL) { cudaEventDestroy(d->reduced_out_ev); }
+        if (d->upload_ev != NULL) { cudaEventDestroy(d->upload_ev); }
         if (d->copied_ev != NULL) { cudaEventDestroy(d->copied_ev); }
     } else {
         cudaFree(d->master); cudaFree(d->m); cudaFree(d->v);

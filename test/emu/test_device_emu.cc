@@ -377,6 +377,16 @@ int main(int argc, char** argv) {
         check("gathered master equals the reference", e <= TOL_MASTER, "max err %g, tol %g", e, TOL_MASTER);
     }
 
+    // offload: the gradient shards go out and the updated shards come in on streams of their
+    // own, so that a step's downloads never queue behind the last step's uploads (a matter of
+    // time, which the emulator does not model: checked on the streams themselves)
+    if (offload) {
+        const ZeroDev* d = (const ZeroDev*)z.impl;
+        int apart = d->copy_out != NULL && d->copy_in != NULL && d->copy_out != d->copy_in && d->copy_out != d->compute &&
+                    d->copy_in != d->compute && d->copy_out != d->nccl.stream && d->copy_in != d->nccl.stream;
+        check("gradient downloads and parameter uploads on a copy stream each", apart, "%g %g", 0.0, 0.0);
+    }
+
     // a use out of schedule is refused with a message, not followed; so is a state saved
     // by another engine layout
     {
