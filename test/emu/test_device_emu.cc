@@ -357,7 +357,6 @@ int main(int argc, char** argv) {
     check("every fetch equals the reference parameters", max_fetch_err <= TOL_FETCH, "max err %g, tol %g", max_fetch_err, TOL_FETCH);
     check("norm of the mean gradient", max_norm_err <= TOL_NORM, "max rel err %g, tol %g", max_norm_err, TOL_NORM);
     {
-        const ZeroDev* d = (const ZeroDev*)z.impl;
         char what[160];
         snprintf(what, sizeof(what), "reduced gradients = the exact sum over ranks (%s reductions of %s gradients)",
                  comm == ZERO_COMM_FP32 || sizeof(floatX) == 4 ? "fp32" : "bf16", PRECISION_MODE);
