@@ -122,7 +122,7 @@ build/test_emu: test/emu/test_emu.cc $(EMU_DEPS) | build
 # the emulated NCCL's own test (bf16 rounded per hop of the ring)
 build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build
 	$(MPICXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
-# the kernels' GPU tests, fp32 and bf16 (the second without its cuBLASLt matmul tests)
+# the kernels' GPU tests, fp32 and bf16
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
 # (a whole program from one rewritten .cu: fp32 when the target's name says so)
 EMU_PROGRAM = -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ -Ibuild/emu -Itest/emu -I.
