@@ -395,9 +395,9 @@ static inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s, const char* fil
     return cudaSuccess;
 }
 
-// the kind must say where the pointers live (pinned and pageable are both "host")
-static inline int emu_kind_ok(const void* dst, const void* src, cudaMemcpyKind k) {
-    int wd = emu_where(dst), ws = emu_where(src);
+// the kind must say where the pointers live (emu_where's answers; pinned and pageable are
+// both "host")
+static inline int emu_kind_ok(int wd, int ws, cudaMemcpyKind k) {
     if (wd < 0 || ws < 0) { return 0; }  // freed or inside no allocation of the arena
     int dd = wd == EMU_MEM_DEVICE, sd = ws == EMU_MEM_DEVICE;
     switch (k) {
@@ -412,14 +412,14 @@ static inline int emu_kind_ok(const void* dst, const void* src, cudaMemcpyKind k
 
 static inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s = NULL,
                                           const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-    if (!emu_kind_ok(dst, src, k)) {
+    int wd = emu_where(dst), ws = emu_where(src);
+    if (!emu_kind_ok(wd, ws, k)) {
         fprintf(stderr, "emulated CUDA: %s:%d: cudaMemcpy kind %d does not match where its pointers live\n", file, line, (int)k);
         return emu_ret(cudaErrorInvalidValue);
     }
     if (n == 0) { return cudaSuccess; }
     emu_find_range(dst, n, "cudaMemcpy's destination");
     emu_find_range(src, n, "cudaMemcpy's source");
-    int wd = emu_where(dst), ws = emu_where(src);
     EmuOp* op = emu_op_new(emu_stream_id(s), "cudaMemcpy", file, line);
     if (ws != 0) { op->acc.push_back(emu_range(src, n, 0)); }
     if (wd != 0) { op->acc.push_back(emu_range(dst, n, 1)); }
@@ -441,13 +441,9 @@ static inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, 
     };
     int sid = op->stream;
     unsigned seq = op->seq;
+    EmuClock clock = op->clock;
     emu_op_push(op);
-    if (wd == 0) {  // into pageable memory: the call returns once the copy is done
-        EmuQueue* q = emu_queue(sid);
-        EmuClock c = q->clock;
-        emu_run_until([&]() { return q->done >= seq; }, "cudaMemcpyAsync into pageable memory");
-        emu_join(&emu_dev.host, &c);
-    }
+    if (wd == 0) { emu_host_wait(sid, seq, clock, "cudaMemcpyAsync into pageable memory"); }  // returns once done
     return cudaSuccess;
 }
 // synchronous: on the legacy default stream, and the host waits for it
@@ -510,8 +506,7 @@ static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    emu_run_until([&]() { return emu_event_done(e); }, "cudaEventSynchronize");
-    if (e->recorded) { emu_join(&emu_dev.host, &e->clock); }
+    if (e->recorded) { emu_host_wait(e->stream, e->seq, e->clock, "cudaEventSynchronize"); }
     return cudaSuccess;
 }
 // what s issues from now on comes after the event's most recent record (as of this call)

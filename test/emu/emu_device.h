@@ -291,9 +291,11 @@ static EMU_NO_TRACK void emu_check(EmuOp* op, const EmuAccess* a) {
         h.resize(k);
     }
     if (h.size() >= 256) {
+        unsigned floor[EMU_MAX_STREAMS];
+        for (int c = 0; c < emu_dev.num_streams; c++) { floor[c] = emu_floor(c); }
         size_t k = 0;
         for (size_t j = 0; j < h.size(); j++) {
-            if (h[j].stamp > emu_floor(h[j].stream)) { h[k++] = h[j]; }
+            if (h[j].stamp > floor[h[j].stream]) { h[k++] = h[j]; }
         }
         h.resize(k);
     }
@@ -511,18 +513,17 @@ static EMU_NO_TRACK void emu_tick(void) {
     }
 }
 
-static EMU_NO_TRACK int emu_stream_idle(int s) {
-    EmuQueue* q = emu_dev.streams[s];
-    return q->q.empty() && q->inflight == NULL;
-}
-
 // the host waits for everything issued so far on stream s, and knows it happened
+// the host waits for operation `seq` of stream s (and what came before it there), then knows
+// everything that happened before it (`clock`, that operation's)
+static EMU_NO_TRACK void emu_host_wait(int s, unsigned seq, EmuClock clock, const char* what) {
+    EmuQueue* q = emu_queue(s);
+    emu_run_until([&]() { return q->done >= seq; }, what);
+    emu_join(&emu_dev.host, &clock);
+}
 static EMU_NO_TRACK void emu_stream_sync(int s, const char* what) {
     EmuQueue* q = emu_queue(s);
-    unsigned target = q->seq;
-    EmuClock c = q->clock;
-    emu_run_until([&]() { return q->done >= target; }, what);
-    emu_join(&emu_dev.host, &c);
+    emu_host_wait(s, q->seq, q->clock, what);
 }
 static EMU_NO_TRACK void emu_device_sync(const char* what) {
     for (int s = 1; s < emu_dev.num_streams; s++) { emu_stream_sync(s, what); }

@@ -177,56 +177,53 @@ static inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t co
 // ----------------------------------------------------------------------------
 // the host's blocking MPI calls, with the emulated GPU running while they wait
 
-static inline int emu_mpi_wait(MPI_Request* r, int rc) {
-    if (rc != MPI_SUCCESS) { return rc; }
+// one turn of a host wait: the emulated GPU moves on, or the CPU goes to another rank
+static inline void emu_mpi_idle(void) {
+    if (!emu_dev.ready || !emu_step()) { sched_yield(); }
+}
+// waits for r (rc: what starting it returned)
+static inline int emu_mpi_wait(MPI_Request* r, MPI_Status* status, int rc) {
     int flag = 0;
-    for (;;) {
-        rc = PMPI_Test(r, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS || flag) { return rc; }
-        if (!emu_dev.ready || !emu_step()) { sched_yield(); }
+    while (rc == MPI_SUCCESS && !flag) {
+        rc = PMPI_Test(r, &flag, status);
+        if (rc == MPI_SUCCESS && !flag) { emu_mpi_idle(); }
     }
+    return rc;
 }
 
 #ifdef EMU_DEFINE_GLOBALS
 extern "C" {
 int MPI_Allreduce(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
     MPI_Request q;
-    return emu_mpi_wait(&q, PMPI_Iallreduce(s, r, n, t, op, c, &q));
+    return emu_mpi_wait(&q, MPI_STATUS_IGNORE, PMPI_Iallreduce(s, r, n, t, op, c, &q));
 }
 int MPI_Bcast(void* b, int n, MPI_Datatype t, int root, MPI_Comm c) {
     MPI_Request q;
-    return emu_mpi_wait(&q, PMPI_Ibcast(b, n, t, root, c, &q));
+    return emu_mpi_wait(&q, MPI_STATUS_IGNORE, PMPI_Ibcast(b, n, t, root, c, &q));
 }
 int MPI_Barrier(MPI_Comm c) {
     MPI_Request q;
-    return emu_mpi_wait(&q, PMPI_Ibarrier(c, &q));
+    return emu_mpi_wait(&q, MPI_STATUS_IGNORE, PMPI_Ibarrier(c, &q));
 }
 int MPI_Gather(const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, int root, MPI_Comm c) {
     MPI_Request q;
-    return emu_mpi_wait(&q, PMPI_Igather(s, sn, st, r, rn, rt, root, c, &q));
+    return emu_mpi_wait(&q, MPI_STATUS_IGNORE, PMPI_Igather(s, sn, st, r, rn, rt, root, c, &q));
 }
 int MPI_Allgather(const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, MPI_Comm c) {
     MPI_Request q;
-    return emu_mpi_wait(&q, PMPI_Iallgather(s, sn, st, r, rn, rt, c, &q));
+    return emu_mpi_wait(&q, MPI_STATUS_IGNORE, PMPI_Iallgather(s, sn, st, r, rn, rt, c, &q));
 }
 int MPI_Reduce_scatter_block(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
     MPI_Request q;
-    return emu_mpi_wait(&q, PMPI_Ireduce_scatter_block(s, r, n, t, op, c, &q));
+    return emu_mpi_wait(&q, MPI_STATUS_IGNORE, PMPI_Ireduce_scatter_block(s, r, n, t, op, c, &q));
 }
-int MPI_Wait(MPI_Request* q, MPI_Status* status) {
-    int flag = 0;
-    for (;;) {
-        int rc = PMPI_Test(q, &flag, status);
-        if (rc != MPI_SUCCESS || flag) { return rc; }
-        if (!emu_dev.ready || !emu_step()) { sched_yield(); }
-    }
-}
+int MPI_Wait(MPI_Request* q, MPI_Status* status) { return emu_mpi_wait(q, status, MPI_SUCCESS); }
 int MPI_Waitall(int n, MPI_Request* q, MPI_Status* statuses) {
     int flag = 0;
     for (;;) {
         int rc = PMPI_Testall(n, q, &flag, statuses);
         if (rc != MPI_SUCCESS || flag) { return rc; }
-        if (!emu_dev.ready || !emu_step()) { sched_yield(); }
+        emu_mpi_idle();
     }
 }
 // the GPU's queued work done before MPI goes away
