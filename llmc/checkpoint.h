@@ -26,9 +26,15 @@
 
  A resume verifies every file against it first (the ranks share the work) and falls back
  to the newest checkpoint that passes, saying why the newer ones failed. An empty DONE_S
- is a checkpoint of an earlier version, without checksums: resumed, with a warning. A resume needs the same number of ranks, backend,
- stage and precision (the engine's section says which wrote it) and the same data
- position's meaning; everything else is refused with a message that names both sides.
+ is a checkpoint of an earlier version, without checksums: resumed, with a warning.
+
+ A resume at the same number of ranks and stage reads its own rank's file
+ (checkpoint_load). At another world size or ZeRO stage (checkpoint_resume) each rank
+ rebuilds the engine section its engine would have saved from the byte ranges it needs of
+ every old rank's file (zero3/reshard.h), and the data position is converted when it can
+ mean the same batches (checkpoint_convert_position). The backend (host or device layout)
+ and the precision must stay; everything else that cannot carry over is refused with a
+ message that names both sides.
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -39,14 +45,16 @@
 #include <errno.h>            // errno
 #include <dirent.h>           // opendir: the DONE markers
 #include <sys/stat.h>         // fstat: the manifest's size
+#include <unistd.h>           // unlink: the resharded section's temporary file
 #include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
-#include <stdlib.h>           // malloc, qsort
+#include <stdlib.h>           // malloc
 #include "llmc/utils.h"       // llmc_error, AtomicFile
 #include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_write_model_version
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state and its master
 #include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
+#include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
 
 #define CHECKPOINT_MAGIC 20241124
 #define CHECKPOINT_VERSION 1
@@ -430,6 +438,198 @@ static int checkpoint_load(const char* dir, int step, const CheckpointHeader* wa
         rc = 0;
     }
     fclose(fp);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// every rank's files of one checkpoint: resuming anywhere, and dev/checkpoint_tool.c
+
+static void checkpoint_state_path(char* path, size_t n, const char* dir, int step, int rank) {
+    snprintf(path, n, "%s/state_%08d_%05d.bin", dir, step, rank);
+}
+
+// One checkpoint's state files, open together: each rank's trainer header, and the engine
+// sections as one source. The world size is the one rank 0's header names.
+typedef struct {
+    int world, num_units;
+    FILE** fp;              // (world)
+    char** names;           // (world) the files' paths
+    CheckpointHeader* h;    // (world)
+    size_t* unit_numel;     // (num_units) the model's units, as the engine's plan takes them
+    ZeroStateSource src;
+} CheckpointSet;
+
+static void checkpoint_set_close(CheckpointSet* s) {
+    for (int q = 0; q < s->world; q++) {
+        if (s->fp != NULL && s->fp[q] != NULL) { fclose(s->fp[q]); }
+        if (s->names != NULL) { free(s->names[q]); }
+    }
+    free(s->fp);
+    free(s->names);
+    free(s->h);
+    free(s->unit_numel);
+    zero_state_source_free(&s->src);
+    memset(s, 0, sizeof(*s));
+}
+
+// reads rank q's trainer header from fp into *h and checks it is one of this checkpoint's
+static int checkpoint_read_header(FILE* fp, const char* path, int q, int step, size_t num_params, CheckpointHeader* h) {
+    if (fread(h, sizeof(*h), 1, fp) != 1) { return llmc_error("checkpoint state %s: truncated header", path); }
+    if (h->magic != CHECKPOINT_MAGIC || h->version != CHECKPOINT_VERSION) {
+        return llmc_error("%s is not a train_gpt2_zero3 state file of this version (magic %d, version %d; expected %d, %d)",
+                          path, h->magic, h->version, CHECKPOINT_MAGIC, CHECKPOINT_VERSION);
+    }
+    if (h->rank != q || h->step != step || h->world_size < 1 || h->num_params != num_params) {
+        return llmc_error("%s says rank %d of %d, step %d, %llu parameters; expected rank %d, step %d, %zu parameters",
+                          path, h->rank, h->world_size, h->step, (unsigned long long)h->num_params, q, step, num_params);
+    }
+    return 0;
+}
+
+// Opens every state file of `step` in dir (as many as rank 0's header says) for a model of
+// config c, and checks that they belong together. Returns 0, or -1 naming the file.
+static int checkpoint_set_open(CheckpointSet* s, const char* dir, int step, const GPT2Config* c) {
+    memset(s, 0, sizeof(*s));
+    char path[4096];
+    CheckpointHeader h0;
+    checkpoint_state_path(path, sizeof(path), dir, step, 0);
+    FILE* fp0 = fopen(path, "rb");
+    if (fp0 == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, strerror(errno)); }
+    if (checkpoint_read_header(fp0, path, 0, step, gpt2_num_params(c), &h0) != 0) { fclose(fp0); return -1; }
+    s->world = h0.world_size;
+    s->num_units = gpt2_num_units(c);
+    s->fp = (FILE**)calloc(s->world, sizeof(FILE*));
+    s->names = (char**)calloc(s->world, sizeof(char*));
+    s->h = (CheckpointHeader*)calloc(s->world, sizeof(CheckpointHeader));
+    s->unit_numel = (size_t*)malloc(s->num_units * sizeof(size_t));
+    if (s->fp == NULL || s->names == NULL || s->h == NULL || s->unit_numel == NULL) {
+        fclose(fp0);
+        checkpoint_set_close(s);
+        return llmc_error("out of memory for the %d state files of %s", h0.world_size, path);
+    }
+    for (int u = 0; u < s->num_units; u++) { s->unit_numel[u] = gpt2_unit_size(c, u); }
+    s->fp[0] = fp0;
+    s->h[0] = h0;
+    for (int q = 0; q < s->world; q++) {
+        checkpoint_state_path(path, sizeof(path), dir, step, q);
+        s->names[q] = strdup(path);
+        if (s->names[q] == NULL) { checkpoint_set_close(s); return llmc_error("out of memory"); }
+        if (q == 0) { continue; }
+        s->fp[q] = fopen(path, "rb");
+        if (s->fp[q] == NULL) {
+            llmc_error("cannot read checkpoint state %s (rank %d of the %d that saved step %d): %s", path, q, s->world, step, strerror(errno));
+            checkpoint_set_close(s);
+            return -1;
+        }
+        if (checkpoint_read_header(s->fp[q], path, q, step, gpt2_num_params(c), &s->h[q]) != 0) { checkpoint_set_close(s); return -1; }
+        if (s->h[q].world_size != s->world) {
+            llmc_error("%s says %d ranks; rank 0's file says %d", path, s->h[q].world_size, s->world);
+            checkpoint_set_close(s);
+            return -1;
+        }
+    }
+    if (zero_state_source_init(&s->src, s->fp, (const char* const*)s->names, s->world, s->unit_numel, s->num_units) != 0) {
+        llmc_error("%s", zero_errmsg());
+        checkpoint_set_close(s);
+        return -1;
+    }
+    return 0;
+}
+
+// The data position `from` saved (rank 0's header: its world size, B, T, accumulation),
+// as this run (`want`) reads it: the same tokens consumed, so the same batches follow.
+// Rank r of N reads B*T tokens at r*B*T of each chunk of N*B*T, so a step reads the same
+// tokens at any N*B with the same N*B*accumulation and T; the chunk index converts when
+// the old position is a whole number of new chunks. Shuffling draws the order of chunks
+// of N*B*T tokens, so then N*B must stay. Returns 0, or -1 saying why and what works.
+static int checkpoint_convert_position(const char* path, const CheckpointHeader* from, const CheckpointHeader* want,
+                                       DataLoaderState* out) {
+    long long old_seqs = (long long)from->world_size * from->B, new_seqs = (long long)want->world_size * want->B;
+    if (from->T != want->T || from->shuffle != want->shuffle || from->seed != want->seed) {
+        return llmc_error("%s was saved with -t %d, shuffle %d, --seed %llu; this run has -t %d, shuffle %d, --seed %llu: the "
+                          "data position would not mean the same sequences (resume with the saved -t, --shuffle and --seed)",
+                          path, from->T, from->shuffle, (unsigned long long)from->seed, want->T, want->shuffle,
+                          (unsigned long long)want->seed);
+    }
+    if (old_seqs * from->grad_accum != new_seqs * want->grad_accum) {
+        return llmc_error("%s was saved with %d ranks x -b %d x %d accumulation steps = %lld sequences per step; this run has "
+                          "%d x %d x %d = %lld: a step would not mean the same batch (keep the product, e.g. with -d %lld, "
+                          "which sets the accumulation)", path, from->world_size, from->B, from->grad_accum,
+                          old_seqs * from->grad_accum, want->world_size, want->B, want->grad_accum, new_seqs * want->grad_accum,
+                          old_seqs * from->grad_accum * from->T);
+    }
+    *out = from->loader;
+    if (old_seqs == new_seqs) { return 0; }
+    if (from->shuffle) {
+        return llmc_error("%s was saved with --shuffle 1 over chunks of %d ranks x -b %d; this run's chunks are %d x %d: the "
+                          "shuffled order would not be the same batches (keep ranks x -b at %lld, or resume without shuffling "
+                          "from a run without it)", path, from->world_size, from->B, want->world_size, want->B, old_seqs);
+    }
+    unsigned long long seqs = from->loader.batch * (unsigned long long)old_seqs;
+    if (seqs % (unsigned long long)new_seqs != 0) {
+        return llmc_error("%s stopped after %llu sequences of its shard, not a whole number of this run's chunks of %lld "
+                          "(%d ranks x -b %d): the next batch would start elsewhere", path, seqs, new_seqs,
+                          want->world_size, want->B);
+    }
+    out->batch = seqs / (unsigned long long)new_seqs;
+    return 0;
+}
+
+// Resumes this rank from the checkpoint of `step` in dir, whatever world size and ZeRO
+// stage saved it: at the same ranks, stage, -b and accumulation it is checkpoint_load;
+// otherwise this rank's engine section is rebuilt from the old ranks' files into a
+// temporary file in dir (unlinked at once; this rank's own state, never the model's
+// unless this rank holds all of it) and loaded from there, and the data position
+// converted. *got: rank 0's header (the sampler's RNG), the converted position, the old
+// world size. `stage` is this run's. Returns 0, or -1 with llmc_errmsg().
+static int checkpoint_resume(const char* dir, int step, const CheckpointHeader* want, int stage, const GPT2Config* c, Zero* z,
+                             CheckpointHeader* got) {
+    CheckpointSet s;
+    if (checkpoint_set_open(&s, dir, step, c) != 0) { return -1; }
+    const CheckpointHeader* h0 = &s.h[0];
+    if (h0->world_size == want->world_size && s.src.head.stage == stage && h0->B == want->B && h0->grad_accum == want->grad_accum) {
+        checkpoint_set_close(&s);
+        return checkpoint_load(dir, step, want, z, got);
+    }
+    int rc = -1;
+    DataLoaderState pos;
+    ZeroStateLayout to;
+    memset(&to, 0, sizeof(to));
+    char tmp_path[4096];
+    snprintf(tmp_path, sizeof(tmp_path), "%s/.reshard_%05d_XXXXXX", dir, want->rank);
+    FILE* tmp = NULL;
+    if (strcmp(s.src.head.engine, zero_name(z)) != 0) {
+        llmc_error("%s was saved by the %s engine; this run uses the %s engine: a checkpoint resumes in the same backend "
+                   "family (the model file %s/model_%08d.bin loads anywhere with -e)", s.names[0], s.src.head.engine,
+                   zero_name(z), dir, step);
+    } else if (checkpoint_convert_position(s.names[0], h0, want, &pos) != 0) {
+        // the message says why
+    } else if (zero_state_layout_init(&to, s.unit_numel, s.num_units, zero_name(z), stage, want->world_size, want->rank,
+                                      s.src.head.elem_bytes) != 0) {
+        llmc_error("%s: %s", s.names[0], zero_errmsg());
+    } else {
+        int fd = mkstemp(tmp_path);
+        if (fd < 0 || (tmp = fdopen(fd, "w+b")) == NULL) {
+            llmc_error("cannot create the temporary file %s for the resharded state: %s", tmp_path, strerror(errno));
+            if (fd >= 0) { close(fd); }
+        } else {
+            unlink(tmp_path);  // gone with the last close, whatever happens next
+            if (zero_reshard_write(&s.src, &to, tmp) != 0 || fflush(tmp) != 0) {
+                llmc_error("resharding step %d from %d ranks at stage %d to rank %d of %d at stage %d: %s", step, s.world,
+                           s.src.head.stage, want->rank, want->world_size, stage, zero_errmsg());
+            } else if (fseeko(tmp, 0, SEEK_SET) != 0 || zero_load(z, tmp) != 0) {
+                llmc_error("%s resharded to rank %d of %d at stage %d: %s", s.names[0], want->rank, want->world_size, stage,
+                           zero_errmsg());
+            } else {
+                *got = *h0;
+                got->loader = pos;
+                rc = 0;
+            }
+        }
+    }
+    if (tmp != NULL) { fclose(tmp); }
+    zero_state_layout_free(&to);
+    checkpoint_set_close(&s);
     return rc;
 }
 

@@ -694,8 +694,8 @@ static CheckpointHeader trainer_checkpoint_header(const Trainer* t, int step) {
 }
 
 // Resumes, when -y 1, from the newest checkpoint in -o whose files pass their checksums
-// (llmc/checkpoint.h); stops every rank when there are checkpoints but none passes.
-// Returns the step to start from
+// (llmc/checkpoint.h), at any world size and stage (checkpoint_resume); stops every rank
+// when there are checkpoints but none passes. Returns the step to start from
 static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng) {
     const TrainConfig* tc = &t->tc;
     if (!tc->resume) { return 0; }
@@ -712,11 +712,12 @@ static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng) {
     }
     CheckpointHeader want = trainer_checkpoint_header(t, latest), got;
     memset(&got, 0, sizeof(got));
-    if (checkpoint_load(tc->output_dir, latest, &want, m->zero, &got) != 0 || dataloader_set_state(&t->train, &got.loader) != 0) {
+    if (checkpoint_resume(tc->output_dir, latest, &want, tc->zero.stage, &t->config, m->zero, &got) != 0 ||
+        dataloader_set_state(&t->train, &got.loader) != 0) {
         trainer_fail(t->rank);
     }
     sample_rng->state = got.sample_rng;
-    if (t->rank == 0) { printf("resumed from %s at step %d\n", tc->output_dir, latest); }
+    if (t->rank == 0) { printf("resumed from %s at step %d (saved by %d ranks)\n", tc->output_dir, latest, got.world_size); }
     return latest;
 }
 
