@@ -3,6 +3,7 @@
 #   make test                    every test that needs no GPU
 #   make train_gpt2_zero3_cpu    the CPU trainer (fp32, OpenMP, OpenBLAS, MPI)
 #   make tokenize                ./tokenize IN.txt OUT.bin (GPT-2 BPE)
+#   make checkpoint_tool         ./checkpoint_tool inspect|consolidate|extract-optimizer DIR ...
 # Dependencies come from Debian packages through scripts/install_deps.sh.
 
 CC      ?= gcc
@@ -35,13 +36,18 @@ TOKENIZER    = dev/data/gpt2_tokenizer.bin
 .PHONY: all deps demo test clean data bench test-gpu
 .DELETE_ON_ERROR:
 
-all: train_gpt2_zero3_cpu tokenize
+all: train_gpt2_zero3_cpu tokenize checkpoint_tool
 
 # idempotent: does nothing when every package is there
 deps:
 	@bash scripts/install_deps.sh
 
 train_gpt2_zero3_cpu: train_gpt2_zero3.c $(LLMC_HEADERS)
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+
+# inspect, consolidate and extract-optimizer on a checkpoint directory (mpicc: llmc/checkpoint.h
+# names MPI's types)
+checkpoint_tool: dev/checkpoint_tool.c $(LLMC_HEADERS)
 	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 
 tokenize: dev/tokenize.c llmc/tokenizer.h llmc/utils.h
@@ -196,4 +202,4 @@ train_gpt2_zero3_fp32: train_gpt2_zero3.cu $(CUDA_HEADERS)
 	$(NVCC) $(GPU_TRAINER_FLAGS) -DENABLE_FP32 $< -o $@ $(GPU_TRAINER_LIBS)
 
 clean:
-	rm -rf build train_gpt2_zero3_cpu train_gpt2_zero3 train_gpt2_zero3_fp32 tokenize $(TOKENIZER) dev/data/tinyshakespeare/*.bin log_demo
+	rm -rf build train_gpt2_zero3_cpu checkpoint_tool train_gpt2_zero3 train_gpt2_zero3_fp32 tokenize $(TOKENIZER) dev/data/tinyshakespeare/*.bin log_demo
