@@ -145,7 +145,7 @@ build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zer
 build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | build
 	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< -o $@ $(CRIT_FLAGS) -lm
 
-UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_schedule build/test_config \
+UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
