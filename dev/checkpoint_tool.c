@@ -12,6 +12,11 @@
    ./checkpoint_tool extract-optimizer DIR STEP OUT
        AdamW's fp32 m and v of the whole model in llm.c's parameter order (the format is
        below and in docs/FORMATS.md)
+   ./checkpoint_tool verify DIR [STEP]
+       every file of STEP (default: every complete checkpoint) against the sizes and
+       CRC32C of its manifest, DONE_S; exits 1 when any fails
+
+ consolidate and extract-optimizer verify the checkpoint first and refuse a damaged one.
 
  Both writers go unit by unit: one unit of one array in memory at a time, read from the
  byte ranges of the ranks' files that hold it and written at its tensors' places in the
@@ -24,7 +29,7 @@
 #include <stdlib.h>           // malloc, free, strtol, qsort
 #include <string.h>           // strcmp, memset
 #include <dirent.h>           // opendir: the steps present
-#include "llmc/checkpoint.h"  // CheckpointHeader, CheckpointSet, checkpoint_state_path
+#include "llmc/checkpoint.h"  // CheckpointHeader, CheckpointSet, checkpoint_state_path, the manifest's checks
 #include "llmc/gpt2.h"        // GPT2Config, TensorRange, gpt2_fwrite_header, gpt2_file_offset, gpt2_fwrite_bf16
 #include "llmc/utils.h"       // llmc_error, AtomicFile
 #include "zero3/reshard.h"    // zero_state_read_range: one unit of one array from the ranks' files
@@ -204,10 +209,48 @@ static int tool_inspect(const char* dir, int step) {
     return tool_inspect_step(dir, step);
 }
 
+// Checks every file of the checkpoint of `step` against its manifest (llmc/checkpoint.h).
+// Returns 0, or -1 with llmc_errmsg() naming the first file or line that fails. An earlier
+// version's empty marker has nothing to check: a warning, and 0.
+static int tool_verify_step(const char* dir, int step, int verbose) {
+    CheckpointManifest m;
+    if (checkpoint_manifest_read(dir, step, &m) != 0) { return -1; }
+    int rc = checkpoint_manifest_check(dir, &m, 0, 1);
+    if (m.version == 0) {
+        fprintf(stderr, "warning: the checkpoint at step %d of %s has no checksums (an earlier version wrote it)\n", step, dir);
+    } else if (rc == 0 && verbose) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < m.nfiles; i++) { bytes += m.files[i].size; }
+        printf("step %8d  ok: %d files, %llu bytes, every size and CRC32C as its manifest says\n", step, m.nfiles,
+               (unsigned long long)bytes);
+    }
+    checkpoint_manifest_free(&m);
+    return rc;
+}
+
+// verify DIR [STEP]: one step, or every complete one; every failure printed, -1 if any
+static int tool_verify(const char* dir, int step) {
+    if (step >= 0) { return tool_verify_step(dir, step, 1); }
+    int* steps;
+    int n = checkpoint_steps(dir, &steps);
+    if (n == 0) { return llmc_error("no complete checkpoint (no DONE marker) in %s", dir); }
+    int failed = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        if (tool_verify_step(dir, steps[i], 1) != 0) {
+            printf("step %8d  FAILED: %s\n", steps[i], llmc_errmsg());
+            failed++;
+        }
+    }
+    free(steps);
+    if (failed > 0) { return llmc_error("%d of %d checkpoints in %s fail their checks", failed, n, dir); }
+    return 0;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: checkpoint_tool inspect DIR [STEP]\n"
                     "       checkpoint_tool consolidate DIR STEP OUT.bin [--bf16]\n"
-                    "       checkpoint_tool extract-optimizer DIR STEP OUT\n");
+                    "       checkpoint_tool extract-optimizer DIR STEP OUT\n"
+                    "       checkpoint_tool verify DIR [STEP]\n");
 }
 
 // a step argument: a non-negative integer
@@ -227,10 +270,11 @@ int main(int argc, char** argv) {
     if (!strcmp(cmd, "inspect") && (argc == 3 || argc == 4)) {
         rc = argc == 4 && parse_step(argv[3], &step) != 0 ? -1 : tool_inspect(dir, step);
     } else if (!strcmp(cmd, "consolidate") && (argc == 5 || (argc == 6 && !strcmp(argv[5], "--bf16")))) {
-        rc = parse_step(argv[3], &step) != 0 ? -1 : tool_consolidate(dir, step, argv[4], argc == 6);
+        rc = parse_step(argv[3], &step) != 0 || tool_verify_step(dir, step, 0) != 0 ? -1 : tool_consolidate(dir, step, argv[4], argc == 6);
     } else if (!strcmp(cmd, "extract-optimizer") && argc == 5) {
-        rc = parse_step(argv[3], &step) != 0 ? -1 : tool_extract_optimizer(dir, step, argv[4]);
-    // verify DIR [STEP]: the checksums of DONE_S against the files (the integrity branch's) go here
+        rc = parse_step(argv[3], &step) != 0 || tool_verify_step(dir, step, 0) != 0 ? -1 : tool_extract_optimizer(dir, step, argv[4]);
+    } else if (!strcmp(cmd, "verify") && (argc == 3 || argc == 4)) {
+        rc = argc == 4 && parse_step(argv[3], &step) != 0 ? -1 : tool_verify(dir, step);
     } else {
         usage();
         return 2;

@@ -8,6 +8,8 @@
 #                 straight through; when none passes, a clear error
 #   old marker    an empty DONE_S (earlier versions) resumes with a warning
 #   keep          --keep-checkpoints K leaves the K newest complete checkpoints
+#   tool          ./checkpoint_tool verify: every file against the manifest; consolidate
+#                 refuses a damaged checkpoint
 #   durability    every file is fsync'ed before the marker that makes it count (strace)
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, expect_error
@@ -104,6 +106,17 @@ fresh marker; sed -i 's/^step 4$/step 5/' "$tmp/marker/DONE_00000004"
 resume_check marker "the marker is damaged"
 fresh gone; rm "$tmp/gone/state_00000004_00001.bin"
 resume_check gone "cannot read $tmp/gone/state_00000004_00001.bin"
+
+# ./checkpoint_tool verify: every checkpoint of a directory, or one step; consolidate
+# refuses a damaged checkpoint
+if ./checkpoint_tool verify "$tmp/ck" > "$tmp/v.out" 2>&1 && [ "$(grep -c ' ok: 3 files' "$tmp/v.out")" = 2 ]; then
+    ok "checkpoint_tool verify: both checkpoints pass"
+else bad "checkpoint_tool verify on good checkpoints: $(tr '\n' ' ' < "$tmp/v.out")"; fi
+expect_error "checkpoint_tool verify names the damaged file" "state_00000004_00001.bin fails its checksum" ./checkpoint_tool verify "$tmp/flip_state"
+./checkpoint_tool verify "$tmp/flip_state" 2 > /dev/null 2>&1 && ok "checkpoint_tool verify DIR 2: the older checkpoint passes" || bad "verify of step 2 failed"
+expect_error "checkpoint_tool consolidate refuses a damaged checkpoint" "model_00000004.bin fails its checksum" \
+    ./checkpoint_tool consolidate "$tmp/flip_model" 4 "$tmp/cons.bin"
+[ ! -e "$tmp/cons.bin" ] && ok "nothing written from the damaged checkpoint" || bad "consolidate wrote from a damaged checkpoint"
 
 # nothing passes: a clear error, and nothing removed or rewritten
 fresh none; flip "$tmp/none/state_00000004_00000.bin" -10; flip "$tmp/none/state_00000002_00001.bin" -10
