@@ -54,6 +54,7 @@ run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
+run_suite "fuzzing the readers"   bash test/fuzz/run_fuzz.sh
 run_suite "the emulator itself"   bash test/emu/test_emu.sh
 run_suite "device engine (CPU)"   bash test/emu/test_device_emu.sh
 # the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16
