@@ -145,13 +145,28 @@ build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zer
 build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | build
 	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< -o $@ $(CRIT_FLAGS) -lm
 
+# AddressSanitizer + UndefinedBehaviorSanitizer builds (make test runs the CPU trainer's
+# offload suite and the engine's unit tests with them): -O1 keeps the stacks readable, and
+# UB stops the program so that it fails the test. Not -march=native: the ISA dispatch runs.
+SAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+SAN_CFLAGS = $(SAN_FLAGS) $(filter-out $(OPT),$(CFLAGS))
+build/train_gpt2_zero3_cpu_asan: train_gpt2_zero3.c $(LLMC_HEADERS) | build
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+# the engine's units (mpicc for all: the schedule's test names MPI's types)
+build/asan/test_%: test/unit/test_%.c $(LLMC_HEADERS) | build
+	@mkdir -p build/asan
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config
+SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_TESTS)
+
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
 
 test: deps
-	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32
+	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
+	  $(SAN_TESTS)
 	bash test/run_all.sh $(UNIT_TESTS)
 
 build/bench_sgemm: dev/bench_sgemm.c | build

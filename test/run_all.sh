@@ -12,15 +12,17 @@
 #   test/gpu   the GPU's own tests (make test-gpu); here only whether they compile
 set -u
 cd "$(dirname "$0")/.."
-passed=0; failed=0; broken=(); skipped=()
+passed=0; failed=0; broken=(); skipped=(); timings=()
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 run_suite() {
     local name=$1; shift
     echo "=== $name"
+    local start=$SECONDS
     "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
+    timings+=("$(printf '%6d s  %s' $((SECONDS - start)) "$name")")
     local p f
     # Criterion: "Synthesis: Tested: 23 | Passing: 23 | Failing: 0 | Crashing: 0"
     if line=$(grep -E 'Synthesis: Tested:' "$log" | tail -1) && [ -n "$line" ]; then
@@ -55,6 +57,18 @@ run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
 run_suite "fuzzing the readers"   bash test/fuzz/run_fuzz.sh
+# the engine's units, its collectives and the offload suite (stages 1-3 at 1 and 2 ranks,
+# CPU and NVMe offload, a resume) again with AddressSanitizer + UBSan builds (Makefile's
+# SAN_TESTS): any report fails the run. Open MPI's own allocations at exit are not ours, so
+# the MPI programs run without the leak check; the units keep it.
+SAN=(env UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
+for t in build/asan/test_plan build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config; do
+    run_suite "$(basename "$t") (ASan+UBSan)" "${SAN[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t" --jobs 2
+done
+run_suite "collectives (MPI, ASan+UBSan)" "${SAN[@]}" ASAN_OPTIONS=detect_leaks=0 COMM_EXES=build/asan/test_comm_mpi \
+    bash test/unit/test_comm.sh
+run_suite "offload (MPI, ASan+UBSan)" "${SAN[@]}" ASAN_OPTIONS=detect_leaks=0 BIN=build/train_gpt2_zero3_cpu_asan \
+    bash test/e2e/test_offload.sh
 run_suite "the emulator itself"   bash test/emu/test_emu.sh
 run_suite "device engine (CPU)"   bash test/emu/test_device_emu.sh
 # the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16
@@ -76,6 +90,9 @@ else
     skipped+=("CUDA kernels compile (nvcc not found: install the CUDA toolkit)")
 fi
 
+echo
+echo "seconds per suite (wall clock; $SECONDS s in all):"
+printf '%s\n' "${timings[@]}"
 echo
 if [ ${#broken[@]} -gt 0 ]; then echo "failing suites: ${broken[*]}"; fi
 for s in "${skipped[@]}"; do echo "SKIPPED $s"; done
