@@ -159,6 +159,18 @@ build/asan/test_%: test/unit/test_%.c $(LLMC_HEADERS) | build
 SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config
 SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_TESTS)
 
+# libFuzzer harnesses of the file readers (test/fuzz/run_fuzz.sh runs them): clang's
+# sanitizers, UB fatal; MPI for the checkpoint harness's engine
+CLANG      ?= clang
+FUZZ_FLAGS  = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+              -std=gnu11 -D_GNU_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -I.
+MPI_CFLAGS  = $(shell $(MPICC) -showme:compile 2>/dev/null)
+MPI_LIBS    = $(shell $(MPICC) -showme:link 2>/dev/null)
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz_file.h $(LLMC_HEADERS) | build
+	@mkdir -p build/fuzz
+	$(CLANG) $(FUZZ_FLAGS) $(MPI_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS) $(MPI_LIBS)
+FUZZERS = build/fuzz/fuzz_model build/fuzz/fuzz_shard build/fuzz/fuzz_tokenizer build/fuzz/fuzz_checkpoint build/fuzz/fuzz_ds_config
+
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
@@ -166,7 +178,7 @@ MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build
 
 test: deps
 	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
-	  $(SAN_TESTS)
+	  $(SAN_TESTS) $(FUZZERS)
 	bash test/run_all.sh $(UNIT_TESTS)
 
 build/bench_sgemm: dev/bench_sgemm.c | build

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds each libFuzzer harness of test/fuzz (clang -fsanitize=fuzzer,address,undefined)
+# Builds each libFuzzer harness of test/fuzz (the Makefile's build/fuzz/fuzz_<parser>)
 # and runs it for a bounded time on a temporary copy of its seed corpus
 # (test/fuzz/corpus/<parser>/). A crash, a leak, UB, a timeout or running out of memory is
 # a failure; each harness's executions are printed. Ends with "N passed, N failed".
@@ -10,32 +10,19 @@ set -u
 cd "$(dirname "$0")/../.."
 source test/e2e/lib.sh  # ok, bad, finish; $tmp
 FUZZ_TIME=${FUZZ_TIME:-20}
-CLANG=${CLANG:-clang}
 PARSERS=${FUZZ_ONLY:-model shard tokenizer checkpoint ds_config}
 out=build/fuzz
 mkdir -p "$out"
 
-if ! command -v "$CLANG" > /dev/null; then
+if ! command -v "${CLANG:-clang}" > /dev/null; then
     bad "clang not found (make deps installs clang and libclang-rt-14-dev)"; finish; exit 1
 fi
-# -O1 -g for readable stacks; UB is fatal (-fno-sanitize-recover) so that it is a finding
-FLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -std=gnu11 -D_GNU_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -I."
-PKG_CFLAGS=$(pkg-config --cflags libcjson liburing 2>/dev/null)
-PKG_LIBS="$(pkg-config --libs libcjson liburing 2>/dev/null) -lm"
-MPI_CFLAGS=$(mpicc -showme:compile 2>/dev/null)
-MPI_LIBS=$(mpicc -showme:link 2>/dev/null)
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 
 for p in $PARSERS; do
     bin=$out/fuzz_$p
-    extra=""
-    case $p in checkpoint) extra="$MPI_CFLAGS" ;; esac
-    # the tokenizer file is read by the same header as the BPE encoder (PCRE2)
-    case $p in tokenizer) extra="$(pkg-config --cflags libpcre2-8 2>/dev/null)" ;; esac
-    libs="$PKG_LIBS"
-    case $p in checkpoint) libs="$libs $MPI_LIBS" ;; tokenizer) libs="$libs $(pkg-config --libs libpcre2-8)" ;; esac
-    if ! $CLANG $FLAGS $extra $PKG_CFLAGS "test/fuzz/fuzz_$p.c" -o "$bin" $libs 2> "$out/build_$p.log"; then
+    # the Makefile's rule (clang -fsanitize=fuzzer,address,undefined); nothing when up to date
+    if ! make -s "$bin" > "$out/build_$p.log" 2>&1; then
         cat "$out/build_$p.log"; bad "fuzz_$p builds"; continue
     fi
     # the valid seeds are accepted: a reader that refused everything would pass the fuzzing
