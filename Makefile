@@ -176,8 +176,10 @@ UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/tes
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
 
+# the build in parallel on every core (a minute less on 2 cores than one at a time)
+NPROC ?= $(shell nproc 2>/dev/null || echo 1)
 test: deps
-	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
+	$(MAKE) -j$(NPROC) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
 	  $(SAN_TESTS) $(FUZZERS)
 	bash test/run_all.sh $(UNIT_TESTS)
 
