@@ -540,8 +540,10 @@ static int checkpoint_set_open(CheckpointSet* s, const char* dir, int step, cons
 // as this run (`want`) reads it: the same tokens consumed, so the same batches follow.
 // Rank r of N reads B*T tokens at r*B*T of each chunk of N*B*T, so a step reads the same
 // tokens at any N*B with the same N*B*accumulation and T; the chunk index converts when
-// the old position is a whole number of new chunks. Shuffling draws the order of chunks
-// of N*B*T tokens, so then N*B must stay. Returns 0, or -1 saying why and what works.
+// the old position is a whole number of new chunks (a shard's unused tail can differ with
+// the chunk size: past the next shard boundary the batches are the new layout's). Shuffling
+// draws the order of chunks of N*B*T tokens, so then N*B must stay. Returns 0, or -1
+// saying why and what works.
 static int checkpoint_convert_position(const char* path, const CheckpointHeader* from, const CheckpointHeader* want,
                                        DataLoaderState* out) {
     long long old_seqs = (long long)from->world_size * from->B, new_seqs = (long long)want->world_size * want->B;

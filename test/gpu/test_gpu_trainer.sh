@@ -16,7 +16,8 @@
 #   accumulation      -b 4 -d 512 equals -b 8 (fp32)
 #   resume            a run resumed from a checkpoint repeats the uninterrupted losses
 #                     bit for bit (bf16: the compute copy is saved, the stochastic
-#                     rounding bits depend only on (seed, step, offset))
+#                     rounding bits depend only on (seed, step, offset)); at another
+#                     stage or world size too (zero3/reshard.h)
 #   host backend      --zero-backend host (the ZeRO engine on the host, the GPU on
 #                     copies): stages 0-3 at 1, 2 and 4 ranks on this one GPU, offload
 #                     cpu/nvme, bf16, resume; tolerances at that section
@@ -238,7 +239,19 @@ for z in 1 3; do
         within "$d" 0 && ok "device stage-$z resume = uninterrupted, bit for bit" || bad "device stage-$z resume: max diff $d"
     fi
 done
-expect_error "stage-1 checkpoint refused at stage 0" "stage 1" $GPU ${CK} -n 2 -o "$tmp/ckd1" -y 1
+# another stage resumes too (zero3/reshard.h), the bf16 compute copy carried over (stochastic
+# rounding cannot be recomputed): stage 3's checkpoint of step 2 resumed at stage 1 repeats
+# stage 1's uninterrupted losses, bit for bit (one rank: the same sums in the same order)
+rm -f "$tmp/ckd3/DONE_00000004"
+gpu_run d3to1 $GPU $CK -z 1 --zero-backend device -n 2 -o "$tmp/ckd3" -y 1 || bad "bf16 stage-3 checkpoint resumed at stage 1"
+if [ -f "$tmp/d1_straight.json" ] && [ -f "$tmp/d3to1.json" ]; then
+    losses "$tmp/d1_straight.json" | tail -2 > "$tmp/l_s"; losses "$tmp/d3to1.json" > "$tmp/l_r"
+    d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
+    within "$d" 0 && ok "device stage-3 checkpoint resumed at stage 1 = stage 1 uninterrupted" || bad "device stage 3 -> 1: max diff $d"
+fi
+# but a checkpoint stays in its backend family: refused, naming both
+expect_error "device-engine checkpoint refused by the host backend" "was saved by the device engine; this run uses the host engine" \
+    $GPU $CK -z 3 --zero-backend host -n 2 -o "$tmp/ckd1" -y 1
 # optimizer offload on the device engine (ZeRO-Offload): the SIMD CPU Adam on pinned
 # shards, gradient shards copied out during the backward. Against the same stage without
 # offload: fp32 1e-5 (the CPU Adam and the GPU AdamW evaluate the same formula in another
@@ -373,6 +386,20 @@ fi
 gpu_run hx_first $GPU $CK $H -z 1 -n 2 -o "$tmp/ckx" || bad "bf16 host-backend run with checkpoints"
 expect_error "host-backend checkpoint refused by the device backend" "saved by the host engine" \
     $GPU $CK -z 1 --zero-backend device -n 2 -o "$tmp/ckx" -y 1
+# at another world size and stage (zero3/reshard.h): the N=2 stage-3 checkpoint of step 2
+# resumed on one rank at stage 1 (-b 4 keeps the global batch) against one rank's
+# uninterrupted stage-1 run (hx_first). Its first two steps ran on two ranks, whose bf16
+# products and sums over ranks round differently from one rank's: the two uninterrupted
+# runs differ by 6.8e-4 at step 4 on the emulator, the resumed one from hx_first by 7.6e-4
+# (and from the N=2 run by 7.7e-5); 2e-3 holds that, while a wrong shard or a lost moment
+# moves the loss by 1e-2 or more.
+rm -f "$tmp/ckh/DONE_00000004"
+gpu_run hs_to1 $GPU $CK $H -z 1 -n 2 -o "$tmp/ckh" -y 1 || bad "bf16 host backend: N=2 stage-3 checkpoint resumed on one rank at stage 1"
+if [ -f "$tmp/hx_first.json" ] && [ -f "$tmp/hs_to1.json" ]; then
+    losses "$tmp/hx_first.json" | tail -2 > "$tmp/l_s"; losses "$tmp/hs_to1.json" > "$tmp/l_r"
+    d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
+    within "$d" 2e-3 && ok "host backend: N=2 stage 3 resumed on one rank at stage 1 (max diff $d)" || bad "host backend N=2 -> 1: max diff $d"
+fi
 # its report: the engine's sharding and traffic
 if [ -f "$tmp/h_n2z3.json" ] && [ -f "$tmp/h_off_cpu.json" ]; then
     $PY - "$tmp/h_n2z3.json" "$tmp/h_off_cpu.json" <<'EOF' && ok "host backend report: stage, ranks, traffic, host memory" || bad "host backend report fields"
