@@ -54,6 +54,7 @@
 typedef struct DataLoader {
     size_t B, T;            // batch size and sequence length of this rank
     int rank, nproc;        // this rank and the number of ranks
+    int vocab_size;         // every id read must be below it (dataloader_set_vocab); 0: unchecked
     int* inputs;            // (B, T) token ids of the current batch
     int* targets;           // (B, T) the next tokens
     // configuration
@@ -367,7 +368,16 @@ static inline int dataloader_next_batch(DataLoader* dl) {
         return llmc_error("dataloader: cannot read %zu tokens at token %zu of shard %s: %s", bt + 1, token_offset,
                           dl->shard_paths[f], e ? strerror(e) : "unexpected end of file (shard changed since init?)");
     }
-    // uint16 little-endian -> int; targets are the same tokens shifted by one
+    // uint16 little-endian -> int, every id below the vocabulary; targets are the same
+    // tokens shifted by one. The position is left unchanged on a bad id, as on an I/O error.
+    for (size_t i = 0; dl->vocab_size > 0 && i <= bt; i++) {
+        int id = (int)((unsigned)dl->buffer[2 * i] | ((unsigned)dl->buffer[2 * i + 1] << 8));
+        if (id >= dl->vocab_size) {
+            return llmc_error("dataloader: shard %s: token %zu (byte offset %lld) is %d, not below the model's vocabulary "
+                              "size %d", dl->shard_paths[f], token_offset + i, (long long)byte_offset + 2LL * (long long)i,
+                              id, dl->vocab_size);
+        }
+    }
     for (size_t i = 0; i < bt; i++) {
         dl->inputs[i] = (int)((unsigned)dl->buffer[2 * i] | ((unsigned)dl->buffer[2 * i + 1] << 8));
         dl->targets[i] = (int)((unsigned)dl->buffer[2 * i + 2] | ((unsigned)dl->buffer[2 * i + 3] << 8));
@@ -385,6 +395,13 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     }
     return 0;
 }
+
+// The model's vocabulary size V: from now on every token id read must be < V. An id at or
+// past V would index past wte (a crash on the CPU, a wild read in the GPU's encoder) and
+// one in the padding rows V..Vp-1 would be a class no softmax ever predicts (an infinite
+// loss). Set by the trainer after init, before the first batch; the ids are checked as
+// each batch is read, since real shards are never read whole.
+static inline void dataloader_set_vocab(DataLoader* dl, int vocab_size) { dl->vocab_size = vocab_size; }
 
 // the position of the NEXT batch that dataloader_next_batch will return
 static inline void dataloader_get_state(const DataLoader* dl, DataLoaderState* s) {

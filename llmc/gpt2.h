@@ -22,7 +22,7 @@
 #include <stdint.h>   // int32_t, uint16_t, uint32_t
 #include <stdlib.h>   // malloc, free, strtol
 #include <string.h>   // strcmp, strncmp, memcpy
-#include <math.h>     // sqrtf
+#include <math.h>     // sqrtf, isfinite
 #include "llmc/utils.h"  // llmc_error, AtomicFile
 #include "llmc/rand.h"   // Rng, rng_normal for init
 
@@ -334,6 +334,17 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
                 memcpy(&dst[j], &bits, sizeof(float));
             }
         }
+        // a NaN or inf would make every loss and gradient after it non-finite: name the
+        // first one by its tensor and its place in the file
+        for (size_t j = 0; j < r.size; j++) {
+            if (!isfinite(dst[j])) {
+                char layer[32] = "";
+                if (r.layer >= 0) { snprintf(layer, sizeof(layer), " of layer %d", r.layer); }
+                llmc_error("model file %s: parameter %s%s element %zu (byte offset %zu) is %f, not a finite number",
+                           path, gpt2_param_names[r.kind], layer, j, (size_t)1024 + (src + j) * elem, dst[j]);
+                goto fail;
+            }
+        }
     }
     free(ranges);
     free(file_buf);
@@ -341,6 +352,7 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
     *params = out;
     return 0;
 fail:
+    free(ranges);
     free(out);
     free(file_buf);
     fclose(fp);

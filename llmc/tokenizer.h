@@ -149,7 +149,7 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
     size_t pos = header_bytes, out = 0;
     for (uint32_t i = 0; rc == 0 && i < vocab_size; i++) {
         if (pos >= size) {
-            rc = llmc_error("%s: truncated: file ends at token %u of %u", path, i, vocab_size);
+            rc = llmc_error("%s: truncated: file ends at token %u of %u (byte offset %zu)", path, i, vocab_size, pos);
             break;
         }
         uint8_t len = p[pos];
@@ -158,7 +158,8 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
             break;
         }
         if (size - pos - 1 < len) {
-            rc = llmc_error("%s: truncated: token %u needs %u bytes, %zu left", path, i, len, size - pos - 1);
+            rc = llmc_error("%s: truncated: token %u (byte offset %zu) needs %u bytes, %zu left", path, i, pos, len,
+                            size - pos - 1);
             break;
         }
         memcpy(t->storage + out, p + pos + 1, len);
