@@ -43,6 +43,7 @@
 #include <stdint.h>           // int32_t, uint64_t
 #include <string.h>           // memset
 #include <errno.h>            // errno
+#include <limits.h>           // LONG_MAX: the payload's size before it is added to an offset
 #include <dirent.h>           // opendir: the DONE markers
 #include <sys/stat.h>         // fstat: the manifest's size
 #include <unistd.h>           // unlink: the resharded section's temporary file
@@ -55,6 +56,7 @@
 #include "zero3/zero.h"       // Zero: the engine's state and its master
 #include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
 #include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
+#include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
 
 #define CHECKPOINT_MAGIC 20241124
 #define CHECKPOINT_VERSION 1
@@ -472,6 +474,39 @@ static void checkpoint_set_close(CheckpointSet* s) {
     memset(s, 0, sizeof(*s));
 }
 
+// The ranges of a state file's two headers, before anything of them is believed, and the
+// file's size against what they describe: a file cut short or grown is named with the
+// offset where it stops matching (a checkpoint of an earlier version has no manifest to
+// say so). fp is at the end of the trainer's header (h) and is left there. Returns 0, or
+// -1 with llmc_errmsg() naming the file.
+static int checkpoint_validate(const char* path, FILE* fp, const CheckpointHeader* h) {
+    if (h->step < 0 || h->world_size < 1 || h->rank < 0 || h->rank >= h->world_size || h->B < 1 || h->T < 1 ||
+        h->grad_accum < 1 || h->num_params == 0) {
+        return llmc_error("checkpoint state %s: header out of range (step %d, rank %d of %d, -b %d, -t %d, %d accumulation "
+                          "steps, %llu parameters)", path, h->step, h->rank, h->world_size, h->B, h->T, h->grad_accum,
+                          (unsigned long long)h->num_params);
+    }
+    long start = ftell(fp);
+    ZeroStateHeader z;
+    if (start < 0 || fread(&z, sizeof(z), 1, fp) != 1) {
+        return llmc_error("checkpoint state %s: truncated: the engine's header at byte offset %ld is missing", path, start);
+    }
+    z.engine[sizeof(z.engine) - 1] = '\0';
+    if (z.magic == ZERO_STATE_MAGIC && (z.stage < 0 || z.stage > 3 || (strcmp(z.engine, "host") != 0 && strcmp(z.engine, "device") != 0))) {
+        return llmc_error("checkpoint state %s: the engine's header at byte offset %ld is out of range (engine '%s', stage %d)",
+                          path, start, z.engine, z.stage);
+    }
+    long expected = start + (long)sizeof(z) + (long)z.payload_bytes, actual = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) { actual = ftell(fp); }
+    if (fseek(fp, start, SEEK_SET) != 0) { return llmc_error("checkpoint state %s: cannot seek: %s", path, strerror(errno)); }
+    if (z.magic == ZERO_STATE_MAGIC && (z.payload_bytes > (uint64_t)LONG_MAX / 2 || actual != expected)) {
+        return llmc_error("checkpoint state %s is %ld bytes but its headers describe %ld (%llu bytes of engine state from byte "
+                          "offset %ld)%s", path, actual, expected, (unsigned long long)z.payload_bytes,
+                          start + (long)sizeof(z), actual < expected ? ": truncated" : "");
+    }
+    return 0;
+}
+
 // reads rank q's trainer header from fp into *h and checks it is one of this checkpoint's
 static int checkpoint_read_header(FILE* fp, const char* path, int q, int step, size_t num_params, CheckpointHeader* h) {
     if (fread(h, sizeof(*h), 1, fp) != 1) { return llmc_error("checkpoint state %s: truncated header", path); }
@@ -483,7 +518,7 @@ static int checkpoint_read_header(FILE* fp, const char* path, int q, int step, s
         return llmc_error("%s says rank %d of %d, step %d, %llu parameters; expected rank %d, step %d, %zu parameters",
                           path, h->rank, h->world_size, h->step, (unsigned long long)h->num_params, q, step, num_params);
     }
-    return 0;
+    return checkpoint_validate(path, fp, h);
 }
 
 // Opens every state file of `step` in dir (as many as rank 0's header says) for a model of

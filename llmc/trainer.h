@@ -281,12 +281,15 @@ static void trainer_setup(Trainer* t) {
 
     int shuffle = tc->shuffle && !tc->overfit_single_batch;
     if (dataloader_init(&t->train, tc->train_pattern, tc->B, tc->T, rank, t->world, shuffle, tc->seed) != 0) { trainer_fail(rank); }
+    // every token id read from here on is checked against the model's vocabulary
+    dataloader_set_vocab(&t->train, t->config.vocab_size);
     t->val_steps = 0;
     if (tc->val_every > 0) {
         if (dataloader_init(&t->val, tc->val_pattern, tc->B, tc->T, rank, t->world, 0, 0) != 0) {
             fprintf(stderr, "error: %s (or disable validation with -v 0)\n", llmc_errmsg());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+        dataloader_set_vocab(&t->val, t->config.vocab_size);
         size_t nb = dataloader_num_batches(&t->val);
         t->val_steps = tc->val_max_steps < 0 || (size_t)tc->val_max_steps > nb ? (int)nb : tc->val_max_steps;
     }
@@ -295,6 +298,9 @@ static void trainer_setup(Trainer* t) {
 
     int V = t->config.vocab_size;
     t->have_tokenizer = tc->sample_every > 0 && tokenizer_init(&t->tokenizer, tc->tokenizer) == 0;
+    // a missing tokenizer only changes how samples print; one that exists but is corrupt
+    // is a wrong file the user means to use: stop
+    if (tc->sample_every > 0 && !t->have_tokenizer && access(tc->tokenizer, F_OK) == 0) { die_all(rank, llmc_errmsg()); }
     if (tc->sample_every > 0 && !t->have_tokenizer && rank == 0) {
         printf("warning: %s; samples are printed as token ids\n", llmc_errmsg());
     }
@@ -485,7 +491,7 @@ static float trainer_validate(Trainer* t, const TrainerModel* m) {
     dataloader_reset(&t->val);
     double sum = 0.0;
     for (int i = 0; i < t->val_steps; i++) {
-        llmcCheck(dataloader_next_batch(&t->val));
+        if (dataloader_next_batch(&t->val) != 0) { trainer_fail(t->rank); }
         sum += m->eval_loss(m->self, t->val.inputs, t->val.targets);
     }
     return allreduce_mean((float)(sum / t->val_steps), t->world);
@@ -785,7 +791,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         double t0 = zero_now_ms();
         for (int micro = 0; micro < t->grad_accum; micro++) {
             if (!tc->overfit_single_batch || !have_batch) {
-                llmcCheck(dataloader_next_batch(&t->train));
+                if (dataloader_next_batch(&t->train) != 0) { trainer_fail(rank); }
                 have_batch = 1;
             }
             m->train_micro(m->self, t->train.inputs, t->train.targets, micro == t->grad_accum - 1, t->grad_accum);
