@@ -42,6 +42,7 @@ typedef struct {
     uint64_t seed;               // --seed        init and shuffling
     int shuffle;                 // --shuffle     0: read the training shards in order
     float grad_clip;             // --grad-clip   global-norm clipping; 0: off
+    int max_skipped_steps;       // --max-skipped-steps  consecutive steps skipped for a non-finite loss/norm before the run stops
     const char* report;          // --report      JSON summary written by rank 0 at exit
     const char* tokenizer;       // --tokenizer   tokenizer file for decoding samples
     float beta1, beta2, eps;     // AdamW, from --ds-config's optimizer.params (llm.c's by default)
@@ -85,6 +86,7 @@ static void args_defaults(TrainConfig* c) {
     c->seed = 1337;
     c->shuffle = 1;
     c->grad_clip = 1.0f;
+    c->max_skipped_steps = 3;
     c->report = NULL;
     c->tokenizer = "dev/data/gpt2_tokenizer.bin";
     c->beta1 = 0.9f;
@@ -123,6 +125,8 @@ static void args_usage(FILE* f, const char* program) {
         "  --seed <int>        seed for init and shuffling (default 1337)\n"
         "  --shuffle <0|1>     shuffle the training shards and batches (default 1)\n"
         "  --grad-clip <float> clip the global gradient norm, 0 = off (default 1.0)\n"
+        "  --max-skipped-steps <n>  a step whose loss or gradient norm is not finite is skipped (no update);\n"
+        "                      after n such steps in a row the next one stops the run, 0 = stop at the first (default 3)\n"
         "  --report <file>     write a JSON report at exit (rank 0)\n"
         "  --tokenizer <file>  tokenizer for decoding samples (default dev/data/gpt2_tokenizer.bin)\n"
         "  --ds-config <file>  DeepSpeed-style JSON (zero_optimization, batch sizes, optimizer, gradient_clipping); flags override it\n"
@@ -253,6 +257,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         }
         else if (!strcmp(name, "--shuffle")) { rc = args_int(name, val, 0, 1, &v); c->shuffle = (int)v; }
         else if (!strcmp(name, "--grad-clip")) { rc = args_float(name, val, 0.0f, 1e6f, &c->grad_clip); c->given_clip = 1; }
+        else if (!strcmp(name, "--max-skipped-steps")) { rc = args_int(name, val, 0, 1000000, &v); c->max_skipped_steps = (int)v; }
         else if (!strcmp(name, "--report")) { c->report = val; }
         else if (!strcmp(name, "--tokenizer")) { c->tokenizer = val; }
         else if (!strcmp(name, "--ds-config")) { /* loaded above */ }

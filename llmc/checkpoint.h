@@ -62,7 +62,8 @@
 #define CHECKPOINT_VERSION 1
 
 typedef struct {
-    int32_t magic, version, rank, world_size, step, pad;
+    int32_t magic, version, rank, world_size, step;
+    int32_t skipped;               // optimizer steps skipped before `step` (non-finite): AdamW's t is step - skipped
     uint64_t num_params;
     uint64_t sample_rng;           // the sampler's RNG state
     DataLoaderState loader;        // the training loader's position

@@ -23,6 +23,7 @@
 #include <stdio.h>            // printf, fprintf, snprintf
 #include <stdlib.h>           // exit, malloc
 #include <string.h>           // strstr, memset
+#include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
 #include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
@@ -220,6 +221,7 @@ static void trainer_check_ranks(const Trainer* t) {
     x = zero_hash_bytes(x, &tc->lr, sizeof(tc->lr));
     x = zero_hash_bytes(x, &tc->weight_decay, sizeof(tc->weight_decay));
     x = zero_hash_bytes(x, &tc->grad_clip, sizeof(tc->grad_clip));
+    x = zero_hash_bytes(x, &tc->max_skipped_steps, sizeof(tc->max_skipped_steps));
     x = zero_hash_bytes(x, &tc->seed, sizeof(tc->seed));
     x = zero_hash_bytes(x, &tc->max_steps, sizeof(tc->max_steps));
     x = zero_hash_bytes(x, &tc->overfit_single_batch, sizeof(tc->overfit_single_batch));
@@ -236,7 +238,7 @@ static void trainer_check_ranks(const Trainer* t) {
     uint64_t h0[3] = {h[0], h[1], h[2]};
     mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
     static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
-                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --shuffle --zero-backend --dpu)",
+                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --max-skipped-steps --shuffle --zero-backend --dpu)",
                                         "model shape (-e)"};
     int bad = 0;
     for (int i = 0; i < 3; i++) {
@@ -554,7 +556,7 @@ static void memory_gather(const double* mine, double* all, int rank, int world, 
 }
 
 // one training step and one validation, as the report records them
-typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; } StepRecord;  // mfu < 0: unknown
+typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; int skipped; } StepRecord;  // mfu < 0: unknown
 typedef struct { int step; float loss; } ValRecord;
 
 // What the report says about the run's engine per training step, averaged: the bytes each
@@ -591,6 +593,9 @@ static int trainer_report(const Trainer* t, const TrainerModel* m, const StepRec
     char zdesc[512];
     zero_config_describe(&tc->zero, zdesc, sizeof(zdesc));
     cJSON_AddStringToObject(cfg, "zero", zdesc);
+    int skipped = 0;
+    for (int i = 0; i < nsteps; i++) { skipped += steps[i].skipped; }
+    cJSON_AddNumberToObject(root, "skipped_steps", skipped);
     cJSON* arr = cJSON_AddArrayToObject(root, "steps");
     for (int i = 0; i < nsteps; i++) {
         cJSON* s = cJSON_CreateObject();
@@ -601,6 +606,7 @@ static int trainer_report(const Trainer* t, const TrainerModel* m, const StepRec
         cJSON_AddNumberToObject(s, "lr", steps[i].lr);
         cJSON_AddNumberToObject(s, "grad_norm", steps[i].norm);
         cJSON_AddNumberToObject(s, "comm_wait_ms", steps[i].wait_ms);
+        cJSON_AddBoolToObject(s, "skipped", steps[i].skipped);
         if (steps[i].mfu >= 0) { cJSON_AddNumberToObject(s, "mfu", steps[i].mfu); }
         cJSON_AddItemToArray(arr, s);
     }
@@ -701,8 +707,9 @@ static CheckpointHeader trainer_checkpoint_header(const Trainer* t, int step) {
 
 // Resumes, when -y 1, from the newest checkpoint in -o whose files pass their checksums
 // (llmc/checkpoint.h), at any world size and stage (checkpoint_resume); stops every rank
-// when there are checkpoints but none passes. Returns the step to start from
-static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng) {
+// when there are checkpoints but none passes. Returns the step to start from, and in
+// *skipped the steps skipped before it
+static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, int* skipped) {
     const TrainConfig* tc = &t->tc;
     if (!tc->resume) { return 0; }
     int latest = checkpoint_find_valid(tc->output_dir, t->rank, t->world);
@@ -723,13 +730,40 @@ static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng) {
         trainer_fail(t->rank);
     }
     sample_rng->state = got.sample_rng;
+    *skipped = got.skipped;
     if (t->rank == 0) { printf("resumed from %s at step %d (saved by %d ranks)\n", tc->output_dir, latest, got.world_size); }
     return latest;
 }
 
-static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, const Rng* sample_rng) {
+// Whether every parameter of the engine's fp32 master is finite, gathered to rank 0 and its
+// verdict shared: a checkpoint of a non-finite state would be resumed from and poison every
+// step after it. Says which parameter (unit order) and its value in *msg when not.
+static int trainer_params_finite(const Trainer* t, const TrainerModel* m, char* msg, size_t len) {
+    size_t n = gpt2_num_params(&t->config);
+    float* full = t->rank == 0 ? (float*)mallocCheck(n * sizeof(float)) : NULL;
+    zeroCheck(zero_gather(m->zero, full));
+    long long bad = -1;
+    float value = 0.0f;
+    for (size_t i = 0; t->rank == 0 && i < n && bad < 0; i++) {
+        if (!isfinite(full[i])) { bad = (long long)i; value = full[i]; }
+    }
+    free(full);
+    mpiCheck(MPI_Bcast(&bad, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+    mpiCheck(MPI_Bcast(&value, 1, MPI_FLOAT, 0, MPI_COMM_WORLD));
+    if (bad >= 0) { snprintf(msg, len, "parameter %lld of %zu (unit order) is %f", bad, n, value); }
+    return bad < 0;
+}
+
+static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int skipped, const Rng* sample_rng) {
     const TrainConfig* tc = &t->tc;
+    char why[128], msg[4400];
+    if (!trainer_params_finite(t, m, why, sizeof(why))) {
+        snprintf(msg, sizeof(msg), "refusing to write the checkpoint of step %d: %s, not finite; the checkpoints already in "
+                 "%s are kept", step, why, tc->output_dir);
+        die_all(t->rank, msg);
+    }
     CheckpointHeader h = trainer_checkpoint_header(t, step);
+    h.skipped = skipped;
     h.sample_rng = sample_rng->state;
     dataloader_get_state(&t->train, &h.loader);
     int version = tc->save_bf16 ? GPT2_MODEL_VERSION_BF16 : GPT2_MODEL_VERSION_FP32;
@@ -752,7 +786,12 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     llmcCheck(lr_scheduler_init(&sched, tc->lr_schedule, tc->lr, tc->warmup, t->max_steps, tc->final_lr_frac));
     Rng sample_rng;
     rng_init(&sample_rng, tc->seed ^ 0xA5A5A5A5ull);
-    int start_step = trainer_resume(t, m, &sample_rng);
+    int skipped = 0;  // optimizer steps skipped so far (non-finite loss or norm): AdamW's t did not advance
+    int start_step = trainer_resume(t, m, &sample_rng, &skipped);
+    int skipped_in_a_row = 0;
+    // test hook (docs/TESTING.md): the last rank's loss of this step is NaN, as an overflow would make it
+    const char* nan_env = getenv("ZERO3_TEST_NAN_STEP");
+    int nan_step = nan_env != NULL ? atoi(nan_env) : -1;
 
     double flops_per_token = gpt2_flops_per_token(&t->config, tc->T);
     if (rank == 0) { trainer_print_header(t, m, flops_per_token); }
@@ -781,7 +820,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         }
         if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) { trainer_sample(t, m, &sample_rng); }
         if (tc->checkpoint_every > 0 && step > start_step && (step % tc->checkpoint_every == 0 || last_step)) {
-            trainer_checkpoint(t, m, step, &sample_rng);
+            trainer_checkpoint(t, m, step, skipped, &sample_rng);
         }
         if (last_step) { break; }
 
@@ -796,15 +835,23 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
             }
             m->train_micro(m->self, t->train.inputs, t->train.targets, micro == t->grad_accum - 1, t->grad_accum);
         }
+        // the loss before the update: every rank sees the same mean, so all skip alike
+        float my_loss = (float)(m->train_loss(m->self) / t->grad_accum);
+        if (step == nan_step && rank == world - 1) { my_loss = NAN; }
+        float loss = allreduce_mean(my_loss, world);
         float lr = lr_scheduler_get(&sched, step);
-        ZeroStep zs = {lr, tc->weight_decay, tc->grad_clip, step + 1, tc->seed};
+        // AdamW's 1-based step counts only the updates made, as DeepSpeed's does over overflows
+        ZeroStep zs = {lr, tc->weight_decay, tc->grad_clip, step + 1 - skipped, tc->seed, !isfinite(loss)};
         if (m->range_push != NULL) { m->range_push("optimizer"); }
         zeroCheck(zero_step(m->zero, &zs));
         if (m->range_pop != NULL) { m->range_pop(); }
-        float loss = allreduce_mean((float)(m->train_loss(m->self) / t->grad_accum), world);
         double ms = zero_now_ms() - t0;
         ZeroStats after;
         zeroCheck(zero_stats(m->zero, &after));
+        // the engine skipped the update when either is not finite (zero3/zero.h's ZeroStep)
+        int skip = !isfinite(loss) || !isfinite(after.norm);
+        skipped += skip;
+        skipped_in_a_row = skip ? skipped_in_a_row + 1 : 0;
         double wait = after.wait_ms - before.wait_ms;
         traffic.wait_total += wait;
         if (m->range_pop != NULL) { m->range_pop(); }
@@ -821,12 +868,14 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
             snprintf(extra + len, sizeof(extra) - len, " | GPU mem %.0f MiB", m->device_in_use(m->self) / 1048576.0);
         }
         if (rank == 0) {
-            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | comm wait %.1f ms\n",
-                   step + 1, t->max_steps, loss, lr, after.norm, ms, tps, extra, wait);
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | comm wait %.1f ms%s\n",
+                   step + 1, t->max_steps, loss, lr, after.norm, ms, tps, extra, wait, skip ? " | skipped (non-finite loss/norm)" : "");
         }
         log_line(tc->output_dir, rank, "s:%d trl:%f\n", step, loss);
-        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu};
+        steps[nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip};
+        if (skipped_in_a_row > tc->max_skipped_steps) { break; }
     }
+    int stopped = skipped_in_a_row > tc->max_skipped_steps;
     traffic.steps = nsteps;
 
     // the report: memory peaks over the whole run (gathered again: the working set grows
@@ -838,7 +887,18 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    int last = nsteps > 0 ? steps[nsteps - 1].step + 1 : start_step;
     free(steps); free(vals); free(mem_all);
+    if (stopped) {  // every rank saw the same loss and norm: all stop here together
+        zeroCheck(zero_flush(m->zero));
+        char msg[4400];
+        snprintf(msg, sizeof(msg), "stopping at step %d: %d consecutive step%s had a non-finite loss or gradient norm and "
+                 "were skipped, more than --max-skipped-steps %d; none of them changed the model%s%s%s", last, skipped_in_a_row,
+                 skipped_in_a_row == 1 ? "" : "s",
+                 tc->max_skipped_steps, tc->output_dir != NULL ? " (the checkpoints in " : "",
+                 tc->output_dir != NULL ? tc->output_dir : "", tc->output_dir != NULL ? " are those of good steps)" : "");
+        die_all(rank, msg);
+    }
 }
 
 #endif // LLMC_TRAINER_H

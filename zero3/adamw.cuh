@@ -18,7 +18,7 @@
 #define ZERO3_ADAMW_CUH
 
 #include <stddef.h>         // size_t
-#include <math.h>           // pow for the bias corrections (host)
+#include <math.h>           // pow for the bias corrections (host); isnan, isfinite, NAN: a skipped step
 #include "zero3/cuda_util.cuh"  // floatX, zero_cuda, to_float, CEIL_DIV
 #include "zero3/adamw.h"      // adamw_param_step, adamw_grad_scale: the CPU reference's own
 
@@ -87,6 +87,7 @@ __global__ void adamw_kernel(floatX* params, float* master, const Tg* grads, flo
                              float weight_decay, float grad_scale, const float* scale_dev, float bc1, float bc2,
                              unsigned int seed, unsigned int t, size_t index_base) {
     if (scale_dev != NULL) { grad_scale = *scale_dev; }
+    if (isnan(grad_scale)) { return; }  // a skipped step (adamw_skip_kernel): nothing changes
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float p = adamw_param_step(master[i], to_float(grads[i]) * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
@@ -149,6 +150,13 @@ __global__ void adamw_norm_widen_kernel(double* sumsq, const float* local) { *su
 // norm summed over `world` ranks, with adamw.h's adamw_grad_scale (the host engine's)
 __global__ void adamw_grad_scale_kernel(float* scale, float* norm, const double* sumsq, int world, float max_norm) {
     *scale = adamw_grad_scale(*sumsq, world, max_norm, norm);
+}
+
+// one thread, after adamw_grad_scale_kernel: a step to skip (zero3/zero.h's ZeroStep: the
+// caller's skip, or a norm that is not finite) gets a NaN scale, on which adamw_kernel
+// returns at once, so the decision stays on the GPU and the host does not wait for it
+__global__ void adamw_skip_kernel(float* scale, const float* norm, int skip) {
+    if (skip || !isfinite(*norm)) { *scale = NAN; }
 }
 
 // ----------------------------------------------------------------------------

@@ -647,6 +647,9 @@ static int zero_dev_flush(void* impl) {
 // offload: the CPU Adam of this step (the gradient shards are on the host), on the step's
 // thread, or (dpu) on a thread of its own while the GPU computes the next step
 static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scale) {
+    if (isnan(grad_scale)) {  // a skipped step (adamw_skip_kernel): no update; --dpu's pending one still lands
+        return zero_dev_flush(d);
+    }
     if (!d->dpu) {
         double t0 = zero_now_ms();
         if (zero_dev_cpu_update(d, d->h_grads, d->h_params, st->lr, st->weight_decay, grad_scale, st->t) != 0) { return -1; }
@@ -707,6 +710,7 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
         }
     }
     adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->world, st->grad_clip);
+    adamw_skip_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, st->skip);  // NaN scale: AdamW changes nothing
     // the scale and the norm to the host: read after the trainer's end-of-step
     // synchronization (zero_dev_stats), or at once with offload, whose CPU Adam needs the scale
     if (zero_cuda(cudaGetLastError(), "the gradient scale") != 0 ||

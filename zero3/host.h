@@ -29,6 +29,7 @@
 
 #include <stdlib.h>            // aligned_alloc, free
 #include <string.h>            // memset, memcpy
+#include <math.h>              // isfinite: a non-finite norm skips the step
 #include "zero3/util.h"        // zero_error
 #include "zero3/adamw.h"       // grad_norm_squared, adamw_grad_scale
 #include "zero3/plan.h"        // ZeroPlan: padded units and shards
@@ -575,6 +576,10 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
         if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
     }
     float scale = adamw_grad_scale(sumsq, e->world, st->grad_clip, &e->norm);
+    if (st->skip || !isfinite(e->norm)) {  // an overflow: nothing changes, the gradients go
+        zero_host_clear_grads(e);
+        return 0;
+    }
     CpuAdamParams hp = {lr, e->beta1, e->beta2, e->eps, 0.0f, scale, t};
 
     // Every path updates with the SIMD CPU Adam (zero3/cpu_adam.h), in place: on the

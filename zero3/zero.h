@@ -75,7 +75,11 @@ typedef struct {
 
 // One optimizer step: AdamW at 1-based step t after clipping the global norm of the mean
 // gradient at grad_clip (0: off); seed: the device engine's stochastic rounding to bf16.
-typedef struct { float lr, weight_decay, grad_clip; int t; uint64_t seed; } ZeroStep;
+// A step whose global norm is not finite, or with skip set (the caller's loss was not),
+// is skipped as DeepSpeed skips an overflow: no parameter or AdamW moment changes and the
+// gradients are discarded, so the next step starts from zero. Every rank sees the same
+// norm and must pass the same skip.
+typedef struct { float lr, weight_decay, grad_clip; int t; uint64_t seed; int skip; } ZeroStep;
 
 // bytes moved between the tiers
 enum { ZERO_MOVE_D2H, ZERO_MOVE_H2D, ZERO_MOVE_NVME_READ, ZERO_MOVE_NVME_WRITE, ZERO_NUM_MOVES };

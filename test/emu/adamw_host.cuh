@@ -11,7 +11,7 @@
 #ifndef ZERO3_ADAMW_CUH
 #define ZERO3_ADAMW_CUH
 
-#include <math.h>                // pow
+#include <math.h>                // pow, isnan, isfinite, NAN
 #include "zero3/cuda_util.cuh"   // floatX, to_float
 #include "zero3/adamw.h"         // adamw_param_step, adamw_grad_scale
 
@@ -24,6 +24,7 @@ static inline int adamw_update_cuda(floatX* params, float* master, const Tg* gra
                                     cudaStream_t s, size_t = 0, const float* scale_dev = NULL) {
     emu_stream_work(s, "adamw_update_cuda (host stand-in)", [=]() {
         float scale = scale_dev != NULL ? *scale_dev : grad_scale;
+        if (isnan(scale)) { return; }  // a skipped step (adamw_skip_kernel)
         float bc1 = (float)(1.0 - pow((double)beta1, t));
         float bc2 = (float)(1.0 - pow((double)beta2, t));
         for (size_t i = 0; i < n; i++) {
@@ -48,6 +49,9 @@ static inline int global_norm_squared(float* out, float*, const Tg* grads, size_
 __global__ void adamw_norm_widen_kernel(double* sumsq, const float* local) { *sumsq = (double)*local; }
 __global__ void adamw_grad_scale_kernel(float* scale, float* norm, const double* sumsq, int world, float max_norm) {
     *scale = adamw_grad_scale(*sumsq, world, max_norm, norm);
+}
+__global__ void adamw_skip_kernel(float* scale, const float* norm, int skip) {
+    if (skip || !isfinite(*norm)) { *scale = NAN; }
 }
 
 #endif // ZERO3_ADAMW_CUH

@@ -313,7 +313,7 @@ int main(int argc, char** argv) {
         long reductions = reductions_so_far() - calls0;
         long expect = stage == 0 && world_ == 1 ? 0 : stage <= 1 ? nu : (long)nu * accum;
         if (reductions != expect) { check("reductions per step", 0, "%g, expected %g", (double)reductions, (double)expect); }
-        ZeroStep st = {lr, wd, clip, step + 1, 1234u};
+        ZeroStep st = {lr, wd, clip, step + 1, 1234u, 0};
         if (zero_step(&z, &st) != 0) { fail("zero_step"); }
         // the reference step: the gradient summed over ranks and micro-steps at vis
         for (int u = 0; u < nu; u++) {
