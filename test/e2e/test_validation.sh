@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Input validation and non-finite steps, end to end on ./train_gpt2_zero3_cpu (run from the
+# repo root after `make train_gpt2_zero3_cpu`):
+#   bad files    a crafted bad file of each class (token shards, model file, tokenizer,
+#                --ds-config JSON, checkpoint state) ends the run with a non-zero exit and a
+#                message naming the file and the offset or value
+#   non-finite   a step whose loss is not finite (the test hook ZERO3_TEST_NAN_STEP, or a
+#                model with a huge parameter) is skipped: parameters and AdamW moments stay
+#                bit for bit, the step line and the report say so, and --max-skipped-steps
+#                stops the run with a message and a non-zero exit
+# A tiny model file (V 256 padded to 320, 1 layer, 32 channels) keeps every run short.
+# Ends with "N passed, N failed".
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, expect_error
+
+$PY - "$tmp" <<'EOF'
+import sys, struct, numpy as np
+d = sys.argv[1]
+maxT, V, L, NH, C, Vp = 64, 256, 1, 2, 32, 320
+def shard(path, toks, magic=20240520, count=None):
+    h = np.zeros(256, dtype=np.int32); h[0] = magic; h[1] = 1
+    h[2] = len(toks) if count is None else count
+    open(path, "wb").write(h.tobytes() + np.asarray(toks, dtype=np.uint16).tobytes())
+rng = np.random.RandomState(3)
+toks = rng.randint(0, V, 6000)
+shard(f"{d}/train.bin", toks)
+for name, i, v in [("id_v", 5, V), ("id_vp1", 7, Vp - 1), ("id_big", 9, 60000)]:
+    t = toks.copy(); t[i] = v; shard(f"{d}/{name}.bin", t)
+shard(f"{d}/magic.bin", toks, magic=1234)
+shard(f"{d}/trunc.bin", toks, count=7000)
+# llm.c's model file: the header, then the 16 kinds in order
+def model(path, header=(maxT, V, L, NH, C, Vp), poke=None, cut=None):
+    maxT_, V_, L_, NH_, C_, Vp_ = header
+    h = np.zeros(256, dtype=np.int32); h[:8] = [20240326, 3, maxT_, V_, L_, NH_, C_, Vp_]
+    r = np.random.RandomState(1)
+    kinds = [(Vp*C, .02), (maxT*C, .02), (L*C, 1), (L*C, 0), (L*3*C*C, .02), (L*3*C, 0), (L*C*C, .02), (L*C, 0),
+             (L*C, 1), (L*C, 0), (L*4*C*C, .02), (L*4*C, 0), (L*C*4*C, .02), (L*C, 0), (C, 1), (C, 0)]
+    p = np.concatenate([np.ones(n, np.float32) if s == 1 else (r.randn(n) * s).astype(np.float32) for n, s in kinds])
+    if poke is not None: p[poke[0]] = poke[1]
+    b = h.tobytes() + p.tobytes()
+    open(path, "wb").write(b if cut is None else b[:cut])
+model(f"{d}/tiny.bin")
+model(f"{d}/heads.bin", header=(maxT, V, L, 3, C, Vp))       # 32 channels over 3 heads
+model(f"{d}/vp.bin", header=(maxT, V, L, NH, C, 100))        # padded vocabulary below V
+model(f"{d}/cut.bin", cut=20000)
+model(f"{d}/nan.bin", poke=(Vp*C + 7, np.nan))              # wpe element 7: byte 1024 + 4*(Vp*C + 7)
+model(f"{d}/huge.bin", poke=(3, 3e38))                       # wte[0][3]: every loss is infinite
+# the tokenizer: header, then per token a length byte and the bytes; cut inside token 100
+tok = np.zeros(256, dtype=np.uint32); tok[:4] = [20240328, 2, V, V - 1]
+body = b"".join(bytes([1, i]) for i in range(V))
+open(f"{d}/tok_cut.bin", "wb").write(tok.tobytes() + body[:2 * 100 + 1])
+open(f"{d}/ds_type.json", "w").write('{"train_micro_batch_size_per_gpu": "two"}')
+EOF
+M="-e $tmp/tiny.bin -i $tmp/train.bin -j $tmp/train.bin -b 2 -t 16 -v 0 -s 0 -l 1e-3 --seed 5 --shuffle 0"
+
+# ---------------------------------------------------------------------------
+# bad files: the run stops with exit 1 and names the file and the offset or value
+expect_error "shard: token id = V"          "id_v.bin: token 5 (byte offset 1034) is 256"    $BIN $M -x 2 -i "$tmp/id_v.bin"
+expect_error "shard: token id = Vp-1"       "id_vp1.bin: token 7 (byte offset 1038) is 319"  $BIN $M -x 2 -i "$tmp/id_vp1.bin"
+expect_error "shard: token id past Vp"      "id_big.bin: token 9 (byte offset 1042) is 60000" $BIN $M -x 2 -i "$tmp/id_big.bin"
+expect_error "val shard: token id = V"      "id_v.bin: token 5"   $BIN $M -x 2 -v 1 -j "$tmp/id_v.bin"
+expect_error "shard: bad id at 2 ranks"         "id_v.bin: token 5"   $MPIRUN -np 2 $BIN $M -x 2 -b 1 -i "$tmp/id_v.bin"
+expect_error "shard: wrong magic"           "magic.bin has bad magic 1234"  $BIN $M -x 2 -i "$tmp/magic.bin"
+expect_error "shard: truncated"             "trunc.bin is truncated"        $BIN $M -x 2 -i "$tmp/trunc.bin"
+expect_error "model: C not divisible by NH" "channels 32 not divisible by num_heads 3" $BIN $M -x 1 -e "$tmp/heads.bin"
+expect_error "model: Vp below V"            "padded_vocab_size 100 must be >= vocab_size 256" $BIN $M -x 1 -e "$tmp/vp.bin"
+expect_error "model: truncated"             "cut.bin is 20000 bytes"        $BIN $M -x 1 -e "$tmp/cut.bin"
+expect_error "model: NaN parameter"         "nan.bin: parameter wpe element 7 (byte offset $((1024 + 4 * (320 * 32 + 7)))) is nan" \
+    $BIN $M -x 1 -e "$tmp/nan.bin"
+expect_error "tokenizer cut inside a token" "tok_cut.bin: truncated: token 100 (byte offset 1224)" \
+    $BIN $M -x 1 -s 1 --tokenizer "$tmp/tok_cut.bin"
+expect_error "ds-config: wrong type"        "train_micro_batch_size_per_gpu" $BIN $M -x 1 --ds-config "$tmp/ds_type.json"
+
+# checkpoint state files: cut short, and a header field out of range
+if $BIN $M -x 2 -n 2 -o "$tmp/ck" > "$tmp/ck.log" 2>&1 && [ -f "$tmp/ck/DONE_00000002" ]; then
+    st="$tmp/ck/state_00000002_00000.bin"
+    cp "$st" "$tmp/state.bak"
+    size=$(stat -c %s "$st")
+    head -c $((size - 8)) "$tmp/state.bak" > "$st"
+    expect_error "checkpoint: state file cut short" "state_00000002_00000.bin is $((size - 8)) bytes but its headers describe $size" \
+        $BIN $M -x 4 -o "$tmp/ck" -y 1
+    # B (int32 at byte 64 of CheckpointHeader) set to 0
+    cp "$tmp/state.bak" "$st"
+    printf '\x00\x00\x00\x00' | dd of="$st" bs=1 seek=64 conv=notrunc status=none
+    expect_error "checkpoint: header out of range" "state_00000002_00000.bin: header out of range" $BIN $M -x 4 -o "$tmp/ck" -y 1
+else
+    bad "writing a checkpoint for the state-file tests ($(tail -1 "$tmp/ck.log"))"
+fi
+
+# ---------------------------------------------------------------------------
+# non-finite: step 2 (0-based, the report's "step") of 5 gets a NaN loss on the last rank.
+# Its update is skipped, so the checkpoint after it (step 3) holds exactly the model and
+# engine state of the one before it (step 2); the report and the step line record it.
+# engine_state FILE: the bytes from the engine's section on (ZeroStateHeader's magic)
+engine_state() { $PY -c "
+import sys; b = open(sys.argv[1], 'rb').read(); sys.stdout.buffer.write(b[b.index((20241125).to_bytes(4, 'little')):])" "$1"; }
+for cfg in "1 0" "1 3" "2 0" "2 3"; do
+    set -- $cfg
+    n=$1 z=$2 name="nan_n$1_z$2"
+    if ZERO3_TEST_NAN_STEP=2 run "$name" "$n" $M -x 5 -z "$z" -n 1 -o "$tmp/$name"; then
+        d="$tmp/$name"
+        cmp -s "$d/model_00000002.bin" "$d/model_00000003.bin" && ok "$name: the skipped step left the model bit for bit" \
+            || bad "$name: model_2 and model_3 differ"
+        cmp -s "$d/model_00000003.bin" "$d/model_00000004.bin" && bad "$name: the step after the skip did not update" \
+            || ok "$name: the step after the skip updates again"
+        same=1
+        for ((r = 0; r < n; r++)); do
+            cmp -s <(engine_state "$d/state_00000002_0000$r.bin") <(engine_state "$d/state_00000003_0000$r.bin") || same=0
+        done
+        [ $same -eq 1 ] && ok "$name: every rank's parameters and AdamW moments unchanged by the skip" \
+            || bad "$name: an engine state changed over the skipped step"
+        $PY -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = r['skipped_steps'] == 1 and [s['skipped'] for s in r['steps']] == [False, False, True, False, False]
+sys.exit(0 if ok else 1)" "$tmp/$name.json" && ok "$name: the report marks step 2 skipped, skipped_steps 1" \
+            || bad "$name: the report's skipped fields are wrong"
+        [ "$(grep -c 'skipped (non-finite loss/norm)' "$tmp/$name.log")" = 1 ] && grep -q "step    3/5.*skipped (non-finite" "$tmp/$name.log" \
+            && ok "$name: step line 3 says skipped (non-finite loss/norm)" || bad "$name: no step line says skipped"
+    else
+        bad "$name: the run with one non-finite step failed"
+    fi
+done
+
+# the skip count is part of a checkpoint: a resume after a skipped step continues as the
+# run without a stop does (AdamW's step counter included), loss for loss
+R="$M -k constant -u 2"
+ZERO3_TEST_NAN_STEP=1 run skipfull 1 $R -x 5
+ZERO3_TEST_NAN_STEP=1 run skippart 1 $R -x 3 -n 3 -o "$tmp/skipres" > /dev/null
+ZERO3_TEST_NAN_STEP=1 run skipres 1 $R -x 5 -o "$tmp/skipres" -y 1
+if [ -f "$tmp/skipfull.json" ] && [ -f "$tmp/skipres.json" ]; then
+    losses "$tmp/skipfull.json" | tail -2 > "$tmp/sf"; losses "$tmp/skipres.json" > "$tmp/sr"
+    cmp -s "$tmp/sf" "$tmp/sr" && ok "resumed after a skipped step: the same losses bit for bit" \
+        || bad "resume after a skip differs: $(tr '\n' ' ' < "$tmp/sf") vs $(tr '\n' ' ' < "$tmp/sr")"
+else
+    bad "the resume-after-skip runs"
+fi
+
+# --max-skipped-steps: a model whose every loss is infinite. N skips in a row are borne,
+# the next stops the run with exit 1 and a message; the checkpoints written are finite
+# and complete, the report records the skips
+expect_error "stop after 2+1 skipped steps" "stopping at step 3: 3 consecutive steps had a non-finite loss or gradient norm" \
+    $BIN $M -x 10 -e "$tmp/huge.bin" --max-skipped-steps 2 -n 1 -o "$tmp/huge" --report "$tmp/huge.json"
+[ -f "$tmp/huge/DONE_00000002" ] && [ ! -f "$tmp/huge/DONE_00000003" ] && ok "the checkpoints before the stop are complete, none after" \
+    || bad "checkpoints around the stop: $(ls "$tmp/huge" | tr '\n' ' ')"
+$PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r['skipped_steps']==3 and len(r['steps'])==3 else 1)" "$tmp/huge.json" \
+    && ok "the report of the stopped run holds its 3 skipped steps" || bad "the stopped run's report"
+expect_error "--max-skipped-steps 0 stops at the first" "stopping at step 2: 1 consecutive step had" \
+    env ZERO3_TEST_NAN_STEP=1 $MPIRUN -np 2 $BIN $M -x 5 -z 3 --max-skipped-steps 0
+expect_error "--max-skipped-steps out of range" "--max-skipped-steps" $BIN $M -x 1 --max-skipped-steps -1
+
+finish
