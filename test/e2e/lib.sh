@@ -36,6 +36,11 @@ print(max(abs(x-y) for x,y in zip(a,b)) if len(a)==len(b) and a else 'length-mis
 # within TOL: exit 0 when a maxdiff result is a number no larger than TOL
 within() { $PY -c "import sys; sys.exit(0 if '$1' != 'length-mismatch' and float('$1') <= $2 else 1)"; }
 
+# engine_state FILE: a checkpoint state file from the engine's section on (ZeroStateHeader's
+# magic), without the trainer's header (step, data position)
+engine_state() { $PY -c "
+import sys; b = open(sys.argv[1], 'rb').read(); sys.stdout.buffer.write(b[b.index((20241125).to_bytes(4, 'little')):])" "$1"; }
+
 # expect_error NAME NEEDLE COMMAND...: the command fails with an exit code (not a
 # signal) and its output names NEEDLE
 expect_error() {

@@ -10,7 +10,7 @@
 #                stops the run with a message and a non-zero exit
 # A tiny model file (V 256 padded to 320, 1 layer, 32 channels) keeps every run short.
 # Ends with "N passed, N failed".
-source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, expect_error
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, expect_error, engine_state
 
 $PY - "$tmp" <<'EOF'
 import sys, struct, numpy as np
@@ -90,9 +90,6 @@ fi
 # non-finite: step 2 (0-based, the report's "step") of 5 gets a NaN loss on the last rank.
 # Its update is skipped, so the checkpoint after it (step 3) holds exactly the model and
 # engine state of the one before it (step 2); the report and the step line record it.
-# engine_state FILE: the bytes from the engine's section on (ZeroStateHeader's magic)
-engine_state() { $PY -c "
-import sys; b = open(sys.argv[1], 'rb').read(); sys.stdout.buffer.write(b[b.index((20241125).to_bytes(4, 'little')):])" "$1"; }
 for cfg in "1 0" "1 3" "2 0" "2 3"; do
     set -- $cfg
     n=$1 z=$2 name="nan_n$1_z$2"

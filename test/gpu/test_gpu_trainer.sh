@@ -168,6 +168,22 @@ if [ -f "$tmp/ck/model_00000004.bin" ]; then
         && ok "the GPU's model file loads in the CPU trainer" || bad "CPU trainer cannot load the GPU's model file ($(tail -1 "$tmp/load.log"))"
 fi
 
+# a step with a NaN loss (the test hook ZERO3_TEST_NAN_STEP) is skipped on the GPU too:
+# the device engine's AdamW kernels (a NaN scale) and offload's CPU Adam with --dpu leave
+# the model and the engine's state as they were, bit for bit (bf16: the compute copy too)
+for cfg in "sk_dev" "sk_dpu -z 2 --offload-optimizer cpu --dpu 1"; do
+    read -r name extra <<< "$cfg"
+    if ZERO3_TEST_NAN_STEP=1 gpu_run $name $GPU $CK --zero-backend device $extra -n 1 -o "$tmp/$name"; then
+        d="$tmp/$name"
+        cmp -s "$d/model_00000001.bin" "$d/model_00000002.bin" && cmp -s <(engine_state "$d/state_00000001_00000.bin") \
+            <(engine_state "$d/state_00000002_00000.bin") && ! cmp -s "$d/model_00000002.bin" "$d/model_00000003.bin" \
+            && grep -q "step    2/4.*skipped (non-finite" "$d.log" && ok "$name: the NaN step is skipped, the state bit for bit" \
+            || bad "$name: the skipped step changed the state, or the next one did not update"
+    else
+        bad "$name: the run with a NaN step failed"
+    fi
+done
+
 # ---------------------------------------------------------------------------
 # report fields and the log line
 if [ -f "$tmp/bf16.json" ]; then
