@@ -44,10 +44,11 @@ model(f"{d}/vp.bin", header=(maxT, V, L, NH, C, 100))        # padded vocabulary
 model(f"{d}/cut.bin", cut=20000)
 model(f"{d}/nan.bin", poke=(Vp*C + 7, np.nan))              # wpe element 7: byte 1024 + 4*(Vp*C + 7)
 model(f"{d}/huge.bin", poke=(3, 3e38))                       # wte[0][3]: every loss is infinite
-# the tokenizer: header, then per token a length byte and the bytes; cut inside token 100
+# the tokenizer: header, then per token a length byte and the bytes (3 here); cut inside
+# token 130, where the body is still long enough for 256 tokens of one byte
 tok = np.zeros(256, dtype=np.uint32); tok[:4] = [20240328, 2, V, V - 1]
-body = b"".join(bytes([1, i]) for i in range(V))
-open(f"{d}/tok_cut.bin", "wb").write(tok.tobytes() + body[:2 * 100 + 1])
+body = b"".join(bytes([3, i, i, i]) for i in range(V))
+open(f"{d}/tok_cut.bin", "wb").write(tok.tobytes() + body[:4 * 130 + 2])
 open(f"{d}/ds_type.json", "w").write('{"train_micro_batch_size_per_gpu": "two"}')
 EOF
 M="-e $tmp/tiny.bin -i $tmp/train.bin -j $tmp/train.bin -b 2 -t 16 -v 0 -s 0 -l 1e-3 --seed 5 --shuffle 0"
@@ -66,12 +67,15 @@ expect_error "model: Vp below V"            "padded_vocab_size 100 must be >= vo
 expect_error "model: truncated"             "cut.bin is 20000 bytes"        $BIN $M -x 1 -e "$tmp/cut.bin"
 expect_error "model: NaN parameter"         "nan.bin: parameter wpe element 7 (byte offset $((1024 + 4 * (320 * 32 + 7)))) is nan" \
     $BIN $M -x 1 -e "$tmp/nan.bin"
-expect_error "tokenizer cut inside a token" "tok_cut.bin: truncated: token 100 (byte offset 1224)" \
+expect_error "tokenizer cut inside a token" "tok_cut.bin: truncated: token 130 (byte offset 1544) needs 3 bytes, 1 left" \
     $BIN $M -x 1 -s 1 --tokenizer "$tmp/tok_cut.bin"
 expect_error "ds-config: wrong type"        "train_micro_batch_size_per_gpu" $BIN $M -x 1 --ds-config "$tmp/ds_type.json"
 
-# checkpoint state files: cut short, and a header field out of range
+# checkpoint state files: cut short, and a header field out of range. The checkpoint's
+# manifest would name the damage first: an empty DONE marker, as an earlier version wrote
+# it, resumes unverified, so the state file's own checks are what is left
 if $BIN $M -x 2 -n 2 -o "$tmp/ck" > "$tmp/ck.log" 2>&1 && [ -f "$tmp/ck/DONE_00000002" ]; then
+    : > "$tmp/ck/DONE_00000002"
     st="$tmp/ck/state_00000002_00000.bin"
     cp "$st" "$tmp/state.bak"
     size=$(stat -c %s "$st")
