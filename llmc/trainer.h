@@ -26,6 +26,7 @@
 #include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
+#include <fcntl.h>            // open: main.log appended without following a link
 #include <mpi.h>              // ranks, the checks across ranks
 #include <cjson/cJSON.h>      // the --report JSON
 #include "llmc/utils.h"       // llmc_error, AtomicFile
@@ -41,13 +42,18 @@
 #include "zero3/zero.h"       // Zero: the engine's interface; zero_now_ms (zero3/util.h)
 #include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
 
+// Every failure after start-up ends here, after its message: the whole job stops.
+static void trainer_abort(void) {
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 static void mpi_check(int rc, const char* file, int line) {
     if (rc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, msg, &len);
         fprintf(stderr, "error: MPI: %s [%s:%d]\n", msg, file, line);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        trainer_abort();
     }
 }
 #define mpiCheck(rc) mpi_check((rc), __FILE__, __LINE__)
@@ -55,7 +61,7 @@ static void mpi_check(int rc, const char* file, int line) {
 // An engine call failed: a bug, a dead rank or a device error. Stop every rank.
 static void zero_fail(const char* file, int line) {
     fprintf(stderr, "error: %s [%s:%d]\n", zero_errmsg(), file, line);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    trainer_abort();
 }
 #define zeroCheck(rc) do { if ((rc) != 0) { zero_fail(__FILE__, __LINE__); } } while (0)
 
@@ -79,7 +85,7 @@ static inline void grads_reduce(Zero* z, int u) { zeroCheck(zero_reduce(z, u)); 
 // a trainer-layer call failed on this rank: stop every rank
 static void trainer_fail(int rank) {
     fprintf(stderr, "error: rank %d: %s\n", rank, llmc_errmsg());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    trainer_abort();
 }
 
 // errors found before training starts, the same on every rank: print once, stop all
@@ -89,14 +95,23 @@ static void die_all(int rank, const char* msg) {
     exit(EXIT_FAILURE);
 }
 
-// one line of llm.c's main.log ("s:%d trl:%f" / "s:%d tel:%f"), from rank 0
+// One line of llm.c's main.log ("s:%d trl:%f" / "s:%d tel:%f"), from rank 0. A line that
+// cannot be written (a full disk, a file-size limit) stops the run: a log with holes would
+// pass for a complete one. Opened without following a link: start-up checked the path.
 static void log_line(const char* dir, int rank, const char* fmt, int step, float value) {
     if (dir == NULL || rank != 0) { return; }
     char path[4096];
     snprintf(path, sizeof(path), "%s/main.log", dir);
-    FILE* fp = fopenCheck(path, "a");
-    fprintf(fp, fmt, step, value);
-    fclose(fp);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE* fp = fd >= 0 ? fdopen(fd, "a") : NULL;
+    int ok = fp != NULL && fprintf(fp, fmt, step, value) > 0;
+    int err = errno;
+    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
+    if (fp == NULL && fd >= 0) { close(fd); }
+    if (!ok) {
+        fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(err));
+        trainer_abort();
+    }
 }
 
 static float allreduce_mean(float x, int world) {
@@ -141,7 +156,7 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
         MPI_Finalize();
         exit(EXIT_SUCCESS);
     }
-    if (rc != 0) { die_all(t->rank, llmc_errmsg()); }
+    if (rc != 0 || llmc_input_add(t->tc.ds_config, "--ds-config") != 0) { die_all(t->rank, llmc_errmsg()); }
     if (t->rank == 0 && t->tc.warnings[0] != '\0') { fputs(t->tc.warnings, stderr); }
     MPI_Comm local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &local));
@@ -160,7 +175,9 @@ static void trainer_model(Trainer* t, int with_params) {
     const TrainConfig* tc = &t->tc;
     t->params = NULL;
     if (access(tc->model, F_OK) == 0) {
-        if (gpt2_read_model(tc->model, &t->config, &t->params) != 0) { die_all(t->rank, llmc_errmsg()); }
+        if (gpt2_read_model(tc->model, &t->config, &t->params) != 0 || llmc_input_add(tc->model, "-e") != 0) {
+            die_all(t->rank, llmc_errmsg());
+        }
     } else {
         if (strstr(tc->model, ".bin") != NULL) {
             char msg[4200];
@@ -253,6 +270,45 @@ static void trainer_check_ranks(const Trainer* t) {
     }
 }
 
+// Where the run will write, checked before it starts, after its inputs are known (so that
+// no output replaces one): -o a directory every rank can create files in, its main.log
+// (rank 0) no link, FIFO or input; --report's directory writable and its path neither
+// (rank 0); --nvme-path a writable directory (every rank, with NVMe offload). Every rank
+// says what it found wrong, naming the path; then all stop.
+static void trainer_check_outputs(Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    int bad = 0;
+    for (size_t i = 0; i < t->train.num_shards && !bad; i++) { bad = llmc_input_add(t->train.shard_paths[i], "-i") != 0; }
+    for (size_t i = 0; tc->val_every > 0 && i < t->val.num_shards && !bad; i++) { bad = llmc_input_add(t->val.shard_paths[i], "-j") != 0; }
+    if (bad || llmc_input_add(tc->tokenizer, "--tokenizer") != 0) { trainer_fail(t->rank); }
+    char path[4200];
+    const char* flag = NULL;
+    if (!bad && tc->output_dir != NULL) {
+        flag = "-o";
+        bad = output_dir_check(tc->output_dir) != 0;
+        snprintf(path, sizeof(path), "%s/main.log", tc->output_dir);
+        if (!bad && t->rank == 0) { bad = output_check(path) != 0; }
+    }
+    if (!bad && tc->report != NULL && t->rank == 0) {
+        flag = "--report";
+        snprintf(path, sizeof(path), "%s", tc->report);
+        char* slash = strrchr(path, '/');
+        if (slash == path) { slash[1] = '\0'; } else if (slash != NULL) { *slash = '\0'; } else { strcpy(path, "."); }
+        bad = output_dir_check(path) != 0 || output_check(tc->report) != 0;
+    }
+    int nvme = tc->zero.offload_optimizer == ZERO_OFFLOAD_NVME || tc->zero.offload_param == ZERO_OFFLOAD_NVME;
+    if (!bad && nvme && tc->zero.nvme_path[0] != '\0') {
+        flag = "--nvme-path";
+        bad = output_dir_check(tc->zero.nvme_path) != 0;
+    }
+    if (bad) { fprintf(stderr, "error: rank %d: flag %s: %s\n", t->rank, flag, llmc_errmsg()); }
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        MPI_Finalize();
+        exit(EXIT_FAILURE);
+    }
+}
+
 // After trainer_model: the batch (t->total_batch, t->grad_accum), the check that all ranks
 // agree, the output directory (-o, made by rank 0; -n and -y need it), the data loaders
 // (each rank reports its own file errors: files may differ per node), the validation
@@ -267,12 +323,12 @@ static void trainer_setup(Trainer* t) {
 
     if (tc->output_dir != NULL) {
         struct stat st;
-        int bad = 0;
-        if (rank == 0 && stat(tc->output_dir, &st) != 0 && mkdir(tc->output_dir, 0755) != 0) { bad = 1; }
+        int bad = 0, err = 0;
+        if (rank == 0 && lstat(tc->output_dir, &st) != 0 && mkdir(tc->output_dir, 0755) != 0) { bad = 1; err = errno; }
         mpiCheck(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (bad) {
             char msg[4200];
-            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s", tc->output_dir);
+            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s: %s", tc->output_dir, strerror(err));
             die_all(rank, msg);
         }
     } else if (tc->checkpoint_every > 0 || tc->resume) {
@@ -308,6 +364,7 @@ static void trainer_setup(Trainer* t) {
     }
     // <|endoftext|>, or the last token of a smaller vocabulary
     t->start_token = t->have_tokenizer ? (int)t->tokenizer.eot_token : (V > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : V - 1);
+    trainer_check_outputs(t);
 }
 
 static void trainer_finish(Trainer* t) {

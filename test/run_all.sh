@@ -51,6 +51,7 @@ run_suite "PyTorch reference"     bash test/e2e/test_reference.sh
 run_suite "trainer end to end"    bash test/e2e/test_trainer.sh
 run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
+run_suite "faults (MPI)"          bash test/e2e/test_faults.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
 run_suite "the emulator itself"   bash test/emu/test_emu.sh
 run_suite "device engine (CPU)"   bash test/emu/test_device_emu.sh

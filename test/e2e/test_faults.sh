@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Faults around a run of ./train_gpt2_zero3_cpu, run from the repo root after `make all
+# data`: outputs that would replace a link, a FIFO or an input of the run; output paths
+# checked at start-up; a full disk under main.log and the report; NVMe swap files
+# (locked, removed, a stale one replaced); SIGTERM/SIGUSR1 (a checkpoint, exit 0, resumed
+# to the same losses); a rank that stops (--collective-timeout) or dies.
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, expect_error
+
+mnt=$tmp/mnt            # a small tmpfs for the full-disk cases, when this machine lets us mount one
+stopped=()              # pids of ranks this script SIGSTOPped: continued and killed on every exit
+cleanup() {
+    for p in "${stopped[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+    mountpoint -q "$mnt" 2>/dev/null && umount "$mnt"
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
+SMALL="-e d2 -i $VAL -j $VAL -t 32 -b 2 -v 0 -s 0 -l 1e-3 --seed 5"
+
+# expect_same NAME FILE CONTENT: FILE still holds CONTENT (nothing saved was lost)
+expect_same() {
+    if [ "$(cat "$2" 2>/dev/null)" = "$3" ]; then ok "$1"; else bad "$1 ($2 changed)"; fi
+}
+
+# ---------------------------------------------------------------------------
+# outputs never replace a non-regular file or an input of the run
+
+ln -s "$tmp/elsewhere" "$tmp/link.json"
+mkfifo "$tmp/fifo.json"
+expect_error "report over a symlink" "refusing to replace $tmp/link.json: it is a symlink" \
+    $BIN $SMALL -x 1 --report "$tmp/link.json"
+[ -L "$tmp/link.json" ] && [ ! -e "$tmp/elsewhere" ] && ok "the symlink is left alone" || bad "the symlink is left alone"
+expect_error "report over a FIFO" "refusing to replace $tmp/fifo.json: it is a FIFO" \
+    $BIN $SMALL -x 1 --report "$tmp/fifo.json"
+cp $VAL "$tmp/val.bin"
+ln "$tmp/val.bin" "$tmp/val_link.bin"   # the same file under another name
+expect_error "report over a shard" "refusing to replace $tmp/val_link.bin: it is an input of this run (-i)" \
+    $BIN $SMALL -i "$tmp/val.bin" -x 1 --report "$tmp/val_link.bin"
+cmp -s $VAL "$tmp/val.bin" && ok "the shard is intact" || bad "the shard is intact"
+echo '{"zero_optimization": {"stage": 1}}' > "$tmp/ds.json"
+expect_error "report over --ds-config" "it is an input of this run (--ds-config)" \
+    $BIN $SMALL -x 1 --ds-config "$tmp/ds.json" --report "$tmp/ds.json"
+# a model file as -e, and a checkpoint that would write over it under another name
+$BIN $SMALL -x 1 -n 1 -o "$tmp/m" > "$tmp/m.log" 2>&1 || bad "making a model file ($(tail -1 "$tmp/m.log"))"
+ln "$tmp/m/model_00000001.bin" "$tmp/model.bin"
+mkdir -p "$tmp/m2" && ln "$tmp/model.bin" "$tmp/m2/model_00000001.bin"
+sum=$(md5sum < "$tmp/model.bin")
+expect_error "checkpoint over -e" "refusing to replace $tmp/m2/model_00000001.bin: it is an input of this run (-e)" \
+    $BIN $SMALL -e "$tmp/model.bin" -x 1 -n 1 -o "$tmp/m2"
+[ "$(md5sum < "$tmp/model.bin")" = "$sum" ] && ok "the model file is intact" || bad "the model file is intact"
+# the temporary of an output: a link there is refused, never written through
+mkdir -p "$tmp/t" && ln -s "$tmp/target" "$tmp/t/r.json.tmp"
+expect_error "temporary over a symlink" "refusing to replace $tmp/t/r.json.tmp: it is a symlink" \
+    $BIN $SMALL -x 1 --report "$tmp/t/r.json"
+[ ! -e "$tmp/target" ] && ok "nothing written through the link" || bad "nothing written through the link"
+# a regular leftover temporary (an earlier crash) is replaced
+echo stale > "$tmp/t/s.json.tmp"
+if $BIN $SMALL -x 1 --report "$tmp/t/s.json" > "$tmp/out" 2>&1 && [ -s "$tmp/t/s.json" ] && [ ! -e "$tmp/t/s.json.tmp" ]; then
+    ok "a stale temporary is replaced"; else bad "a stale temporary is replaced ($(tail -1 "$tmp/out"))"; fi
+mkfifo "$tmp/m2/main.log.fifo" && rm -f "$tmp/m2/main.log" && ln -s "$tmp/m2/main.log.fifo" "$tmp/m2/main.log"
+expect_error "main.log a symlink" "refusing to replace $tmp/m2/main.log: it is a symlink" $BIN $SMALL -x 1 -o "$tmp/m2"
+
+# ---------------------------------------------------------------------------
+# output paths checked at start-up, before any training
+
+touch "$tmp/plain"
+expect_error "-o a file" "flag -o: $tmp/plain is not a directory" $BIN $SMALL -x 1 -o "$tmp/plain"
+expect_error "-o under a file" "flag -o: cannot create output directory $tmp/plain/out: Not a directory" \
+    $BIN $SMALL -x 1 -o "$tmp/plain/out"
+expect_error "--report in a missing directory" "flag --report: $tmp/nodir: No such file or directory" \
+    $BIN $SMALL -x 1 --report "$tmp/nodir/r.json"
+expect_error "--nvme-path a file" "flag --nvme-path: $tmp/plain is not a directory" \
+    $BIN $SMALL -x 1 -z 3 --offload-optimizer nvme --nvme-path "$tmp/plain"
+if $BIN $SMALL -x 1 -o "$tmp/newdir" > "$tmp/out" 2>&1 && [ -d "$tmp/newdir" ]; then
+    ok "-o created when missing"; else bad "-o created when missing ($(tail -1 "$tmp/out"))"; fi
+
+# ---------------------------------------------------------------------------
+# a full disk: main.log and the report fail with the file's name, nothing saved is lost
+
+mkdir -p "$mnt"
+if mount -t tmpfs -o size=64k tmpfs "$mnt" 2>/dev/null; then
+    mkdir "$mnt/out"
+    echo "old report" > "$mnt/r.json"
+    dd if=/dev/zero of="$mnt/fill" bs=4k 2>/dev/null   # until the disk is full
+    expect_error "main.log on a full disk" "cannot write $mnt/out/main.log: No space left on device" \
+        $BIN $SMALL -x 2 -o "$mnt/out"
+    expect_error "report on a full disk" "cannot write $mnt/r.json: No space left on device" \
+        $BIN $SMALL -x 1 --report "$mnt/r.json"
+    expect_same "the old report is kept" "$mnt/r.json" "old report"
+    [ ! -e "$mnt/r.json.tmp" ] && ok "no temporary left on the full disk" || bad "no temporary left on the full disk"
+    umount "$mnt"
+else
+    # (a file-size limit is no substitute: Open MPI's start-up fails under `ulimit -f`)
+    echo "SKIP full disk on a tmpfs (cannot mount one here)"
+fi
+finish
