@@ -41,9 +41,12 @@
 #include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe, zero_hash_bytes
 #include "zero3/zero.h"       // Zero: the engine's interface; zero_now_ms (zero3/util.h)
 #include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
+#include "zero3/nvme.h"       // nvme_remove_all: no swap file outlives a failed run
 
-// Every failure after start-up ends here, after its message: the whole job stops.
+// Every failure after start-up ends here, after its message: this rank's swap files go
+// (MPI_Abort runs no cleanup), then the whole job stops.
 static void trainer_abort(void) {
+    nvme_remove_all();
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -542,7 +545,7 @@ static float trainer_validate(Trainer* t, const TrainerModel* m) {
     dataloader_reset(&t->val);
     double sum = 0.0;
     for (int i = 0; i < t->val_steps; i++) {
-        llmcCheck(dataloader_next_batch(&t->val));
+        if (dataloader_next_batch(&t->val) != 0) { trainer_fail(t->rank); }
         sum += m->eval_loss(m->self, t->val.inputs, t->val.targets);
     }
     return allreduce_mean((float)(sum / t->val_steps), t->world);
@@ -789,7 +792,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     int rank = t->rank, world = t->world;
     LRScheduler sched;
     memset(&sched, 0, sizeof(sched));
-    llmcCheck(lr_scheduler_init(&sched, tc->lr_schedule, tc->lr, tc->warmup, t->max_steps, tc->final_lr_frac));
+    if (lr_scheduler_init(&sched, tc->lr_schedule, tc->lr, tc->warmup, t->max_steps, tc->final_lr_frac) != 0) { trainer_fail(rank); }
     Rng sample_rng;
     rng_init(&sample_rng, tc->seed ^ 0xA5A5A5A5ull);
     int start_step = trainer_resume(t, m, &sample_rng);
@@ -831,7 +834,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         double t0 = zero_now_ms();
         for (int micro = 0; micro < t->grad_accum; micro++) {
             if (!tc->overfit_single_batch || !have_batch) {
-                llmcCheck(dataloader_next_batch(&t->train));
+                if (dataloader_next_batch(&t->train) != 0) { trainer_fail(rank); }
                 have_batch = 1;
             }
             m->train_micro(m->self, t->train.inputs, t->train.targets, micro == t->grad_accum - 1, t->grad_accum);
@@ -876,7 +879,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     if (rank == 0 && tc->report != NULL &&
         trainer_report(t, m, steps, nsteps, vals, nvals, mem_all, &traffic, flops_per_token) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        trainer_abort();
     }
     free(steps); free(vals); free(mem_all);
 }

@@ -94,4 +94,36 @@ else
     # (a file-size limit is no substitute: Open MPI's start-up fails under `ulimit -f`)
     echo "SKIP full disk on a tmpfs (cannot mount one here)"
 fi
+# ---------------------------------------------------------------------------
+# NVMe swap files: locked against a second job, removed on failure, a stale one replaced
+
+# wait_for FILE TEXT SECONDS: until FILE contains TEXT (0), or the time is up (1)
+wait_for() {
+    local i
+    for ((i = 0; i < $3 * 10; i++)); do grep -qF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    return 1
+}
+nv=$tmp/nvme && mkdir -p "$nv"
+NVME="-z 3 --offload-optimizer nvme --nvme-path $nv"
+swp=$nv/zero3_rank00000.swp
+$BIN $SMALL $NVME -x 1000 > "$tmp/a.log" 2>&1 &
+apid=$!
+stopped+=("$apid")
+if wait_for "$tmp/a.log" "step    1/" 60; then
+    expect_error "a second job on the same --nvme-path" "swap file $swp is in use by another job (process $apid" \
+        $BIN $SMALL $NVME -x 2
+    [ -e "$swp" ] && kill -0 $apid 2>/dev/null && ok "the first job's swap file stays" || bad "the first job's swap file stays"
+else
+    bad "the first NVMe job started ($(tail -1 "$tmp/a.log"))"
+fi
+kill -KILL $apid; wait $apid 2>/dev/null
+[ -e "$swp" ] && ok "a killed job leaves its swap file" || bad "a killed job leaves its swap file"
+if $BIN $SMALL $NVME -x 2 > "$tmp/out" 2>&1 && grep -qF "replacing stale swap file $swp left by an earlier run" "$tmp/out"; then
+    ok "a stale swap file is replaced"; else bad "a stale swap file is replaced ($(tail -1 "$tmp/out"))"; fi
+[ ! -e "$swp" ] && ok "the swap file is removed at the end" || bad "the swap file is removed at the end"
+mkdir -p "$tmp/nf" && ln -s "$tmp/elsewhere" "$tmp/nf/model_00000001.bin"
+expect_error "a failure after the engine started" "refusing to replace $tmp/nf/model_00000001.bin" \
+    $BIN $SMALL $NVME -x 2 -n 1 -o "$tmp/nf"
+[ ! -e "$swp" ] && ok "the swap file is removed on the failure path" || bad "the swap file is removed on the failure path"
+
 finish
