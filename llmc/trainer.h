@@ -23,7 +23,7 @@
 #include <stdio.h>            // printf, fprintf, snprintf
 #include <stdlib.h>           // exit, malloc
 #include <string.h>           // strstr, memset
-#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
+#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead; sigaction: SIGTERM, SIGUSR1
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
 #include <fcntl.h>            // open: main.log appended without following a link
@@ -117,6 +117,21 @@ static void log_line(const char* dir, int rank, const char* fmt, int step, float
     }
 }
 
+// SIGTERM or SIGUSR1 (a scheduler's preemption notice) received: its number, acted on at
+// the next step boundary (trainer_run: a checkpoint, then a clean exit). The handler also
+// removes this rank's swap files by name (the open files stay usable): if the signal is
+// mpirun ending the job after another rank failed, a SIGKILL follows and nothing else would.
+static volatile sig_atomic_t trainer_stop_signal;
+
+static void trainer_on_signal(int sig) {
+    trainer_stop_signal = sig;
+    nvme_remove_all();
+}
+
+static const char* trainer_signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
 static float allreduce_mean(float x, int world) {
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     return x / world;
@@ -153,6 +168,15 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
     mpiCheck(MPI_Init(argc, argv));
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &t->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &t->world));
+    // after MPI_Init, so that these are ours; SA_RESETHAND: a second signal ends the rank
+    // at once, for whoever will not wait for the checkpoint
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = trainer_on_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     int rc = args_parse(&t->tc, *argc, *argv);
     if (rc == 1) {
         if (t->rank == 0) { args_usage(stdout, program); }
@@ -813,6 +837,9 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
 
     for (int step = start_step; step <= t->max_steps; step++) {
         int last_step = step == t->max_steps;
+        // a signal on any rank stops every rank at this step: one int per step
+        int stop = trainer_stop_signal;
+        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
         // --dpu: the last update is still running; the final evaluation, samples and
         // checkpoint see it applied
         if (last_step) { zeroCheck(zero_flush(m->zero)); }
@@ -823,10 +850,23 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
             vals[nvals++] = (ValRecord){step, val_loss};
         }
         if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) { trainer_sample(t, m, &sample_rng); }
+        int saved = 0;
         if (tc->checkpoint_every > 0 && step > start_step && (step % tc->checkpoint_every == 0 || last_step)) {
             trainer_checkpoint(t, m, step, &sample_rng);
+            saved = 1;
         }
         if (last_step) { break; }
+        if (stop) {
+            // where a -n checkpoint of this step would be, so that -y 1 continues the same run;
+            // a resumed run signalled before its first step has its checkpoint already
+            if (tc->output_dir == NULL) {
+                if (rank == 0) { printf("received %s at step %d: no checkpoint without -o, exiting\n", trainer_signal_name(stop), step); }
+            } else {
+                if (!saved && !(step == start_step && start_step > 0)) { trainer_checkpoint(t, m, step, &sample_rng); }
+                if (rank == 0) { printf("received %s: saved checkpoint at step %d in %s, exiting\n", trainer_signal_name(stop), step, tc->output_dir); }
+            }
+            break;
+        }
 
         if (m->range_push != NULL) { m->range_push("step"); }
         ZeroStats before;

@@ -173,7 +173,7 @@ static void nvme_live_set(const char* path, int add) {
 
 static void nvme_remove_all(void) {
     for (int i = 0; i < NVME_MAX_LIVE; i++) {
-        if (nvme_live[i][0] != '\0') { unlink(nvme_live[i]); }
+        if (nvme_live[i][0] != '\0') { unlink(nvme_live[i]); nvme_live[i][0] = '\0'; }
     }
 }
 
@@ -301,8 +301,13 @@ static void nvme_close(NvmeFile* f, int remove_file) {
         io_uring_queue_exit(&f->ring);  // also drops the buffer registration
         f->ring_ok = 0;
     }
-    // unlinked before the close drops the lock, so that no other job's file is removed
-    if (remove_file && f->path[0] != '\0') { unlink(f->path); }
+    // unlinked before the close drops the lock, and only while the path is still this
+    // file (nvme_remove_all may have unlinked it and another job made a new one since)
+    struct stat mine, there;
+    if (remove_file && f->path[0] != '\0' && f->fd >= 0 && fstat(f->fd, &mine) == 0 && lstat(f->path, &there) == 0 &&
+        mine.st_dev == there.st_dev && mine.st_ino == there.st_ino) {
+        unlink(f->path);
+    }
     nvme_live_set(f->path, 0);
     if (f->fd >= 0) { close(f->fd); f->fd = -1; }
     for (int i = 0; i < f->n_iov; i++) { free(f->iov[i].iov_base); }

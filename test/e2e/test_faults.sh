@@ -126,4 +126,40 @@ expect_error "a failure after the engine started" "refusing to replace $tmp/nf/m
     $BIN $SMALL $NVME -x 2 -n 1 -o "$tmp/nf"
 [ ! -e "$swp" ] && ok "the swap file is removed on the failure path" || bad "the swap file is removed on the failure path"
 
+# ---------------------------------------------------------------------------
+# SIGTERM / SIGUSR1 to one rank: every rank stops at the next step, with a checkpoint
+
+# signal_run NAME SIGNAL ARGS...: 2 ranks in the background, SIGNAL to one rank once step 2
+# is printed; the exit status of the job
+signal_run() {
+    local name=$1 sig=$2; shift 2
+    $MPIRUN -np 2 $BIN "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1 &
+    local job=$! pid=""
+    if wait_for "$tmp/$name.log" "step    2/" 60; then
+        pid=$(pgrep -f -- "^$BIN .*--report $tmp/$name.json" | tail -1)
+        stopped+=("$pid")
+        kill -"$sig" "$pid"
+    fi
+    wait $job
+}
+run sigref 2 $SMALL -x 20 || bad "the uninterrupted run"
+signal_run sig TERM $SMALL -x 20 -o "$tmp/sig"; rc=$?
+line=$(grep -m1 "received SIGTERM: saved checkpoint at step" "$tmp/sig.log")
+if [ $rc -eq 0 ] && [ -n "$line" ] && [[ "$line" == *"in $tmp/sig, exiting" ]]; then
+    ok "SIGTERM to one rank: a checkpoint and exit 0"; else bad "SIGTERM to one rank: a checkpoint and exit 0 (exit $rc: $(tail -2 "$tmp/sig.log"))"; fi
+s=$(sed -E 's/.*at step ([0-9]+).*/\1/' <<< "$line")
+if [ -n "$s" ] && [ "$s" -lt 20 ] && run sigres 2 $SMALL -x 20 -o "$tmp/sig" -y 1 && grep -q "resumed from $tmp/sig at step $s" "$tmp/sigres.log" &&
+   $PY -c "
+import json, sys
+ref = {s['step']: s['loss'] for s in json.load(open(sys.argv[1]))['steps']}
+res = json.load(open(sys.argv[2]))['steps']
+sys.exit(0 if res and res[-1]['step'] == 19 and all(ref[s['step']] == s['loss'] for s in res) else 1)" "$tmp/sigref.json" "$tmp/sigres.json"; then
+    ok "resumed after SIGTERM at step $s: the same losses as the uninterrupted run"
+else bad "resumed after SIGTERM at step ${s:-?}: the same losses as the uninterrupted run"; fi
+# SIGUSR1 without -o: stops cleanly, and NVMe swap files go with the run
+signal_run usr USR1 $SMALL $NVME -x 50; rc=$?
+if [ $rc -eq 0 ] && grep -q "received SIGUSR1 at step [0-9]*: no checkpoint without -o, exiting" "$tmp/usr.log"; then
+    ok "SIGUSR1 without -o: exit 0 with a message"; else bad "SIGUSR1 without -o: exit 0 with a message (exit $rc: $(tail -2 "$tmp/usr.log"))"; fi
+[ -z "$(ls "$nv")" ] && ok "no swap file left after SIGUSR1" || bad "no swap file left after SIGUSR1 ($(ls "$nv"))"
+
 finish
