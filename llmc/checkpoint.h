@@ -29,6 +29,7 @@
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_write_model_version
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state and its master
+#include "zero3/watchdog.h"   // zero_watch_enter/leave: the barriers told to --collective-timeout's watchdog
 
 #define CHECKPOINT_MAGIC 20241124
 #define CHECKPOINT_VERSION 1
@@ -69,7 +70,10 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
     if (h->rank == 0 && remove(path) != 0 && errno != ENOENT) {
         return llmc_error("checkpoint at step %d: cannot remove the old marker %s: %s", h->step, path, strerror(errno));
     }
-    if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
+    zero_watch_enter("barrier before the checkpoint", -1);
+    int brc = MPI_Barrier(MPI_COMM_WORLD);
+    zero_watch_leave();
+    if (brc != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
     float* full = h->rank == 0 ? (float*)malloc(h->num_params * sizeof(float)) : NULL;
     if (h->rank == 0 && full == NULL) { return llmc_error("checkpoint at step %d: out of memory for the model", h->step); }
     if (zero_gather(z, full) != 0) { free(full); return llmc_error("checkpoint at step %d: %s", h->step, zero_errmsg()); }
@@ -88,7 +92,10 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
         return llmc_error("%s: %s", path, zero_errmsg());
     }
     if (atomic_commit(&f, 1) != 0) { return -1; }
-    if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
+    zero_watch_enter("barrier after the checkpoint's files", -1);
+    brc = MPI_Barrier(MPI_COMM_WORLD);
+    zero_watch_leave();
+    if (brc != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
     if (h->rank == 0) {
         snprintf(path, sizeof(path), "%s/DONE_%08d", dir, h->step);
         if (atomic_open(&f, path) != 0 || atomic_commit(&f, 1) != 0) { return -1; }

@@ -60,6 +60,8 @@ static void mpi_check(int rc, const char* file, int line) {
     }
 }
 #define mpiCheck(rc) mpi_check((rc), __FILE__, __LINE__)
+// a blocking MPI call of the trainer, told to --collective-timeout's watchdog as `what`
+#define mpiWatched(what, call) do { zero_watch_enter(what, -1); int rc_ = (call); zero_watch_leave(); mpiCheck(rc_); } while (0)
 
 // An engine call failed: a bug, a dead rank or a device error. Stop every rank.
 static void zero_fail(const char* file, int line) {
@@ -94,6 +96,7 @@ static void trainer_fail(int rank) {
 // errors found before training starts, the same on every rank: print once, stop all
 static void die_all(int rank, const char* msg) {
     if (rank == 0) { fprintf(stderr, "error: %s\n", msg); }
+    zero_watchdog_stop();
     MPI_Finalize();
     exit(EXIT_FAILURE);
 }
@@ -132,8 +135,8 @@ static const char* trainer_signal_name(int sig) {
     return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
 
-static float allreduce_mean(float x, int world) {
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+static float allreduce_mean(float x, int world, const char* what) {
+    mpiWatched(what, MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     return x / world;
 }
 
@@ -184,6 +187,7 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
         exit(EXIT_SUCCESS);
     }
     if (rc != 0 || llmc_input_add(t->tc.ds_config, "--ds-config") != 0) { die_all(t->rank, llmc_errmsg()); }
+    if (zero_watchdog_start(t->tc.collective_timeout, MPI_COMM_WORLD) != 0) { die_all(t->rank, zero_errmsg()); }
     if (t->rank == 0 && t->tc.warnings[0] != '\0') { fputs(t->tc.warnings, stderr); }
     MPI_Comm local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &local));
@@ -278,7 +282,7 @@ static void trainer_check_ranks(const Trainer* t) {
     h[1] = x;
     h[2] = zero_hash_bytes(0xcbf29ce484222325ull, &t->config, sizeof(t->config));
     uint64_t h0[3] = {h[0], h[1], h[2]};
-    mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    mpiWatched("broadcast of the run's hashes", MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
     static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
                                         "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --shuffle --zero-backend --dpu)",
                                         "model shape (-e)"};
@@ -289,9 +293,10 @@ static void trainer_check_ranks(const Trainer* t) {
             bad = 1;
         }
     }
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    mpiWatched("all-reduce of the ranks' agreement", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (bad) {
         if (t->rank == 0) { fprintf(stderr, "error: the ranks disagree (see above); every rank must get the same flags and files\n"); }
+        zero_watchdog_stop();
         MPI_Finalize();
         exit(EXIT_FAILURE);
     }
@@ -329,8 +334,9 @@ static void trainer_check_outputs(Trainer* t) {
         bad = output_dir_check(tc->zero.nvme_path) != 0;
     }
     if (bad) { fprintf(stderr, "error: rank %d: flag %s: %s\n", t->rank, flag, llmc_errmsg()); }
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    mpiWatched("all-reduce of the output checks", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (bad) {
+        zero_watchdog_stop();
         MPI_Finalize();
         exit(EXIT_FAILURE);
     }
@@ -352,7 +358,7 @@ static void trainer_setup(Trainer* t) {
         struct stat st;
         int bad = 0, err = 0;
         if (rank == 0 && lstat(tc->output_dir, &st) != 0 && mkdir(tc->output_dir, 0755) != 0) { bad = 1; err = errno; }
-        mpiCheck(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        mpiWatched("broadcast of the output directory's creation", MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (bad) {
             char msg[4200];
             snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s: %s", tc->output_dir, strerror(err));
@@ -399,6 +405,7 @@ static void trainer_finish(Trainer* t) {
     if (t->loaders_ready) { dataloader_free(&t->train); }
     if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }
     free(t->params);
+    zero_watchdog_stop();
     MPI_Finalize();
 }
 
@@ -572,7 +579,7 @@ static float trainer_validate(Trainer* t, const TrainerModel* m) {
         if (dataloader_next_batch(&t->val) != 0) { trainer_fail(t->rank); }
         sum += m->eval_loss(m->self, t->val.inputs, t->val.targets);
     }
-    return allreduce_mean((float)(sum / t->val_steps), t->world);
+    return allreduce_mean((float)(sum / t->val_steps), t->world, "all-reduce of the validation loss");
 }
 
 // -s: a sample of -g tokens from start_token, one forward over the prefix per token. Every
@@ -619,7 +626,7 @@ static void trainer_memory(const TrainerModel* m, double* out) {
 // gathers every rank's figures to rank 0 (all: (world, MEM_FIELDS)); print: rank 0
 // prints one line per rank, `where` naming the compute memory ("" or "GPU ")
 static void memory_gather(const double* mine, double* all, int rank, int world, int print, const char* where) {
-    mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    mpiWatched("gather of the memory figures", MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
     for (int r = 0; print && rank == 0 && r < world; r++) {
         const double* x = all + r * MEM_FIELDS;
         printf("memory rank %d (MiB): %sparams %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f",
@@ -783,7 +790,7 @@ static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng) {
     const TrainConfig* tc = &t->tc;
     if (!tc->resume) { return 0; }
     int latest = checkpoint_latest(tc->output_dir);
-    mpiCheck(MPI_Bcast(&latest, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    mpiWatched("broadcast of the checkpoint to resume", MPI_Bcast(&latest, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (latest < 0) {
         if (t->rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc->output_dir); }
         return 0;
@@ -838,8 +845,9 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     for (int step = start_step; step <= t->max_steps; step++) {
         int last_step = step == t->max_steps;
         // a signal on any rank stops every rank at this step: one int per step
+        zero_watch_step(step + 1);
         int stop = trainer_stop_signal;
-        mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+        mpiWatched("all-reduce of the stop signal", MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
         // --dpu: the last update is still running; the final evaluation, samples and
         // checkpoint see it applied
         if (last_step) { zeroCheck(zero_flush(m->zero)); }
@@ -884,7 +892,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         if (m->range_push != NULL) { m->range_push("optimizer"); }
         zeroCheck(zero_step(m->zero, &zs));
         if (m->range_pop != NULL) { m->range_pop(); }
-        float loss = allreduce_mean((float)(m->train_loss(m->self) / t->grad_accum), world);
+        float loss = allreduce_mean((float)(m->train_loss(m->self) / t->grad_accum), world, "all-reduce of the loss");
         double ms = zero_now_ms() - t0;
         ZeroStats after;
         zeroCheck(zero_stats(m->zero, &after));

@@ -162,4 +162,32 @@ if [ $rc -eq 0 ] && grep -q "received SIGUSR1 at step [0-9]*: no checkpoint with
     ok "SIGUSR1 without -o: exit 0 with a message"; else bad "SIGUSR1 without -o: exit 0 with a message (exit $rc: $(tail -2 "$tmp/usr.log"))"; fi
 [ -z "$(ls "$nv")" ] && ok "no swap file left after SIGUSR1" || bad "no swap file left after SIGUSR1 ($(ls "$nv"))"
 
+# ---------------------------------------------------------------------------
+# a rank that stops (SIGSTOP): --collective-timeout ends the job, naming the collective,
+# the step and the rank; one that dies (SIGKILL) ends it within seconds already
+
+expect_error "--collective-timeout negative" "flag --collective-timeout" $BIN $SMALL -x 1 --collective-timeout -1
+# hang_run NAME SIGNAL ARGS...: 2 ranks in the background, SIGNAL to rank 1's process once
+# step 2 is printed; sets rc (the job's exit status) and secs (from the signal to the end)
+hang_run() {
+    local name=$1 sig=$2; shift 2
+    $MPIRUN -np 2 $BIN "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1 &
+    local job=$! pid="" t0
+    rc=-1; secs=-1
+    wait_for "$tmp/$name.log" "step    2/" 60 || { kill -KILL $job; wait $job; return; }
+    pid=$(pgrep -f -- "^$BIN .*--report $tmp/$name.json" | tail -1)
+    stopped+=("$pid")
+    t0=$(date +%s)
+    kill -"$sig" "$pid"
+    wait $job; rc=$?
+    secs=$(( $(date +%s) - t0 ))
+}
+hang_run stop STOP $SMALL -z 3 -x 1000 --collective-timeout 3
+msg=$(grep -m1 "collective timeout" "$tmp/stop.log")
+if [ $rc -ne 0 ] && [ $secs -le 20 ] && [[ "$msg" == "error: rank 0: collective timeout: the "*" at step "*" has not completed after 3 s; ranks that have not arrived: 1" ]]; then
+    ok "a stopped rank: the job ends in ${secs} s, naming the collective and the rank"
+else bad "a stopped rank: the job ends (exit $rc after $secs s: ${msg:-$(tail -1 "$tmp/stop.log")})"; fi
+hang_run kill KILL $SMALL -z 3 -x 1000
+[ $rc -ne 0 ] && [ $secs -le 30 ] && ok "a killed rank: the job ends in ${secs} s" || bad "a killed rank: the job ends (exit $rc after $secs s)"
+
 finish
