@@ -326,7 +326,13 @@ static void trainer_check_outputs(Trainer* t) {
         snprintf(path, sizeof(path), "%s", tc->report);
         char* slash = strrchr(path, '/');
         if (slash == path) { slash[1] = '\0'; } else if (slash != NULL) { *slash = '\0'; } else { strcpy(path, "."); }
-        bad = output_dir_check(path) != 0 || output_check(tc->report) != 0;
+        if (output_dir_check(path) != 0) {
+            char why[1024];
+            snprintf(why, sizeof(why), "%s", llmc_errmsg());
+            bad = llmc_error("cannot write the report %s: %s", tc->report, why) != 0;
+        } else {
+            bad = output_check(tc->report) != 0;
+        }
     }
     int nvme = tc->zero.offload_optimizer == ZERO_OFFLOAD_NVME || tc->zero.offload_param == ZERO_OFFLOAD_NVME;
     if (!bad && nvme && tc->zero.nvme_path[0] != '\0') {

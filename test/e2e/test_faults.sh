@@ -68,7 +68,7 @@ touch "$tmp/plain"
 expect_error "-o a file" "flag -o: $tmp/plain is not a directory" $BIN $SMALL -x 1 -o "$tmp/plain"
 expect_error "-o under a file" "flag -o: cannot create output directory $tmp/plain/out: Not a directory" \
     $BIN $SMALL -x 1 -o "$tmp/plain/out"
-expect_error "--report in a missing directory" "flag --report: $tmp/nodir: No such file or directory" \
+expect_error "--report in a missing directory" "flag --report: cannot write the report $tmp/nodir/r.json: $tmp/nodir: No such file or directory" \
     $BIN $SMALL -x 1 --report "$tmp/nodir/r.json"
 expect_error "--nvme-path a file" "flag --nvme-path: $tmp/plain is not a directory" \
     $BIN $SMALL -x 1 -z 3 --offload-optimizer nvme --nvme-path "$tmp/plain"
