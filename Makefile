@@ -3,6 +3,7 @@
 #   make test                    every test that needs no GPU
 #   make train_gpt2_zero3_cpu    the CPU trainer (fp32, OpenMP, OpenBLAS, MPI)
 #   make tokenize                ./tokenize IN.txt OUT.bin (GPT-2 BPE)
+#   make checkpoint_tool         ./checkpoint_tool inspect|consolidate|extract-optimizer DIR ...
 # Dependencies come from Debian packages through scripts/install_deps.sh.
 
 CC      ?= gcc
@@ -35,13 +36,18 @@ TOKENIZER    = dev/data/gpt2_tokenizer.bin
 .PHONY: all deps demo test clean data bench test-gpu
 .DELETE_ON_ERROR:
 
-all: train_gpt2_zero3_cpu tokenize
+all: train_gpt2_zero3_cpu tokenize checkpoint_tool
 
 # idempotent: does nothing when every package is there
 deps:
 	@bash scripts/install_deps.sh
 
 train_gpt2_zero3_cpu: train_gpt2_zero3.c $(LLMC_HEADERS)
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+
+# inspect, consolidate and extract-optimizer on a checkpoint directory (mpicc: llmc/checkpoint.h
+# names MPI's types)
+checkpoint_tool: dev/checkpoint_tool.c $(LLMC_HEADERS)
 	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 
 tokenize: dev/tokenize.c llmc/tokenizer.h llmc/utils.h
@@ -139,13 +145,42 @@ build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zer
 build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | build
 	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< -o $@ $(CRIT_FLAGS) -lm
 
-UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_schedule build/test_config \
+# AddressSanitizer + UndefinedBehaviorSanitizer builds (make test runs the CPU trainer's
+# offload suite and the engine's unit tests with them): -O1 keeps the stacks readable, and
+# UB stops the program so that it fails the test. Not -march=native: the ISA dispatch runs.
+SAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+SAN_CFLAGS = $(SAN_FLAGS) $(filter-out $(OPT),$(CFLAGS))
+build/train_gpt2_zero3_cpu_asan: train_gpt2_zero3.c $(LLMC_HEADERS) | build
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+# the engine's units (mpicc for all: the schedule's test names MPI's types)
+build/asan/test_%: test/unit/test_%.c $(LLMC_HEADERS) | build
+	@mkdir -p build/asan
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config
+SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_TESTS)
+
+# libFuzzer harnesses of the file readers (test/fuzz/run_fuzz.sh runs them): clang's
+# sanitizers, UB fatal; MPI for the checkpoint harness's engine
+CLANG      ?= clang
+FUZZ_FLAGS  = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+              -std=gnu11 -D_GNU_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -I.
+MPI_CFLAGS  = $(shell $(MPICC) -showme:compile 2>/dev/null)
+MPI_LIBS    = $(shell $(MPICC) -showme:link 2>/dev/null)
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz_file.h $(LLMC_HEADERS) | build
+	@mkdir -p build/fuzz
+	$(CLANG) $(FUZZ_FLAGS) $(MPI_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS) $(MPI_LIBS)
+FUZZERS = build/fuzz/fuzz_model build/fuzz/fuzz_shard build/fuzz/fuzz_tokenizer build/fuzz/fuzz_checkpoint build/fuzz/fuzz_ds_config
+
+UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
 
+# the build in parallel on every core (a minute less on 2 cores than one at a time)
+NPROC ?= $(shell nproc 2>/dev/null || echo 1)
 test: deps
-	$(MAKE) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32
+	$(MAKE) -j$(NPROC) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
+	  $(SAN_TESTS) $(FUZZERS)
 	bash test/run_all.sh $(UNIT_TESTS)
 
 build/bench_sgemm: dev/bench_sgemm.c | build
@@ -196,4 +231,4 @@ train_gpt2_zero3_fp32: train_gpt2_zero3.cu $(CUDA_HEADERS)
 	$(NVCC) $(GPU_TRAINER_FLAGS) -DENABLE_FP32 $< -o $@ $(GPU_TRAINER_LIBS)
 
 clean:
-	rm -rf build train_gpt2_zero3_cpu train_gpt2_zero3 train_gpt2_zero3_fp32 tokenize $(TOKENIZER) dev/data/tinyshakespeare/*.bin log_demo
+	rm -rf build train_gpt2_zero3_cpu checkpoint_tool train_gpt2_zero3 train_gpt2_zero3_fp32 tokenize $(TOKENIZER) dev/data/tinyshakespeare/*.bin log_demo

@@ -9,12 +9,32 @@
    state_S_R.bin   CheckpointHeader (below): the step, where the data loader and the
                    sampler are, and what that position means (B, T, accumulation, shuffle,
                    seed); then the engine's section (its shards, AdamW moments, compute copy)
-   DONE_S          empty, written by rank 0 last, once every rank's files are complete
+   DONE_S          the manifest (below), written by rank 0 last, once every rank's files
+                   are complete and on disk
 
- Every file is written whole or not at all (AtomicFile), and a checkpoint without its
- DONE marker is never resumed from. A resume needs the same number of ranks, backend,
- stage and precision (the engine's section says which wrote it) and the same data
- position's meaning; everything else is refused with a message that names both sides.
+ Every file is written whole or not at all (AtomicFile: fsync'ed, renamed, its directory
+ fsync'ed), and a checkpoint without its DONE marker is never resumed from. The manifest
+ is text, versioned and checksummed:
+
+   train_gpt2_zero3 checkpoint manifest 1
+   step 8
+   world 2
+   file model_00000008.bin 29360384 1f0e8c3a     (name, size in bytes, CRC32C in hex)
+   file state_00000008_00000.bin 14680832 9c1d33e0
+   file state_00000008_00001.bin 14680832 02ab7d51
+   crc32c 5d0c8e11                               (of every byte above this line)
+
+ A resume verifies every file against it first (the ranks share the work) and falls back
+ to the newest checkpoint that passes, saying why the newer ones failed. An empty DONE_S
+ is a checkpoint of an earlier version, without checksums: resumed, with a warning.
+
+ A resume at the same number of ranks and stage reads its own rank's file
+ (checkpoint_load). At another world size or ZeRO stage (checkpoint_resume) each rank
+ rebuilds the engine section its engine would have saved from the byte ranges it needs of
+ every old rank's file (zero3/reshard.h), and the data position is converted when it can
+ mean the same batches (checkpoint_convert_position). The backend (host or device layout)
+ and the precision must stay; everything else that cannot carry over is refused with a
+ message that names both sides.
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -24,12 +44,18 @@
 #include <string.h>           // memset
 #include <errno.h>            // errno
 #include <dirent.h>           // opendir: the DONE markers
-#include <mpi.h>              // MPI_Barrier: every rank's file before the marker
+#include <sys/stat.h>         // fstat: the manifest's size
+#include <unistd.h>           // unlink: the resharded section's temporary file
+#include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
+#include <stdlib.h>           // malloc
 #include "llmc/utils.h"       // llmc_error, AtomicFile
+#include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_write_model_version
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state and its master
-#include "zero3/watchdog.h"   // zero_watch_enter/leave: the barriers told to --collective-timeout's watchdog
+#include "zero3/watchdog.h"   // zero_watch_enter/leave: the barrier and the checksums' gather told to --collective-timeout's watchdog
+#include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
+#include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
 
 #define CHECKPOINT_MAGIC 20241124
 #define CHECKPOINT_VERSION 1
@@ -44,19 +70,254 @@ typedef struct {
     uint64_t seed;
 } CheckpointHeader;
 
-// the latest step with a DONE marker in dir, or -1
-static int checkpoint_latest(const char* dir) {
+#define CHECKPOINT_MANIFEST_VERSION 1
+#define CHECKPOINT_MANIFEST_TITLE "train_gpt2_zero3 checkpoint manifest"
+
+typedef struct {
+    char name[64];     // a file in the checkpoint's directory, no '/'
+    uint64_t size;
+    uint32_t crc;
+} ManifestFile;
+
+typedef struct {
+    int version;       // CHECKPOINT_MANIFEST_VERSION, or 0: an empty DONE_S of an earlier version
+    int step, world, nfiles;
+    ManifestFile* files;  // (nfiles): the model file, then state file of rank 0, 1, ...
+} CheckpointManifest;
+
+static void checkpoint_manifest_free(CheckpointManifest* m) {
+    free(m->files);
+    memset(m, 0, sizeof(*m));
+}
+
+// the steps with a DONE marker in dir, newest first, into *steps (malloc'ed; the caller
+// frees it); returns how many, 0 when none or dir cannot be read
+static int checkpoint_steps(const char* dir, int** steps) {
+    *steps = NULL;
     DIR* d = opendir(dir);
-    if (d == NULL) { return -1; }
-    int best = -1;
+    if (d == NULL) { return 0; }
+    int n = 0, cap = 0;
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
         int s;
         char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &s, &tail) == 1 && s > best) { best = s; }
+        if (sscanf(e->d_name, "DONE_%8d%c", &s, &tail) != 1 || s < 0 || strlen(e->d_name) != 13) { continue; }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int* grown = (int*)realloc(*steps, cap * sizeof(int));
+            if (grown == NULL) { break; }
+            *steps = grown;
+        }
+        (*steps)[n++] = s;
     }
     closedir(d);
+    for (int i = 1; i < n; i++) {  // newest first (insertion sort: a run keeps few)
+        int v = (*steps)[i], j = i - 1;
+        for (; j >= 0 && (*steps)[j] < v; j--) { (*steps)[j + 1] = (*steps)[j]; }
+        (*steps)[j + 1] = v;
+    }
+    return n;
+}
+
+// the latest step with a DONE marker in dir, or -1
+static int checkpoint_latest(const char* dir) {
+    int* steps;
+    int n = checkpoint_steps(dir, &steps);
+    int best = n > 0 ? steps[0] : -1;
+    free(steps);
     return best;
+}
+
+// Parses the manifest text (len bytes, NUL-terminated; modified in place) of `path` into
+// m, whose files the caller frees whatever the result. Returns 0, or -1 with llmc_errmsg()
+// naming the marker and the first thing wrong.
+static int checkpoint_manifest_parse(const char* path, char* text, size_t len, int step, CheckpointManifest* m) {
+    if (strlen(text) != len) { return llmc_error("checkpoint manifest %s: a NUL byte at offset %zu", path, strlen(text)); }
+    // the last line is "crc32c X" over every byte before it
+    if (text[len - 1] != '\n') { return llmc_error("checkpoint manifest %s: truncated (no final newline)", path); }
+    text[len - 1] = '\0';
+    char* last = strrchr(text, '\n');
+    unsigned crc_want;
+    char extra;
+    if (last == NULL || sscanf(last + 1, "crc32c %8x%c", &crc_want, &extra) != 1) {
+        return llmc_error("checkpoint manifest %s: no checksum line at its end (truncated or not a manifest)", path);
+    }
+    uint32_t crc = crc32c_update(0, text, (size_t)(last + 1 - text));
+    if (crc != crc_want) {
+        return llmc_error("checkpoint manifest %s: checksum %08x, but its contents give %08x (the marker is damaged)", path,
+                          crc_want, crc);
+    }
+    *last = '\0';
+    int line_no = 0;
+    for (char* line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        line_no++;
+        int v, consumed = 0;
+        if (line_no == 1) {
+            if (sscanf(line, CHECKPOINT_MANIFEST_TITLE " %d%n", &v, &consumed) != 1 || line[consumed] != '\0' ||
+                v != CHECKPOINT_MANIFEST_VERSION) {
+                return llmc_error("checkpoint manifest %s: line 1 is \"%.80s\", expected \"%s %d\"", path, line,
+                                  CHECKPOINT_MANIFEST_TITLE, CHECKPOINT_MANIFEST_VERSION);
+            }
+            m->version = v;
+        } else if (line_no == 2) {
+            if (sscanf(line, "step %d%n", &m->step, &consumed) != 1 || line[consumed] != '\0' || m->step != step) {
+                return llmc_error("checkpoint manifest %s: line 2 is \"%.80s\", expected \"step %d\"", path, line, step);
+            }
+        } else if (line_no == 3) {
+            if (sscanf(line, "world %d%n", &m->world, &consumed) != 1 || line[consumed] != '\0' || m->world < 1 ||
+                m->world > ZERO_PLAN_MAX_WORLD) {
+                return llmc_error("checkpoint manifest %s: line 3 is \"%.80s\", expected \"world N\" with N in [1, %d]", path,
+                                  line, ZERO_PLAN_MAX_WORLD);
+            }
+            m->files = (ManifestFile*)calloc((size_t)m->world + 1, sizeof(ManifestFile));
+            if (m->files == NULL) { return llmc_error("checkpoint manifest %s: out of memory", path); }
+        } else {
+            ManifestFile f;
+            unsigned long long size;
+            unsigned c;
+            if (m->nfiles == m->world + 1) {
+                return llmc_error("checkpoint manifest %s: more files than a world of %d ranks writes (line %d)", path, m->world,
+                                  line_no);
+            }
+            if (sscanf(line, "file %63s %llu %8x%n", f.name, &size, &c, &consumed) != 3 || line[consumed] != '\0' ||
+                strchr(f.name, '/') != NULL || f.name[0] == '.') {
+                return llmc_error("checkpoint manifest %s: line %d is \"%.80s\", expected \"file NAME SIZE CRC32C\"", path,
+                                  line_no, line);
+            }
+            f.size = size;
+            f.crc = c;
+            m->files[m->nfiles++] = f;
+        }
+    }
+    if (line_no < 3 || m->nfiles != m->world + 1) {
+        return llmc_error("checkpoint manifest %s: lists %d files; a world of %d ranks writes %d", path, m->nfiles, m->world,
+                          m->world + 1);
+    }
+    return 0;
+}
+
+// Reads and checks DONE_S of dir: its title and version, its own checksum, the step it
+// names, every line's form, file names without '/'. Returns 0, or -1 with llmc_errmsg()
+// naming the marker and the first thing wrong. An empty marker (an earlier version's)
+// gives version 0 and no files.
+static int checkpoint_manifest_read(const char* dir, int step, CheckpointManifest* m) {
+    memset(m, 0, sizeof(*m));
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { return llmc_error("cannot read checkpoint manifest %s: %s", path, strerror(errno)); }
+    enum { MAX_TEXT = 1 << 24 };  // 16 MiB: some 200k ranks' lines
+    struct stat st;
+    size_t cap = fstat(fileno(fp), &st) == 0 && st.st_size < MAX_TEXT ? (size_t)st.st_size : MAX_TEXT;
+    char* text = (char*)malloc(cap + 2);
+    size_t len = text != NULL ? fread(text, 1, cap + 1, fp) : 0;  // one more: a file grown meanwhile shows
+    fclose(fp);
+    if (text == NULL) { return llmc_error("checkpoint manifest %s: out of memory", path); }
+    int rc = 0;
+    if (len > cap) {
+        rc = llmc_error("checkpoint manifest %s: larger than %zu bytes (at most %d)", path, cap, MAX_TEXT);
+    } else if (len == 0) {
+        m->step = step;  // an earlier version's marker
+    } else {
+        text[len] = '\0';
+        rc = checkpoint_manifest_parse(path, text, len, step, m);
+    }
+    free(text);
+    if (rc != 0) { checkpoint_manifest_free(m); }
+    return rc;
+}
+
+// Checks the files i = first, first + stride, ... of the manifest against their sizes and
+// checksums (so that the ranks of a job share the reading: first = rank, stride =
+// world). Returns 0, or -1 with llmc_errmsg() naming the first file that fails.
+static int checkpoint_manifest_check(const char* dir, const CheckpointManifest* m, int first, int stride) {
+    for (int i = first; i < m->nfiles; i += stride) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
+        uint32_t crc;
+        uint64_t size;
+        if (crc32c_file(path, &crc, &size) != 0) {
+            return llmc_error("checkpoint at step %d: cannot read %s: %s", m->step, path, strerror(errno));
+        }
+        if (size != m->files[i].size) {
+            return llmc_error("checkpoint at step %d: %s has %llu bytes; its manifest says %llu (truncated or replaced)", m->step,
+                              path, (unsigned long long)size, (unsigned long long)m->files[i].size);
+        }
+        if (crc != m->files[i].crc) {
+            return llmc_error("checkpoint at step %d: %s fails its checksum (CRC32C %08x; its manifest says %08x): the file is "
+                              "damaged", m->step, path, crc, m->files[i].crc);
+        }
+    }
+    return 0;
+}
+
+// Writes DONE_S: the manifest of the world + 1 files whose sizes and checksums are given,
+// through AtomicFile (fsync'ed, and its directory). Returns 0 or -1 with llmc_errmsg().
+static int checkpoint_manifest_write(const char* dir, int step, int world, const uint64_t* size_crc) {
+    size_t cap = 256 + (size_t)(world + 1) * 96;
+    char* text = (char*)malloc(cap);
+    if (text == NULL) { return llmc_error("checkpoint at step %d: out of memory for the manifest", step); }
+    size_t len = (size_t)snprintf(text, cap, CHECKPOINT_MANIFEST_TITLE " %d\nstep %d\nworld %d\n", CHECKPOINT_MANIFEST_VERSION,
+                                  step, world);
+    for (int i = 0; i <= world; i++) {
+        char name[64];
+        if (i == 0) { snprintf(name, sizeof(name), "model_%08d.bin", step); }
+        else { snprintf(name, sizeof(name), "state_%08d_%05d.bin", step, i - 1); }
+        len += (size_t)snprintf(text + len, cap - len, "file %s %llu %08x\n", name, (unsigned long long)size_crc[2 * i],
+                                (unsigned)size_crc[2 * i + 1]);
+    }
+    len += (size_t)snprintf(text + len, cap - len, "crc32c %08x\n", crc32c_update(0, text, len));
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
+    AtomicFile f;
+    int rc = atomic_open(&f, path);
+    if (rc == 0) { rc = atomic_commit(&f, fwrite(text, 1, len, f.fp) == len); }
+    free(text);
+    return rc;
+}
+
+// The size and checksum of a file just written, as two uint64 (the manifest's pair).
+static int checkpoint_file_sum(const char* path, uint64_t* pair) {
+    uint32_t crc;
+    if (crc32c_file(path, &crc, &pair[0]) != 0) { return llmc_error("cannot read back %s: %s", path, strerror(errno)); }
+    pair[1] = crc;
+    return 0;
+}
+
+// Removes the complete checkpoints of dir beyond the `keep` newest (keep 0: none removed):
+// the DONE marker first, so that a checkpoint half removed is never complete, then the
+// files its manifest lists (an earlier version's empty marker: the model file and every
+// rank's state file by name). Rank 0 calls it after a save; returns 0, or -1 with
+// llmc_errmsg() naming what could not be removed.
+static int checkpoint_prune(const char* dir, int keep, int world_now) {
+    if (keep <= 0) { return 0; }
+    int* steps;
+    int n = checkpoint_steps(dir, &steps);
+    int rc = 0;
+    for (int i = keep; i < n && rc == 0; i++) {
+        CheckpointManifest m;
+        int have = checkpoint_manifest_read(dir, steps[i], &m) == 0;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, steps[i]);
+        if (remove(path) != 0) { rc = llmc_error("--keep-checkpoints: cannot remove %s: %s", path, strerror(errno)); break; }
+        fsync_parent_dir(path);
+        if (have && m.version > 0) {
+            for (int f = 0; f < m.nfiles; f++) {
+                snprintf(path, sizeof(path), "%s/%s", dir, m.files[f].name);
+                if (remove(path) != 0 && errno != ENOENT) { rc = llmc_error("--keep-checkpoints: cannot remove %s: %s", path, strerror(errno)); }
+            }
+        } else {  // without a manifest (or a damaged one): the files by the names this run writes
+            snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, steps[i]);
+            remove(path);
+            for (int r = 0; r < world_now; r++) {
+                snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, steps[i], r);
+                remove(path);
+            }
+        }
+        if (have) { checkpoint_manifest_free(&m); }
+    }
+    free(steps);
+    return rc;
 }
 
 // Writes the checkpoint of step h->step: the model file (rank 0, from the engine's master,
@@ -77,11 +338,12 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
     float* full = h->rank == 0 ? (float*)malloc(h->num_params * sizeof(float)) : NULL;
     if (h->rank == 0 && full == NULL) { return llmc_error("checkpoint at step %d: out of memory for the model", h->step); }
     if (zero_gather(z, full) != 0) { free(full); return llmc_error("checkpoint at step %d: %s", h->step, zero_errmsg()); }
+    uint64_t model_sum[2] = {0, 0};
     if (h->rank == 0) {
         snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, h->step);
         int rc = gpt2_write_model_version(path, config, full, model_version);
         free(full);
-        if (rc != 0) { return -1; }  // no DONE marker: nothing of this checkpoint counts
+        if (rc != 0 || checkpoint_file_sum(path, model_sum) != 0) { return -1; }  // no DONE marker: nothing of this checkpoint counts
     }
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, h->step, h->rank);
     AtomicFile f;
@@ -91,16 +353,66 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
         atomic_abort(&f);
         return llmc_error("%s: %s", path, zero_errmsg());
     }
-    if (atomic_commit(&f, 1) != 0) { return -1; }
-    zero_watch_enter("barrier after the checkpoint's files", -1);
-    brc = MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t state_sum[2];
+    if (atomic_commit(&f, 1) != 0 || checkpoint_file_sum(path, state_sum) != 0) { return -1; }
+    // every rank's size and checksum to rank 0, which writes them into the marker: only
+    // then, every file being on disk (AtomicFile fsyncs), is the checkpoint complete
+    uint64_t* sums = h->rank == 0 ? (uint64_t*)malloc(2 * sizeof(uint64_t) * ((size_t)h->world_size + 1)) : NULL;
+    if (h->rank == 0 && sums == NULL) { return llmc_error("checkpoint at step %d: out of memory for the manifest", h->step); }
+    zero_watch_enter("gather of the checkpoint's checksums", -1);
+    int grc = MPI_Gather(state_sum, 2, MPI_UINT64_T, h->rank == 0 ? sums + 2 : NULL, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     zero_watch_leave();
-    if (brc != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
+    if (grc != MPI_SUCCESS) {
+        free(sums);
+        return llmc_error("checkpoint at step %d: gathering the checksums failed", h->step);
+    }
     if (h->rank == 0) {
-        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, h->step);
-        if (atomic_open(&f, path) != 0 || atomic_commit(&f, 1) != 0) { return -1; }
+        sums[0] = model_sum[0];
+        sums[1] = model_sum[1];
+        int rc = checkpoint_manifest_write(dir, h->step, h->world_size, sums);
+        free(sums);
+        if (rc != 0) { return -1; }
     }
     return 0;
+}
+
+// Rank 0's part of a resume: finds the newest checkpoint of dir whose manifest and files
+// all pass their checks, every rank checking its share of the files (collective: every
+// rank calls it). Prints, from rank 0, why each newer one was passed over and a warning
+// for a checkpoint without checksums. Returns its step, -1 when dir holds no complete
+// checkpoint, or -2 when it holds some but none passes (the messages say why).
+static int checkpoint_find_valid(const char* dir, int rank, int world) {
+    int* steps = NULL;
+    int n = rank == 0 ? checkpoint_steps(dir, &steps) : 0;
+    if (MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) { free(steps); return -2; }
+    if (n == 0) { free(steps); return -1; }
+    if (rank != 0) { steps = (int*)malloc(n * sizeof(int)); }
+    if (steps == NULL || MPI_Bcast(steps, n, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) { free(steps); return -2; }
+    int found = -2;
+    for (int i = 0; i < n && found == -2; i++) {
+        CheckpointManifest m;
+        int have = checkpoint_manifest_read(dir, steps[i], &m) == 0;
+        int bad = !have;
+        if (!have && rank == 0) { fprintf(stderr, "warning: %s\n", llmc_errmsg()); }  // every rank read the same marker
+        if (have && checkpoint_manifest_check(dir, &m, rank, world) != 0) {
+            fprintf(stderr, "warning: rank %d: %s\n", rank, llmc_errmsg());
+            bad = 1;
+        }
+        int any = bad;
+        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (!any) {
+            found = steps[i];
+            if (rank == 0 && m.version == 0) {
+                printf("warning: the checkpoint at step %d has no checksums (an earlier version wrote it): resumed unverified\n", steps[i]);
+            }
+        } else if (rank == 0) {
+            printf("warning: the checkpoint at step %d in %s fails its checks (see above)%s\n", steps[i], dir,
+                   i + 1 < n ? "; trying the one before it" : "");
+        }
+        if (have) { checkpoint_manifest_free(&m); }
+    }
+    free(steps);
+    return found;
 }
 
 // Reads this rank's state file of `step` into the engine and *got (the sampler and the
@@ -133,6 +445,198 @@ static int checkpoint_load(const char* dir, int step, const CheckpointHeader* wa
         rc = 0;
     }
     fclose(fp);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// every rank's files of one checkpoint: resuming anywhere, and dev/checkpoint_tool.c
+
+static void checkpoint_state_path(char* path, size_t n, const char* dir, int step, int rank) {
+    snprintf(path, n, "%s/state_%08d_%05d.bin", dir, step, rank);
+}
+
+// One checkpoint's state files, open together: each rank's trainer header, and the engine
+// sections as one source. The world size is the one rank 0's header names.
+typedef struct {
+    int world, num_units;
+    FILE** fp;              // (world)
+    char** names;           // (world) the files' paths
+    CheckpointHeader* h;    // (world)
+    size_t* unit_numel;     // (num_units) the model's units, as the engine's plan takes them
+    ZeroStateSource src;
+} CheckpointSet;
+
+static void checkpoint_set_close(CheckpointSet* s) {
+    for (int q = 0; q < s->world; q++) {
+        if (s->fp != NULL && s->fp[q] != NULL) { fclose(s->fp[q]); }
+        if (s->names != NULL) { free(s->names[q]); }
+    }
+    free(s->fp);
+    free(s->names);
+    free(s->h);
+    free(s->unit_numel);
+    zero_state_source_free(&s->src);
+    memset(s, 0, sizeof(*s));
+}
+
+// reads rank q's trainer header from fp into *h and checks it is one of this checkpoint's
+static int checkpoint_read_header(FILE* fp, const char* path, int q, int step, size_t num_params, CheckpointHeader* h) {
+    if (fread(h, sizeof(*h), 1, fp) != 1) { return llmc_error("checkpoint state %s: truncated header", path); }
+    if (h->magic != CHECKPOINT_MAGIC || h->version != CHECKPOINT_VERSION) {
+        return llmc_error("%s is not a train_gpt2_zero3 state file of this version (magic %d, version %d; expected %d, %d)",
+                          path, h->magic, h->version, CHECKPOINT_MAGIC, CHECKPOINT_VERSION);
+    }
+    if (h->rank != q || h->step != step || h->world_size < 1 || h->num_params != num_params) {
+        return llmc_error("%s says rank %d of %d, step %d, %llu parameters; expected rank %d, step %d, %zu parameters",
+                          path, h->rank, h->world_size, h->step, (unsigned long long)h->num_params, q, step, num_params);
+    }
+    return 0;
+}
+
+// Opens every state file of `step` in dir (as many as rank 0's header says) for a model of
+// config c, and checks that they belong together. Returns 0, or -1 naming the file.
+static int checkpoint_set_open(CheckpointSet* s, const char* dir, int step, const GPT2Config* c) {
+    memset(s, 0, sizeof(*s));
+    char path[4096];
+    CheckpointHeader h0;
+    checkpoint_state_path(path, sizeof(path), dir, step, 0);
+    FILE* fp0 = fopen(path, "rb");
+    if (fp0 == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, strerror(errno)); }
+    if (checkpoint_read_header(fp0, path, 0, step, gpt2_num_params(c), &h0) != 0) { fclose(fp0); return -1; }
+    s->world = h0.world_size;
+    s->num_units = gpt2_num_units(c);
+    s->fp = (FILE**)calloc(s->world, sizeof(FILE*));
+    s->names = (char**)calloc(s->world, sizeof(char*));
+    s->h = (CheckpointHeader*)calloc(s->world, sizeof(CheckpointHeader));
+    s->unit_numel = (size_t*)malloc(s->num_units * sizeof(size_t));
+    if (s->fp == NULL || s->names == NULL || s->h == NULL || s->unit_numel == NULL) {
+        fclose(fp0);
+        checkpoint_set_close(s);
+        return llmc_error("out of memory for the %d state files of %s", h0.world_size, path);
+    }
+    for (int u = 0; u < s->num_units; u++) { s->unit_numel[u] = gpt2_unit_size(c, u); }
+    s->fp[0] = fp0;
+    s->h[0] = h0;
+    for (int q = 0; q < s->world; q++) {
+        checkpoint_state_path(path, sizeof(path), dir, step, q);
+        s->names[q] = strdup(path);
+        if (s->names[q] == NULL) { checkpoint_set_close(s); return llmc_error("out of memory"); }
+        if (q == 0) { continue; }
+        s->fp[q] = fopen(path, "rb");
+        if (s->fp[q] == NULL) {
+            llmc_error("cannot read checkpoint state %s (rank %d of the %d that saved step %d): %s", path, q, s->world, step, strerror(errno));
+            checkpoint_set_close(s);
+            return -1;
+        }
+        if (checkpoint_read_header(s->fp[q], path, q, step, gpt2_num_params(c), &s->h[q]) != 0) { checkpoint_set_close(s); return -1; }
+        if (s->h[q].world_size != s->world) {
+            llmc_error("%s says %d ranks; rank 0's file says %d", path, s->h[q].world_size, s->world);
+            checkpoint_set_close(s);
+            return -1;
+        }
+    }
+    if (zero_state_source_init(&s->src, s->fp, (const char* const*)s->names, s->world, s->unit_numel, s->num_units) != 0) {
+        llmc_error("%s", zero_errmsg());
+        checkpoint_set_close(s);
+        return -1;
+    }
+    return 0;
+}
+
+// The data position `from` saved (rank 0's header: its world size, B, T, accumulation),
+// as this run (`want`) reads it: the same tokens consumed, so the same batches follow.
+// Rank r of N reads B*T tokens at r*B*T of each chunk of N*B*T, so a step reads the same
+// tokens at any N*B with the same N*B*accumulation and T; the chunk index converts when
+// the old position is a whole number of new chunks. Shuffling draws the order of chunks
+// of N*B*T tokens, so then N*B must stay. Returns 0, or -1 saying why and what works.
+static int checkpoint_convert_position(const char* path, const CheckpointHeader* from, const CheckpointHeader* want,
+                                       DataLoaderState* out) {
+    long long old_seqs = (long long)from->world_size * from->B, new_seqs = (long long)want->world_size * want->B;
+    if (from->T != want->T || from->shuffle != want->shuffle || from->seed != want->seed) {
+        return llmc_error("%s was saved with -t %d, shuffle %d, --seed %llu; this run has -t %d, shuffle %d, --seed %llu: the "
+                          "data position would not mean the same sequences (resume with the saved -t, --shuffle and --seed)",
+                          path, from->T, from->shuffle, (unsigned long long)from->seed, want->T, want->shuffle,
+                          (unsigned long long)want->seed);
+    }
+    if (old_seqs * from->grad_accum != new_seqs * want->grad_accum) {
+        return llmc_error("%s was saved with %d ranks x -b %d x %d accumulation steps = %lld sequences per step; this run has "
+                          "%d x %d x %d = %lld: a step would not mean the same batch (keep the product, e.g. with -d %lld, "
+                          "which sets the accumulation)", path, from->world_size, from->B, from->grad_accum,
+                          old_seqs * from->grad_accum, want->world_size, want->B, want->grad_accum, new_seqs * want->grad_accum,
+                          old_seqs * from->grad_accum * from->T);
+    }
+    *out = from->loader;
+    if (old_seqs == new_seqs) { return 0; }
+    if (from->shuffle) {
+        return llmc_error("%s was saved with --shuffle 1 over chunks of %d ranks x -b %d; this run's chunks are %d x %d: the "
+                          "shuffled order would not be the same batches (keep ranks x -b at %lld, or resume without shuffling "
+                          "from a run without it)", path, from->world_size, from->B, want->world_size, want->B, old_seqs);
+    }
+    unsigned long long seqs = from->loader.batch * (unsigned long long)old_seqs;
+    if (seqs % (unsigned long long)new_seqs != 0) {
+        return llmc_error("%s stopped after %llu sequences of its shard, not a whole number of this run's chunks of %lld "
+                          "(%d ranks x -b %d): the next batch would start elsewhere", path, seqs, new_seqs,
+                          want->world_size, want->B);
+    }
+    out->batch = seqs / (unsigned long long)new_seqs;
+    return 0;
+}
+
+// Resumes this rank from the checkpoint of `step` in dir, whatever world size and ZeRO
+// stage saved it: at the same ranks, stage, -b and accumulation it is checkpoint_load;
+// otherwise this rank's engine section is rebuilt from the old ranks' files into a
+// temporary file in dir (unlinked at once; this rank's own state, never the model's
+// unless this rank holds all of it) and loaded from there, and the data position
+// converted. *got: rank 0's header (the sampler's RNG), the converted position, the old
+// world size. `stage` is this run's. Returns 0, or -1 with llmc_errmsg().
+static int checkpoint_resume(const char* dir, int step, const CheckpointHeader* want, int stage, const GPT2Config* c, Zero* z,
+                             CheckpointHeader* got) {
+    CheckpointSet s;
+    if (checkpoint_set_open(&s, dir, step, c) != 0) { return -1; }
+    const CheckpointHeader* h0 = &s.h[0];
+    if (h0->world_size == want->world_size && s.src.head.stage == stage && h0->B == want->B && h0->grad_accum == want->grad_accum) {
+        checkpoint_set_close(&s);
+        return checkpoint_load(dir, step, want, z, got);
+    }
+    int rc = -1;
+    DataLoaderState pos;
+    ZeroStateLayout to;
+    memset(&to, 0, sizeof(to));
+    char tmp_path[4096];
+    snprintf(tmp_path, sizeof(tmp_path), "%s/.reshard_%05d_XXXXXX", dir, want->rank);
+    FILE* tmp = NULL;
+    if (strcmp(s.src.head.engine, zero_name(z)) != 0) {
+        llmc_error("%s was saved by the %s engine; this run uses the %s engine: a checkpoint resumes in the same backend "
+                   "family (the model file %s/model_%08d.bin loads anywhere with -e)", s.names[0], s.src.head.engine,
+                   zero_name(z), dir, step);
+    } else if (checkpoint_convert_position(s.names[0], h0, want, &pos) != 0) {
+        // the message says why
+    } else if (zero_state_layout_init(&to, s.unit_numel, s.num_units, zero_name(z), stage, want->world_size, want->rank,
+                                      s.src.head.elem_bytes) != 0) {
+        llmc_error("%s: %s", s.names[0], zero_errmsg());
+    } else {
+        int fd = mkstemp(tmp_path);
+        if (fd < 0 || (tmp = fdopen(fd, "w+b")) == NULL) {
+            llmc_error("cannot create the temporary file %s for the resharded state: %s", tmp_path, strerror(errno));
+            if (fd >= 0) { close(fd); }
+        } else {
+            unlink(tmp_path);  // gone with the last close, whatever happens next
+            if (zero_reshard_write(&s.src, &to, tmp) != 0 || fflush(tmp) != 0) {
+                llmc_error("resharding step %d from %d ranks at stage %d to rank %d of %d at stage %d: %s", step, s.world,
+                           s.src.head.stage, want->rank, want->world_size, stage, zero_errmsg());
+            } else if (fseeko(tmp, 0, SEEK_SET) != 0 || zero_load(z, tmp) != 0) {
+                llmc_error("%s resharded to rank %d of %d at stage %d: %s", s.names[0], want->rank, want->world_size, stage,
+                           zero_errmsg());
+            } else {
+                *got = *h0;
+                got->loader = pos;
+                rc = 0;
+            }
+        }
+    }
+    if (tmp != NULL) { fclose(tmp); }
+    zero_state_layout_free(&to);
+    checkpoint_set_close(&s);
     return rc;
 }
 

@@ -369,6 +369,29 @@ static int gpt2_fwrite_bf16(const float* src, size_t n, FILE* fp) {
     return 1;
 }
 
+// writes the 1024-byte header of a model file of `version`; 1 if it was written
+static int gpt2_fwrite_header(FILE* fp, const GPT2Config* c, int version) {
+    int32_t header[256] = {0};
+    header[0] = GPT2_MODEL_MAGIC;
+    header[1] = version;
+    header[2] = c->max_seq_len;
+    header[3] = c->vocab_size;
+    header[4] = c->num_layers;
+    header[5] = c->num_heads;
+    header[6] = c->channels;
+    header[7] = c->padded_vocab_size;
+    return fwrite(header, sizeof(int32_t), 256, fp) == 256;
+}
+
+// element offset of tensor r in a model file's body (kind-major: every tensor of a kind by
+// layer, the kinds in llm.c's order)
+static size_t gpt2_file_offset(const GPT2Config* c, const TensorRange* r) {
+    size_t sizes[NUM_PARAM_KINDS], off = 0;
+    gpt2_param_sizes(c, sizes);
+    for (int k = 0; k < r->kind; k++) { off += sizes[k] * (gpt2_is_block_kind(k) ? (size_t)c->num_layers : 1); }
+    return off + (r->layer >= 0 ? (size_t)r->layer * r->size : 0);
+}
+
 // Writes an llm.c model file from the unit-major buffer: version 3 (fp32), or version 5
 // (bf16), the one llm.c's default (bf16) GPU trainer requires. Both have the same
 // header (llm.c's reader takes maxT, V, L, NH, C and Vp from it) and the same kind-major
@@ -384,16 +407,7 @@ static int gpt2_write_model_version(const char* path, const GPT2Config* c, const
     gpt2_tensor_ranges(c, ranges);
     AtomicFile f;
     if (atomic_open(&f, path) != 0) { free(ranges); return -1; }
-    int32_t header[256] = {0};
-    header[0] = GPT2_MODEL_MAGIC;
-    header[1] = version;
-    header[2] = c->max_seq_len;
-    header[3] = c->vocab_size;
-    header[4] = c->num_layers;
-    header[5] = c->num_heads;
-    header[6] = c->channels;
-    header[7] = c->padded_vocab_size;
-    int ok = fwrite(header, sizeof(int32_t), 256, f.fp) == 256;
+    int ok = gpt2_fwrite_header(f.fp, c, version);
     // gather back into the file's kind-major order: for each kind, its tensors by layer
     for (int k = 0; k < NUM_PARAM_KINDS && ok; k++) {
         for (int i = 0; i < nt && ok; i++) {

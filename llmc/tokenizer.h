@@ -132,6 +132,13 @@ static inline int tokenizer_init(Tokenizer* t, const char* path) {
     // each token takes 1 length byte + L bytes in the file and L bytes + 1 NUL in
     // storage, so the body size is exactly the storage size
     size_t body = size - header_bytes;
+    // every token takes at least 2 bytes (its length and one byte): a header claiming more
+    // tokens than that would have us allocate gigabytes for a file of a few bytes
+    if (vocab_size > body / 2) {
+        free(data);
+        return llmc_error("%s: truncated: the header says %u tokens but the %zu bytes after it hold at most %zu",
+                          path, vocab_size, body, body / 2);
+    }
     t->storage = (char*)malloc(body > 0 ? body : 1);
     t->offsets = (uint32_t*)malloc((size_t)vocab_size * sizeof(uint32_t));
     t->lengths = (uint8_t*)malloc(vocab_size);

@@ -790,24 +790,31 @@ static CheckpointHeader trainer_checkpoint_header(const Trainer* t, int step) {
     return h;
 }
 
-// Resumes from the latest complete checkpoint in -o when -y 1 (rank 0's view decides);
-// returns the step to start from
+// Resumes, when -y 1, from the newest checkpoint in -o whose files pass their checksums
+// (llmc/checkpoint.h), at any world size and stage (checkpoint_resume); stops every rank
+// when there are checkpoints but none passes. Returns the step to start from
 static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng) {
     const TrainConfig* tc = &t->tc;
     if (!tc->resume) { return 0; }
-    int latest = checkpoint_latest(tc->output_dir);
-    mpiWatched("broadcast of the checkpoint to resume", MPI_Bcast(&latest, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (latest < 0) {
+    int latest = checkpoint_find_valid(tc->output_dir, t->rank, t->world);
+    if (latest == -1) {
         if (t->rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc->output_dir); }
         return 0;
     }
+    if (latest < 0) {
+        char msg[4300];
+        snprintf(msg, sizeof(msg), "-y 1: no checkpoint in %s passes its checks (see above); move the damaged ones away to "
+                 "start from step 0", tc->output_dir);
+        die_all(t->rank, msg);
+    }
     CheckpointHeader want = trainer_checkpoint_header(t, latest), got;
     memset(&got, 0, sizeof(got));
-    if (checkpoint_load(tc->output_dir, latest, &want, m->zero, &got) != 0 || dataloader_set_state(&t->train, &got.loader) != 0) {
+    if (checkpoint_resume(tc->output_dir, latest, &want, tc->zero.stage, &t->config, m->zero, &got) != 0 ||
+        dataloader_set_state(&t->train, &got.loader) != 0) {
         trainer_fail(t->rank);
     }
     sample_rng->state = got.sample_rng;
-    if (t->rank == 0) { printf("resumed from %s at step %d\n", tc->output_dir, latest); }
+    if (t->rank == 0) { printf("resumed from %s at step %d (saved by %d ranks)\n", tc->output_dir, latest, got.world_size); }
     return latest;
 }
 
@@ -818,7 +825,11 @@ static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, cons
     dataloader_get_state(&t->train, &h.loader);
     int version = tc->save_bf16 ? GPT2_MODEL_VERSION_BF16 : GPT2_MODEL_VERSION_FP32;
     if (checkpoint_save(tc->output_dir, &h, m->zero, &t->config, version) != 0) { trainer_fail(t->rank); }
-    if (t->rank == 0) { printf("saved checkpoint at step %d in %s\n", step, tc->output_dir); }
+    if (t->rank == 0) {
+        printf("saved checkpoint at step %d in %s\n", step, tc->output_dir);
+        // only now, the new one complete, may older ones go
+        if (checkpoint_prune(tc->output_dir, tc->keep_checkpoints, t->world) != 0) { fprintf(stderr, "warning: %s\n", llmc_errmsg()); }
+    }
 }
 
 // The run: resume, the header and the memory table, then per step validation (-v),

@@ -16,8 +16,8 @@
 #include <stdarg.h>  // va_list for llmc_error
 #include <string.h>  // strerror
 #include <errno.h>   // errno
-#include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile
-#include <unistd.h>  // close, unlink
+#include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile; a directory, to fsync it
+#include <unistd.h>  // fsync, close, unlink
 #include <sys/stat.h> // lstat, stat: what is at an output's path, st_dev/st_ino of the inputs
 
 // ----------------------------------------------------------------------------
@@ -97,7 +97,7 @@ static inline void llmc_check(int rc, const char* file, int line) {
 // writing a file whole or not at all
 
 // Every file the trainers and tools write goes through here: the bytes go to PATH.tmp,
-// which replaces PATH only once it is complete and closed, so a crash, a full disk or an
+// which replaces PATH only once it is complete, closed and on disk (fsync), so a crash, a full disk or an
 // error leaves the old file (or none), never a torn one, and never a stray PATH.tmp.
 typedef struct {
     FILE* fp;
@@ -202,14 +202,36 @@ static inline int atomic_open(AtomicFile* f, const char* path) {
     return 0;
 }
 
+// fsyncs the directory holding path, so that a rename into it survives a power cut (the
+// file's own fsync does not cover its directory entry). Returns 0, or -1 with errno.
+static inline int fsync_parent_dir(const char* path) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash == NULL) { snprintf(dir, sizeof(dir), "."); } else if (slash == dir) { slash[1] = '\0'; } else { *slash = '\0'; }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) { return -1; }
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
 // Closes the file and, when ok (every write of the caller succeeded: errno still tells
-// why not), renames it over PATH. Otherwise, or when closing or renaming fails, removes
-// the temporary and returns -1 with llmc_errmsg() naming PATH and the reason.
+// why not), makes it durable (flushed, fsync'ed), renames it over PATH and fsyncs the
+// directory: once this returns 0 the file survives a crash or a power cut. Otherwise, or
+// when any of that fails, removes the temporary and returns -1 with llmc_errmsg() naming
+// PATH and the reason.
 static inline int atomic_commit(AtomicFile* f, int ok) {
     int err = errno;
+    if (ok && (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0)) { ok = 0; err = errno; }
     if (fclose(f->fp) != 0 && ok) { ok = 0; err = errno; }
     f->fp = NULL;
-    if (ok && rename(f->tmp, f->path) == 0) { return 0; }
+    if (ok && rename(f->tmp, f->path) == 0) {
+        if (fsync_parent_dir(f->path) == 0) { return 0; }
+        return llmc_error("cannot write %s: syncing its directory failed: %s", f->path, strerror(errno));
+    }
     if (ok) { err = errno; }
     remove(f->tmp);
     return llmc_error("cannot write %s: %s", f->path, strerror(err));

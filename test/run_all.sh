@@ -12,15 +12,17 @@
 #   test/gpu   the GPU's own tests (make test-gpu); here only whether they compile
 set -u
 cd "$(dirname "$0")/.."
-passed=0; failed=0; broken=(); skipped=()
+passed=0; failed=0; broken=(); skipped=(); timings=()
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 run_suite() {
     local name=$1; shift
     echo "=== $name"
+    local start=$SECONDS
     "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
+    timings+=("$(printf '%6d s  %s' $((SECONDS - start)) "$name")")
     local p f
     # Criterion: "Synthesis: Tested: 23 | Passing: 23 | Failing: 0 | Crashing: 0"
     if line=$(grep -E 'Synthesis: Tested:' "$log" | tail -1) && [ -n "$line" ]; then
@@ -49,31 +51,57 @@ run_suite "layers"                bash test/e2e/test_layers.sh
 run_suite "tokenizer exactness"   bash test/e2e/test_tokenizer_exact.sh
 run_suite "PyTorch reference"     bash test/e2e/test_reference.sh
 run_suite "trainer end to end"    bash test/e2e/test_trainer.sh
+run_suite "checkpoints you can trust" bash test/e2e/test_checkpoint.sh
 run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
+run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
 run_suite "faults (MPI)"          bash test/e2e/test_faults.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
+run_suite "fuzzing the readers"   bash test/fuzz/run_fuzz.sh
+# the engine's units, its collectives and the offload suite (stages 1-3 at 1 and 2 ranks,
+# CPU and NVMe offload, a resume) again with AddressSanitizer + UBSan builds (Makefile's
+# SAN_TESTS): any report fails the run. Open MPI's own allocations at exit are not ours, so
+# the MPI programs run without the leak check; the units keep it.
+SAN=(env UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
+for t in build/asan/test_plan build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config; do
+    run_suite "$(basename "$t") (ASan+UBSan)" "${SAN[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t" --jobs 2
+done
+run_suite "collectives (MPI, ASan+UBSan)" "${SAN[@]}" ASAN_OPTIONS=detect_leaks=0 COMM_EXES=build/asan/test_comm_mpi \
+    bash test/unit/test_comm.sh
+run_suite "offload (MPI, ASan+UBSan)" "${SAN[@]}" ASAN_OPTIONS=detect_leaks=0 BIN=build/train_gpt2_zero3_cpu_asan \
+    bash test/e2e/test_offload.sh
 run_suite "the emulator itself"   bash test/emu/test_emu.sh
 run_suite "device engine (CPU)"   bash test/emu/test_device_emu.sh
-# the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16
-# (each under the out-of-order scheduler and the race checker, on two seeds: test/emu/emu_device.h)
+# the kernels' GPU tests, the CUDA code run on the CPU (test/emu), fp32 and bf16, under the
+# out-of-order scheduler and the race checker (test/emu/emu_device.h): bf16 on two seeds, fp32
+# on one. The tests use one stream, so a seed only moves its work against the host, and the
+# host code is the same in both builds: the second fp32 seed ran the same orderings again.
 for t in build/test_kernels_emu_fp32 build/test_kernels_emu build/test_kernels2_emu_fp32 build/test_kernels2_emu; do
-    for seed in 1 2; do
+    seeds="1 2"; case $t in *fp32) seeds=1 ;; esac
+    for seed in $seeds; do
         run_suite "$(basename "$t") (kernels emulated on the CPU, seed $seed)" \
             env EMU_SEED=$seed OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t"
     done
 done
 # the GPU trainer's end-to-end suite (make test-gpu's), the CUDA code emulated on the CPU (seed
-# 1), and the trainer at every stage, offload, --dpu and resume on seeds 2 and 3
+# 1), and the trainer at every stage, offload, --dpu and resume on seed 2. Left out for time
+# (the two took 13 of the 24 minutes): the 4-rank runs of the GPU trainer's backends (their
+# engines run at 4 ranks, every stage, in test_device_emu.sh and test_zero.sh; 2 ranks
+# exercise the trainer's multi-rank wiring), and a third seed (the race checker finds a
+# missing ordering under any schedule: the mutation run of docs/RESULTS.md used seeds 1 and
+# 2); EMU_SEEDS="2 3" and MAX_RANKS=4 put them back.
 run_suite "GPU trainer (emulated on the CPU)" env EMU_SEED=1 GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
-    bash test/gpu/test_gpu_trainer.sh
-run_suite "GPU trainer under other schedules" bash test/emu/test_trainer_seeds.sh
+    MAX_RANKS=2 bash test/gpu/test_gpu_trainer.sh
+run_suite "GPU trainer under other schedules" env EMU_SEEDS=2 bash test/emu/test_trainer_seeds.sh
 if command -v "${NVCC:-nvcc}" > /dev/null; then
     run_suite "CUDA kernels compile" bash test/gpu/test_cuda_build.sh
 else
     skipped+=("CUDA kernels compile (nvcc not found: install the CUDA toolkit)")
 fi
 
+echo
+echo "seconds per suite (wall clock; $SECONDS s in all):"
+printf '%s\n' "${timings[@]}"
 echo
 if [ ${#broken[@]} -gt 0 ]; then echo "failing suites: ${broken[*]}"; fi
 for s in "${skipped[@]}"; do echo "SKIPPED $s"; done

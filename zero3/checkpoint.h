@@ -9,9 +9,10 @@
                      totals, and the payload's size in bytes
    payload           the engine's arrays, in the order its save function documents
 
- A section is read back only into an engine of the same layout, stage, world size, rank,
+ An engine reads back only a section of its own layout, stage, world size, rank,
  precision and model: the shards of one partition mean nothing in another. Every
- mismatch is refused with a message that names both sides.
+ mismatch is refused with a message that names both sides. A section for another world
+ size or stage is rebuilt from the saved ones first (zero3/reshard.h).
 */
 #ifndef ZERO3_CHECKPOINT_H
 #define ZERO3_CHECKPOINT_H
@@ -59,15 +60,22 @@ static int zero_state_write_header(FILE* fp, const ZeroStateHeader* h) {
 
 static const char* zero_state_precision(int elem_bytes) { return elem_bytes == 2 ? "bf16" : elem_bytes == 4 ? "fp32" : "?"; }
 
+// reads a section's header into *h, checking only that it is one (magic, version); the
+// engine's name comes back NUL-terminated
+static int zero_state_read_raw(FILE* fp, ZeroStateHeader* h) {
+    if (fread(h, sizeof(*h), 1, fp) != 1) { return zero_error("zero: the engine's state is missing or truncated"); }
+    if (h->magic != ZERO_STATE_MAGIC || h->version != ZERO_STATE_VERSION) {
+        return zero_error("zero: not an engine state of this version (magic %d, version %d; expected %d, %d)",
+                          h->magic, h->version, ZERO_STATE_MAGIC, ZERO_STATE_VERSION);
+    }
+    h->engine[sizeof(h->engine) - 1] = '\0';
+    return 0;
+}
+
 // reads the section's header and checks it against `want`, the header this engine would write
 static int zero_state_read_header(FILE* fp, const ZeroStateHeader* want) {
     ZeroStateHeader h;
-    if (fread(&h, sizeof(h), 1, fp) != 1) { return zero_error("zero: the engine's state is missing or truncated"); }
-    if (h.magic != ZERO_STATE_MAGIC || h.version != ZERO_STATE_VERSION) {
-        return zero_error("zero: not an engine state of this version (magic %d, version %d; expected %d, %d)",
-                          h.magic, h.version, ZERO_STATE_MAGIC, ZERO_STATE_VERSION);
-    }
-    h.engine[sizeof(h.engine) - 1] = '\0';
+    if (zero_state_read_raw(fp, &h) != 0) { return -1; }
     if (strcmp(h.engine, want->engine) != 0 || h.stage != want->stage || h.world != want->world || h.rank != want->rank ||
         h.elem_bytes != want->elem_bytes) {
         return zero_error("zero: the state was saved by the %s engine at ZeRO stage %d, rank %d of %d, %s compute copy; "

@@ -3,7 +3,7 @@
 # helpers below; the script ends with `finish`, which prints "N passed, N failed".
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-BIN=./train_gpt2_zero3_cpu
+BIN=${BIN:-./train_gpt2_zero3_cpu}  # BIN=build/train_gpt2_zero3_cpu_asan: the sanitized build (make test)
 PY=${PY:-/usr/bin/python3}   # Debian's python3: it has numpy and torch (override where torch lives elsewhere)
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1   # the same arithmetic in every run

@@ -4,6 +4,7 @@
 # Builds nothing; expects
 #   build/test_comm_mpi        mpicc -O2 -Wall -Wextra -I. test/unit/test_comm_mpi.c -o build/test_comm_mpi
 #   build/test_comm_mpi_chunk  the same with -DZERO_COMM_CHUNK=7
+# (COMM_EXES="build/asan/test_comm_mpi": other builds, the sanitized one in make test)
 # Sums every run's "N passed, N failed" into one closing line of that form and exits
 # non-zero when anything failed, a run exited non-zero, or a run printed no result line.
 set -u
@@ -14,7 +15,7 @@ trap 'rm -f "$log"' EXIT
 # as root mpirun needs --allow-run-as-root; more ranks than cores needs --oversubscribe
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 
-for exe in build/test_comm_mpi build/test_comm_mpi_chunk; do
+for exe in ${COMM_EXES:-build/test_comm_mpi build/test_comm_mpi_chunk}; do
     for np in 1 2 3 4; do
         echo "=== $exe, $np rank(s)"
         if [ ! -x "$exe" ]; then

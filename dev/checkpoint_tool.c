@@ -1,0 +1,284 @@
+/*
+ A checkpoint directory's contents, without the run that wrote it (llmc/checkpoint.h,
+ docs/FORMATS.md):
+
+   ./checkpoint_tool inspect DIR [STEP]
+       the steps present, complete (DONE_S) or not; for STEP (default: the latest) the
+       world size, ZeRO stage, engine, precision, parameters, batch settings and each
+       rank's data position
+   ./checkpoint_tool consolidate DIR STEP OUT.bin [--bf16]
+       an llm.c model file (version 3 fp32, or 5 bf16) from the fp32 master in the ranks'
+       state files, whatever world size and stage wrote them (not a copy of model_S.bin)
+   ./checkpoint_tool extract-optimizer DIR STEP OUT
+       AdamW's fp32 m and v of the whole model in llm.c's parameter order (the format is
+       below and in docs/FORMATS.md)
+   ./checkpoint_tool verify DIR [STEP]
+       every file of STEP (default: every complete checkpoint) against the sizes and
+       CRC32C of its manifest, DONE_S; exits 1 when any fails
+
+ consolidate and extract-optimizer verify the checkpoint first and refuse a damaged one.
+
+ Both writers go unit by unit: one unit of one array in memory at a time, read from the
+ byte ranges of the ranks' files that hold it and written at its tensors' places in the
+ kind-major output. The config (the units' sizes) comes from model_S.bin's 1024-byte
+ header: the state files do not carry it.
+
+ build: make checkpoint_tool (mpicc: llmc/checkpoint.h names MPI's types; no MPI call is made)
+*/
+#include <stdio.h>            // printf, fprintf, FILE
+#include <stdlib.h>           // malloc, free, strtol, qsort
+#include <string.h>           // strcmp, memset
+#include <dirent.h>           // opendir: the steps present
+#include "llmc/checkpoint.h"  // CheckpointHeader, CheckpointSet, checkpoint_state_path, the manifest's checks
+#include "llmc/gpt2.h"        // GPT2Config, TensorRange, gpt2_fwrite_header, gpt2_file_offset, gpt2_fwrite_bf16
+#include "llmc/utils.h"       // llmc_error, AtomicFile
+#include "zero3/reshard.h"    // zero_state_read_range: one unit of one array from the ranks' files
+
+// extract-optimizer's file: this header, then m (numel fp32), then v (numel fp32), each in
+// llm.c's parameter order (the model file's body, unpadded)
+#define OPTIMIZER_FILE_MAGIC 20241126
+#define OPTIMIZER_FILE_VERSION 1
+typedef struct {
+    int32_t magic, version, step, pad;
+    uint64_t numel;
+} OptimizerFileHeader;
+
+// the model's shape, from the header of the checkpoint's model file
+static int tool_config(const char* dir, int step, GPT2Config* c) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+    int32_t h[256];
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { return llmc_error("cannot read %s (its header gives the model's shape): %s", path, strerror(errno)); }
+    size_t got = fread(h, sizeof(int32_t), 256, fp);
+    fclose(fp);
+    if (got != 256 || h[0] != GPT2_MODEL_MAGIC) { return llmc_error("%s is not an llm.c model file (no 1024-byte header with magic %d)", path, GPT2_MODEL_MAGIC); }
+    *c = (GPT2Config){h[2], h[3], h[7], h[4], h[5], h[6]};
+    return gpt2_config_validate(c, path);
+}
+
+// Writes array `arr` of the checkpoint's engine state (0 the master, 1 m, 2 v) at byte
+// `base` of fp in the model file's kind-major order, fp32 or bf16, unit by unit.
+static int tool_write_array(const CheckpointSet* s, const GPT2Config* c, int arr, FILE* fp, long base, int bf16) {
+    int nt = gpt2_num_tensors(c);
+    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
+    size_t largest = 0;
+    for (int u = 0; u < s->num_units; u++) { if (s->unit_numel[u] > largest) { largest = s->unit_numel[u]; } }
+    float* unit = (float*)malloc(largest * sizeof(float));
+    int rc = ranges != NULL && unit != NULL ? 0 : llmc_error("out of memory for a unit of %zu parameters", largest);
+    if (rc == 0) { gpt2_tensor_ranges(c, ranges); }
+    for (int u = 0, i = 0; u < s->num_units && rc == 0; u++) {
+        if (zero_state_read_range(&s->src, arr, u, 0, s->unit_numel[u], unit) != 0) { rc = llmc_error("%s", zero_errmsg()); }
+        for (; i < nt && ranges[i].unit == u && rc == 0; i++) {
+            const float* src = unit + ranges[i].offset;
+            size_t elem = bf16 ? 2 : 4;
+            int ok = fseek(fp, base + (long)(gpt2_file_offset(c, &ranges[i]) * elem), SEEK_SET) == 0 &&
+                     (bf16 ? gpt2_fwrite_bf16(src, ranges[i].size, fp) : fwrite(src, sizeof(float), ranges[i].size, fp) == ranges[i].size);
+            if (!ok) { rc = llmc_error("writing %s's %s failed: %s", arr == 0 ? "the model" : "the moments", gpt2_param_names[ranges[i].kind], strerror(errno)); }
+        }
+    }
+    free(unit);
+    free(ranges);
+    return rc;
+}
+
+static int tool_consolidate(const char* dir, int step, const char* out, int bf16) {
+    GPT2Config c;
+    CheckpointSet s;
+    if (tool_config(dir, step, &c) != 0 || checkpoint_set_open(&s, dir, step, &c) != 0) { return -1; }
+    AtomicFile f;
+    int version = bf16 ? GPT2_MODEL_VERSION_BF16 : GPT2_MODEL_VERSION_FP32;
+    int rc = atomic_open(&f, out);
+    if (rc == 0) {
+        int ok = gpt2_fwrite_header(f.fp, &c, version) && tool_write_array(&s, &c, 0, f.fp, 1024, bf16) == 0;
+        if (!ok) { atomic_abort(&f); rc = -1; } else { rc = atomic_commit(&f, 1); }
+    }
+    if (rc == 0) {
+        printf("wrote %s: %zu parameters (%s) from the master of %d ranks at ZeRO stage %d, step %d\n", out, gpt2_num_params(&c),
+               bf16 ? "bf16" : "fp32", s.world, s.src.head.stage, step);
+    }
+    checkpoint_set_close(&s);
+    return rc;
+}
+
+static int tool_extract_optimizer(const char* dir, int step, const char* out) {
+    GPT2Config c;
+    CheckpointSet s;
+    if (tool_config(dir, step, &c) != 0 || checkpoint_set_open(&s, dir, step, &c) != 0) { return -1; }
+    size_t n = gpt2_num_params(&c);
+    OptimizerFileHeader h = {OPTIMIZER_FILE_MAGIC, OPTIMIZER_FILE_VERSION, step, 0, n};
+    AtomicFile f;
+    int rc = atomic_open(&f, out);
+    if (rc == 0) {
+        long base = (long)sizeof(h);
+        int ok = fwrite(&h, sizeof(h), 1, f.fp) == 1 && tool_write_array(&s, &c, 1, f.fp, base, 0) == 0 &&
+                 tool_write_array(&s, &c, 2, f.fp, base + (long)(n * sizeof(float)), 0) == 0;
+        if (!ok) { atomic_abort(&f); rc = -1; } else { rc = atomic_commit(&f, 1); }
+    }
+    if (rc == 0) { printf("wrote %s: m and v of %zu parameters from %d ranks at ZeRO stage %d, step %d\n", out, n, s.world, s.src.head.stage, step); }
+    checkpoint_set_close(&s);
+    return rc;
+}
+
+static int tool_int_compare(const void* a, const void* b) { return (*(const int*)a > *(const int*)b) - (*(const int*)a < *(const int*)b); }
+
+// the steps that have any file in dir, sorted, into *steps (malloc'd); their count, or -1
+static int tool_steps(const char* dir, int** steps) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return llmc_error("cannot open checkpoint directory %s: %s", dir, strerror(errno)); }
+    int n = 0, cap = 16;
+    int* out = (int*)malloc(cap * sizeof(int));
+    struct dirent* e;
+    while (out != NULL && (e = readdir(d)) != NULL) {
+        int st, r;
+        if (sscanf(e->d_name, "state_%8d_%5d.bin", &st, &r) != 2 && sscanf(e->d_name, "DONE_%8d", &st) != 1 &&
+            sscanf(e->d_name, "model_%8d.bin", &st) != 1) { continue; }
+        int seen = 0;
+        for (int i = 0; i < n; i++) { seen |= out[i] == st; }
+        if (seen) { continue; }
+        if (n == cap) { cap *= 2; int* grown = (int*)realloc(out, cap * sizeof(int)); if (grown == NULL) { free(out); out = NULL; break; } out = grown; }
+        out[n++] = st;
+    }
+    closedir(d);
+    if (out == NULL) { return llmc_error("out of memory listing %s", dir); }
+    qsort(out, n, sizeof(int), tool_int_compare);
+    *steps = out;
+    return n;
+}
+
+static int tool_exists(const char* path) { FILE* fp = fopen(path, "rb"); if (fp != NULL) { fclose(fp); } return fp != NULL; }
+
+// one step's headers, rank by rank, with no need of the model's shape
+static int tool_inspect_step(const char* dir, int step) {
+    char path[4096];
+    CheckpointHeader h0;
+    ZeroStateHeader z0;
+    for (int q = 0, world = 1; q < world; q++) {
+        CheckpointHeader h;
+        ZeroStateHeader z;
+        checkpoint_state_path(path, sizeof(path), dir, step, q);
+        FILE* fp = fopen(path, "rb");
+        if (fp == NULL) { return llmc_error("cannot read %s (rank %d of %d): %s", path, q, world, strerror(errno)); }
+        int ok = fread(&h, sizeof(h), 1, fp) == 1 && h.magic == CHECKPOINT_MAGIC && h.version == CHECKPOINT_VERSION;
+        int zok = ok && zero_state_read_raw(fp, &z) == 0;
+        fclose(fp);
+        if (!ok) { return llmc_error("%s is not a train_gpt2_zero3 state file of version %d", path, CHECKPOINT_VERSION); }
+        if (!zok) { return llmc_error("%s: %s", path, zero_errmsg()); }
+        if (q == 0) {
+            h0 = h;
+            z0 = z;
+            world = h.world_size;
+            printf("step %d of %s\n", step, dir);
+            printf("  world size   %d\n", h.world_size);
+            printf("  ZeRO stage   %d\n", z.stage);
+            printf("  engine       %s\n", z.engine);
+            printf("  precision    %s (compute copy)\n", zero_state_precision(z.elem_bytes));
+            printf("  parameters   %llu (%llu padded)\n", (unsigned long long)h.num_params, (unsigned long long)z.padded_total);
+            printf("  step         %d\n", h.step);
+            printf("  batch        -b %d -t %d, %d accumulation steps, shuffle %d, seed %llu\n", h.B, h.T, h.grad_accum, h.shuffle,
+                   (unsigned long long)h.seed);
+        }
+        printf("  rank %-5d   data position: epoch %llu, shard %llu, batch %llu; engine state %llu bytes%s\n", q,
+               (unsigned long long)h.loader.epoch, (unsigned long long)h.loader.shard, (unsigned long long)h.loader.batch,
+               (unsigned long long)z.payload_bytes,
+               h.world_size != h0.world_size || h.rank != q || z.stage != z0.stage ? " (does not match rank 0's)" : "");
+    }
+    return 0;
+}
+
+static int tool_inspect(const char* dir, int step) {
+    int* steps = NULL;
+    int n = tool_steps(dir, &steps);
+    if (n < 0) { return -1; }
+    if (n == 0) { free(steps); return llmc_error("no checkpoint in %s", dir); }
+    char path[4096];
+    for (int i = 0; i < n; i++) {
+        int ranks = 0;
+        for (;; ranks++) {
+            checkpoint_state_path(path, sizeof(path), dir, steps[i], ranks);
+            if (!tool_exists(path)) { break; }
+        }
+        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, steps[i]);
+        int done = tool_exists(path);
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, steps[i]);
+        printf("step %8d  %-10s  %d state files%s\n", steps[i], done ? "complete" : "incomplete", ranks,
+               tool_exists(path) ? ", model file" : ", no model file");
+    }
+    if (step < 0) { step = steps[n - 1]; }
+    free(steps);
+    return tool_inspect_step(dir, step);
+}
+
+// Checks every file of the checkpoint of `step` against its manifest (llmc/checkpoint.h).
+// Returns 0, or -1 with llmc_errmsg() naming the first file or line that fails. An earlier
+// version's empty marker has nothing to check: a warning, and 0.
+static int tool_verify_step(const char* dir, int step, int verbose) {
+    CheckpointManifest m;
+    if (checkpoint_manifest_read(dir, step, &m) != 0) { return -1; }
+    int rc = checkpoint_manifest_check(dir, &m, 0, 1);
+    if (m.version == 0) {
+        fprintf(stderr, "warning: the checkpoint at step %d of %s has no checksums (an earlier version wrote it)\n", step, dir);
+    } else if (rc == 0 && verbose) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < m.nfiles; i++) { bytes += m.files[i].size; }
+        printf("step %8d  ok: %d files, %llu bytes, every size and CRC32C as its manifest says\n", step, m.nfiles,
+               (unsigned long long)bytes);
+    }
+    checkpoint_manifest_free(&m);
+    return rc;
+}
+
+// verify DIR [STEP]: one step, or every complete one; every failure printed, -1 if any
+static int tool_verify(const char* dir, int step) {
+    if (step >= 0) { return tool_verify_step(dir, step, 1); }
+    int* steps;
+    int n = checkpoint_steps(dir, &steps);
+    if (n == 0) { return llmc_error("no complete checkpoint (no DONE marker) in %s", dir); }
+    int failed = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        if (tool_verify_step(dir, steps[i], 1) != 0) {
+            printf("step %8d  FAILED: %s\n", steps[i], llmc_errmsg());
+            failed++;
+        }
+    }
+    free(steps);
+    if (failed > 0) { return llmc_error("%d of %d checkpoints in %s fail their checks", failed, n, dir); }
+    return 0;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: checkpoint_tool inspect DIR [STEP]\n"
+                    "       checkpoint_tool consolidate DIR STEP OUT.bin [--bf16]\n"
+                    "       checkpoint_tool extract-optimizer DIR STEP OUT\n"
+                    "       checkpoint_tool verify DIR [STEP]\n");
+}
+
+// a step argument: a non-negative integer
+static int parse_step(const char* s, int* step) {
+    char* end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 0 || v > 99999999) { return llmc_error("step '%s' is not a number in [0, 99999999]", s); }
+    *step = (int)v;
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc < 3) { usage(); return 2; }
+    const char* cmd = argv[1];
+    const char* dir = argv[2];
+    int step = -1, rc;
+    if (!strcmp(cmd, "inspect") && (argc == 3 || argc == 4)) {
+        rc = argc == 4 && parse_step(argv[3], &step) != 0 ? -1 : tool_inspect(dir, step);
+    } else if (!strcmp(cmd, "consolidate") && (argc == 5 || (argc == 6 && !strcmp(argv[5], "--bf16")))) {
+        rc = parse_step(argv[3], &step) != 0 || tool_verify_step(dir, step, 0) != 0 ? -1 : tool_consolidate(dir, step, argv[4], argc == 6);
+    } else if (!strcmp(cmd, "extract-optimizer") && argc == 5) {
+        rc = parse_step(argv[3], &step) != 0 || tool_verify_step(dir, step, 0) != 0 ? -1 : tool_extract_optimizer(dir, step, argv[4]);
+    } else if (!strcmp(cmd, "verify") && (argc == 3 || argc == 4)) {
+        rc = argc == 4 && parse_step(argv[3], &step) != 0 ? -1 : tool_verify(dir, step);
+    } else {
+        usage();
+        return 2;
+    }
+    if (rc != 0) { fprintf(stderr, "error: %s\n", llmc_errmsg()); return 1; }
+    return 0;
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Checkpoints you can trust (llmc/checkpoint.h, llmc/crc32c.h), CPU trainer:
+#   checksum      CRC32C gives the standard check value, in hardware and in software
+#   manifest      DONE_S lists every file with its size and checksum, and checksums itself
+#   damage        a flipped bit in a state or model file, a truncated file, a damaged
+#                 manifest: the resume names the file and falls back to the newest
+#                 checkpoint that passes, with losses equal to the last bit to a run
+#                 straight through; when none passes, a clear error
+#   old marker    an empty DONE_S (earlier versions) resumes with a warning
+#   keep          --keep-checkpoints K leaves the K newest complete checkpoints
+#   tool          ./checkpoint_tool verify: every file against the manifest; consolidate
+#                 refuses a damaged checkpoint
+#   durability    every file is fsync'ed before the marker that makes it count (strace)
+# Ends with "N passed, N failed".
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, expect_error
+
+TRAIN=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
+R="-e d2 -i $TRAIN -j $TRAIN -t 32 -b 2 -v 0 -s 0 -l 1e-3 --seed 5 -k constant -u 2 -c 0.1 --shuffle 1"
+
+# ---------------------------------------------------------------------------
+# the checksum itself: the standard check value (RFC 3720's CRC32C of "123456789"), the
+# hardware and the table path agreeing on odd lengths and offsets, pieces = whole
+cat > "$tmp/crc.c" <<'EOF'
+#include <stdio.h>
+#include <stdlib.h>
+#include "llmc/crc32c.h"
+int main(void) {
+    int bad = 0;
+    if (crc32c_update(0, "123456789", 9) != 0xE3069283u) { printf("check value %08x\n", crc32c_update(0, "123456789", 9)); bad = 1; }
+    unsigned char buf[1000];
+    for (int i = 0; i < 1000; i++) { buf[i] = (unsigned char)(i * 131 + 7); }
+    for (int off = 0; off < 9; off++) {
+        for (int n = 0; n < 300; n += 7) {
+            uint32_t soft = ~crc32c_soft(~0u, buf + off, n), all = crc32c_update(0, buf + off, n);
+            uint32_t parts = crc32c_update(crc32c_update(0, buf + off, n / 3), buf + off + n / 3, n - n / 3);
+            if (soft != all || parts != all) { printf("offset %d length %d: %08x %08x %08x\n", off, n, soft, all, parts); bad = 1; }
+        }
+    }
+    return bad;
+}
+EOF
+if cc -O1 -I. "$tmp/crc.c" -o "$tmp/crc" && "$tmp/crc"; then ok "CRC32C: check value 0xE3069283, hardware = table, pieces = whole"
+else bad "CRC32C is wrong"; fi
+
+# ---------------------------------------------------------------------------
+# 6 steps straight through, and 4 steps with checkpoints at 2 and 4, on 2 ranks
+run full 2 $R -x 6 || bad "setup: the straight run failed"
+losses "$tmp/full.json" > "$tmp/full.losses"
+run save 2 $R -x 4 -o "$tmp/ck" -n 2 || bad "setup: the run with checkpoints failed"
+
+# the manifest: its lines, sizes as on disk, its own checksum (computed here in Python,
+# independently of the C code)
+$PY - "$tmp/ck" <<'EOF' && ok "DONE_00000004 lists the model file and both state files with their sizes, and checksums itself" || bad "the manifest is not as documented"
+import os, sys
+d = sys.argv[1]
+text = open(f"{d}/DONE_00000004", "rb").read().decode()
+lines = text.split("\n")
+assert lines[0] == "train_gpt2_zero3 checkpoint manifest 1" and lines[1] == "step 4" and lines[2] == "world 2", lines[:3]
+files = [l.split() for l in lines[3:6]]
+assert [f[1] for f in files] == ["model_00000004.bin", "state_00000004_00000.bin", "state_00000004_00001.bin"], files
+for f in files:
+    assert f[0] == "file" and int(f[2]) == os.path.getsize(f"{d}/{f[1]}"), f
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c ^= b
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    return c ^ 0xFFFFFFFF
+body = "\n".join(lines[:6]) + "\n"
+assert lines[6] == "crc32c %08x" % crc32c(body.encode()) and lines[7] == "", lines[6:]
+EOF
+
+# flip one bit of byte OFFSET (negative: from the end) of FILE
+flip() { $PY -c "
+import sys, os
+p, off = sys.argv[1], int(sys.argv[2])
+f = open(p, 'r+b'); size = os.path.getsize(p); off = off % size
+f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x10])); f.close()" "$1" "$2"; }
+
+# resume_from CASE: copies the checkpoints to $tmp/CASE (the caller then damages step 4),
+# resumes to step 6 and checks that step 2 was used, with the losses of the straight run
+fresh() { rm -rf "$tmp/$1"; cp -r "$tmp/ck" "$tmp/$1"; }
+resume_check() {
+    local name=$1 needle=$2
+    run "$name" 2 $R -x 6 -o "$tmp/$name" -y 1
+    local rc=$?
+    losses "$tmp/$name.json" > "$tmp/$name.losses" 2> /dev/null
+    if [ $rc -eq 0 ] && grep -qF -- "$needle" "$tmp/$name.log" && grep -q "resumed from .* at step 2" "$tmp/$name.log" \
+        && tail -4 "$tmp/full.losses" | cmp -s - "$tmp/$name.losses"; then
+        ok "$name: named ($needle), resumed from step 2, losses bit-identical to the straight run"
+    else
+        bad "$name: exit $rc, $(grep -m3 -E 'warning|error|resumed' "$tmp/$name.log" | tr '\n' ' ')"
+    fi
+}
+
+fresh flip_state; flip "$tmp/flip_state/state_00000004_00001.bin" -4096
+resume_check flip_state "state_00000004_00001.bin fails its checksum"
+fresh flip_model; flip "$tmp/flip_model/model_00000004.bin" 2000
+resume_check flip_model "model_00000004.bin fails its checksum"
+fresh flip_header; flip "$tmp/flip_header/state_00000004_00000.bin" 8
+resume_check flip_header "state_00000004_00000.bin fails its checksum"
+fresh short; truncate -s -100 "$tmp/short/state_00000004_00000.bin"
+resume_check short "state_00000004_00000.bin has"
+fresh marker; sed -i 's/^step 4$/step 5/' "$tmp/marker/DONE_00000004"
+resume_check marker "the marker is damaged"
+fresh gone; rm "$tmp/gone/state_00000004_00001.bin"
+resume_check gone "cannot read $tmp/gone/state_00000004_00001.bin"
+
+# ./checkpoint_tool verify: every checkpoint of a directory, or one step; consolidate
+# refuses a damaged checkpoint
+if ./checkpoint_tool verify "$tmp/ck" > "$tmp/v.out" 2>&1 && [ "$(grep -c ' ok: 3 files' "$tmp/v.out")" = 2 ]; then
+    ok "checkpoint_tool verify: both checkpoints pass"
+else bad "checkpoint_tool verify on good checkpoints: $(tr '\n' ' ' < "$tmp/v.out")"; fi
+expect_error "checkpoint_tool verify names the damaged file" "state_00000004_00001.bin fails its checksum" ./checkpoint_tool verify "$tmp/flip_state"
+./checkpoint_tool verify "$tmp/flip_state" 2 > /dev/null 2>&1 && ok "checkpoint_tool verify DIR 2: the older checkpoint passes" || bad "verify of step 2 failed"
+expect_error "checkpoint_tool consolidate refuses a damaged checkpoint" "model_00000004.bin fails its checksum" \
+    ./checkpoint_tool consolidate "$tmp/flip_model" 4 "$tmp/cons.bin"
+[ ! -e "$tmp/cons.bin" ] && ok "nothing written from the damaged checkpoint" || bad "consolidate wrote from a damaged checkpoint"
+
+# nothing passes: a clear error, and nothing removed or rewritten
+fresh none; flip "$tmp/none/state_00000004_00000.bin" -10; flip "$tmp/none/state_00000002_00001.bin" -10
+ls -l --time-style=+%s.%N "$tmp/none" > "$tmp/none.before"
+expect_error "every checkpoint damaged" "no checkpoint in $tmp/none passes its checks" $MPIRUN -np 2 $BIN $R -x 6 -o "$tmp/none" -y 1
+ls -l --time-style=+%s.%N "$tmp/none" | grep -v main.log > "$tmp/none.after"
+grep -v main.log "$tmp/none.before" | cmp -s - "$tmp/none.after" && ok "the damaged checkpoints are left as they were" \
+    || bad "the failed resume changed the directory: $(diff "$tmp/none.before" "$tmp/none.after" | tr '\n' ' ')"
+
+# an earlier version's empty marker: resumed, with a warning, from step 4
+fresh old; : > "$tmp/old/DONE_00000004"
+run old 2 $R -x 6 -o "$tmp/old" -y 1 && grep -q "has no checksums" "$tmp/old.log" && grep -q "resumed from .* at step 4" "$tmp/old.log" \
+    && ok "an empty DONE marker of an earlier version resumes, with a warning" || bad "old marker: $(grep -m2 -E 'warning|error|resumed' "$tmp/old.log" | tr '\n' ' ')"
+
+# ---------------------------------------------------------------------------
+# --keep-checkpoints 2: after steps 1..5, only 4 and 5 remain, whole; nothing else left
+run keep 1 $R -x 5 -o "$tmp/keep" -n 1 --keep-checkpoints 2 || bad "setup: the --keep-checkpoints run failed"
+want="DONE_00000004 DONE_00000005 main.log model_00000004.bin model_00000005.bin state_00000004_00000.bin state_00000005_00000.bin"
+got=$(ls "$tmp/keep" | tr '\n' ' ' | sed 's/ $//')
+[ "$got" = "$want" ] && ok "--keep-checkpoints 2 leaves the two newest checkpoints and nothing of the older ones" || bad "--keep-checkpoints 2 left: $got"
+expect_error "--keep-checkpoints takes a count" "--keep-checkpoints" $BIN $R -x 1 --keep-checkpoints -1
+
+# ---------------------------------------------------------------------------
+# durability: the model and state files are fsync'ed (and their directory) before the
+# marker's rename, and the marker's directory after it
+if command -v strace > /dev/null; then
+    strace -f -e trace=fsync,rename -o "$tmp/strace" $BIN $R -x 2 -o "$tmp/sync" -n 2 > /dev/null 2>&1
+    $PY - "$tmp/strace" <<'EOF' && ok "model and state files and their directory are fsync'ed before DONE is renamed into place, and DONE after" \
+        || bad "fsync order: $(grep -E 'fsync|rename' "$tmp/strace" | head -12 | tr '\n' ' ')"
+import re, sys
+ev = []
+for line in open(sys.argv[1]):
+    m = re.search(r'(fsync|rename)\((.*)\)\s+= (-?\d+)', line)
+    if m: ev.append((m.group(1), m.group(2), int(m.group(3))))
+ren = [i for i, e in enumerate(ev) if e[0] == "rename" and e[2] == 0]
+name = lambda i: ev[i][1]
+done = [i for i in ren if "DONE_00000002.tmp" in name(i)]
+model = [i for i in ren if "model_00000002.bin.tmp" in name(i)]
+state = [i for i in ren if "state_00000002_00000.bin.tmp" in name(i)]
+assert done and model and state, ev
+fs = lambda a, b: sum(1 for i in range(a, b) if ev[i][0] == "fsync" and ev[i][2] == 0)
+# each file: fsync before its rename, the directory after it
+assert fs(0, model[0]) >= 1 and fs(model[0], state[0]) >= 2 and fs(state[0], done[0]) >= 2 and fs(done[0], len(ev)) >= 1, ev
+EOF
+else
+    bad "strace is not installed (scripts/install_deps.sh installs it)"
+fi
+
+finish

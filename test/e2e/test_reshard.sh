@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Resuming anywhere (universal checkpoints, zero3/reshard.h) and ./checkpoint_tool, on the
+# PyTorch reference's small model (test/e2e/ref_gpt2.py: L=2, C=64, V=211, units of odd
+# padding at 3 ranks) with a token shard of our own:
+#   resume      a checkpoint of step 3 resumed at another world size and/or ZeRO stage, with
+#               or without offload, gives the losses of steps 4-6 of an uninterrupted run at
+#               the new layout (same global batch): 2 -> 1 ranks (stage 1 -> 0, shuffled),
+#               1 -> 4 ranks (stage 0 -> 3, accumulation 2 -> 1 through -d), 2 ranks stage
+#               1 -> 3 (plain, optimizer offloaded to the host, everything on NVMe), 3 ranks
+#               stage 3 on NVMe -> 2 ranks stage 2 (source offloaded, odd shards)
+#   refusals    another -t, another global batch, shuffled chunks of another size, a missing
+#               rank's file: a message that says why, a non-zero exit, the checkpoint's
+#               files unchanged and no temporary left
+#   tool        consolidate equals the trainer's model file byte for byte (fp32 from 2 ranks
+#               at stage 1 and 2 ranks at stage 3, bf16 from 4 ranks at stage 3);
+#               extract-optimizer's m and v equal the state file of a 1-rank stage-0
+#               checkpoint, read here in Python; at one world size they do not depend on the
+#               stage that saved them; inspect names the world size, stage and positions
+# Ends with "N passed, N failed".
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
+TOOL=./checkpoint_tool
+
+if ! $PY test/e2e/ref_gpt2.py "$tmp" 8 > "$tmp/ref.log" 2>&1; then cat "$tmp/ref.log"; echo "0 passed, 1 failed"; exit 1; fi
+# a learnable shard (a successor rule 3 times in 4), long enough for 6 steps of 8 x 32 tokens
+$PY - "$tmp/data.bin" <<'EOF'
+import sys, numpy as np
+rng = np.random.RandomState(2)
+t = np.zeros(8192, dtype=np.int64)
+for i in range(1, len(t)):
+    t[i] = (t[i - 1] * 5 + 1) % 211 if rng.rand() < 0.75 else rng.randint(0, 211)
+h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, len(t)]
+with open(sys.argv[1], "wb") as f: f.write(h.tobytes()); f.write(t.astype(np.uint16).tobytes())
+EOF
+mkdir -p "$tmp/nvme"
+M="-e $tmp/model.bin -i $tmp/data.bin -j $tmp/data.bin -t 32 -v 0 -s 0 -k constant -u 2 -l 1e-3 -c 0.1 --seed 7"
+NVME="--offload-optimizer nvme --nvme-path $tmp/nvme --offload-param nvme --max-in-cpu 0"
+
+# Tolerance of the losses after a resume at another layout: the first 3 steps ran at the
+# old one, whose fp32 sums differ from the new one's in order only (sgemm over B/N rows,
+# the sum over ranks, accumulation into shards): a few ulps per gradient, which 3 AdamW
+# steps at lr 1e-3 turn into about 1e-6 on a loss of 5.4 (test_zero.sh measures the same
+# between world sizes). 2e-6 relative (about 1e-5 absolute) holds that with room, while
+# a wrong shard offset, a stale moment or a lost step moves the loss by 1e-3 or more.
+RTOL=2e-6
+maxrel() { $PY -c "
+import sys
+a=[float(x) for x in open(sys.argv[1])]; b=[float(x) for x in open(sys.argv[2])]
+print(max(abs(x-y)/abs(y) for x,y in zip(a,b)) if len(a)==len(b) and a else 'length-mismatch')" "$1" "$2"; }
+
+# resume_case NAME "OLD: ranks flags" "NEW: ranks flags": OLD to step 3 with a checkpoint,
+# NEW resumed from it to 6, against NEW uninterrupted to 6
+resume_case() {
+    local name=$1 old_n=$2 old=$3 new_n=$4 new=$5
+    rm -rf "$tmp/$name"
+    if ! run "${name}_old" "$old_n" $M $old -x 3 -n 3 -o "$tmp/$name"; then bad "$name: the old run"; return 1; fi
+    if ! run "${name}_res" "$new_n" $M $new -x 6 -n 3 -o "$tmp/$name" -y 1; then bad "$name: the resume"; return 1; fi
+    if ! grep -q "resumed from .* at step 3 (saved by $old_n ranks)" "$tmp/${name}_res.log"; then bad "$name: did not resume"; return 1; fi
+    if ! run "${name}_full" "$new_n" $M $new -x 6; then bad "$name: the uninterrupted run"; return 1; fi
+    losses "$tmp/${name}_full.json" | tail -3 > "$tmp/f"; losses "$tmp/${name}_res.json" > "$tmp/r"
+    local d r
+    d=$(maxdiff "$tmp/f" "$tmp/r"); r=$(maxrel "$tmp/r" "$tmp/f")
+    if within "$r" $RTOL; then ok "$name: steps 4-6 equal the uninterrupted run's (max abs $d, rel $r)"
+    else bad "$name: $(tr '\n' ' ' < "$tmp/r") vs $(tr '\n' ' ' < "$tmp/f") (abs $d, rel $r)"; fi
+}
+
+# ---------------------------------------------------------------------------
+# resume at another layout
+resume_case w2to1   2 "-b 4 -z 1 --shuffle 1"            1 "-b 8 -z 0 --shuffle 1"
+resume_case w1to4   1 "-b 4 -d 256 -z 0 --shuffle 0"     4 "-b 2 -d 256 -z 3 --shuffle 0"
+resume_case z1to3   2 "-b 4 -z 1"                         2 "-b 4 -z 3"
+resume_case z1to3c  2 "-b 4 -z 1"                         2 "-b 4 -z 3 --offload-optimizer cpu"
+resume_case z1to3n  2 "-b 4 -z 1"                         2 "-b 4 -z 3 $NVME"
+resume_case w3to2   3 "-b 2 -d 384 -z 3 --shuffle 0 $NVME" 2 "-b 3 -d 384 -z 2 --shuffle 0"
+
+# ---------------------------------------------------------------------------
+# refusals: the old checkpoint of w2to1 (2 ranks, -b 4, shuffled), resumed wrongly; its
+# files must stay as they were, and no temporary may stay behind
+mkdir -p "$tmp/ref_ck"
+cp "$tmp/w2to1"/*_00000003* "$tmp/ref_ck/"
+(cd "$tmp/ref_ck" && md5sum * > "$tmp/ref.md5")
+expect_error "another -t" "the data position would not mean the same sequences" \
+    $BIN $M -b 8 -t 16 --shuffle 1 -x 6 -o "$tmp/ref_ck" -y 1
+expect_error "another global batch" "a step would not mean the same batch" \
+    $MPIRUN -np 2 $BIN $M -b 2 --shuffle 1 -x 6 -o "$tmp/ref_ck" -y 1
+expect_error "shuffled chunks of another size" "the shuffled order would not be the same batches" \
+    $BIN $M -b 4 -d 256 --shuffle 1 -x 6 -o "$tmp/ref_ck" -y 1
+(cd "$tmp/ref_ck" && md5sum -c --quiet "$tmp/ref.md5" > /dev/null 2>&1) && [ -z "$(ls -A "$tmp/ref_ck" | grep reshard)" ] \
+    && ok "refused resumes leave the checkpoint as it was, no temporary" || bad "a refused resume changed $tmp/ref_ck: $(ls -A "$tmp/ref_ck")"
+mkdir -p "$tmp/miss_ck"
+# (the manifest would name the missing file first: test_checkpoint.sh; an earlier version's
+# empty marker leaves it to the resume's own check)
+cp "$tmp/ref_ck"/* "$tmp/miss_ck/"; rm "$tmp/miss_ck/state_00000003_00001.bin"; : > "$tmp/miss_ck/DONE_00000003"
+expect_error "a missing rank's state file" "state_00000003_00001.bin (rank 1 of the 2 that saved step 3)" \
+    $BIN $M -b 8 --shuffle 1 -x 6 -o "$tmp/miss_ck" -y 1
+
+# ---------------------------------------------------------------------------
+# the tool
+$TOOL consolidate "$tmp/w2to1" 3 "$tmp/c.bin" > /dev/null && cmp -s "$tmp/c.bin" "$tmp/w2to1/model_00000003.bin" \
+    && ok "consolidate (2 ranks, stage 1) equals model_S.bin" || bad "consolidate of 2 ranks at stage 1 differs from model_S.bin"
+$TOOL consolidate "$tmp/z1to3" 6 "$tmp/c.bin" > /dev/null && cmp -s "$tmp/c.bin" "$tmp/z1to3/model_00000006.bin" \
+    && ok "consolidate (2 ranks, stage 3) equals model_S.bin" || bad "consolidate of 2 ranks at stage 3 differs from model_S.bin"
+rm -rf "$tmp/bf"; cp -r "$tmp/w1to4" "$tmp/bf"
+if run bf16 4 $M -b 2 -d 256 -z 3 --shuffle 0 -x 7 -n 7 -o "$tmp/bf" -y 1 --save-bf16 1; then
+    $TOOL consolidate "$tmp/bf" 7 "$tmp/c.bin" --bf16 > /dev/null && cmp -s "$tmp/c.bin" "$tmp/bf/model_00000007.bin" \
+        && ok "consolidate --bf16 (4 ranks, stage 3) equals the bf16 model_S.bin" || bad "consolidate --bf16 differs"
+else bad "the bf16 run"; fi
+# m and v of a 1-rank stage-0 checkpoint (w2to1's step 6), read straight from its state
+# file (host layout: params, m, v, each the padded model, units padded to 16 floats) and
+# put in llm.c's kind-major order here, against extract-optimizer
+$TOOL extract-optimizer "$tmp/w2to1" 6 "$tmp/opt.bin" > /dev/null
+$PY - "$tmp/w2to1/state_00000006_00000.bin" "$tmp/opt.bin" <<'EOF' && ok "extract-optimizer equals the 1-rank state's m and v" || bad "extract-optimizer"
+import sys, numpy as np
+L, C, maxT, Vp = 2, 64, 64, 256
+block = [("ln1w", C), ("ln1b", C), ("qkvw", 3*C*C), ("qkvb", 3*C), ("attprojw", C*C), ("attprojb", C), ("ln2w", C),
+         ("ln2b", C), ("fcw", 4*C*C), ("fcb", 4*C), ("fcprojw", 4*C*C), ("fcprojb", C)]
+units = [[("wte", Vp*C), ("wpe", maxT*C)]] + [[(k, n) for k, n in block] for _ in range(L)] + [[("lnfw", C), ("lnfb", C)]]
+kinds = ["wte", "wpe"] + [k for k, _ in block] + ["lnfw", "lnfb"]
+raw = open(sys.argv[1], "rb").read()
+off = 88 + 72   # CheckpointHeader, ZeroStateHeader
+padded = sum(-(-sum(n for _, n in u) // 16) * 16 for u in units)
+numel = sum(n for u in units for _, n in u)
+def kind_major(arr):   # unit-major padded -> kind-major unpadded
+    parts, at = {}, 0
+    for li, u in enumerate(units):
+        o = at
+        for k, n in u: parts.setdefault(k, []).append(arr[o:o+n]); o += n
+        assert not arr[o:at + -(-sum(n for _, n in u) // 16) * 16].any(), "padding is not zero"
+        at += -(-sum(n for _, n in u) // 16) * 16
+    return np.concatenate([p for k in kinds for p in parts[k]])
+m = np.frombuffer(raw, np.float32, padded, off + 4*padded); v = np.frombuffer(raw, np.float32, padded, off + 8*padded)
+out = open(sys.argv[2], "rb").read()
+magic, version, step, _, n = np.frombuffer(out[:16], np.int32).tolist() + [int(np.frombuffer(out[16:24], np.uint64)[0])]
+assert (magic, version, step, n) == (20241126, 1, 6, numel), (magic, version, step, n)
+em = np.frombuffer(out, np.float32, numel, 24); ev = np.frombuffer(out, np.float32, numel, 24 + 4*numel)
+assert np.array_equal(kind_major(m), em) and np.array_equal(kind_major(v), ev) and em.any() and ev.any()
+EOF
+# the same 2-rank trajectory saved at stages 1 and 3 (z1to3's uninterrupted run is stage 3;
+# the same at stage 1 here): the arithmetic is the same, the layouts are not
+if run s1 2 $M -b 4 -z 1 -x 6 -n 6 -o "$tmp/s1" && run s3 2 $M -b 4 -z 3 -x 6 -n 6 -o "$tmp/s3" &&
+   $TOOL extract-optimizer "$tmp/s1" 6 "$tmp/o1.bin" > /dev/null && $TOOL extract-optimizer "$tmp/s3" 6 "$tmp/o3.bin" > /dev/null; then
+    cmp -s "$tmp/o1.bin" "$tmp/o3.bin" && ok "extract-optimizer: stage 1 and stage 3 of one run give the same m and v" \
+        || bad "extract-optimizer: stages 1 and 3 differ"
+else bad "the stage 1 / stage 3 runs"; fi
+$TOOL inspect "$tmp/w3to2" 3 > "$tmp/insp" 2>&1
+grep -q "world size   3" "$tmp/insp" && grep -q "ZeRO stage   3" "$tmp/insp" && grep -q "rank 2 .*data position: epoch 0, shard 0, batch 6" "$tmp/insp" \
+    && grep -q "step        3  complete    3 state files" "$tmp/insp" && grep -q "step        6  complete    2 state files" "$tmp/insp" \
+    && ok "inspect: steps, world size, stage, data position" || bad "inspect: $(cat "$tmp/insp")"
+expect_error "inspect: a step not there" "state_00000004_00000.bin" $TOOL inspect "$tmp/w3to2" 4
+expect_error "consolidate: no checkpoint" "DONE_00000009" $TOOL consolidate "$tmp/w3to2" 9 "$tmp/x.bin"
+
+finish
