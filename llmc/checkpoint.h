@@ -54,6 +54,7 @@
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_write_model_version
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state and its master
+#include "zero3/watchdog.h"   // zero_watch_enter/leave: the barrier and the checksums' gather told to --collective-timeout's watchdog
 #include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
 #include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
 #include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
@@ -333,7 +334,10 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
     if (h->rank == 0 && remove(path) != 0 && errno != ENOENT) {
         return llmc_error("checkpoint at step %d: cannot remove the old marker %s: %s", h->step, path, strerror(errno));
     }
-    if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
+    zero_watch_enter("barrier before the checkpoint", -1);
+    int brc = MPI_Barrier(MPI_COMM_WORLD);
+    zero_watch_leave();
+    if (brc != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
     float* full = h->rank == 0 ? (float*)malloc(h->num_params * sizeof(float)) : NULL;
     if (h->rank == 0 && full == NULL) { return llmc_error("checkpoint at step %d: out of memory for the model", h->step); }
     if (zero_gather(z, full) != 0) { free(full); return llmc_error("checkpoint at step %d: %s", h->step, zero_errmsg()); }
@@ -358,7 +362,10 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
     // then, every file being on disk (AtomicFile fsyncs), is the checkpoint complete
     uint64_t* sums = h->rank == 0 ? (uint64_t*)malloc(2 * sizeof(uint64_t) * ((size_t)h->world_size + 1)) : NULL;
     if (h->rank == 0 && sums == NULL) { return llmc_error("checkpoint at step %d: out of memory for the manifest", h->step); }
-    if (MPI_Gather(state_sum, 2, MPI_UINT64_T, h->rank == 0 ? sums + 2 : NULL, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    zero_watch_enter("gather of the checkpoint's checksums", -1);
+    int grc = MPI_Gather(state_sum, 2, MPI_UINT64_T, h->rank == 0 ? sums + 2 : NULL, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    zero_watch_leave();
+    if (grc != MPI_SUCCESS) {
         free(sums);
         return llmc_error("checkpoint at step %d: gathering the checksums failed", h->step);
     }

@@ -24,9 +24,10 @@
 #include <stdlib.h>           // exit, malloc
 #include <string.h>           // strstr, memset
 #include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
-#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
+#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead; sigaction: SIGTERM, SIGUSR1
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
+#include <fcntl.h>            // open: main.log appended without following a link
 #include <mpi.h>              // ranks, the checks across ranks
 #include <cjson/cJSON.h>      // the --report JSON
 #include "llmc/utils.h"       // llmc_error, AtomicFile
@@ -41,6 +42,14 @@
 #include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe, zero_hash_bytes
 #include "zero3/zero.h"       // Zero: the engine's interface; zero_now_ms (zero3/util.h)
 #include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
+#include "zero3/nvme.h"       // nvme_remove_all: no swap file outlives a failed run
+
+// Every failure after start-up ends here, after its message: this rank's swap files go
+// (MPI_Abort runs no cleanup), then the whole job stops.
+static void trainer_abort(void) {
+    nvme_remove_all();
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
 
 static void mpi_check(int rc, const char* file, int line) {
     if (rc != MPI_SUCCESS) {
@@ -48,15 +57,17 @@ static void mpi_check(int rc, const char* file, int line) {
         int len = 0;
         MPI_Error_string(rc, msg, &len);
         fprintf(stderr, "error: MPI: %s [%s:%d]\n", msg, file, line);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        trainer_abort();
     }
 }
 #define mpiCheck(rc) mpi_check((rc), __FILE__, __LINE__)
+// a blocking MPI call of the trainer, told to --collective-timeout's watchdog as `what`
+#define mpiWatched(what, call) do { zero_watch_enter(what, -1); int rc_ = (call); zero_watch_leave(); mpiCheck(rc_); } while (0)
 
 // An engine call failed: a bug, a dead rank or a device error. Stop every rank.
 static void zero_fail(const char* file, int line) {
     fprintf(stderr, "error: %s [%s:%d]\n", zero_errmsg(), file, line);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    trainer_abort();
 }
 #define zeroCheck(rc) do { if ((rc) != 0) { zero_fail(__FILE__, __LINE__); } } while (0)
 
@@ -80,28 +91,53 @@ static inline void grads_reduce(Zero* z, int u) { zeroCheck(zero_reduce(z, u)); 
 // a trainer-layer call failed on this rank: stop every rank
 static void trainer_fail(int rank) {
     fprintf(stderr, "error: rank %d: %s\n", rank, llmc_errmsg());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    trainer_abort();
 }
 
 // errors found before training starts, the same on every rank: print once, stop all
 static void die_all(int rank, const char* msg) {
     if (rank == 0) { fprintf(stderr, "error: %s\n", msg); }
+    zero_watchdog_stop();
     MPI_Finalize();
     exit(EXIT_FAILURE);
 }
 
-// one line of llm.c's main.log ("s:%d trl:%f" / "s:%d tel:%f"), from rank 0
+// One line of llm.c's main.log ("s:%d trl:%f" / "s:%d tel:%f"), from rank 0. A line that
+// cannot be written (a full disk, a file-size limit) stops the run: a log with holes would
+// pass for a complete one. Opened without following a link: start-up checked the path.
 static void log_line(const char* dir, int rank, const char* fmt, int step, float value) {
     if (dir == NULL || rank != 0) { return; }
     char path[4096];
     snprintf(path, sizeof(path), "%s/main.log", dir);
-    FILE* fp = fopenCheck(path, "a");
-    fprintf(fp, fmt, step, value);
-    fclose(fp);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE* fp = fd >= 0 ? fdopen(fd, "a") : NULL;
+    int ok = fp != NULL && fprintf(fp, fmt, step, value) > 0;
+    int err = errno;
+    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
+    if (fp == NULL && fd >= 0) { close(fd); }
+    if (!ok) {
+        fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(err));
+        trainer_abort();
+    }
 }
 
-static float allreduce_mean(float x, int world) {
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+// SIGTERM or SIGUSR1 (a scheduler's preemption notice) received: its number, acted on at
+// the next step boundary (trainer_run: a checkpoint, then a clean exit). The handler also
+// removes this rank's swap files by name (the open files stay usable): if the signal is
+// mpirun ending the job after another rank failed, a SIGKILL follows and nothing else would.
+static volatile sig_atomic_t trainer_stop_signal;
+
+static void trainer_on_signal(int sig) {
+    trainer_stop_signal = sig;
+    nvme_remove_all();
+}
+
+static const char* trainer_signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+static float allreduce_mean(float x, int world, const char* what) {
+    mpiWatched(what, MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     return x / world;
 }
 
@@ -136,13 +172,23 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
     mpiCheck(MPI_Init(argc, argv));
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &t->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &t->world));
+    // after MPI_Init, so that these are ours; SA_RESETHAND: a second signal ends the rank
+    // at once, for whoever will not wait for the checkpoint
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = trainer_on_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     int rc = args_parse(&t->tc, *argc, *argv);
     if (rc == 1) {
         if (t->rank == 0) { args_usage(stdout, program); }
         MPI_Finalize();
         exit(EXIT_SUCCESS);
     }
-    if (rc != 0) { die_all(t->rank, llmc_errmsg()); }
+    if (rc != 0 || llmc_input_add(t->tc.ds_config, "--ds-config") != 0) { die_all(t->rank, llmc_errmsg()); }
+    if (zero_watchdog_start(t->tc.collective_timeout, MPI_COMM_WORLD) != 0) { die_all(t->rank, zero_errmsg()); }
     if (t->rank == 0 && t->tc.warnings[0] != '\0') { fputs(t->tc.warnings, stderr); }
     MPI_Comm local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &local));
@@ -161,7 +207,9 @@ static void trainer_model(Trainer* t, int with_params) {
     const TrainConfig* tc = &t->tc;
     t->params = NULL;
     if (access(tc->model, F_OK) == 0) {
-        if (gpt2_read_model(tc->model, &t->config, &t->params) != 0) { die_all(t->rank, llmc_errmsg()); }
+        if (gpt2_read_model(tc->model, &t->config, &t->params) != 0 || llmc_input_add(tc->model, "-e") != 0) {
+            die_all(t->rank, llmc_errmsg());
+        }
     } else {
         if (strstr(tc->model, ".bin") != NULL) {
             char msg[4200];
@@ -236,7 +284,7 @@ static void trainer_check_ranks(const Trainer* t) {
     h[1] = x;
     h[2] = zero_hash_bytes(0xcbf29ce484222325ull, &t->config, sizeof(t->config));
     uint64_t h0[3] = {h[0], h[1], h[2]};
-    mpiCheck(MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    mpiWatched("broadcast of the run's hashes", MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
     static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
                                         "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --max-skipped-steps --shuffle --zero-backend --dpu)",
                                         "model shape (-e)"};
@@ -247,9 +295,56 @@ static void trainer_check_ranks(const Trainer* t) {
             bad = 1;
         }
     }
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    mpiWatched("all-reduce of the ranks' agreement", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (bad) {
         if (t->rank == 0) { fprintf(stderr, "error: the ranks disagree (see above); every rank must get the same flags and files\n"); }
+        zero_watchdog_stop();
+        MPI_Finalize();
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Where the run will write, checked before it starts, after its inputs are known (so that
+// no output replaces one): -o a directory every rank can create files in, its main.log
+// (rank 0) no link, FIFO or input; --report's directory writable and its path neither
+// (rank 0); --nvme-path a writable directory (every rank, with NVMe offload). Every rank
+// says what it found wrong, naming the path; then all stop.
+static void trainer_check_outputs(Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    int bad = 0;
+    for (size_t i = 0; i < t->train.num_shards && !bad; i++) { bad = llmc_input_add(t->train.shard_paths[i], "-i") != 0; }
+    for (size_t i = 0; tc->val_every > 0 && i < t->val.num_shards && !bad; i++) { bad = llmc_input_add(t->val.shard_paths[i], "-j") != 0; }
+    if (bad || llmc_input_add(tc->tokenizer, "--tokenizer") != 0) { trainer_fail(t->rank); }
+    char path[4200];
+    const char* flag = NULL;
+    if (!bad && tc->output_dir != NULL) {
+        flag = "-o";
+        bad = output_dir_check(tc->output_dir) != 0;
+        snprintf(path, sizeof(path), "%s/main.log", tc->output_dir);
+        if (!bad && t->rank == 0) { bad = output_check(path) != 0; }
+    }
+    if (!bad && tc->report != NULL && t->rank == 0) {
+        flag = "--report";
+        snprintf(path, sizeof(path), "%s", tc->report);
+        char* slash = strrchr(path, '/');
+        if (slash == path) { slash[1] = '\0'; } else if (slash != NULL) { *slash = '\0'; } else { strcpy(path, "."); }
+        if (output_dir_check(path) != 0) {
+            char why[1024];
+            snprintf(why, sizeof(why), "%s", llmc_errmsg());
+            bad = llmc_error("cannot write the report %s: %s", tc->report, why) != 0;
+        } else {
+            bad = output_check(tc->report) != 0;
+        }
+    }
+    int nvme = tc->zero.offload_optimizer == ZERO_OFFLOAD_NVME || tc->zero.offload_param == ZERO_OFFLOAD_NVME;
+    if (!bad && nvme && tc->zero.nvme_path[0] != '\0') {
+        flag = "--nvme-path";
+        bad = output_dir_check(tc->zero.nvme_path) != 0;
+    }
+    if (bad) { fprintf(stderr, "error: rank %d: flag %s: %s\n", t->rank, flag, llmc_errmsg()); }
+    mpiWatched("all-reduce of the output checks", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        zero_watchdog_stop();
         MPI_Finalize();
         exit(EXIT_FAILURE);
     }
@@ -269,12 +364,12 @@ static void trainer_setup(Trainer* t) {
 
     if (tc->output_dir != NULL) {
         struct stat st;
-        int bad = 0;
-        if (rank == 0 && stat(tc->output_dir, &st) != 0 && mkdir(tc->output_dir, 0755) != 0) { bad = 1; }
-        mpiCheck(MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        int bad = 0, err = 0;
+        if (rank == 0 && lstat(tc->output_dir, &st) != 0 && mkdir(tc->output_dir, 0755) != 0) { bad = 1; err = errno; }
+        mpiWatched("broadcast of the output directory's creation", MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (bad) {
             char msg[4200];
-            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s", tc->output_dir);
+            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s: %s", tc->output_dir, strerror(err));
             die_all(rank, msg);
         }
     } else if (tc->checkpoint_every > 0 || tc->resume) {
@@ -316,6 +411,7 @@ static void trainer_setup(Trainer* t) {
     }
     // <|endoftext|>, or the last token of a smaller vocabulary
     t->start_token = t->have_tokenizer ? (int)t->tokenizer.eot_token : (V > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : V - 1);
+    trainer_check_outputs(t);
 }
 
 static void trainer_finish(Trainer* t) {
@@ -323,6 +419,7 @@ static void trainer_finish(Trainer* t) {
     if (t->loaders_ready) { dataloader_free(&t->train); }
     if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }
     free(t->params);
+    zero_watchdog_stop();
     MPI_Finalize();
 }
 
@@ -496,7 +593,7 @@ static float trainer_validate(Trainer* t, const TrainerModel* m) {
         if (dataloader_next_batch(&t->val) != 0) { trainer_fail(t->rank); }
         sum += m->eval_loss(m->self, t->val.inputs, t->val.targets);
     }
-    return allreduce_mean((float)(sum / t->val_steps), t->world);
+    return allreduce_mean((float)(sum / t->val_steps), t->world, "all-reduce of the validation loss");
 }
 
 // -s: a sample of -g tokens from start_token, one forward over the prefix per token. Every
@@ -543,7 +640,7 @@ static void trainer_memory(const TrainerModel* m, double* out) {
 // gathers every rank's figures to rank 0 (all: (world, MEM_FIELDS)); print: rank 0
 // prints one line per rank, `where` naming the compute memory ("" or "GPU ")
 static void memory_gather(const double* mine, double* all, int rank, int world, int print, const char* where) {
-    mpiCheck(MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    mpiWatched("gather of the memory figures", MPI_Gather(mine, MEM_FIELDS, MPI_DOUBLE, all, MEM_FIELDS, MPI_DOUBLE, 0, MPI_COMM_WORLD));
     for (int r = 0; print && rank == 0 && r < world; r++) {
         const double* x = all + r * MEM_FIELDS;
         printf("memory rank %d (MiB): %sparams %.1f, grads %.1f, optimizer %.1f, buffers %.1f, activations %.1f",
@@ -748,8 +845,8 @@ static int trainer_params_finite(const Trainer* t, const TrainerModel* m, char* 
         if (!isfinite(full[i])) { bad = (long long)i; value = full[i]; }
     }
     free(full);
-    mpiCheck(MPI_Bcast(&bad, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
-    mpiCheck(MPI_Bcast(&value, 1, MPI_FLOAT, 0, MPI_COMM_WORLD));
+    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&bad, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&value, 1, MPI_FLOAT, 0, MPI_COMM_WORLD));
     if (bad >= 0) { snprintf(msg, len, "parameter %lld of %zu (unit order) is %f", bad, n, value); }
     return bad < 0;
 }
@@ -783,7 +880,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     int rank = t->rank, world = t->world;
     LRScheduler sched;
     memset(&sched, 0, sizeof(sched));
-    llmcCheck(lr_scheduler_init(&sched, tc->lr_schedule, tc->lr, tc->warmup, t->max_steps, tc->final_lr_frac));
+    if (lr_scheduler_init(&sched, tc->lr_schedule, tc->lr, tc->warmup, t->max_steps, tc->final_lr_frac) != 0) { trainer_fail(rank); }
     Rng sample_rng;
     rng_init(&sample_rng, tc->seed ^ 0xA5A5A5A5ull);
     int skipped = 0;  // optimizer steps skipped so far (non-finite loss or norm): AdamW's t did not advance
@@ -809,6 +906,10 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
 
     for (int step = start_step; step <= t->max_steps; step++) {
         int last_step = step == t->max_steps;
+        // a signal on any rank stops every rank at this step: one int per step
+        zero_watch_step(step + 1);
+        int stop = trainer_stop_signal;
+        mpiWatched("all-reduce of the stop signal", MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
         // --dpu: the last update is still running; the final evaluation, samples and
         // checkpoint see it applied
         if (last_step) { zeroCheck(zero_flush(m->zero)); }
@@ -819,10 +920,23 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
             vals[nvals++] = (ValRecord){step, val_loss};
         }
         if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) { trainer_sample(t, m, &sample_rng); }
+        int saved = 0;
         if (tc->checkpoint_every > 0 && step > start_step && (step % tc->checkpoint_every == 0 || last_step)) {
             trainer_checkpoint(t, m, step, skipped, &sample_rng);
+            saved = 1;
         }
         if (last_step) { break; }
+        if (stop) {
+            // where a -n checkpoint of this step would be, so that -y 1 continues the same run;
+            // a resumed run signalled before its first step has its checkpoint already
+            if (tc->output_dir == NULL) {
+                if (rank == 0) { printf("received %s at step %d: no checkpoint without -o, exiting\n", trainer_signal_name(stop), step); }
+            } else {
+                if (!saved && !(step == start_step && start_step > 0)) { trainer_checkpoint(t, m, step, skipped, &sample_rng); }
+                if (rank == 0) { printf("received %s: saved checkpoint at step %d in %s, exiting\n", trainer_signal_name(stop), step, tc->output_dir); }
+            }
+            break;
+        }
 
         if (m->range_push != NULL) { m->range_push("step"); }
         ZeroStats before;
@@ -838,7 +952,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         // the loss before the update: every rank sees the same mean, so all skip alike
         float my_loss = (float)(m->train_loss(m->self) / t->grad_accum);
         if (step == nan_step && rank == world - 1) { my_loss = NAN; }
-        float loss = allreduce_mean(my_loss, world);
+        float loss = allreduce_mean(my_loss, world, "all-reduce of the loss");
         float lr = lr_scheduler_get(&sched, step);
         // AdamW's 1-based step counts only the updates made, as DeepSpeed's does over overflows
         ZeroStep zs = {lr, tc->weight_decay, tc->grad_clip, step + 1 - skipped, tc->seed, !isfinite(loss)};
@@ -885,7 +999,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     if (rank == 0 && tc->report != NULL &&
         trainer_report(t, m, steps, nsteps, vals, nvals, mem_all, &traffic, flops_per_token) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        trainer_abort();
     }
     int last = nsteps > 0 ? steps[nsteps - 1].step + 1 : start_step;
     free(steps); free(vals); free(mem_all);

@@ -16,8 +16,9 @@
 #include <stdarg.h>  // va_list for llmc_error
 #include <string.h>  // strerror
 #include <errno.h>   // errno
-#include <fcntl.h>   // open: a directory, to fsync it
-#include <unistd.h>  // fsync, close
+#include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile; a directory, to fsync it
+#include <unistd.h>  // fsync, close, unlink
+#include <sys/stat.h> // lstat, stat: what is at an output's path, st_dev/st_ino of the inputs
 
 // ----------------------------------------------------------------------------
 // error messages of library code: one line, kept per thread
@@ -104,13 +105,100 @@ typedef struct {
     char tmp[4104];
 } AtomicFile;
 
-// opens PATH.tmp for writing; -1 with llmc_errmsg() naming it when that fails
+// ----------------------------------------------------------------------------
+// the run's inputs, which no output may replace
+
+// The files a run reads (-e, the shards, the tokenizer, --ds-config), by device and inode:
+// an output given the same file under another name (a link, "./x", a typo of -o) would
+// destroy what the run, or the next one, reads.
+typedef struct { dev_t dev; ino_t ino; char what[32]; } LlmcInput;
+static LlmcInput* llmc_inputs;
+static int llmc_num_inputs;
+
+// records PATH as an input, named by the flag that gave it (`what`); a path that does not
+// exist (a descriptor such as d12) is no file and is skipped; -1 only when out of memory
+static inline int llmc_input_add(const char* path, const char* what) {
+    struct stat st;
+    if (path == NULL || stat(path, &st) != 0) { return 0; }
+    LlmcInput* grown = (LlmcInput*)realloc(llmc_inputs, (llmc_num_inputs + 1) * sizeof(LlmcInput));
+    if (grown == NULL) { return llmc_error("out of memory recording the input %s", path); }
+    llmc_inputs = grown;
+    LlmcInput* in = &llmc_inputs[llmc_num_inputs++];
+    in->dev = st.st_dev;
+    in->ino = st.st_ino;
+    snprintf(in->what, sizeof(in->what), "%s", what);
+    return 0;
+}
+
+// what a non-regular file is, for the messages
+static inline const char* llmc_file_kind(mode_t m) {
+    if (S_ISLNK(m)) { return "a symlink"; }
+    if (S_ISDIR(m)) { return "a directory"; }
+    if (S_ISFIFO(m)) { return "a FIFO"; }
+    if (S_ISSOCK(m)) { return "a socket"; }
+    if (S_ISCHR(m) || S_ISBLK(m)) { return "a device"; }
+    return "not a regular file";
+}
+
+// 0 when an output may go to PATH: nothing is there, or a regular file that is no input of
+// this run. Else -1, llmc_errmsg() naming PATH and why: a rename over a symlink, a FIFO or
+// a device replaces what someone put there on purpose, and one over an input destroys it.
+static inline int output_check(const char* path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) { return 0; }
+        return llmc_error("cannot check the output %s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) { return llmc_error("refusing to replace %s: it is %s", path, llmc_file_kind(st.st_mode)); }
+    for (int i = 0; i < llmc_num_inputs; i++) {
+        if (llmc_inputs[i].dev == st.st_dev && llmc_inputs[i].ino == st.st_ino) {
+            return llmc_error("refusing to replace %s: it is an input of this run (%s)", path, llmc_inputs[i].what);
+        }
+    }
+    return 0;
+}
+
+// 0 when DIR is a directory this process can create files in (tried: permissions alone do
+// not tell, root passes them on a read-only mount); else -1, llmc_errmsg() naming DIR
+static inline int output_dir_check(const char* dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) { return llmc_error("%s: %s", dir, strerror(errno)); }
+    if (!S_ISDIR(st.st_mode)) { return llmc_error("%s is not a directory", dir); }
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/.write_test_%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) { return llmc_error("cannot create files in %s: %s", dir, strerror(errno)); }
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+// Opens PATH.tmp for writing, after output_check(PATH); -1 with llmc_errmsg() naming the
+// path when that fails. The temporary is created afresh (O_EXCL) and never through a link
+// (O_NOFOLLOW); a regular one is an earlier crash's leftover and is replaced, anything
+// else there is refused.
 static inline int atomic_open(AtomicFile* f, const char* path) {
     f->fp = NULL;
     if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path)) { return llmc_error("path too long: %s", path); }
     snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path);
-    f->fp = fopen(f->tmp, "wb");
-    if (f->fp == NULL) { return llmc_error("cannot create %s: %s", f->tmp, strerror(errno)); }
+    if (output_check(path) != 0) { return -1; }
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = open(f->tmp, flags, 0666);
+    if (fd < 0 && errno == EEXIST) {
+        struct stat st;
+        if (lstat(f->tmp, &st) == 0 && !S_ISREG(st.st_mode)) {
+            return llmc_error("refusing to replace %s: it is %s", f->tmp, llmc_file_kind(st.st_mode));
+        }
+        if (unlink(f->tmp) == 0) { fd = open(f->tmp, flags, 0666); }
+    }
+    if (fd < 0) { return llmc_error("cannot create %s: %s", f->tmp, strerror(errno)); }
+    f->fp = fdopen(fd, "wb");
+    if (f->fp == NULL) {
+        int err = errno;
+        close(fd);
+        unlink(f->tmp);
+        return llmc_error("cannot create %s: %s", f->tmp, strerror(err));
+    }
     return 0;
 }
 

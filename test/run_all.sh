@@ -56,6 +56,7 @@ run_suite "input validation, non-finite steps" bash test/e2e/test_validation.sh
 run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
+run_suite "faults (MPI)"          bash test/e2e/test_faults.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
 run_suite "fuzzing the readers"   bash test/fuzz/run_fuzz.sh
 # the engine's units, its collectives and the offload suite (stages 1-3 at 1 and 2 ranks,

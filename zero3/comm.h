@@ -70,6 +70,7 @@
 #include <limits.h>   // INT_MAX: the bound of an MPI count
 #include <mpi.h>      // MPI_Comm, MPI_Request, the collectives, MPI_Wtime
 #include "zero3/util.h"   // zero_error: the 0 / -1 error convention
+#include "zero3/watchdog.h"  // zero_watch_enter/leave: every blocking wait told to --collective-timeout's watchdog
 
 #ifndef ZERO_COMM_CHUNK
 #define ZERO_COMM_CHUNK ((size_t)1 << 30)  // elements per MPI call, must be 1..INT_MAX
@@ -87,7 +88,9 @@ typedef struct {
     double wait_ms;       // cumulative wall time spent blocked in zero_comm_wait and in blocking collectives
 } ZeroComm;
 
-typedef struct { MPI_Request reqs[16]; int n; int kind; } ZeroRequest;   // one nonblocking collective (possibly chunked)
+// one nonblocking collective (possibly chunked); unit: the unit it moves, for the
+// watchdog's message (set by the request's owner; -1 for a blocking call's)
+typedef struct { MPI_Request reqs[16]; int n; int kind; int unit; } ZeroRequest;
 
 // ----------------------------------------------------------------------------
 // internals
@@ -181,7 +184,9 @@ static inline void zero_comm_abandon(ZeroRequest* r) {
 static inline int zero_comm_finish_blocking(ZeroComm* c, ZeroRequest* r, double t0) {
     int rc = 0;
     if (r->n > 0) {
+        zero_watch_enter(zero_comm_kind_name(r->kind), r->unit);
         int mrc = MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE);
+        zero_watch_leave();
         r->n = 0;
         if (mrc != MPI_SUCCESS) { rc = zero_comm_mpi_error(zero_comm_kind_name(r->kind), mrc); }
     }
@@ -235,6 +240,7 @@ static inline void zero_comm_free(ZeroComm* c) {
 // blocking call), emptied, and the call counted
 static inline ZeroRequest* zero_comm_begin(ZeroComm* c, ZeroRequest* req, ZeroRequest* local, int kind) {
     ZeroRequest* r = req ? req : local;
+    if (req == NULL) { local->unit = -1; }
     r->n = 0;
     r->kind = kind;
     c->calls[kind]++;
@@ -325,7 +331,9 @@ static inline int zero_allreduce_scalars(ZeroComm* c, double* buf, int count) {
     c->calls[ZERO_SCALAR]++;
     if (c->world == 1 || count == 0) { return 0; }
     double t0 = MPI_Wtime();
+    zero_watch_enter("scalar all-reduce", -1);
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_SUM, c->comm);
+    zero_watch_leave();
     c->wait_ms += (MPI_Wtime() - t0) * 1e3;
     if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Allreduce (scalar all-reduce)", rc); }
     c->bytes[ZERO_SCALAR] += 2.0 * (double)(c->world - 1) * (double)count * sizeof(double) / (double)c->world;
@@ -342,7 +350,9 @@ static inline int zero_broadcast(ZeroComm* c, void* buf, size_t bytes, int root)
     double t0 = MPI_Wtime();
     for (size_t off = 0; off < bytes; off += (size_t)ZERO_COMM_CHUNK) {
         int n = zero_comm_chunk_len(bytes, off);
+        zero_watch_enter("broadcast", -1);
         int rc = MPI_Bcast((char*)buf + off, n, MPI_BYTE, root, c->comm);
+        zero_watch_leave();
         if (rc != MPI_SUCCESS) {
             c->wait_ms += (MPI_Wtime() - t0) * 1e3;
             return zero_comm_mpi_error("MPI_Bcast (broadcast)", rc);
@@ -355,7 +365,9 @@ static inline int zero_broadcast(ZeroComm* c, void* buf, size_t bytes, int root)
 
 static inline int zero_barrier(ZeroComm* c) {
     double t0 = MPI_Wtime();
+    zero_watch_enter("barrier", -1);
     int rc = MPI_Barrier(c->comm);
+    zero_watch_leave();
     c->wait_ms += (MPI_Wtime() - t0) * 1e3;
     if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Barrier (barrier)", rc); }
     return 0;

@@ -808,6 +808,7 @@ static int zero_host_init(void* impl, const ZeroInit* in) {
         return zero_error("zero: out of memory for the engine's tables");
     }
     memcpy(e->tensors, model->tensors, model->num_tensors * sizeof(ZeroTensor));
+    for (int u = 0; u < num_units; u++) { e->unit_req[u].unit = e->red_req[u].unit = u; }  // named by the watchdog
 
     // rank 0's parameters go to every rank, so all start identical. Stages 0-2 keep the
     // full padded buffer. Stage 3 goes unit by unit through one unit-sized buffer and

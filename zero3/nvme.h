@@ -2,8 +2,11 @@
  NVMe tier of ZeRO-Infinity: an io_uring swapper that moves optimizer/parameter shards
  between host buffers and one swap file per rank.
 
- File: DIR/zero3_rank%05d.swp, created (or truncated) with mode 0600, opened O_RDWR |
- O_DIRECT, and preallocated to `bytes` (rounded up to 4 KiB) with fallocate, so that a
+ File: DIR/zero3_rank%05d.swp, created with mode 0600, opened O_RDWR | O_DIRECT, locked
+ (a POSIX write lock over the whole file: a second job on the same --nvme-path is refused
+ with the holder's pid, before anything is truncated), emptied when an earlier run left it
+ (a stale file, reported on stderr), removed at nvme_close and by nvme_remove_all (the
+ trainer's failure and signal paths), and preallocated to `bytes` (rounded up to 4 KiB) with fallocate, so that a
  full disk shows up at nvme_open (ENOSPC, naming the path) and not halfway through a
  training step. A filesystem without fallocate gets a sparse file (ftruncate) instead.
  O_DIRECT: the swapped data is read once per step and must not push the trainer's own
@@ -155,6 +158,25 @@ typedef struct {
 
 static void nvme_close(NvmeFile* f, int remove_file);
 
+// The swap files this process holds, so that a failure path about to end the process
+// (MPI_Abort, a signal) can remove them: nvme_remove_all only unlinks, which is safe in a
+// signal handler. Registered once locked, unregistered at nvme_close.
+#define NVME_MAX_LIVE 8
+static char nvme_live[NVME_MAX_LIVE][4096];
+
+static void nvme_live_set(const char* path, int add) {
+    for (int i = 0; i < NVME_MAX_LIVE; i++) {
+        if (add && nvme_live[i][0] == '\0') { snprintf(nvme_live[i], sizeof(nvme_live[i]), "%s", path); return; }
+        if (!add && strcmp(nvme_live[i], path) == 0) { nvme_live[i][0] = '\0'; return; }
+    }
+}
+
+static void nvme_remove_all(void) {
+    for (int i = 0; i < NVME_MAX_LIVE; i++) {
+        if (nvme_live[i][0] != '\0') { unlink(nvme_live[i]); nvme_live[i][0] = '\0'; }
+    }
+}
+
 static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int queue_depth) {
     memset(f, 0, sizeof(*f));
     f->fd = -1;
@@ -171,7 +193,8 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
     f->bytes = (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
     f->queue_depth = queue_depth;
     f->chunk_bytes = NVME_CHUNK_BYTES;
-    int created = 0, rc = 0;  // declared before the gotos (the header is also compiled as C++)
+    int created = 0, rc = 0, stale = 0;  // declared before the gotos (the header is also compiled as C++)
+    struct flock lk;
     // stat the directory first: "directory missing" is a clearer message than ENOENT on the file
     struct stat st;
     if (stat(dir, &st) != 0) {
@@ -182,11 +205,13 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
         zero_error("nvme_open: swap directory %s: %s", dir, strerror(ENOTDIR));
         goto fail;
     }
-    f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
+    // not O_TRUNC: the file may be another job's, in use; emptied only once locked below
+    stale = lstat(f->path, &st) == 0;
+    f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_DIRECT, 0600);
     f->direct = 1;
     if (f->fd < 0 && errno == EINVAL) {
         // the filesystem refuses O_DIRECT: keep working through the page cache
-        f->fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
         f->direct = 0;
         if (f->fd >= 0) {
             fprintf(stderr, "nvme: %s: filesystem does not support O_DIRECT, using buffered I/O\n", f->path);
@@ -196,7 +221,32 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
         zero_error("nvme_open: cannot create swap file %s: %s", f->path, strerror(errno));
         goto fail;
     }
+    // fcntl's lock, not flock: F_GETLK names the process holding it
+    memset(&lk, 0, sizeof(lk));
+    lk.l_type = F_WRLCK;
+    lk.l_whence = SEEK_SET;
+    if (fcntl(f->fd, F_SETLK, &lk) != 0) {
+        int e = errno;
+        if (e == EACCES || e == EAGAIN) {
+            struct flock who = lk;
+            long pid = fcntl(f->fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK ? (long)who.l_pid : -1;
+            zero_error("nvme_open: swap file %s is in use by another job (process %ld holds its lock; "
+                       "give each job its own --nvme-path)", f->path, pid);
+        } else {
+            zero_error("nvme_open: cannot lock swap file %s: %s", f->path, strerror(e));
+        }
+        goto fail;  // not created: the file stays, it is the other job's
+    }
     created = 1;
+    nvme_live_set(f->path, 1);
+    if (stale) {
+        // a killed run's leftover (nobody holds its lock): its contents mean nothing now
+        fprintf(stderr, "nvme: replacing stale swap file %s left by an earlier run\n", f->path);
+        if (ftruncate(f->fd, 0) != 0) {
+            zero_error("nvme_open: cannot empty the stale swap file %s: %s", f->path, strerror(errno));
+            goto fail;
+        }
+    }
     if (fallocate(f->fd, 0, 0, (off_t)f->bytes) != 0) {
         int e = errno;
         if (e == EOPNOTSUPP) {
@@ -251,8 +301,15 @@ static void nvme_close(NvmeFile* f, int remove_file) {
         io_uring_queue_exit(&f->ring);  // also drops the buffer registration
         f->ring_ok = 0;
     }
+    // unlinked before the close drops the lock, and only while the path is still this
+    // file (nvme_remove_all may have unlinked it and another job made a new one since)
+    struct stat mine, there;
+    if (remove_file && f->path[0] != '\0' && f->fd >= 0 && fstat(f->fd, &mine) == 0 && lstat(f->path, &there) == 0 &&
+        mine.st_dev == there.st_dev && mine.st_ino == there.st_ino) {
+        unlink(f->path);
+    }
+    nvme_live_set(f->path, 0);
     if (f->fd >= 0) { close(f->fd); f->fd = -1; }
-    if (remove_file && f->path[0] != '\0') { unlink(f->path); }
     for (int i = 0; i < f->n_iov; i++) { free(f->iov[i].iov_base); }
     for (int i = 0; i < f->n_ptr_arrays; i++) { free(f->ptr_arrays[i]); }
     free(f->iov); free(f->ptr_arrays); free(f->slots); free(f->free_slots); free(f->reqs);
