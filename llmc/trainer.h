@@ -94,9 +94,11 @@ static void trainer_fail(int rank) {
     trainer_abort();
 }
 
-// errors found before training starts, the same on every rank: print once, stop all
+// errors every rank sees alike (before training starts, or --max-skipped-steps): print
+// once, remove this rank's swap files, stop all
 static void die_all(int rank, const char* msg) {
     if (rank == 0) { fprintf(stderr, "error: %s\n", msg); }
+    nvme_remove_all();
     zero_watchdog_stop();
     MPI_Finalize();
     exit(EXIT_FAILURE);
