@@ -78,6 +78,7 @@ typedef struct DataLoader {
     // I/O
     int fd;                 // open descriptor of file index fd_shard, or -1
     size_t fd_shard;
+    uint8_t* shard_scanned; // (num_shards) 1: every id of the shard was checked against vocab_size
     uint8_t* buffer;        // (B*T+1)*2 raw little-endian bytes of one read
 } DataLoader;
 
@@ -213,6 +214,7 @@ static inline void dataloader_free(DataLoader* dl) {
     free(dl->shard_paths);    dl->shard_paths = NULL;
     free(dl->shard_ntok);     dl->shard_ntok = NULL;
     free(dl->shard_nchunks);  dl->shard_nchunks = NULL;
+    free(dl->shard_scanned);  dl->shard_scanned = NULL;
     free(dl->chunk_offset);   dl->chunk_offset = NULL;
     free(dl->shard_order);    dl->shard_order = NULL;
     free(dl->chunk_order);    dl->chunk_order = NULL;
@@ -287,7 +289,8 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, size_t B,
     dl->shard_nchunks = (size_t*)calloc(dl->num_shards, sizeof(size_t));
     dl->chunk_offset = (size_t*)calloc(dl->num_shards, sizeof(size_t));
     dl->shard_order = (int*)calloc(dl->num_shards, sizeof(int));
-    if (!dl->shard_ntok || !dl->shard_nchunks || !dl->chunk_offset || !dl->shard_order) {
+    dl->shard_scanned = (uint8_t*)calloc(dl->num_shards, 1);
+    if (!dl->shard_ntok || !dl->shard_nchunks || !dl->chunk_offset || !dl->shard_order || !dl->shard_scanned) {
         llmc_error("dataloader: out of memory for %zu shards", dl->num_shards);
         dataloader_free(dl);
         return -1;
@@ -343,6 +346,40 @@ static inline void dataloader_reset(DataLoader* dl) {
 // global batches per epoch, summed over all shards (the same on every rank)
 static inline size_t dataloader_num_batches(const DataLoader* dl) { return dl->total_chunks; }
 
+// Every token id of shard f below vocab_size, read in 1 MiB pieces from the open fd: done
+// once per shard, when the loader first opens it, so that a bad id stops the run before a
+// batch of that shard is trained on (the first shard's before the first step), not at the
+// step that happens to read it. One sequential read of the shard per rank: a few
+// milliseconds per 100M-token shard against the minutes spent training on it.
+static inline int dataloader_scan_shard(DataLoader* dl, size_t f) {
+    enum { PIECE = 1 << 20 };
+    uint8_t* piece = (uint8_t*)malloc(PIECE);
+    if (piece == NULL) { return llmc_error("dataloader: out of memory to check shard %s", dl->shard_paths[f]); }
+    size_t n = dl->shard_ntok[f];
+    for (size_t first = 0; first < n; first += PIECE / 2) {
+        size_t count = n - first < PIECE / 2 ? n - first : PIECE / 2;
+        off_t at = (off_t)DATALOADER_HEADER_BYTES + (off_t)first * 2;
+        if (dataloader_pread_full(dl->fd, piece, count * 2, at) != 0) {
+            int e = errno;
+            free(piece);
+            return llmc_error("dataloader: cannot read shard %s at byte offset %lld: %s", dl->shard_paths[f], (long long)at,
+                              e ? strerror(e) : "unexpected end of file (shard changed since init?)");
+        }
+        for (size_t i = 0; i < count; i++) {
+            int id = (int)((unsigned)piece[2 * i] | ((unsigned)piece[2 * i + 1] << 8));
+            if (id >= dl->vocab_size) {
+                free(piece);
+                return llmc_error("dataloader: shard %s: token %zu (byte offset %lld) is %d, not below the model's "
+                                  "vocabulary size %d", dl->shard_paths[f], first + i, (long long)at + 2LL * (long long)i, id,
+                                  dl->vocab_size);
+            }
+        }
+    }
+    free(piece);
+    dl->shard_scanned[f] = 1;
+    return 0;
+}
+
 // reads the batch at the current position into inputs/targets, then advances; at the end of
 // a shard it moves to the next shard, after the last shard to epoch+1 (reshuffled). On an I/O
 // error the position is left unchanged, so get_state still names the batch that failed.
@@ -362,6 +399,7 @@ static inline int dataloader_next_batch(DataLoader* dl) {
         }
         dl->fd_shard = f;
     }
+    if (dl->vocab_size > 0 && !dl->shard_scanned[f] && dataloader_scan_shard(dl, f) != 0) { return -1; }
     off_t byte_offset = (off_t)DATALOADER_HEADER_BYTES + (off_t)token_offset * 2;
     if (dataloader_pread_full(dl->fd, dl->buffer, (bt + 1) * 2, byte_offset) != 0) {
         int e = errno;
@@ -399,8 +437,9 @@ static inline int dataloader_next_batch(DataLoader* dl) {
 // The model's vocabulary size V: from now on every token id read must be < V. An id at or
 // past V would index past wte (a crash on the CPU, a wild read in the GPU's encoder) and
 // one in the padding rows V..Vp-1 would be a class no softmax ever predicts (an infinite
-// loss). Set by the trainer after init, before the first batch; the ids are checked as
-// each batch is read, since real shards are never read whole.
+// loss). Set by the trainer after init, before the first batch; each shard is checked
+// whole when the loader first opens it (dataloader_scan_shard), and each batch again as it
+// is read (cheap, and it covers a shard changed underneath the run).
 static inline void dataloader_set_vocab(DataLoader* dl, int vocab_size) { dl->vocab_size = vocab_size; }
 
 // the position of the NEXT batch that dataloader_next_batch will return

@@ -173,10 +173,10 @@ done
 # ---------------------------------------------------------------------------
 # the method: --estimate does parse and validate every flag before it exits
 dry scripts/run_gpt2_124M.sh
-expect_error "--estimate still rejects an unknown flag" "--bogus" $BIN "${args[@]}" --bogus 1 --estimate 1:1
-expect_error "--estimate still rejects a bad value" "-b" $BIN "${args[@]}" -b 4x --estimate 1:1
-expect_error "--estimate still validates offload" "offload" $BIN "${args[@]}" -z 2 --offload-param cpu --estimate 1:1
-expect_error "--estimate still checks -t" "-t" $BIN "${args[@]}" -t 4096 --estimate 1:1
+expect_error "--estimate still rejects an unknown flag" "--bogus" "$BIN" "${args[@]}" --bogus 1 --estimate 1:1
+expect_error "--estimate still rejects a bad value" "-b" "$BIN" "${args[@]}" -b 4x --estimate 1:1
+expect_error "--estimate still validates offload" "offload" "$BIN" "${args[@]}" -z 2 --offload-param cpu --estimate 1:1
+expect_error "--estimate still checks -t" "-t" "$BIN" "${args[@]}" -t 4096 --estimate 1:1
 
 # the environment reaches the command
 if NGPU=2 MICRO_BATCH=16 RECOMPUTE=2 TRAIN_DATA="/d/tr_*.bin" VAL_DATA=/d/va.bin EXTRA_ARGS="-x 7 --seed 3" \

@@ -568,22 +568,24 @@ Test(dataloader, error_io_during_next_batch) {
 }
 
 Test(dataloader, error_token_id_past_vocab) {
-    // tokens are 7*i: with a vocabulary of 100 batch 0 (tokens 0..8, ids up to 56) reads,
-    // batch 1 (tokens 8..16) holds 105 at token 15: -1 naming it, the position kept
+    // tokens are 7*i: with a vocabulary of 100, batch 0 (tokens 0..8, ids up to 56) is
+    // good but token 15, in batch 1, is 105. The whole shard is checked when the loader
+    // first opens it, so already the first batch fails, naming token 15; the position kept
     char path[512];
     shard_write(path, "shard_000.bin", 0, 300);
     DataLoader dl;
     cr_assert_eq(dataloader_init(&dl, path, 2, 4, 0, 1, 0, 0), 0, "%s", llmc_errmsg());
     dataloader_set_vocab(&dl, 100);
-    cr_assert_eq(dataloader_next_batch(&dl), 0, "%s", llmc_errmsg());
     cr_assert_eq(dataloader_next_batch(&dl), -1);
     cr_assert(strstr(llmc_errmsg(), "token 15 (byte offset 1054) is 105, not below the model's vocabulary size 100") != NULL,
               "message: %s", llmc_errmsg());
     cr_assert(strstr(llmc_errmsg(), path) != NULL, "message: %s", llmc_errmsg());
     DataLoaderState st;
     dataloader_get_state(&dl, &st);
-    cr_assert_eq(st.batch, 1, "a bad id does not advance");
-    dataloader_set_vocab(&dl, 113);  // 112 (token 16, the last target) is the largest id of batch 1
+    cr_assert_eq(st.batch, 0, "a bad id does not advance");
+    dataloader_set_vocab(&dl, 7 * 299 + 1);  // the largest id of the shard: now every id is below it
     cr_assert_eq(dataloader_next_batch(&dl), 0, "%s", llmc_errmsg());
+    cr_assert_eq(dataloader_next_batch(&dl), 0, "%s", llmc_errmsg());
+    cr_assert_eq(dl.inputs[7], 7 * 15, "batch 1 holds token 15");
     dataloader_free(&dl);
 }
