@@ -122,15 +122,6 @@ static int checkpoint_steps(const char* dir, int** steps) {
     return n;
 }
 
-// the latest step with a DONE marker in dir, or -1
-static int checkpoint_latest(const char* dir) {
-    int* steps;
-    int n = checkpoint_steps(dir, &steps);
-    int best = n > 0 ? steps[0] : -1;
-    free(steps);
-    return best;
-}
-
 // Parses the manifest text (len bytes, NUL-terminated; modified in place) of `path` into
 // m, whose files the caller frees whatever the result. Returns 0, or -1 with llmc_errmsg()
 // naming the marker and the first thing wrong.

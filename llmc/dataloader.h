@@ -346,6 +346,21 @@ static inline void dataloader_reset(DataLoader* dl) {
 // global batches per epoch, summed over all shards (the same on every rank)
 static inline size_t dataloader_num_batches(const DataLoader* dl) { return dl->total_chunks; }
 
+// The first token id of `count` raw little-endian tokens at `bytes` that is not below
+// vocab_size, named with its token index (`first` is the first one's) and byte offset
+// (`at` is the first one's) in shard f. Returns 0, or -1 with llmc_errmsg().
+static inline int dataloader_check_ids(const DataLoader* dl, size_t f, const uint8_t* bytes, size_t count, size_t first,
+                                       long long at) {
+    for (size_t i = 0; i < count; i++) {
+        int id = (int)((unsigned)bytes[2 * i] | ((unsigned)bytes[2 * i + 1] << 8));
+        if (id >= dl->vocab_size) {
+            return llmc_error("dataloader: shard %s: token %zu (byte offset %lld) is %d, not below the model's vocabulary "
+                              "size %d", dl->shard_paths[f], first + i, at + 2LL * (long long)i, id, dl->vocab_size);
+        }
+    }
+    return 0;
+}
+
 // Every token id of shard f below vocab_size, read in 1 MiB pieces from the open fd: done
 // once per shard, when the loader first opens it, so that a bad id stops the run before a
 // batch of that shard is trained on (the first shard's before the first step), not at the
@@ -365,14 +380,9 @@ static inline int dataloader_scan_shard(DataLoader* dl, size_t f) {
             return llmc_error("dataloader: cannot read shard %s at byte offset %lld: %s", dl->shard_paths[f], (long long)at,
                               e ? strerror(e) : "unexpected end of file (shard changed since init?)");
         }
-        for (size_t i = 0; i < count; i++) {
-            int id = (int)((unsigned)piece[2 * i] | ((unsigned)piece[2 * i + 1] << 8));
-            if (id >= dl->vocab_size) {
-                free(piece);
-                return llmc_error("dataloader: shard %s: token %zu (byte offset %lld) is %d, not below the model's "
-                                  "vocabulary size %d", dl->shard_paths[f], first + i, (long long)at + 2LL * (long long)i, id,
-                                  dl->vocab_size);
-            }
+        if (dataloader_check_ids(dl, f, piece, count, first, (long long)at) != 0) {
+            free(piece);
+            return -1;
         }
     }
     free(piece);
@@ -408,13 +418,8 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     }
     // uint16 little-endian -> int, every id below the vocabulary; targets are the same
     // tokens shifted by one. The position is left unchanged on a bad id, as on an I/O error.
-    for (size_t i = 0; dl->vocab_size > 0 && i <= bt; i++) {
-        int id = (int)((unsigned)dl->buffer[2 * i] | ((unsigned)dl->buffer[2 * i + 1] << 8));
-        if (id >= dl->vocab_size) {
-            return llmc_error("dataloader: shard %s: token %zu (byte offset %lld) is %d, not below the model's vocabulary "
-                              "size %d", dl->shard_paths[f], token_offset + i, (long long)byte_offset + 2LL * (long long)i,
-                              id, dl->vocab_size);
-        }
+    if (dl->vocab_size > 0 && dataloader_check_ids(dl, f, dl->buffer, bt + 1, token_offset, (long long)byte_offset) != 0) {
+        return -1;
     }
     for (size_t i = 0; i < bt; i++) {
         dl->inputs[i] = (int)((unsigned)dl->buffer[2 * i] | ((unsigned)dl->buffer[2 * i + 1] << 8));

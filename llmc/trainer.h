@@ -37,7 +37,7 @@
 #include "llmc/tokenizer.h"   // Tokenizer for samples
 #include "llmc/rand.h"        // Rng: the sampler's coins
 #include "llmc/schedulers.h"  // LRScheduler
-#include "llmc/checkpoint.h"  // checkpoint_save, checkpoint_load, checkpoint_latest
+#include "llmc/checkpoint.h"  // checkpoint_save, checkpoint_find_valid, checkpoint_resume, checkpoint_prune
 #include "llmc/activations.h" // the GPU trainer's activations, for --estimate
 #include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe, zero_hash_bytes
 #include "zero3/zero.h"       // Zero: the engine's interface; zero_now_ms (zero3/util.h)
