@@ -139,6 +139,49 @@ static void gpt2_tensor_ranges(const GPT2Config* c, TensorRange* out) {
     }
 }
 
+// [Note: units and files] A rank's shard is a range of one unit (zero3/plan.h), but an
+// llm.c file is kind-major: one unit's range is up to NUM_BLOCK_TENSORS separate runs of
+// the file. Partitioned init, load and save all walk a shard through these parts, so a
+// rank touches only its own elements and never a whole-model buffer.
+//
+// One part of a unit's element range: n elements lying in one tensor (index `tensor` in
+// gpt2_tensor_ranges' order, of `kind`, block `layer` or -1), starting at element `elem` of
+// that tensor, at unit-local offset unit_off and at element file_off of a model file's body.
+typedef struct { int tensor, kind, layer; size_t elem, unit_off, file_off, n; } Gpt2Part;
+
+// the index (gpt2_tensor_ranges' order) of unit u's first tensor
+static inline int gpt2_unit_first_tensor(const GPT2Config* c, int u) {
+    if (u == 0) { return 0; }
+    if (u == c->num_layers + 1) { return 2 + NUM_BLOCK_TENSORS * c->num_layers; }
+    return 2 + NUM_BLOCK_TENSORS * (u - 1);
+}
+
+// The parts of unit u's elements [begin, end) (end <= gpt2_unit_size(c, u)), in unit order,
+// empty ones left out: at most NUM_BLOCK_TENSORS. Returns how many were written to out.
+static int gpt2_unit_parts(const GPT2Config* c, int u, size_t begin, size_t end, Gpt2Part out[NUM_BLOCK_TENSORS]) {
+    size_t sizes[NUM_PARAM_KINDS], kind_start[NUM_PARAM_KINDS], off = 0;
+    gpt2_param_sizes(c, sizes);
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {  // where each kind starts in the file's body
+        kind_start[k] = off;
+        off += sizes[k] * (gpt2_is_block_kind(k) ? (size_t)c->num_layers : 1);
+    }
+    int L = c->num_layers, n = 0, tensor = gpt2_unit_first_tensor(c, u);
+    int first = u == 0 ? P_WTE : (u == L + 1 ? P_LNFW : P_LN1W);
+    int last = u == 0 ? P_WPE : (u == L + 1 ? P_LNFB : P_FCPROJB);
+    int layer = gpt2_is_block_kind(first) ? u - 1 : -1;
+    size_t t0 = 0;  // the tensor's first element in the unit
+    for (int k = first; k <= last; k++, tensor++) {
+        size_t t1 = t0 + sizes[k];
+        size_t a = begin > t0 ? begin : t0, b = end < t1 ? end : t1;
+        if (a < b) {
+            size_t file_tensor = kind_start[k] + (layer >= 0 ? (size_t)layer * sizes[k] : 0);
+            out[n++] = (Gpt2Part){tensor, k, layer, a - t0, a, file_tensor + (a - t0), b - a};
+        }
+        t0 = t1;
+    }
+    return n;
+}
+
 // Pointers into one unit's flat buffer; the same helpers serve parameters and gradients.
 typedef struct { float *wte, *wpe; } EmbedTensors;
 typedef struct {

@@ -194,6 +194,51 @@ Test(layout, units_tile_the_buffer) {
     free(r);
 }
 
+// every range of every unit, cut into parts, lands on the file elements that the writer
+// puts there: a model whose parameter i is i, written, then read at each part's file offset
+Test(layout, unit_parts_find_the_file_elements, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    size_t n = gpt2_num_params(&c);
+    float* p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { p[i] = (float)i; }  // exact: n < 2^24
+    char path[512];
+    tmp_path(path, "m.bin");
+    cr_assert_eq(gpt2_write_model(path, &c, p), 0, "%s", llmc_errmsg());
+    size_t len;
+    unsigned char* file = read_all(path, &len);
+    const float* body = (const float*)(file + 1024);
+    TensorRange* r = malloc(gpt2_num_tensors(&c) * sizeof(TensorRange));
+    gpt2_tensor_ranges(&c, r);
+    for (int u = 0; u < gpt2_num_units(&c); u++) {
+        size_t numel = gpt2_unit_size(&c, u), base = gpt2_unit_offset(&c, u);
+        // whole unit, the empty range, and ranges that start and end inside tensors
+        size_t cuts[][2] = {{0, numel}, {3, 3}, {1, numel - 1}, {numel / 3, numel / 2}, {numel - 1, numel}};
+        for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
+            Gpt2Part parts[NUM_BLOCK_TENSORS];
+            int np = gpt2_unit_parts(&c, u, cuts[k][0], cuts[k][1], parts);
+            size_t next = cuts[k][0];
+            for (int i = 0; i < np; i++) {
+                cr_assert_eq(parts[i].unit_off, next, "unit %d: parts are not contiguous", u);
+                cr_assert_gt(parts[i].n, 0);
+                TensorRange t = r[parts[i].tensor];
+                cr_assert_eq(t.unit, u);
+                cr_assert_eq(t.kind, parts[i].kind);
+                cr_assert_eq(t.layer, parts[i].layer);
+                cr_assert_eq(t.offset + parts[i].elem, parts[i].unit_off, "unit %d tensor %d: elem", u, parts[i].tensor);
+                for (size_t j = 0; j < parts[i].n; j++) {
+                    cr_assert_eq(body[parts[i].file_off + j], (float)(base + parts[i].unit_off + j),
+                                 "unit %d element %zu is not where the file has it", u, parts[i].unit_off + j);
+                }
+                next += parts[i].n;
+            }
+            cr_assert_eq(next, cuts[k][1], "unit %d: parts cover [%zu, %zu) only up to %zu", u, cuts[k][0], cuts[k][1], next);
+        }
+    }
+    free(r);
+    free(file);
+    free(p);
+}
+
 Test(layout, decay_only_on_matrices_and_embeddings) {
     GPT2Config c = small_config();
     int nt = gpt2_num_tensors(&c);
