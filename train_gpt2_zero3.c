@@ -90,34 +90,57 @@ static int gpt2_build(GPT2* m, const GPT2Config* c, const ZeroInit* in) {
     return zero_host_create(&m->zero, in);
 }
 
-// allocates activations for batches of up to B x T; recompute 1 keeps one layer of
-// GELU outputs, recompute 2 also one layer of layernorm outputs
-static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
-    size_t L = m->config.num_layers, NH = m->config.num_heads, C = m->config.channels;
-    size_t Vp = m->config.padded_vocab_size;
+// The activation buffers for batches of up to B x T, each with its elements: one table
+// for their allocation and for --estimate. recompute 1 keeps one layer of GELU outputs,
+// recompute 2 also one layer of layernorm outputs. out: room for one entry per pointer of
+// Activations; returns the entries.
+typedef struct { float** ptr; size_t n; } ActBuf;
+#define ACT_BUFS (sizeof(Activations) / sizeof(float*))
+static size_t gpt2_activation_table(Activations* a, const GPT2Config* c, int B, int T, int recompute, ActBuf* out) {
+    size_t L = c->num_layers, NH = c->num_heads, C = c->channels;
+    size_t Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     size_t keep_gelu = recompute >= 1 ? 1 : L, keep_ln = recompute >= 2 ? 1 : L;
-    struct { float** ptr; size_t n; } bufs[] = {
-        {&m->acts.encoded, BT * C},           {&m->acts.ln1, keep_ln * BT * C},
-        {&m->acts.ln1_mean, L * BT},          {&m->acts.ln1_rstd, L * BT},
-        {&m->acts.qkv, L * BT * 3 * C},       {&m->acts.atty, L * BT * C},
-        {&m->acts.att, L * att},              {&m->acts.attproj, BT * C},
-        {&m->acts.residual2, L * BT * C},     {&m->acts.ln2, keep_ln * BT * C},
-        {&m->acts.ln2_mean, L * BT},          {&m->acts.ln2_rstd, L * BT},
-        {&m->acts.fch, L * BT * 4 * C},       {&m->acts.fch_gelu, keep_gelu * BT * 4 * C},
-        {&m->acts.fcproj, BT * C},            {&m->acts.residual3, L * BT * C},
-        {&m->acts.lnf, BT * C},               {&m->acts.lnf_mean, BT},
-        {&m->acts.lnf_rstd, BT},              {&m->acts.logits, BT * Vp},
-        {&m->acts.probs, BT * Vp},            {&m->acts.losses, BT},
-        {&m->acts.preatt, att},               {&m->acts.dresidual, BT * C},
-        {&m->acts.dln, BT * C},               {&m->acts.datty, BT * C},
-        {&m->acts.dqkv, BT * 3 * C},          {&m->acts.dfch, BT * 4 * C},
-        {&m->acts.dfch_gelu, BT * 4 * C},     {&m->acts.dpreatt, att},
-        {&m->acts.datt, att},                 {&m->acts.dlogits, BT * Vp},
-        {&m->acts.dlosses, BT},
+    ActBuf bufs[] = {
+        {&a->encoded, BT * C},           {&a->ln1, keep_ln * BT * C},
+        {&a->ln1_mean, L * BT},          {&a->ln1_rstd, L * BT},
+        {&a->qkv, L * BT * 3 * C},       {&a->atty, L * BT * C},
+        {&a->att, L * att},              {&a->attproj, BT * C},
+        {&a->residual2, L * BT * C},     {&a->ln2, keep_ln * BT * C},
+        {&a->ln2_mean, L * BT},          {&a->ln2_rstd, L * BT},
+        {&a->fch, L * BT * 4 * C},       {&a->fch_gelu, keep_gelu * BT * 4 * C},
+        {&a->fcproj, BT * C},            {&a->residual3, L * BT * C},
+        {&a->lnf, BT * C},               {&a->lnf_mean, BT},
+        {&a->lnf_rstd, BT},              {&a->logits, BT * Vp},
+        {&a->probs, BT * Vp},            {&a->losses, BT},
+        {&a->preatt, att},               {&a->dresidual, BT * C},
+        {&a->dln, BT * C},               {&a->datty, BT * C},
+        {&a->dqkv, BT * 3 * C},          {&a->dfch, BT * 4 * C},
+        {&a->dfch_gelu, BT * 4 * C},     {&a->dpreatt, att},
+        {&a->datt, att},                 {&a->dlogits, BT * Vp},
+        {&a->dlosses, BT},
     };
+    size_t n = sizeof(bufs) / sizeof(bufs[0]);
+    memcpy(out, bufs, n * sizeof(ActBuf));
+    return n;
+}
+
+// the activations' bytes at B x T (what gpt2_alloc_activations allocates)
+static double gpt2_activation_bytes(const GPT2Config* c, int B, int T, int recompute) {
+    Activations a;
+    ActBuf bufs[ACT_BUFS];
+    size_t n = gpt2_activation_table(&a, c, B, T, recompute, bufs);
+    double bytes = 0;
+    for (size_t i = 0; i < n; i++) { bytes += (double)bufs[i].n * sizeof(float); }
+    return bytes;
+}
+
+// allocates the activations for batches of up to B x T
+static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
+    ActBuf bufs[ACT_BUFS];
+    size_t n = gpt2_activation_table(&m->acts, &m->config, B, T, recompute, bufs);
     m->acts_bytes = 0;
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+    for (size_t i = 0; i < n; i++) {
         *bufs[i].ptr = (float*)calloc(bufs[i].n, sizeof(float));
         if (*bufs[i].ptr == NULL) {
             fprintf(stderr, "error: out of memory for activations (B=%d, T=%d): try a smaller -b or -t, or -r 2\n", B, T);
@@ -326,9 +349,10 @@ int main(int argc, char** argv) {
     omp_set_num_threads(t.threads);
     openblas_set_num_threads(t.threads);
 
-    // the model (--estimate needs only its shape: the memory of the GPU trainer in bf16)
+    // the model (--estimate needs only its shape: the memory of the GPU trainer in bf16, and
+    // of this run on the host engine)
     trainer_model(&t, tc->estimate == NULL);
-    if (tc->estimate != NULL) { return trainer_estimate(&t, 2); }
+    if (tc->estimate != NULL) { return trainer_estimate(&t, 2, gpt2_activation_bytes(&t.config, tc->B, tc->T, tc->recompute)); }
     trainer_setup(&t);
 
     GPT2 model;

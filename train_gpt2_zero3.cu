@@ -575,7 +575,7 @@ int main(int argc, char** argv) {
     int rank = t.rank;
     if (tc->estimate != NULL) {  // the model's shape is all it needs: no GPU
         trainer_model(&t, 0);
-        return trainer_estimate(&t, sizeof(floatX));
+        return trainer_estimate(&t, sizeof(floatX), -1.0);
     }
     if (tc->zero.bf16 == 0 && sizeof(floatX) == 2 && rank == 0) {
         fprintf(stderr, "warning: bf16.enabled false is ignored: this build computes in bf16 (train_gpt2_zero3_fp32 computes in fp32)\n");

@@ -43,6 +43,7 @@
 #include "zero3/zero.h"       // Zero: the engine's interface; zero_now_ms (zero3/util.h)
 #include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
 #include "zero3/nvme.h"       // nvme_remove_all: no swap file outlives a failed run
+#include "zero3/host.h"       // zero_host_estimate: the host engine's memory for --estimate
 
 // Every failure after start-up ends here, after its message: this rank's swap files go
 // (MPI_Abort runs no cleanup), then the whole job stops.
@@ -425,11 +426,47 @@ static void trainer_finish(Trainer* t) {
     MPI_Finalize();
 }
 
+static void gpt2_engine_model(const GPT2Config* c, ZeroModel* m);  // below, with the engine
+static void gpt2_engine_model_free(ZeroModel* m);
+
+// --estimate's figures for this very run on the host engine (the CPU trainer: host_acts,
+// its activations' bytes) at NODES x GPUS ranks: what each rank will hold at its peak, from
+// zero_host_estimate (the engine's own plan, schedule and sizes) and the activations. The
+// last line is for scripts: peak_bytes_per_rank=... swap_bytes_per_rank=...
+static void trainer_estimate_host(const Trainer* t, int ranks, double host_acts) {
+    const double GiB = 1073741824.0;
+    const ZeroConfig* z = &t->tc.zero;
+    ZeroModel spec;
+    ZeroHostEstimate he;
+    gpt2_engine_model(&t->config, &spec);
+    int rc = zero_host_estimate(&spec, z, ranks, &he);
+    gpt2_engine_model_free(&spec);
+    if (rc != 0) { printf("this run: cannot estimate: %s\n", zero_errmsg()); return; }
+    double peak = he.states + he.buffers + he.host_buffers + host_acts;
+    double states = 16.0 * (double)gpt2_num_params(&t->config);
+    printf("this run (train_gpt2_zero3_cpu, host engine, %d rank%s, stage %d, optimizer %s, parameters %s): per rank %.2f GiB of host memory at the peak =\n",
+           ranks, ranks == 1 ? "" : "s", z->stage, zero_offload_name(z->offload_optimizer), zero_offload_name(z->offload_param), peak / GiB);
+    printf("  %.2f GiB model states held in memory (fp32 shards, unit by unit on NVMe where offloaded)\n", he.states / GiB);
+    printf("  + %.2f GiB gathered units, unit gradients and received shards (the schedule's most at once:", he.buffers / GiB);
+    for (int k = 0; k < ZERO_EST_POOL_SIZES && he.pool_count[k] > 0; k++) {
+        printf("%s %d x %.1f MiB", k > 0 ? "," : "", he.pool_count[k], he.pool_elems[k] * sizeof(float) / 1048576.0);
+    }
+    printf(")\n");
+    printf("  + %.2f GiB NVMe step buffers and shard staging\n", he.host_buffers / GiB);
+    printf("  + %.2f GiB activations at -b %d -t %d -r %d\n", host_acts / GiB, t->tc.B, t->tc.T, t->tc.recompute);
+    printf("  the model states are %.2f GiB per rank in all (16 bytes/param); swap file %.2f GiB per rank; start-up and checkpoints are\n"
+           "  partitioned: each rank fills, saves and loads its own shards through one unit at a time (%.2f GiB)\n",
+           states / ranks / GiB, he.swap / GiB, he.unit / GiB);
+    printf("host_estimate: peak_bytes_per_rank=%.0f engine_bytes_per_rank=%.0f activation_bytes=%.0f swap_bytes_per_rank=%.0f\n",
+           peak, he.states + he.buffers + he.host_buffers, host_acts, he.swap);
+}
+
 // --estimate NODES:GPUS (after trainer_model, without parameters): DeepSpeed-style
 // model-state memory per GPU and per node for every stage and offload, then the GPU
 // trainer's activations at this run's -b, -t, -r and --attention, x bytes per element;
-// printed by rank 0. Ends the program: returns main's exit status.
-static int trainer_estimate(Trainer* t, size_t x) {
+// with host_acts >= 0 (the CPU trainer's activations) this run's own host-engine figures
+// too (trainer_estimate_host); printed by rank 0. Ends the program: returns main's exit status.
+static int trainer_estimate(Trainer* t, size_t x, double host_acts) {
     const TrainConfig* tc = &t->tc;
     const GPT2Config* c = &t->config;
     int nodes = 0, gpus = 0;
@@ -454,6 +491,7 @@ static int trainer_estimate(Trainer* t, size_t x) {
         printf("activations: %.2f GiB per GPU (train_gpt2_zero3 in %s at -b %d -t %d -r %d --attention %s; "
                "kernel scratch and cuBLASLt's workspace not counted)\n", act / 1073741824.0, x == 2 ? "bf16" : "fp32",
                tc->B, tc->T, tc->recompute, tc->attention);
+        if (host_acts >= 0) { trainer_estimate_host(t, nodes * gpus, host_acts); }
     }
     trainer_finish(t);
     return 0;
@@ -654,6 +692,48 @@ static void memory_gather(const double* mine, double* all, int rank, int world, 
     }
 }
 
+// What the kernel says of this process, not the engines' accounting: the peak resident
+// memory (VmHWM) of start-up and of the steps, and the bytes it made the storage read and
+// write during the steps (/proc/self/io, O_DIRECT and io_uring's workers included).
+enum { KERNEL_RSS_STARTUP, KERNEL_RSS_STEPS, KERNEL_READ, KERNEL_WRITE, KERNEL_FIELDS };
+static const char* const kernel_names[KERNEL_FIELDS] = {"peak_rss_startup", "peak_rss_steps", "read_bytes_per_step",
+                                                        "write_bytes_per_step"};
+
+// the number after "key" in a /proc file (kB figures of status in bytes), -1 if absent
+static double proc_self_value(const char* file, const char* key) {
+    FILE* f = fopen(file, "r");
+    if (f == NULL) { return -1; }
+    char line[256];
+    double v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, key, n) != 0) { continue; }
+        v = atof(line + n);
+        if (strstr(line, "kB") != NULL) { v *= 1024; }
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+// start-up's peak is read and the kernel's high-water mark reset (writing 5 to clear_refs,
+// Linux >= 4.0), so that the steps' peak is the steps' own; without the reset the steps'
+// figure includes start-up
+static void kernel_steps_begin(double* k) {
+    k[KERNEL_RSS_STARTUP] = proc_self_value("/proc/self/status", "VmHWM:");
+    FILE* f = fopen("/proc/self/clear_refs", "w");
+    if (f != NULL) { fputs("5", f); fclose(f); }
+    k[KERNEL_READ] = proc_self_value("/proc/self/io", "read_bytes:");
+    k[KERNEL_WRITE] = proc_self_value("/proc/self/io", "write_bytes:");
+}
+
+static void kernel_steps_end(double* k, int steps) {
+    double n = steps > 0 ? steps : 1;
+    k[KERNEL_RSS_STEPS] = proc_self_value("/proc/self/status", "VmHWM:");
+    k[KERNEL_READ] = (proc_self_value("/proc/self/io", "read_bytes:") - k[KERNEL_READ]) / n;
+    k[KERNEL_WRITE] = (proc_self_value("/proc/self/io", "write_bytes:") - k[KERNEL_WRITE]) / n;
+}
+
 // one training step and one validation, as the report records them
 typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; int skipped; } StepRecord;  // mfu < 0: unknown
 typedef struct { int step; float loss; } ValRecord;
@@ -664,10 +744,21 @@ typedef struct { int step; float loss; } ValRecord;
 // to leave it out).
 typedef struct { ZeroStats start; double wait_total; int steps; } TrainerTraffic;
 
+// root.key.per_rank: one object per rank, {rank, names[f]: values[r * nfields + f]}
+static void report_per_rank(cJSON* root, const char* key, const char* const* names, int nfields, const double* values, int world) {
+    cJSON* arr = cJSON_AddArrayToObject(cJSON_AddObjectToObject(root, key), "per_rank");
+    for (int r = 0; r < world; r++) {
+        cJSON* o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", r);
+        for (int f = 0; f < nfields; f++) { cJSON_AddNumberToObject(o, names[f], values[r * nfields + f]); }
+        cJSON_AddItemToArray(arr, o);
+    }
+}
+
 // the --report JSON (DESIGN's contract and more), written whole or not at all
 static int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* steps, int nsteps,
-                          const ValRecord* vals, int nvals, const double* mem, const TrainerTraffic* tr,
-                          double flops_per_token) {
+                          const ValRecord* vals, int nvals, const double* mem, const double* kernel,
+                          const TrainerTraffic* tr, double flops_per_token) {
     const TrainConfig* tc = &t->tc;
     ZeroStats zs;
     zeroCheck(zero_stats(m->zero, &zs));
@@ -719,14 +810,9 @@ static int trainer_report(const Trainer* t, const TrainerModel* m, const StepRec
     // memory.per_rank: world rows of MEM_FIELDS numbers (bytes); params, grads and
     // optimizer are the engine's model states (peaks), buffers its working set (gathered
     // units, unit gradients) plus the model's scratch, peak the most in use at once
-    cJSON* memory = cJSON_AddObjectToObject(root, "memory");
-    arr = cJSON_AddArrayToObject(memory, "per_rank");
-    for (int r = 0; r < t->world; r++) {
-        cJSON* o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "rank", r);
-        for (int f = 0; f < MEM_FIELDS; f++) { cJSON_AddNumberToObject(o, mem_names[f], mem[r * MEM_FIELDS + f]); }
-        cJSON_AddItemToArray(arr, o);
-    }
+    report_per_rank(root, "memory", mem_names, MEM_FIELDS, mem, t->world);
+    // kernel.per_rank: the kernel's figures (kernel_steps_begin); -1 where /proc lacks one
+    report_per_rank(root, "kernel", kernel_names, KERNEL_FIELDS, kernel, t->world);
     // comm: the bytes a rank sends per optimizer step as a ring algorithm moves them and
     // the wait; transfers_per_step: the bytes between device, host and NVMe, and the
     // AdamW update's time, wherever it ran
@@ -743,6 +829,8 @@ static int trainer_report(const Trainer* t, const TrainerModel* m, const StepRec
     cJSON_AddNumberToObject(mv, "nvme_read", (zs.moved[ZERO_MOVE_NVME_READ] - tr->start.moved[ZERO_MOVE_NVME_READ]) / n);
     cJSON_AddNumberToObject(mv, "nvme_write", (zs.moved[ZERO_MOVE_NVME_WRITE] - tr->start.moved[ZERO_MOVE_NVME_WRITE]) / n);
     cJSON_AddNumberToObject(mv, "update_ms", (zs.update_ms - tr->start.update_ms) / n);
+    cJSON_AddNumberToObject(mv, "nvme_wait_ms", (zs.nvme_wait_ms - tr->start.nvme_wait_ms) / n);
+    cJSON_AddNumberToObject(mv, "update_nvme_wait_ms", (zs.update_nvme_wait_ms - tr->start.update_nvme_wait_ms) / n);
 
     char* text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -905,6 +993,8 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     TrainerTraffic traffic;
     memset(&traffic, 0, sizeof(traffic));
     zeroCheck(zero_stats(m->zero, &traffic.start));
+    double kernel[KERNEL_FIELDS];
+    kernel_steps_begin(kernel);
 
     for (int step = start_step; step <= t->max_steps; step++) {
         int last_step = step == t->max_steps;
@@ -998,13 +1088,17 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     // during the steps), and the training steps' traffic per step
     trainer_memory(m, mine);
     memory_gather(mine, mem_all, rank, world, 0, "");
+    kernel_steps_end(kernel, nsteps);
+    double* kernel_all = (double*)mallocCheck(KERNEL_FIELDS * world * sizeof(double));
+    mpiWatched("gather of the kernel's figures", MPI_Gather(kernel, KERNEL_FIELDS, MPI_DOUBLE, kernel_all, KERNEL_FIELDS,
+                                                             MPI_DOUBLE, 0, MPI_COMM_WORLD));
     if (rank == 0 && tc->report != NULL &&
-        trainer_report(t, m, steps, nsteps, vals, nvals, mem_all, &traffic, flops_per_token) != 0) {
+        trainer_report(t, m, steps, nsteps, vals, nvals, mem_all, kernel_all, &traffic, flops_per_token) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
         trainer_abort();
     }
     int last = nsteps > 0 ? steps[nsteps - 1].step + 1 : start_step;
-    free(steps); free(vals); free(mem_all);
+    free(steps); free(vals); free(mem_all); free(kernel_all);
     if (stopped) {  // every rank saw the same loss and norm: all stop here together
         zeroCheck(zero_flush(m->zero));
         char msg[4400];

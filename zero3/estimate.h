@@ -55,6 +55,10 @@
  (the bf16 shards they replace are not counted above either), and one unit's gradient
  widened to fp32 for its reduce-scatter, 4 L; stages 2-3 that unit and its reduced shard,
  4 L + 4 L / N. The gradient traffic doubles; the host engine always reduces in fp32.
+
+ This table is the ZeRO paper's arithmetic for any engine. What the host engine itself will
+ allocate for one configuration (the CPU trainer's --estimate prints it too) is
+ zero_host_estimate in zero3/host.h, next to the code it counts.
 */
 #ifndef ZERO3_ESTIMATE_H
 #define ZERO3_ESTIMATE_H

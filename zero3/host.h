@@ -16,6 +16,13 @@
  updated by the SIMD CPU Adam) or nvme (stage 3: in this rank's swap file, updated sub-group
  by sub-group), --offload-param cpu|nvme (stage 3: the parameter shards).
 
+ With the optimizer on NVMe the reduced gradient shards go there too (ZeRO-Infinity): each
+ unit's shard is added into a gradient region of the swap file beside master, m and v as
+ its reduction completes, and the step reads it group by group with them. Nothing of size
+ shard_total is then held in memory, at any point (init, step, checkpoints): the host holds
+ the units being gathered or reduced, the step's group buffers and one shard's staging, so
+ a rank's memory is bounded by a few of the largest unit, not by the model.
+
  The calls are zero3/zero.h's, through zero_host_ops; the order of the uses and every
  keep, release, prefetch and reduction-window decision is zero3/schedule.h's. Each
  nonblocking collective gets a turn at every unit boundary (zero_poll): Open MPI moves a
@@ -79,7 +86,8 @@ typedef struct {
     // gradients
     float* full_grads;      // (padded_total) stages 0-1
     float** grad_buf;       // (num_units) stages 2-3: the unit's full gradient during backward
-    float* shard_grads;     // (shard_total) stages 1-3: reduced gradient shards (fp32 accumulators at 2-3)
+    float* shard_grads;     // (shard_total) stages 1-3: reduced gradient shards (fp32 accumulators at 2-3);
+                            // NULL with the optimizer on NVMe: the swap file's gradient region holds them
     // the reductions in flight (the schedule's window behind says which, oldest first):
     // reduce-scatters at stages 1-3, all-reduces at stage 0
     ZeroRequest* red_req;   // (num_units)
@@ -96,16 +104,25 @@ typedef struct {
 
     // offload (--offload-optimizer cpu|nvme, --offload-param cpu)
     int offload_opt, offload_param;
-    float* host_grads;      // (shard_total) each unit's gradient shard, copied out once reduced
+    float* host_grads;      // (shard_total) cpu: each unit's gradient shard, copied out once reduced
     float* host_master;     // (shard_total) cpu: the fp32 master shards
-    NvmeFile nvme;          // nvme: master, m and v regions of this rank's swap file
+    NvmeFile nvme;          // nvme: master, m, v and gradient regions of this rank's swap file
     int nvme_ready;
     size_t nvme_region;     // bytes of each region, a multiple of 4 KiB
     size_t group;           // elements of a sub-group (sub_group_size, a multiple of 1024)
-    int nbufs;              // buffer_count: pinned group buffers (p, m, v each)
-    void** nvme_bufs;
+    int nbufs;              // buffer_count: registered group buffers, one per region each (p, m, v, g)
+    void** nvme_bufs;       // (nbufs * 4)
+    // the gradient region (optimizer on NVMe): each unit's shard is added there as its
+    // reduction completes, through one 4 KiB-aligned staging buffer whose write is in flight
+    // until the next unit's turn
+    float* grad_stage;
+    size_t grad_stage_bytes;
+    int grad_write_pending;
+    unsigned char* grad_in_file;  // (num_units) the unit's shard in the file is this step's sum so far
+    double grad_sumsq;      // the accumulated shards' squared norm, added unit by unit on the last micro-step
     double moved[ZERO_NUM_MOVES];
     double update_ms;       // cumulative wall time of the AdamW update, wherever it runs (device, CPU Adam, NVMe)
+    double update_nvme_wait_ms;  // the NVMe waits inside it
     // --offload-param nvme (stage 3): the shards of units not cached on the host live in
     // the swap file's parameter region; max_in_cpu elements (persistent units first)
     // stay on the host
@@ -285,16 +302,24 @@ static int zero_host_grad(void* impl, int u, void** out) {
     return 0;
 }
 
-// completes the oldest reduction in flight (stages 2-3: adds it into the accumulator)
+static int zero_grad_nvme_add(ZeroHost* e, int u, const float* got);  // below, with the NVMe tier
+
+// completes the oldest reduction in flight (stages 2-3: adds it into the accumulator, in
+// memory or in the swap file)
 static int zero_reduce_complete_one(ZeroHost* e) {
     int u = zero_schedule_reduce_oldest(&e->sched);
     ZeroUnit* pu = &e->plan.units[u];
     if (zero_comm_wait(&e->comm, &e->red_req[u]) != 0) { return -1; }
     int copy_out = e->host_grads != NULL && e->sched.last_micro;  // offload: the shard goes to the host now
     if (e->stage >= 2) {
-        float* acc = e->shard_grads + pu->shard_offset;
         const float* got = e->red_recv[u];
-        for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+        if (e->shard_grads == NULL) {
+            if (zero_grad_nvme_add(e, u, got) != 0) { return -1; }
+            if (e->sched.last_micro) { e->moved[ZERO_MOVE_D2H] += pu->shard * sizeof(float); }
+        } else {
+            float* acc = e->shard_grads + pu->shard_offset;
+            for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+        }
         zero_buf_put(e, e->red_recv[u], pu->shard);
         e->red_recv[u] = NULL;
         zero_buf_put(e, e->grad_buf[u], pu->padded);
@@ -424,6 +449,8 @@ static int zero_param_shard_put(ZeroHost* e, int u, const float* src) {
 static void zero_host_clear_grads(ZeroHost* e) {
     if (e->full_grads != NULL) { memset(e->full_grads, 0, e->plan.padded_total * sizeof(float)); }
     if (e->shard_grads != NULL) { memset(e->shard_grads, 0, e->plan.shard_total * sizeof(float)); }
+    if (e->grad_in_file != NULL) { memset(e->grad_in_file, 0, (size_t)e->plan.num_units); }  // the next add overwrites
+    e->grad_sumsq = 0.0;
 }
 
 // stage 3: the always-gathered units get their updated shards from every rank
@@ -438,10 +465,11 @@ static int zero_refresh_persistent(ZeroHost* e) {
 }
 
 // ----------------------------------------------------------------------------
-// the NVMe tier: this rank's fp32 master shards, m and v in three regions of its swap
-// file, updated sub-group by sub-group
+// the NVMe tier: this rank's fp32 master shards, m, v and reduced gradient shards in four
+// regions of its swap file, each in shard-buffer order; the step updates them sub-group by
+// sub-group
 
-enum { NVME_P, NVME_M, NVME_V };
+enum { NVME_P, NVME_M, NVME_V, NVME_G, NVME_REGIONS };
 
 static size_t zero_nvme_offset(const ZeroHost* e, int region, size_t elem) {
     return (size_t)region * e->nvme_region + elem * sizeof(float);
@@ -455,19 +483,21 @@ static size_t zero_nvme_group_elems(const ZeroHost* e, int g) {
     return end - begin;
 }
 static size_t zero_nvme_group_bytes(const ZeroHost* e, int g) {
-    return (zero_nvme_group_elems(e, g) * sizeof(float) + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+    return zero_align4k(zero_nvme_group_elems(e, g) * sizeof(float));
 }
+static int zero_nvme_groups(const ZeroHost* e) { return (int)((e->plan.shard_total + e->group - 1) / e->group); }
 
-// buffer b holds p, m, v of one group, each `group` floats
+// buffer b's array for one region of a group: `group` floats
 static float* zero_nvme_buf(const ZeroHost* e, int b, int region) {
-    return (float*)e->nvme_bufs[b] + (size_t)region * e->group;
+    return (float*)e->nvme_bufs[(size_t)b * NVME_REGIONS + region];
 }
 
-// tags: group * 8 + (is_write << 2) + region
+// tags: group * 8 + (is_write << 2) + region. The step reads all four regions of a group
+// and writes back three: the gradient is consumed.
 static int zero_nvme_submit(ZeroHost* e, int g, int is_write) {
     int b = g % e->nbufs;
     size_t bytes = zero_nvme_group_bytes(e, g);
-    for (int r = NVME_P; r <= NVME_V; r++) {
+    for (int r = NVME_P; r <= (is_write ? NVME_V : NVME_G); r++) {
         size_t off = zero_nvme_offset(e, r, (size_t)g * e->group);
         uint64_t tag = (uint64_t)g * 8 + ((uint64_t)is_write << 2) + (uint64_t)r;
         int rc = is_write ? nvme_write_async(&e->nvme, zero_nvme_buf(e, b, r), off, bytes, tag)
@@ -478,7 +508,7 @@ static int zero_nvme_submit(ZeroHost* e, int g, int is_write) {
     return 0;
 }
 
-// waits until the 3 requests of (group g, is_write) are done; other completions that
+// waits until the requests of (group g, is_write) are done; other completions that
 // arrive meanwhile are counted for their own group in `left` (2 entries per group)
 static int zero_nvme_wait_group(ZeroHost* e, int* left, int g, int is_write) {
     while (left[2 * g + is_write] > 0) {
@@ -489,15 +519,58 @@ static int zero_nvme_wait_group(ZeroHost* e, int* left, int g, int is_write) {
     return 0;
 }
 
+// the gradient staging buffer's write, if one is in flight, is done (it is the only
+// asynchronous request outside the step: the parameter reads wait for themselves)
+static int zero_grad_nvme_settle(ZeroHost* e) {
+    if (!e->grad_write_pending) { return 0; }
+    e->grad_write_pending = 0;
+    return nvme_wait_all(&e->nvme);
+}
+
+// Adds unit u's reduced gradient shard (got) into the swap file's gradient region. The
+// shard's bytes [lo, hi) rarely fall on 4 KiB blocks, and O_DIRECT moves whole blocks,
+// so the span written is [lo, hi) widened to blocks; the neighbours' parts of its first
+// and last block are read first and written back as they were. The first add of a step
+// starts from zero (0 + got, as the in-memory accumulator does: -0 becomes +0); later
+// micro-steps read the span, add and write it back. On the last micro-step the sum's
+// squared norm is added to grad_sumsq for the step's clipping. One write is left in
+// flight, overlapping the backward of the next units; the next add waits for it first,
+// since two spans may share a block.
+static int zero_grad_nvme_add(ZeroHost* e, int u, const float* got) {
+    ZeroUnit* pu = &e->plan.units[u];
+    size_t lo = zero_nvme_offset(e, NVME_G, pu->shard_offset), hi = lo + pu->shard * sizeof(float);
+    size_t a = lo / NVME_ALIGN * NVME_ALIGN, b = zero_align4k(hi);
+    char* stage = (char*)e->grad_stage;
+    float* acc = (float*)(stage + (lo - a));
+    if (zero_grad_nvme_settle(e) != 0) { return -1; }
+    if (e->grad_in_file[u]) {
+        if (nvme_read(&e->nvme, stage, a, b - a) != 0) { return -1; }
+        e->moved[ZERO_MOVE_NVME_READ] += b - a;
+    } else {
+        int head = lo != a, tail = hi != b && !(head && b - a == NVME_ALIGN);  // one block holding both: read once
+        if (head && nvme_read(&e->nvme, stage, a, NVME_ALIGN) != 0) { return -1; }
+        if (tail && nvme_read(&e->nvme, stage + (b - a) - NVME_ALIGN, b - NVME_ALIGN, NVME_ALIGN) != 0) { return -1; }
+        e->moved[ZERO_MOVE_NVME_READ] += (double)(head + tail) * NVME_ALIGN;
+        memset(acc, 0, pu->shard * sizeof(float));
+    }
+    for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+    if (e->sched.last_micro) { e->grad_sumsq += grad_norm_squared(acc, pu->shard); }
+    if (nvme_write_async(&e->nvme, stage, a, b - a, 0) != 0) { return -1; }
+    e->grad_write_pending = 1;
+    e->moved[ZERO_MOVE_NVME_WRITE] += b - a;
+    e->grad_in_file[u] = 1;
+    return 0;
+}
+
 // The pipelined optimizer step (ZeRO-Infinity): with buffer_count buffers, the read of
 // group i+1 and the writes of earlier groups are in flight while group i is updated.
 // A buffer is reused only once the writes of the group it held are done.
 static int zero_nvme_step(ZeroHost* e, CpuAdamParams* hp, float weight_decay) {
-    int ngroups = (int)((e->plan.shard_total + e->group - 1) / e->group);
+    int ngroups = zero_nvme_groups(e);
     int* left = (int*)calloc(2 * (size_t)ngroups, sizeof(int));
     if (left == NULL) { return zero_error("zero: out of memory for the NVMe step"); }
     int rc = -1, seg = 0;
-    for (int g = 0; g < ngroups; g++) { left[2 * g] = 3; left[2 * g + 1] = 3; }
+    for (int g = 0; g < ngroups; g++) { left[2 * g] = NVME_REGIONS; left[2 * g + 1] = NVME_REGIONS - 1; }
     if (zero_nvme_submit(e, 0, 0) != 0) { goto done; }
     for (int g = 0; g < ngroups; g++) {
         int next = g + 1;
@@ -512,6 +585,7 @@ static int zero_nvme_step(ZeroHost* e, CpuAdamParams* hp, float weight_decay) {
         float* p = zero_nvme_buf(e, b, NVME_P);
         float* m = zero_nvme_buf(e, b, NVME_M);
         float* v = zero_nvme_buf(e, b, NVME_V);
+        const float* grad = zero_nvme_buf(e, b, NVME_G);
         while (seg < e->nsegs && e->segs[seg].end <= g0) { seg++; }
         for (int i = seg; i < e->nsegs && e->segs[i].begin < g1; i++) {
             ZeroSegment sg = e->segs[i];
@@ -520,7 +594,7 @@ static int zero_nvme_step(ZeroHost* e, CpuAdamParams* hp, float weight_decay) {
             float* out = zero_param_out(e, sg.unit);
             if (out == NULL) { goto done; }
             out += sg.unit_lo + (lo - sg.begin);
-            if (cpu_adam_step(p + (lo - g0), e->host_grads + lo, CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0),
+            if (cpu_adam_step(p + (lo - g0), grad + (lo - g0), CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0),
                               hi - lo, hp, out, CPU_ADAM_FP32) != 0) { goto done; }
             e->moved[ZERO_MOVE_H2D] += (hi - lo) * sizeof(float);
         }
@@ -533,34 +607,77 @@ done:
     return rc;
 }
 
-// copies count floats between the swap file's region and a host array, group by group
-// through buffer 0 (init, checkpoints: not in the step's hot path)
-static int zero_nvme_copy(ZeroHost* e, int region, float* host, int to_file) {
-    int ngroups = (int)((e->plan.shard_total + e->group - 1) / e->group);
+// Streams a region of the swap file to a checkpoint (to_swap 0) or from one into the
+// file (to_swap 1; fp NULL: zeroes), group by group through buffer 0: checkpoints and
+// init hold one group, never the region.
+static int zero_nvme_stream(ZeroHost* e, int region, FILE* fp, int to_swap) {
     float* buf = zero_nvme_buf(e, 0, NVME_P);
-    for (int g = 0; g < ngroups; g++) {
+    for (int g = 0; g < zero_nvme_groups(e); g++) {
         size_t n = zero_nvme_group_elems(e, g), bytes = zero_nvme_group_bytes(e, g);
         size_t off = zero_nvme_offset(e, region, (size_t)g * e->group);
-        if (to_file) {
+        if (to_swap) {
             memset(buf, 0, bytes);
-            if (host != NULL) { memcpy(buf, host + (size_t)g * e->group, n * sizeof(float)); }
+            if (fp != NULL && fread(buf, sizeof(float), n, fp) != n) { return zero_error("zero: the optimizer state is truncated"); }
             if (nvme_write(&e->nvme, buf, off, bytes) != 0) { return -1; }
         } else {
             if (nvme_read(&e->nvme, buf, off, bytes) != 0) { return -1; }
-            memcpy(host + (size_t)g * e->group, buf, n * sizeof(float));
+            if (fwrite(buf, sizeof(float), n, fp) != n) { return zero_error("zero: writing the optimizer state failed: %s", strerror(errno)); }
         }
     }
     return 0;
 }
 
+// largest parameter shard of any unit, in elements
+static size_t zero_max_shard(const ZeroHost* e) {
+    size_t m = 0;
+    for (int u = 0; u < e->plan.num_units; u++) { m = e->plan.units[u].shard > m ? e->plan.units[u].shard : m; }
+    return m;
+}
+
+// The master region from the parameter shards (init, load): unit by unit through one
+// shard-sized buffer into group buffer 0, each group written once it is full.
+static int zero_nvme_write_master(ZeroHost* e) {
+    float* buf = zero_nvme_buf(e, 0, NVME_P);
+    float* shard = (float*)malloc(zero_max_shard(e) * sizeof(float) + 64);
+    if (shard == NULL) { return zero_error("zero: out of memory for a parameter shard"); }
+    int rc = -1, g = 0, ngroups = zero_nvme_groups(e);
+    memset(buf, 0, e->group * sizeof(float));
+    for (int u = 0; u < e->plan.num_units; u++) {
+        ZeroUnit* pu = &e->plan.units[u];
+        if (zero_param_shard_get(e, u, shard) != 0) { goto done; }
+        for (size_t i = 0; i < pu->shard;) {
+            size_t pos = pu->shard_offset + i;
+            for (; (size_t)(g + 1) * e->group <= pos; g++) {  // groups before pos are complete
+                if (nvme_write(&e->nvme, buf, zero_nvme_offset(e, NVME_P, (size_t)g * e->group), zero_nvme_group_bytes(e, g)) != 0) { goto done; }
+                memset(buf, 0, e->group * sizeof(float));
+            }
+            size_t n = (size_t)(g + 1) * e->group - pos;
+            n = n < pu->shard - i ? n : pu->shard - i;
+            memcpy(buf + (pos - (size_t)g * e->group), shard + i, n * sizeof(float));
+            i += n;
+        }
+    }
+    for (; g < ngroups; g++) {
+        if (nvme_write(&e->nvme, buf, zero_nvme_offset(e, NVME_P, (size_t)g * e->group), zero_nvme_group_bytes(e, g)) != 0) { goto done; }
+        memset(buf, 0, e->group * sizeof(float));
+    }
+    rc = 0;
+done:
+    free(shard);
+    return rc;
+}
+
 // AdamW over this rank's part of every tensor. The gradients are sums over ranks: the
 // mean is folded into AdamW's gradient scale together with the clipping factor.
-// Keeps the global norm of the mean gradient for zero_host_stats.
+// Keeps the global norm of the mean gradient for zero_host_stats. With the gradients on
+// NVMe, the squared norm was summed unit by unit as they were written (in double: it
+// differs from the one pass over the shard by double roundings only, far below the
+// float norm's last bit).
 static int zero_host_step(void* impl, const ZeroStep* st) {
     ZeroHost* e = (ZeroHost*)impl;
     float lr = st->lr, weight_decay = st->weight_decay;
     int t = st->t;
-    if (zero_reduce_drain(e) != 0) { return -1; }
+    if (zero_reduce_drain(e) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
     double sumsq;
     if (e->stage == 0) {
         sumsq = grad_norm_squared(e->full_grads, e->plan.padded_total);  // replicated: no communication
@@ -572,7 +689,11 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
                 e->moved[ZERO_MOVE_D2H] += e->plan.shard_total * sizeof(float);
             }
         }
-        sumsq = grad_norm_squared(e->host_grads != NULL ? e->host_grads : e->shard_grads, e->plan.shard_total);
+        if (e->shard_grads == NULL) {
+            sumsq = e->grad_sumsq;
+        } else {
+            sumsq = grad_norm_squared(e->host_grads != NULL ? e->host_grads : e->shard_grads, e->plan.shard_total);
+        }
         if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
     }
     float scale = adamw_grad_scale(sumsq, e->world, st->grad_clip, &e->norm);
@@ -585,7 +706,7 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
     // Every path updates with the SIMD CPU Adam (zero3/cpu_adam.h), in place: on the
     // CPU trainer the "device" is host memory too. zero3/adamw.h's scalar adamw_update
     // stays as the tests' reference.
-    double t_update = zero_now_ms();
+    double t_update = zero_now_ms(), nvme_wait0 = e->nvme.wait_ms;
     if (e->stage == 0) {
         for (int i = 0; i < e->num_tensors; i++) {
             ZeroTensor tr = e->tensors[i];
@@ -618,6 +739,7 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
         return -1;
     }
     e->update_ms += zero_now_ms() - t_update;
+    e->update_nvme_wait_ms += e->nvme.wait_ms - nvme_wait0;
 
     // the updated shards go to every rank: stages 1-2 all-gather into the full buffer;
     // stage 3 refreshes its persistent units (the others are gathered at their next use)
@@ -640,22 +762,45 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
 // ----------------------------------------------------------------------------
 // init and teardown
 
-// Opens this rank's swap file: the optimizer's regions (master, m, v) when it is on
-// NVMe, then the parameter region for the units not cached on the host.
+// Opens this rank's swap file: the optimizer's regions (master, m, v, gradients) when it
+// is on NVMe, then the parameter region for the units not cached on the host.
 static int zero_nvme_open(ZeroHost* e, size_t param_bytes) {
     ZeroPlan* p = &e->plan;
     size_t whole = (p->shard_total + 1023) / 1024 * 1024;
     e->nvme_region = whole * sizeof(float);
-    size_t opt_bytes = e->offload_opt == ZERO_OFFLOAD_NVME ? 3 * e->nvme_region : 0;
+    size_t opt_bytes = e->offload_opt == ZERO_OFFLOAD_NVME ? NVME_REGIONS * e->nvme_region : 0;
     if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, opt_bytes + param_bytes, 8) != 0) { return -1; }
     e->nvme_ready = 1;
     e->mem.nvme_bytes = (double)(opt_bytes + param_bytes);
     return 0;
 }
 
-// Stage 3: where each unit's parameter shard lives. With --offload-param nvme, units stay
-// on the host while max_in_cpu elements allow, the schedule's persistent ones first; the
-// rest go to the swap file.
+// Stage 3: which units' parameter shards stay on the host (on_host[u] = 1) and the rest
+// in the swap file: with --offload-param nvme, units stay while max_in_cpu elements allow,
+// the schedule's persistent ones first. Returns the host's elements; *file_bytes gets the
+// swap file's parameter region (each shard 4 KiB-aligned).
+static size_t zero_param_placement(const ZeroPlan* p, const ZeroSchedule* sched, const ZeroConfig* cfg, int* on_host,
+                                   size_t* file_bytes) {
+    size_t host_elems = 0;
+    double budget = cfg->offload_param == ZERO_OFFLOAD_NVME ? (double)cfg->max_in_cpu : 1e300;
+    for (int pass = 0; pass < 2; pass++) {  // persistent units first, then in order
+        for (int u = 0; u < p->num_units; u++) {
+            int persistent = sched->persistent[u];
+            if (persistent != (pass == 0) || on_host[u]) { continue; }
+            if (persistent || (double)(host_elems + p->units[u].shard) <= budget) {
+                on_host[u] = 1;
+                host_elems += p->units[u].shard;
+            }
+        }
+    }
+    *file_bytes = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        if (!on_host[u]) { *file_bytes += zero_align4k(p->units[u].shard * sizeof(float)); }
+    }
+    return host_elems;
+}
+
+// Stage 3: where each unit's parameter shard lives (zero_param_placement).
 static int zero_param_store_init(ZeroHost* e) {
     ZeroPlan* p = &e->plan;
     int nu = p->num_units;
@@ -664,30 +809,14 @@ static int zero_param_store_init(ZeroHost* e) {
     int* on_host = (int*)calloc(nu, sizeof(int));
     if (e->param_ptr == NULL || e->param_file_off == NULL || on_host == NULL) { free(on_host); return zero_error("zero: out of memory"); }
     e->staged_unit = -1;
-    size_t host_elems = 0, file_bytes = 0, max_shard = 0;
-    double budget = e->offload_param == ZERO_OFFLOAD_NVME ? (double)e->cfg.max_in_cpu : 1e300;
-    for (int pass = 0; pass < 2; pass++) {  // persistent units first, then in order
-        for (int u = 0; u < nu; u++) {
-            ZeroUnit* pu = &p->units[u];
-            int persistent = e->sched.persistent[u];
-            if (persistent != (pass == 0) || on_host[u]) { continue; }
-            if (persistent || (double)(host_elems + pu->shard) <= budget) {
-                on_host[u] = 1;
-                host_elems += pu->shard;
-            }
-        }
-    }
-    for (int u = 0; u < nu; u++) {
-        size_t sb = p->units[u].shard * sizeof(float);
-        if (!on_host[u]) { file_bytes += zero_align4k(sb); }
-        if (sb > max_shard) { max_shard = sb; }
-    }
+    size_t file_bytes = 0, max_shard = zero_max_shard(e) * sizeof(float);
+    size_t host_elems = zero_param_placement(p, &e->sched, &e->cfg, on_host, &file_bytes);
     int kind = e->offload_param != ZERO_OFFLOAD_NONE ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS;
     e->shard_params = (float*)zero_alloc(e, kind, host_elems);
     if (e->shard_params == NULL) { free(on_host); return -1; }
     int need_nvme = file_bytes > 0 || e->offload_opt == ZERO_OFFLOAD_NVME;
     if (need_nvme && zero_nvme_open(e, file_bytes) != 0) { free(on_host); return -1; }
-    size_t host_off = 0, file_off = e->offload_opt == ZERO_OFFLOAD_NVME ? 3 * e->nvme_region : 0;
+    size_t host_off = 0, file_off = e->offload_opt == ZERO_OFFLOAD_NVME ? NVME_REGIONS * e->nvme_region : 0;
     for (int u = 0; u < nu; u++) {
         if (on_host[u]) {
             e->param_ptr[u] = e->shard_params + host_off;
@@ -733,38 +862,50 @@ static int zero_shards_copy_out(ZeroHost* e, float* dst) {
     return 0;
 }
 
-// Optimizer offload: gradient shards on the host; the fp32 master and the moments on
-// the host (cpu) or in this rank's swap file under nvme_path (nvme).
+// the NVMe step's sub-group: sub_group_size elements in whole 4 KiB blocks, at most the
+// (4 KiB-padded) shard and the 1 GiB one registered buffer may hold
+static size_t zero_nvme_group_size(const ZeroConfig* cfg, size_t shard_total) {
+    size_t g = ((size_t)cfg->sub_group_size + 1023) / 1024 * 1024;
+    size_t whole = (shard_total + 1023) / 1024 * 1024, most = ((size_t)1 << 30) / sizeof(float);
+    g = g < whole ? g : whole;
+    return g < most ? g : most;
+}
+
+// sets of group buffers (p, m, v, g each): buffer_count, at least 2 (one read ahead while one updates)
+static int zero_nvme_buffer_sets(const ZeroConfig* cfg) { return cfg->buffer_count >= 2 ? cfg->buffer_count : 2; }
+
+// a shard's span in the gradient region: its bytes widened to 4 KiB blocks at both ends
+static size_t zero_grad_stage_bytes(size_t max_shard) { return zero_align4k(max_shard * sizeof(float)) + NVME_ALIGN; }
+
+// Optimizer offload. cpu: the gradient shards, the fp32 master and the moments on the
+// host. nvme (stage 3; the file was opened with the parameter store): master, moments and
+// gradient shards in this rank's swap file, moved by sub-groups of sub_group_size
+// elements (whole 4 KiB blocks, at most the 1 GiB a registered buffer may hold) through
+// buffer_count sets of group buffers, and one unit's gradient shard staged at a time.
 static int zero_offload_init(ZeroHost* e) {
     ZeroPlan* p = &e->plan;
-    e->host_grads = (float*)zero_alloc(e, ZERO_MEM_HOST_GRADS, p->shard_total);
-    if (e->host_grads == NULL) { return -1; }
     if (e->offload_opt == ZERO_OFFLOAD_CPU) {
-        e->host_master = (float*)zero_alloc(e, ZERO_MEM_HOST_PARAMS, p->shard_total);
+        e->host_grads = (float*)zero_alloc(e, ZERO_MEM_HOST_GRADS, p->shard_total);
+        e->host_master = e->host_grads != NULL ? (float*)zero_alloc(e, ZERO_MEM_HOST_PARAMS, p->shard_total) : NULL;
         if (e->host_master == NULL) { return -1; }
         return zero_shards_copy_out(e, e->host_master);
     }
-    // NVMe (stage 3; the file was opened with the parameter store): sub-groups of
-    // sub_group_size elements, whole 4 KiB blocks
-    size_t g = (size_t)e->cfg.sub_group_size;
-    g = (g + 1023) / 1024 * 1024;
-    size_t whole = e->nvme_region / sizeof(float);
-    e->group = g < whole ? g : whole;
-    e->nbufs = e->cfg.buffer_count >= 2 ? e->cfg.buffer_count : 2;  // one read ahead while one updates
+    e->group = zero_nvme_group_size(&e->cfg, p->shard_total);
+    e->nbufs = zero_nvme_buffer_sets(&e->cfg);
     void** bufs = NULL;
-    if (nvme_buffers_alloc(&e->nvme, e->nbufs, 3 * e->group * sizeof(float), &bufs) != 0) { return -1; }
+    if (nvme_buffers_alloc(&e->nvme, e->nbufs * NVME_REGIONS, e->group * sizeof(float), &bufs) != 0) { return -1; }
     e->nvme_bufs = bufs;
-    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->nbufs * 3 * e->group * sizeof(float);
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->nbufs * NVME_REGIONS * e->group * sizeof(float);
+    e->grad_stage_bytes = zero_grad_stage_bytes(zero_max_shard(e));
+    e->grad_stage = (float*)nvme_alloc(e->grad_stage_bytes);
+    e->grad_in_file = (unsigned char*)calloc((size_t)p->num_units, 1);
+    if (e->grad_stage == NULL || e->grad_in_file == NULL) { return zero_error("zero: out of memory for the gradient staging buffer"); }
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->grad_stage_bytes;
     e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
-    // the master shards from the device copy, zero moments
-    float* tmp = (float*)malloc(p->shard_total * sizeof(float));
-    if (tmp == NULL) { return zero_error("zero: out of memory"); }
-    int rc = zero_shards_copy_out(e, tmp);
-    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_P, tmp, 1);
-    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_M, NULL, 1);
-    rc = rc != 0 ? rc : zero_nvme_copy(e, NVME_V, NULL, 1);
-    free(tmp);
-    return rc;
+    // the master shards from the parameter store, zero moments (the gradient region is
+    // written before it is read: grad_in_file)
+    if (zero_nvme_write_master(e) != 0 || zero_nvme_stream(e, NVME_M, NULL, 1) != 0) { return -1; }
+    return zero_nvme_stream(e, NVME_V, NULL, 1);
 }
 
 // Builds the engine over in->comm for in->model (see ZeroInit); in->params are read on
@@ -849,7 +990,7 @@ static int zero_host_init(void* impl, const ZeroInit* in) {
         e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
         if (e->full_grads == NULL) { return -1; }
     }
-    if (e->stage >= 1) {
+    if (e->stage >= 1 && e->offload_opt != ZERO_OFFLOAD_NVME) {  // NVMe: the swap file's gradient region
         e->shard_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->shard_total);
         if (e->shard_grads == NULL) { return -1; }
     }
@@ -877,9 +1018,10 @@ static void zero_host_free(void* impl) {
     free(e->m); free(e->v);
     free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv);
     for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
-    free(e->segs); free(e->host_grads); free(e->host_master);
+    free(e->segs); free(e->host_grads); free(e->host_master); free(e->grad_in_file);
     free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
     if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
+    free(e->grad_stage);  // after the close, which waits for a write still reading it
     zero_schedule_free(&e->sched);
     zero_plan_free(&e->plan);
     zero_comm_free(&e->comm);
@@ -926,63 +1068,63 @@ static size_t zero_host_state_bytes(const ZeroHost* e) {
 
 // This rank's part of a checkpoint (zero3/checkpoint.h): the section header ("host"), then
 // the fp32 parameters it owns (stage 0: the whole padded model; stages 1-3: its shard of
-// every unit, in shard-buffer order), then AdamW's m and v (opt_elems each).
+// every unit, in shard-buffer order), then AdamW's m and v (opt_elems each). The shards
+// go through one unit's shard and the swap file's moments one group at a time: nothing
+// of the model's size is allocated.
 static int zero_host_save(void* impl, FILE* fp) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroPlan* p = &e->plan;
     ZeroStateHeader h = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
-    if (zero_state_write_header(fp, &h) != 0) { return -1; }
+    if (zero_state_write_header(fp, &h) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
     int ok = 1;
     if (e->stage == 0) {
         ok = fwrite(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
     } else {
-        float* tmp = (float*)malloc(p->shard_total * sizeof(float));
-        ok = tmp != NULL && zero_shards_copy_out(e, tmp) == 0 && fwrite(tmp, sizeof(float), p->shard_total, fp) == p->shard_total;
-        free(tmp);
-    }
-    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments come from the swap file
-        float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
-        if (tmp == NULL) { return zero_error("zero: out of memory"); }
-        for (int r = NVME_M; r <= NVME_V && ok; r++) {
-            ok = zero_nvme_copy(e, r, tmp, 0) == 0 && fwrite(tmp, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        float* tmp = (float*)malloc(zero_max_shard(e) * sizeof(float) + 64);
+        ok = tmp != NULL;
+        for (int u = 0; u < p->num_units && ok; u++) {
+            size_t n = p->units[u].shard;
+            ok = zero_param_shard_get(e, u, tmp) == 0 && fwrite(tmp, sizeof(float), n, fp) == n;
         }
         free(tmp);
-        return ok ? 0 : zero_error("zero: writing the optimizer state failed: %s", strerror(errno));
+    }
+    if (ok && e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments come from the swap file
+        return zero_nvme_stream(e, NVME_M, fp, 0) != 0 || zero_nvme_stream(e, NVME_V, fp, 0) != 0 ? -1 : 0;
     }
     ok = ok && fwrite(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
     ok = ok && fwrite(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
     return ok ? 0 : zero_error("zero: writing the optimizer state failed: %s", strerror(errno));
 }
 
-// reads what zero_host_save wrote into an engine of the same partition; stages 1-2 then
-// all-gather the parameters, stage 3 refreshes its persistent units
+// reads what zero_host_save wrote into an engine of the same partition (one unit's shard
+// or one group at a time); stages 1-2 then all-gather the parameters, stage 3 refreshes
+// its persistent units
 static int zero_host_load(void* impl, FILE* fp) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroPlan* p = &e->plan;
     ZeroStateHeader want = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
-    if (zero_state_read_header(fp, &want) != 0) { return -1; }
+    if (zero_state_read_header(fp, &want) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
     int ok = 1;
     if (e->stage == 0) {
         ok = fread(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
     } else {
-        float* tmp = (float*)malloc(p->shard_total * sizeof(float));
-        ok = tmp != NULL && fread(tmp, sizeof(float), p->shard_total, fp) == p->shard_total;
-        for (int u = 0; u < p->num_units && ok; u++) { ok = zero_param_shard_put(e, u, tmp + p->units[u].shard_offset) == 0; }
-        free(tmp);
-    }
-    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments go to the swap file, the master too
-        float* tmp = (float*)malloc(e->opt_elems * sizeof(float));
-        if (tmp == NULL) { return zero_error("zero: out of memory"); }
-        for (int r = NVME_M; r <= NVME_V && ok; r++) {
-            ok = fread(tmp, sizeof(float), e->opt_elems, fp) == e->opt_elems && zero_nvme_copy(e, r, tmp, 1) == 0;
+        float* tmp = (float*)malloc(zero_max_shard(e) * sizeof(float) + 64);
+        ok = tmp != NULL;
+        for (int u = 0; u < p->num_units && ok; u++) {
+            size_t n = p->units[u].shard;
+            ok = fread(tmp, sizeof(float), n, fp) == n && zero_param_shard_put(e, u, tmp) == 0;
         }
-        ok = ok && zero_shards_copy_out(e, tmp) == 0 && zero_nvme_copy(e, NVME_P, tmp, 1) == 0;
         free(tmp);
-    } else {
-        ok = ok && fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
-        ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
     }
     if (!ok) { return zero_error("zero: the optimizer state is truncated or the swap file failed"); }
+    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments go to the swap file, the master too
+        if (zero_nvme_stream(e, NVME_M, fp, 1) != 0 || zero_nvme_stream(e, NVME_V, fp, 1) != 0 ||
+            zero_nvme_write_master(e) != 0) { return -1; }
+    } else {
+        ok = fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        if (!ok) { return zero_error("zero: the optimizer state is truncated or the swap file failed"); }
+    }
     if (e->host_master != NULL && zero_shards_copy_out(e, e->host_master) != 0) { return -1; }
     if (e->stage == 1 || e->stage == 2) {
         for (int u = 0; u < p->num_units; u++) {
@@ -992,6 +1134,150 @@ static int zero_host_load(void* impl, FILE* fp) {
         if (zero_refresh_persistent(e) != 0) { return -1; }
     }
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the estimate: what this engine will hold per rank, without building it (--estimate)
+
+// What zero_host_init allocates on each rank, in bytes. states: the kinds that scale with
+// the model (parameters, gradients, moments, master, on the host or "device": both are host
+// memory here); buffers: the pool of gathered units, unit gradients and received shards at
+// its largest (zero_host_walk); host_buffers: the NVMe step's group buffers and the
+// shard staging; swap: the swap file; unit: the largest padded unit, what start-up and a
+// checkpoint add for one unit at a time. The pool's largest sizes: pool_count[i] buffers of
+// pool_elems[i] floats, largest first (what bounds `buffers`).
+#define ZERO_EST_POOL_SIZES 4
+typedef struct {
+    double states, buffers, host_buffers, swap, unit;
+    size_t pool_elems[ZERO_EST_POOL_SIZES];
+    int pool_count[ZERO_EST_POOL_SIZES];
+} ZeroHostEstimate;
+
+// the pool by size: what zero_buf_get/put hold; a size's allocation is the most held at once
+typedef struct { size_t* elems; int* held; int* most; int n; } ZeroPoolWalk;
+
+static void zero_pool_walk(ZeroPoolWalk* w, size_t elems, int delta) {
+    int i = 0;
+    while (i < w->n && w->elems[i] != elems) { i++; }
+    if (i == w->n) { w->elems[i] = elems; w->held[i] = w->most[i] = 0; w->n++; }
+    w->held[i] += delta;
+    if (w->held[i] > w->most[i]) { w->most[i] = w->held[i]; }
+}
+
+// a reduction starts as zero_host_reduce starts one at stages 2-3: the window behind first
+static void zero_walk_reduce(ZeroSchedule* s, const ZeroPlan* p, ZeroPoolWalk* w, int u) {
+    while (zero_schedule_reduce_full(s, u)) {
+        int v = zero_schedule_reduce_oldest(s);
+        zero_pool_walk(w, p->units[v].shard, -1);    // red_recv
+        zero_pool_walk(w, p->units[v].padded, -1);   // grad_buf
+    }
+    zero_schedule_reduce_started(s, u);
+    zero_pool_walk(w, p->units[u].shard, 1);
+}
+
+// Walks a training pass and a forward one as the engine makes them (begin; per use: fetch
+// and its prefetch, the gradient at the unit's last use of a training pass, release, its
+// reduce; end), counting the pool's buffers by size (stages 2-3). The model's calls are
+// taken to be the trainer's: a unit's gradient is opened at its last use and reduced after
+// its release, except the pass's first unit (the input embedding: the encoder's backward
+// adds to it last), reduced at the end.
+static int zero_host_walk(ZeroSchedule* s, const ZeroPlan* p, int stage, ZeroPoolWalk* w) {
+    int* ahead = (int*)malloc(((size_t)s->prefetch_depth + 1) * sizeof(int));
+    if (ahead == NULL) { return zero_error("zero estimate: out of memory"); }
+    for (int u = 0; s->gathers && u < s->num_units; u++) {
+        if (s->persistent[u]) { zero_pool_walk(w, p->units[u].padded, 1); zero_schedule_gathered(s, u); }
+    }
+    for (int pass = 0; pass < ZERO_NUM_PASSES; pass++) {
+        zero_schedule_begin(s, pass, 1);
+        int n = zero_schedule_prefetch(s, 0, ahead);
+        for (int k = 0; k < n; k++) { zero_pool_walk(w, p->units[ahead[k]].padded, 1); }
+        const int* unit = s->unit[pass];
+        int len = s->len[pass];
+        for (int i = 0; i < len; i++) {
+            int u = unit[i], last = pass == ZERO_PASS_TRAIN;
+            for (int j = i + 1; j < len && last; j++) { last = unit[j] != u; }
+            if (s->gathers) {
+                if (s->state[u] == ZERO_UNIT_NOT_LIVE) { zero_schedule_started(s, u); zero_pool_walk(w, p->units[u].padded, 1); }
+                zero_schedule_gathered(s, u);
+                n = zero_schedule_prefetch(s, i + 1, ahead);
+                for (int k = 0; k < n; k++) { zero_pool_walk(w, p->units[ahead[k]].padded, 1); }
+            }
+            if (last && stage >= 2) { zero_pool_walk(w, p->units[u].padded, 1); }
+            if (zero_schedule_release(s, u) == 1) { zero_pool_walk(w, p->units[u].padded, -1); zero_schedule_freed(s, u); }
+            if (last && stage >= 2 && u != unit[0]) { zero_walk_reduce(s, p, w, u); }
+        }
+        if (pass == ZERO_PASS_TRAIN && stage >= 2) { zero_walk_reduce(s, p, w, unit[0]); }
+        for (int v; (v = zero_schedule_reduce_oldest(s)) >= 0;) {
+            zero_pool_walk(w, p->units[v].shard, -1);
+            zero_pool_walk(w, p->units[v].padded, -1);
+        }
+        for (int u = 0; s->gathers && u < s->num_units; u++) {
+            if (!s->persistent[u] && s->state[u] != ZERO_UNIT_NOT_LIVE) { zero_pool_walk(w, p->units[u].padded, -1); zero_schedule_freed(s, u); }
+        }
+        zero_schedule_end(s);
+    }
+    free(ahead);
+    return 0;
+}
+
+// The memory zero_host_init would allocate for `model` under `cfg` on each of `world`
+// ranks (every rank alike: the shards are equal), found from the same plan, schedule,
+// placement and sizes the engine uses. Its accounting's peaks (ZeroStats.mem) add up to it.
+static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world, ZeroHostEstimate* out) {
+    ZeroPlan p;
+    ZeroSchedule s;
+    ZeroPoolWalk w = {NULL, NULL, NULL, 0};
+    int* on_host = NULL;
+    int rc = -1, stage = cfg->stage;
+    memset(out, 0, sizeof(*out));
+    memset(&s, 0, sizeof(s));
+    if (zero_plan_init(&p, model->unit_numel, model->num_units, world, 0, sizeof(float)) != 0) { return -1; }
+    if (zero_schedule_init(&s, model, &p, cfg) != 0) { goto done; }
+    int nu = p.num_units;
+    size_t max_shard = 0, max_padded = 0;
+    for (int u = 0; u < nu; u++) {
+        max_shard = p.units[u].shard > max_shard ? p.units[u].shard : max_shard;
+        max_padded = p.units[u].padded > max_padded ? p.units[u].padded : max_padded;
+    }
+    w.elems = (size_t*)calloc(2 * (size_t)nu, sizeof(size_t));
+    w.held = (int*)calloc(2 * (size_t)nu, sizeof(int));
+    w.most = (int*)calloc(2 * (size_t)nu, sizeof(int));
+    on_host = (int*)calloc((size_t)nu, sizeof(int));
+    if (w.elems == NULL || w.held == NULL || w.most == NULL || on_host == NULL) { zero_error("zero estimate: out of memory"); goto done; }
+    const double f = sizeof(float);
+    int nvme_opt = cfg->offload_optimizer == ZERO_OFFLOAD_NVME;
+    size_t file_bytes = 0;
+    double params = stage < 3 ? (double)p.padded_total : (double)zero_param_placement(&p, &s, cfg, on_host, &file_bytes);
+    double grads = (stage < 2 ? (double)p.padded_total : 0.0) + (stage >= 1 && !nvme_opt ? (double)p.shard_total : 0.0);
+    double opt_elems = stage == 0 ? (double)p.padded_total : (double)p.shard_total;
+    double moments = nvme_opt ? 0.0 : 2.0 * opt_elems;
+    double cpu = cfg->offload_optimizer == ZERO_OFFLOAD_CPU ? 2.0 * (double)p.shard_total : 0.0;  // gradients, master
+    out->states = (params + grads + moments + cpu) * f;
+    if (zero_host_walk(&s, &p, stage, &w) != 0) { goto done; }
+    for (int i = 0; i < w.n; i++) {
+        out->buffers += (double)w.most[i] * (double)w.elems[i] * f;
+        for (int k = 0; k < ZERO_EST_POOL_SIZES; k++) {  // insert among the largest sizes
+            if (w.most[i] == 0 || w.elems[i] <= out->pool_elems[k]) { continue; }
+            for (int j = ZERO_EST_POOL_SIZES - 1; j > k; j--) { out->pool_elems[j] = out->pool_elems[j - 1]; out->pool_count[j] = out->pool_count[j - 1]; }
+            out->pool_elems[k] = w.elems[i];
+            out->pool_count[k] = w.most[i];
+            break;
+        }
+    }
+    if (nvme_opt) {
+        double group = (double)zero_nvme_group_size(cfg, p.shard_total);
+        out->host_buffers += zero_nvme_buffer_sets(cfg) * (double)NVME_REGIONS * group * f + (double)zero_grad_stage_bytes(max_shard);
+        out->swap += NVME_REGIONS * (double)((p.shard_total + 1023) / 1024 * 1024) * f;
+    }
+    if (file_bytes > 0) { out->host_buffers += (double)zero_align4k(max_shard * sizeof(float)); }
+    out->swap += (double)file_bytes;
+    out->unit = (double)max_padded * f;
+    rc = 0;
+done:
+    free(w.elems); free(w.held); free(w.most); free(on_host);
+    zero_schedule_free(&s);
+    zero_plan_free(&p);
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -1006,6 +1292,8 @@ static int zero_host_stats(void* impl, ZeroStats* s) {
     memcpy(s->comm_bytes, e->comm.bytes, sizeof(s->comm_bytes));
     memcpy(s->moved, e->moved, sizeof(s->moved));
     s->update_ms = e->update_ms;
+    s->nvme_wait_ms = e->nvme.wait_ms;
+    s->update_nvme_wait_ms = e->update_nvme_wait_ms;
     memcpy(s->mem, e->mem.peak, sizeof(s->mem));
     s->mem_peak = e->mem.total_peak;
     s->nvme_bytes = e->mem.nvme_bytes;

@@ -56,7 +56,8 @@
 
  Counters: reads / writes count submitted requests (not SQEs), bytes_read / bytes_written
  count bytes the kernel reported done (so also the part before a failure), retries counts
- resubmitted short pieces.
+ resubmitted short pieces, wait_ms the time the caller spent blocked for a completion (what
+ the device did not hide behind the caller's own work: the trainer's "NVMe wait").
 
  Failure of io_uring_submit itself (not an I/O error: the ring cannot take SQEs) leaves
  the ring in an unknown state: f->broken is set, every later call fails, and the caller
@@ -88,7 +89,7 @@
 #include <sys/uio.h>     // struct iovec: registered buffers
 #include <sys/mman.h>    // madvise: huge pages for the registered buffers
 #include <liburing.h>    // io_uring_*: the submission and completion rings
-#include "zero3/util.h"  // zero_error
+#include "zero3/util.h"  // zero_error, zero_now_ms
 
 #ifndef O_DIRECT
 #error "zero3/nvme.h needs _GNU_SOURCE (O_DIRECT): include it first or build with -D_GNU_SOURCE"
@@ -151,6 +152,7 @@ typedef struct {
     int n_ptr_arrays;
     // counters
     uint64_t bytes_read, bytes_written, reads, writes, retries;
+    double wait_ms;
 } NvmeFile;
 
 // ----------------------------------------------------------------------------
@@ -447,7 +449,9 @@ static void nvme_push_done(NvmeFile* f, int ri) {
 static int nvme_reap_one(NvmeFile* f) {
     struct io_uring_cqe* cqe;
     int rc;
+    double t0 = zero_now_ms();
     do { rc = io_uring_wait_cqe(&f->ring, &cqe); } while (rc == -EINTR);
+    f->wait_ms += zero_now_ms() - t0;
     if (rc < 0) {
         f->broken = 1;
         return zero_error("nvme: %s: waiting for a completion failed: %s", f->path, strerror(-rc));

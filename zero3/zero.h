@@ -95,6 +95,8 @@ typedef struct {
     double comm_bytes[ZERO_NUM_COLLECTIVES];  // bytes this rank sent, as a ring algorithm sends them
     double moved[ZERO_NUM_MOVES];             // bytes between device, host and NVMe
     double update_ms;                         // the AdamW update's time, wherever it runs
+    double nvme_wait_ms;                      // time blocked on the NVMe tier's I/O (host engine)
+    double update_nvme_wait_ms;               // the part of nvme_wait_ms inside the update
     double mem[ZERO_MEM_KINDS];               // peak bytes of each kind
     double mem_peak;                          // the peak of the compute-side kinds together
     double nvme_bytes;                        // the swap file

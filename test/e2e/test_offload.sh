@@ -56,12 +56,32 @@ m, b = off["memory"]["per_rank"][0], base["memory"]["per_rank"][0]
 shard = b["params"]                                   # fp32 shard bytes at stage 3
 assert m["optimizer"] == 0 and b["optimizer"] == 2 * shard, (m, b)      # moments left the device
 assert m["params"] == 0 and m["host_params"] == shard                   # --offload-param cpu
-assert m["host_grads"] == shard and m["nvme"] >= 3 * shard              # master, m, v on NVMe
+assert m["host_grads"] == 0 and m["nvme"] >= 4 * shard                  # master, m, v and the gradients on NVMe
 t = off["transfers_per_step"]
 assert t["device_to_host"] == shard and t["host_to_device"] >= shard    # grads out, params back (+ gathers)
-assert t["nvme_read"] >= 3 * shard and t["nvme_write"] >= 3 * shard
+assert t["nvme_read"] >= 4 * shard and t["nvme_write"] >= 4 * shard     # the step reads p, m, v, g, writes p, m, v
+assert 0 <= t["update_nvme_wait_ms"] <= t["nvme_wait_ms"] and t["update_nvme_wait_ms"] <= t["update_ms"], t
 assert b["host_params"] == 0 and base["transfers_per_step"]["nvme_read"] == 0
 EOF2
+
+# the gradient shards in the swap file, added into it at every micro-step of the accumulation:
+# bit for bit the in-memory accumulator's sums, so the same losses and norms as no offload, at 2
+# ranks and 3 micro-steps; the same through a skipped non-finite step (the next step's first
+# micro-step must overwrite, not add to, what the skipped one left in the file)
+A="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0 -x 5 -l 1e-3 -c 0.1 -b 2 -d 768 -z 3"
+norms() { $PY -c "import json,sys; [print(repr(s['grad_norm'])) for s in json.load(open(sys.argv[1]))['steps']]" "$1"; }
+for nan in "" 2; do
+    what="accumulation over 3 micro-steps"; [ -n "$nan" ] && what="$what, step $nan non-finite"
+    ZERO3_TEST_NAN_STEP=${nan:--1} run acc_host 2 $A && \
+    ZERO3_TEST_NAN_STEP=${nan:--1} run acc_nvme 2 $A --offload-optimizer nvme --nvme-path "$tmp/nvme" --sub-group-size 3000 \
+        --offload-param nvme --max-in-cpu 0 || { bad "gradients on NVMe, $what: run failed"; continue; }
+    norms "$tmp/acc_host.json" > "$tmp/na"; norms "$tmp/acc_nvme.json" > "$tmp/nb"
+    same_losses "$tmp/acc_host.json" "$tmp/acc_nvme.json" && cmp -s "$tmp/na" "$tmp/nb" \
+        && ok "gradients on NVMe, $what: bit-identical losses and norms to the host's accumulator" \
+        || bad "gradients on NVMe, $what: losses differ by $(maxdiff "$tmp/la" "$tmp/lb"), norms $(tr '\n' ' ' < "$tmp/na") vs $(tr '\n' ' ' < "$tmp/nb")"
+done
+grep -q "grad accumulation 3" "$tmp/acc_nvme.log" && grep -q "skipped" "$tmp/acc_nvme.log" \
+    && ok "gradients on NVMe: 3 micro-steps a step, the non-finite step skipped" || bad "gradients on NVMe: no accumulation or no step skipped"
 
 # parameters on NVMe: the units beyond max_in_cpu live in the swap file and are read
 # before each gather (with the default reuse distance, once per step) and written after
@@ -82,6 +102,27 @@ $MPIRUN -np 2 $BIN $R -x 3 -o "$tmp/ck" -n 3 > "$tmp/part.log" 2>&1
 run res 2 $R -x 6 -o "$tmp/ck" -n 3 -y 1
 losses "$tmp/full.json" | tail -3 > "$tmp/f"; losses "$tmp/res.json" > "$tmp/r" 2>/dev/null
 [ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "resume with NVMe-held optimizer state and parameters is bit-identical" || bad "NVMe resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
+
+# --estimate knows the engine: for a run's own configuration, the host engine's bytes per rank
+# (states, the pool of units and gradients at its largest, NVMe buffers) equal the report's
+# accounting of the same run, and the activations the trainer's, to the byte
+for c in "1 -z 3" "2 -z 3 --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 --sub-group-size 3000 --reduce-bucket-size 2e5" \
+         "2 -z 2 --offload-optimizer cpu" "2 -z 3 --prefetch 1 --max-reuse-distance 0 --param-persistence-threshold 0"; do
+    n=${c%% *}; flags=${c#* }
+    run est $n $STD -b 4 -x 2 $flags --nvme-path "$tmp/nvme" \
+        && $MPIRUN -np 1 $BIN $STD -b 4 -x 2 $flags --nvme-path "$tmp/nvme" --estimate 1:$n > "$tmp/est.txt" 2>&1 \
+        && $PY - "$tmp/est.json" "$tmp/est.txt" <<'EOF2' && ok "--estimate at $n ranks $flags: the engine's bytes and the activations equal the report's" \
+            || bad "--estimate at $n ranks $flags: $(tail -1 "$tmp/est.txt")"
+import json, re, sys
+r = json.load(open(sys.argv[1])); text = open(sys.argv[2]).read()
+est = dict((k, float(v)) for k, v in re.findall(r"(\w+)=([0-9.e+]+)", text.split("host_estimate:")[1]))
+for m in r["memory"]["per_rank"]:
+    engine = sum(m[k] for k in ("params", "grads", "optimizer", "buffers", "host_params", "host_grads", "host_optimizer", "host_buffers"))
+    assert engine == est["engine_bytes_per_rank"], (engine, est)
+    assert m["activations"] == est["activation_bytes"], (m["activations"], est)
+    assert m["nvme"] == est["swap_bytes_per_rank"], (m["nvme"], est)
+EOF2
+done
 
 # bad NVMe settings fail clearly, naming the path
 expect_error "missing NVMe directory"  "$tmp/none"   $MPIRUN -np 1 $BIN $STD -b 8 -z 3 --offload-optimizer nvme --nvme-path "$tmp/none"

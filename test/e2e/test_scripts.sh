@@ -34,7 +34,7 @@ done
 if "$PY" -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
 else bad "py_compile dev/bench_torch_gpt2.py: $(tail -1 "$tmp/err")"; fi
 if command -v shellcheck > /dev/null; then
-    new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/gpu_bundle.sh test/e2e/test_scripts.sh)
+    new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh test/e2e/test_scripts.sh)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
     else bad "shellcheck: $(grep -m1 -E '^In |SC[0-9]+' "$tmp/sc")"; fi
 fi
@@ -240,6 +240,21 @@ if $BIN -e d2 -b 1 -t 64 -x 0 -v 0 -s 0 --report "$tmp/flops.json" > "$tmp/flops
 else
     bad "a 0-step run for the FLOP count failed: $(tail -1 "$tmp/flops.log")"
 fi
+
+# ---------------------------------------------------------------------------
+# bench_infinity.sh on a small model (its 2.7B run is a benchmark, docs/RESULTS.md): it runs,
+# prints each rank's kernel peak, the NVMe bytes, the step's split and --estimate's ratio,
+# and leaves no swap file; a directory too small for the swap files is refused first
+mkdir -p "$tmp/inf"
+if BENCH_MODEL=d2 BENCH_ARGS="--sub-group-size 1e5 --max-in-cpu 0" bash scripts/bench_infinity.sh "$tmp/inf" > "$tmp/inf.log" 2>&1 \
+    && grep -qE '^ +1 +[0-9.]+ GB +[0-9.]+ GB' "$tmp/inf.log" && grep -q '^NVMe per step' "$tmp/inf.log" \
+    && grep -qE '^infinity: peak_rss_ratio=[0-9.]+ estimate_ratio=[0-9.]+' "$tmp/inf.log" && [ -z "$(ls -A "$tmp/inf")" ]; then
+    ok "bench_infinity.sh on d2: per-rank peaks, NVMe bytes, the estimate's ratio; swap files removed"
+else
+    bad "bench_infinity.sh on d2: $(tail -3 "$tmp/inf.log" | tr '\n' ' ')"
+fi
+expect_error "bench_infinity.sh: swap files larger than the free space" "the swap files of gpt3:c12288 at 2 ranks need" \
+    env BENCH_MODEL=gpt3:c12288 bash scripts/bench_infinity.sh "$tmp/inf"
 
 # ---------------------------------------------------------------------------
 # gpu_bundle.sh: refuses what it cannot do, with a message (its pack and run need the
