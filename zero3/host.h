@@ -1224,17 +1224,19 @@ static int zero_host_walk(ZeroSchedule* s, const ZeroPlan* p, int stage, ZeroPoo
 // ranks (every rank alike: the shards are equal), found from the same plan, schedule,
 // placement and sizes the engine uses. Its accounting's peaks (ZeroStats.mem) add up to it.
 static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world, ZeroHostEstimate* out) {
+    // every declaration before the first goto: the header is also compiled as C++
     ZeroPlan p;
     ZeroSchedule s;
     ZeroPoolWalk w = {NULL, NULL, NULL, 0};
     int* on_host = NULL;
-    int rc = -1, stage = cfg->stage;
+    int rc = -1, stage = cfg->stage, nu = model->num_units, nvme_opt = cfg->offload_optimizer == ZERO_OFFLOAD_NVME;
+    size_t max_shard = 0, max_padded = 0, file_bytes = 0;
+    const double f = sizeof(float);
+    double params, grads, opt_elems, moments, cpu;
     memset(out, 0, sizeof(*out));
     memset(&s, 0, sizeof(s));
     if (zero_plan_init(&p, model->unit_numel, model->num_units, world, 0, sizeof(float)) != 0) { return -1; }
     if (zero_schedule_init(&s, model, &p, cfg) != 0) { goto done; }
-    int nu = p.num_units;
-    size_t max_shard = 0, max_padded = 0;
     for (int u = 0; u < nu; u++) {
         max_shard = p.units[u].shard > max_shard ? p.units[u].shard : max_shard;
         max_padded = p.units[u].padded > max_padded ? p.units[u].padded : max_padded;
@@ -1244,14 +1246,11 @@ static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int
     w.most = (int*)calloc(2 * (size_t)nu, sizeof(int));
     on_host = (int*)calloc((size_t)nu, sizeof(int));
     if (w.elems == NULL || w.held == NULL || w.most == NULL || on_host == NULL) { zero_error("zero estimate: out of memory"); goto done; }
-    const double f = sizeof(float);
-    int nvme_opt = cfg->offload_optimizer == ZERO_OFFLOAD_NVME;
-    size_t file_bytes = 0;
-    double params = stage < 3 ? (double)p.padded_total : (double)zero_param_placement(&p, &s, cfg, on_host, &file_bytes);
-    double grads = (stage < 2 ? (double)p.padded_total : 0.0) + (stage >= 1 && !nvme_opt ? (double)p.shard_total : 0.0);
-    double opt_elems = stage == 0 ? (double)p.padded_total : (double)p.shard_total;
-    double moments = nvme_opt ? 0.0 : 2.0 * opt_elems;
-    double cpu = cfg->offload_optimizer == ZERO_OFFLOAD_CPU ? 2.0 * (double)p.shard_total : 0.0;  // gradients, master
+    params = stage < 3 ? (double)p.padded_total : (double)zero_param_placement(&p, &s, cfg, on_host, &file_bytes);
+    grads = (stage < 2 ? (double)p.padded_total : 0.0) + (stage >= 1 && !nvme_opt ? (double)p.shard_total : 0.0);
+    opt_elems = stage == 0 ? (double)p.padded_total : (double)p.shard_total;
+    moments = nvme_opt ? 0.0 : 2.0 * opt_elems;
+    cpu = cfg->offload_optimizer == ZERO_OFFLOAD_CPU ? 2.0 * (double)p.shard_total : 0.0;  // gradients, master
     out->states = (params + grads + moments + cpu) * f;
     if (zero_host_walk(&s, &p, stage, &w) != 0) { goto done; }
     for (int i = 0; i < w.n; i++) {
