@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(t.threads);
 
     // the model (--estimate needs only its shape: the memory of the GPU trainer in bf16)
-    trainer_model(&t, tc->estimate == NULL);
+    trainer_model(&t);
     if (tc->estimate != NULL) { return trainer_estimate(&t, 2); }
     trainer_setup(&t);
 
@@ -340,8 +340,6 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     gpt2_engine_model_free(&spec);
-    free(t.params);
-    t.params = NULL;
     gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute);
 
     TrainerModel run = {&model, &model.zero, "cpu", "fp32", "", -1.0, train_micro, train_loss, eval_loss, eval_next_probs,

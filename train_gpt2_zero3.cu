@@ -574,7 +574,7 @@ int main(int argc, char** argv) {
     const TrainConfig* tc = &t.tc;
     int rank = t.rank;
     if (tc->estimate != NULL) {  // the model's shape is all it needs: no GPU
-        trainer_model(&t, 0);
+        trainer_model(&t);
         return trainer_estimate(&t, sizeof(floatX));
     }
     if (tc->zero.bf16 == 0 && sizeof(floatX) == 2 && rank == 0) {
@@ -639,7 +639,7 @@ int main(int argc, char** argv) {
     int use_flash = !strcmp(tc->attention, "flash");
 
     // the model: a file, or a descriptor with random init from --seed
-    trainer_model(&t, 1);
+    trainer_model(&t);
     const GPT2Config* c = &t.config;
     if ((c->padded_vocab_size * sizeof(floatX)) % 16 != 0) {
         char msg[256];
@@ -660,8 +660,6 @@ int main(int argc, char** argv) {
     ZeroInit in = trainer_engine(&t, &spec);
     gpt2_build(&model, c, in, device_engine);
     gpt2_engine_model_free(&spec);
-    free(t.params);
-    t.params = NULL;
     gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute, use_flash);
 
     char notes[128];

@@ -152,7 +152,7 @@ typedef struct {
     int local_size;          // ranks on this node
     int threads;             // this rank's share of the node's cores (OMP_NUM_THREADS when set)
     GPT2Config config;
-    float* params;           // the initial parameters on rank 0 (unit order), until the engine took them
+    GPT2Source source;       // where the initial parameters come from: -e's file (open) or random init from --seed
     long total_batch;        // tokens per optimizer step over all ranks
     int grad_accum;
     DataLoader train, val;
@@ -169,6 +169,7 @@ typedef struct {
 // rank's threads: the node's cores split among its ranks unless OMP_NUM_THREADS says.
 static void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
     memset(t, 0, sizeof(*t));
+    t->source.fd = -1;  // no model file open
     setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
     signal(SIGXFSZ, SIG_IGN);
     mpiCheck(MPI_Init(argc, argv));
@@ -202,16 +203,17 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
     if (t->threads < 1) { t->threads = 1; }
 }
 
-// The model of -e: an llm.c file (read on every rank), or a descriptor whose random init
-// (from --seed) is made on rank 0 only, when with_params: the engines broadcast rank 0's
-// parameters. t->params is NULL where nothing was read or made. Checks -t against the model.
-static void trainer_model(Trainer* t, int with_params) {
+// The model of -e: an llm.c file (its header and size checked on every rank, the file
+// kept open: each rank reads only its shards when the engine is built), or a descriptor
+// with GPT-2's random init from --seed. Nothing of the parameters is read or made here:
+// the engine asks t->source for each rank's shards (trainer_fill). Checks -t against the model.
+static void trainer_model(Trainer* t) {
     const TrainConfig* tc = &t->tc;
-    t->params = NULL;
     if (access(tc->model, F_OK) == 0) {
-        if (gpt2_read_model(tc->model, &t->config, &t->params) != 0 || llmc_input_add(tc->model, "-e") != 0) {
+        if (gpt2_source_open(&t->source, tc->model) != 0 || llmc_input_add(tc->model, "-e") != 0) {
             die_all(t->rank, llmc_errmsg());
         }
+        t->config = t->source.config;
     } else {
         if (strstr(tc->model, ".bin") != NULL) {
             char msg[4200];
@@ -219,11 +221,7 @@ static void trainer_model(Trainer* t, int with_params) {
             die_all(t->rank, msg);
         }
         if (gpt2_config_from_descriptor(tc->model, &t->config) != 0) { die_all(t->rank, llmc_errmsg()); }
-        if (with_params && t->rank == 0) {
-            t->params = (float*)malloc(gpt2_num_params(&t->config) * sizeof(float));
-            if (t->params == NULL) { die_all(t->rank, "out of memory for the model's parameters"); }
-            gpt2_init_params(&t->config, t->params, tc->seed);
-        }
+        gpt2_source_random(&t->source, &t->config, tc->seed);
     }
     if (tc->T > t->config.max_seq_len) {
         char msg[256];
@@ -420,7 +418,7 @@ static void trainer_finish(Trainer* t) {
     if (t->have_tokenizer) { tokenizer_free(&t->tokenizer); }
     if (t->loaders_ready) { dataloader_free(&t->train); }
     if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }
-    free(t->params);
+    gpt2_source_close(&t->source);
     zero_watchdog_stop();
     MPI_Finalize();
 }
@@ -515,14 +513,22 @@ static void gpt2_engine_model_free(ZeroModel* m) {
     memset(m, 0, sizeof(*m));
 }
 
+// the engines' ZeroFillFn over a GPT2Source (ctx): a range of a unit read from the model
+// file or made by the random init; llmc's message becomes the engine's
+static int trainer_fill(void* ctx, int u, size_t begin, size_t n, float* out) {
+    if (gpt2_source_read((const GPT2Source*)ctx, u, begin, n, out) != 0) { return zero_error("%s", llmc_errmsg()); }
+    return 0;
+}
+
 // what an engine for this run is built from: the ZeRO configuration, AdamW's betas and
-// eps, every rank, the initial parameters on rank 0 (model: gpt2_engine_model's)
-static ZeroInit trainer_engine(const Trainer* t, const ZeroModel* model) {
+// eps, every rank, the initial parameters from t->source (model: gpt2_engine_model's)
+static ZeroInit trainer_engine(Trainer* t, const ZeroModel* model) {
     ZeroInit in;
     memset(&in, 0, sizeof(in));
     in.cfg = &t->tc.zero;
     in.model = model;
-    in.params = t->params;
+    in.fill = trainer_fill;
+    in.fill_ctx = &t->source;
     in.beta1 = t->tc.beta1;
     in.beta2 = t->tc.beta2;
     in.eps = t->tc.eps;
@@ -923,7 +929,8 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         }
         if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) { trainer_sample(t, m, &sample_rng); }
         int saved = 0;
-        if (tc->checkpoint_every > 0 && step > start_step && (step % tc->checkpoint_every == 0 || last_step)) {
+        // -x 0 -n N: the checkpoint of step 0, the initial model (a run of no steps saves it)
+        if (tc->checkpoint_every > 0 && (step > start_step || t->max_steps == 0) && (step % tc->checkpoint_every == 0 || last_step)) {
             trainer_checkpoint(t, m, step, skipped, &sample_rng);
             saved = 1;
         }

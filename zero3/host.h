@@ -767,8 +767,37 @@ static int zero_offload_init(ZeroHost* e) {
     return rc;
 }
 
-// Builds the engine over in->comm for in->model (see ZeroInit); in->params are read on
-// rank 0 only and broadcast, so every rank starts identical.
+// Unit u's initial parameters: this rank's shard from in->fill (into the full buffer, or
+// at stage 3 into the parameter store, through a unit buffer only where the unit is
+// persistent or its shard lives on NVMe), the ranks' agreement that every fill succeeded,
+// then the gather of what this rank holds whole. The padding stays zero.
+static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    size_t mine = (size_t)e->rank * pu->shard, n = zero_plan_shard_numel(&e->plan, u, e->rank);
+    int whole = e->stage < 3 || e->sched.persistent[u];
+    float* buf = e->stage < 3 ? e->full_params + pu->full_offset : NULL;
+    float* shard = e->stage < 3 ? buf + mine : zero_param_shard(e, u);  // NULL: on NVMe
+    if (e->stage == 3 && (whole || shard == NULL)) {
+        buf = (float*)zero_buf_get(e, pu->padded, 1);  // zeroed: the padding
+        if (buf == NULL) { return -1; }
+        shard = buf + mine;
+    }
+    int failed = n > 0 && in->fill(in->fill_ctx, u, mine, n, shard) != 0;
+    if (!failed && e->stage == 3 && shard != zero_param_shard(e, u)) { failed = zero_param_shard_put(e, u, shard) != 0; }
+    int rc = zero_fill_agree(e->comm.comm, failed);
+    if (rc == 0 && whole) { rc = zero_allgather(&e->comm, buf, pu->shard, NULL); }
+    if (e->stage < 3) { return rc; }
+    if (rc == 0 && e->sched.persistent[u]) {  // small: stays gathered for the whole run
+        e->unit_buf[u] = buf;
+        zero_schedule_gathered(&e->sched, u);
+        return 0;
+    }
+    zero_buf_put(e, buf, pu->padded);  // to the pool (which zero_host_free empties): the first gather of a unit this size reuses it
+    return rc;
+}
+
+// Builds the engine over in->comm for in->model (see ZeroInit); each rank fills only its
+// own shards (in->fill) and gathers what it must hold whole.
 static int zero_host_init(void* impl, const ZeroInit* in) {
     ZeroHost* e = (ZeroHost*)impl;
     const ZeroConfig* cfg = in->cfg;
@@ -810,41 +839,19 @@ static int zero_host_init(void* impl, const ZeroInit* in) {
     memcpy(e->tensors, model->tensors, model->num_tensors * sizeof(ZeroTensor));
     for (int u = 0; u < num_units; u++) { e->unit_req[u].unit = e->red_req[u].unit = u; }  // named by the watchdog
 
-    // rank 0's parameters go to every rank, so all start identical. Stages 0-2 keep the
-    // full padded buffer. Stage 3 goes unit by unit through one unit-sized buffer and
-    // keeps only its shards (and the small persistent units whole): the full model is
-    // never held, which is what lets stage 3 hold models that do not fit one rank.
+    // the initial parameters (zero3/zero.h's [Note: partitioned init]): stages 0-2 keep the
+    // full padded buffer, each rank fills its shards there and the units are all-gathered.
+    // Stage 3 keeps only its shards (and the small persistent units whole): the full model
+    // is never held, which is what lets stage 3 hold models that do not fit one rank.
     if (e->stage < 3) {
         e->full_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total);
         if (e->full_params == NULL) { return -1; }
     } else if (zero_param_store_init(e) != 0) {
         return -1;
     }
-    size_t src = 0;
     for (int u = 0; u < num_units; u++) {
-        ZeroUnit* pu = &p->units[u];
-        float* buf = e->full_params != NULL ? e->full_params + pu->full_offset
-                                            : (float*)zero_buf_get(e, pu->padded, 1);  // zero padding
-        if (buf == NULL) { return -1; }
-        if (e->rank == 0) { memcpy(buf, in->params + src, pu->numel * sizeof(float)); }
-        src += pu->numel;
-        int rc = zero_broadcast(&e->comm, buf, pu->padded * sizeof(float), 0);
-        if (e->stage < 3) {
-            if (rc != 0) { return -1; }
-            continue;
-        }
-        if (rc != 0 || zero_param_shard_put(e, u, buf + (size_t)e->rank * pu->shard) != 0) {
-            zero_buf_put(e, buf, pu->padded);  // to the pool, which zero_host_free empties
-            return -1;
-        }
-        if (e->sched.persistent[u]) {  // small: stays gathered for the whole run
-            e->unit_buf[u] = buf;
-            zero_schedule_gathered(&e->sched, u);
-        } else {
-            zero_buf_put(e, buf, pu->padded);  // the first gather of a unit this size reuses it
-        }
+        if (zero_host_fill_unit(e, in, u) != 0) { return -1; }
     }
-
     if (e->stage < 2) {
         e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
         if (e->full_grads == NULL) { return -1; }

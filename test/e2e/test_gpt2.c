@@ -5,7 +5,7 @@
    build/test_gpt2 DIR
 
  Uses the trainer's own model code (llm.c's test idiom: #define TESTING and include the
- trainer, whose main() is then left out): gpt2_read_model, gpt2_build,
+ trainer, whose main() is then left out): gpt2_source_open, gpt2_build,
  gpt2_alloc_activations, gpt2_forward, gpt2_backward inside the engine's passes, and the
  engine's zero_step (global norm, clipping, AdamW) at stage 0 on one process, exactly as
  the training loop does.
@@ -225,12 +225,12 @@ static void train_pass(GPT2* m, const Ref* r, float loss_scale, int last_micro) 
 }
 
 static void build(GPT2* m, const char* model_path, const Ref* r, int recompute) {
-    GPT2Config config;
-    float* params = NULL;
-    if (gpt2_read_model(model_path, &config, &params) != 0) {
+    GPT2Source source;
+    if (gpt2_source_open(&source, model_path) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
         exit(EXIT_FAILURE);
     }
+    GPT2Config config = source.config;
     if (config.vocab_size != r->V || config.padded_vocab_size != r->Vp || config.num_layers != r->L ||
         config.num_heads != r->NH || config.channels != r->C || config.max_seq_len != r->maxT) {
         fprintf(stderr, "error: %s and ref.bin describe different models\n", model_path);
@@ -245,7 +245,8 @@ static void build(GPT2* m, const char* model_path, const Ref* r, int recompute) 
     memset(&in, 0, sizeof(in));
     in.cfg = &zc;
     in.model = &spec;
-    in.params = params;
+    in.fill = trainer_fill;  // the trainer's: the engine reads the file's ranges
+    in.fill_ctx = &source;
     in.beta1 = 0.9f; in.beta2 = 0.95f; in.eps = 1e-8f;
     in.comm = MPI_COMM_SELF;
     if (gpt2_build(m, &config, &in) != 0) {
@@ -253,7 +254,7 @@ static void build(GPT2* m, const char* model_path, const Ref* r, int recompute) 
         exit(EXIT_FAILURE);
     }
     gpt2_engine_model_free(&spec);
-    free(params);
+    gpt2_source_close(&source);
     if (m->num_params != r->num_params) { fprintf(stderr, "error: parameter count differs from ref.bin\n"); exit(EXIT_FAILURE); }
     gpt2_alloc_activations(m, r->B, r->T, recompute);
 }

@@ -84,6 +84,14 @@ static float grad_of(float p, int u, size_t i, int rank, int micro) {
 // the embedding's second contribution (the encoder's backward: no parameters)
 static float grad_enc(size_t i, int rank) { return 0.001f * (float)((i + (size_t)rank) % 5); }
 
+// the engine's ZeroFillFn over a whole model the test holds on every rank (unit order)
+struct WholeModel { const float* params; const size_t* unit_start; };
+static int fill_from_whole(void* ctx, int u, size_t begin, size_t n, float* out) {
+    const WholeModel* w = (const WholeModel*)ctx;
+    memcpy(out, w->params + w->unit_start[u] + begin, n * sizeof(float));
+    return 0;
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -147,7 +155,9 @@ int main(int argc, char** argv) {
         memset(&in, 0, sizeof(in));
         in.cfg = &zc;
         in.model = &sp;
-        in.params = rank_ == 0 ? params : NULL;
+        WholeModel whole = {params, unit_start.data()};  // each rank's engine takes its shards of it
+        in.fill = fill_from_whole;
+        in.fill_ctx = &whole;
         in.beta1 = beta1; in.beta2 = beta2; in.eps = eps;
         in.comm = MPI_COMM_WORLD;
         in.stream = compute;
