@@ -11,7 +11,9 @@
 #   load       a model file (fp32, and bf16) loaded at N = 1, 2, 4, stages 0 and 3, each
 #              rank reading its shards only: the model written back is the file byte for
 #              byte (fp32), its values widened to fp32 (bf16, checked in numpy), and the
-#              bf16 file again with --save-bf16 1
+#              bf16 file again with --save-bf16 1; and in the emulated GPU trainer (device
+#              engine, N = 2 stage 3), where a NaN in rank 1's shard stops both ranks with
+#              its message
 #   memory     N = 4 stage 3 on d4 (16.3M parameters, 65 MB in fp32; the wte unit 51 MB):
 #              every rank's peak heap at start-up (build/alloc_peak.so) stays within its
 #              shard states, one unit and its activations plus 8 MiB (see below). Measured
@@ -40,6 +42,9 @@ p = np.random.RandomState(2).randn(n).astype(np.float32)
 for version, body in ((3, p.tobytes()), (5, (p.view(np.uint32) >> 16).astype(np.uint16).tobytes())):
     h = np.zeros(256, dtype=np.int32); h[:8] = [20240326, version, maxT, V, L, NH, C, Vp]
     open(f"{d}/file_v{version}.bin", "wb").write(h.tobytes() + body)
+p[Vp*C + 7] = np.nan  # wpe element 7: unit 0's element 10247, in rank 1's shard at 2 ranks (6144 a shard)
+h[1] = 3
+open(f"{d}/nan_v3.bin", "wb").write(h.tobytes() + p.tobytes())
 EOF
 D="-i $tmp/train.bin -j $tmp/train.bin -b 1 -t 8 -v 0 -s 0 -x 0 -n 1"
 
@@ -123,6 +128,13 @@ for n in 1 2 4; do
     done
 done
 start load_v5_bf16 4 $BIN -e "$tmp/file_v5.bin" -z 3 --save-bf16 1 && same load_v5_bf16 want_v5 "load: bf16 file at N=4 stage 3 written back as bf16 byte for byte"
+if [ -x "$GPU32" ]; then
+    expect_error "load: a NaN in rank 1's shard stops the GPU trainer (emulated, device engine) on every rank" \
+        "nan_v3.bin: parameter wpe element 7 (byte offset $((1024 + 4 * (320 * 32 + 7)))) is nan, not a finite number (rank 1's shard)" \
+        env EMU_SEED=1 timeout 300 $MPIRUN -np 2 $GPU32 $D -e "$tmp/nan_v3.bin" -z 3 --zero-backend device
+    EMU_SEED=1 start load_gpu32 2 $GPU32 -e "$tmp/file_v3.bin" -z 3 --zero-backend device && \
+        same load_gpu32 want_v3 "load: fp32 file in the GPU trainer (fp32, emulated), device engine N=2 stage 3, written back byte for byte"
+fi
 
 # ---------------------------------------------------------------------------
 # memory: N=4 stage 3 on d4, -x 0 without a checkpoint (start-up only). Each rank's bound,
