@@ -25,9 +25,9 @@
 #include <stdlib.h>   // malloc, free, strtol
 #include <string.h>   // strcmp, strncmp, memcpy
 #include <math.h>     // sqrtf, isfinite
-#include <errno.h>    // errno: the reason a read failed
+#include <errno.h>    // errno: the reason a read or write failed
 #include <fcntl.h>    // open: a model file for partitioned reads
-#include <unistd.h>   // pread, close
+#include <unistd.h>   // pread, pwrite, close: each rank's parts of a model file
 #include <sys/stat.h> // fstat: the model file's size
 #include "llmc/utils.h"  // llmc_error, AtomicFile
 #include "llmc/rand.h"   // rng_normal_at: counter-based samples for init
@@ -488,6 +488,34 @@ static int gpt2_fwrite_bf16(const float* src, size_t n, FILE* fp) {
         if (fwrite(buf, sizeof(uint16_t), k, fp) != k) { return 0; }
     }
     return 1;
+}
+
+// Writes n parameters at element file_off of a model file's body (fd: open for writing,
+// the file already at its full size) as `version` stores them: fp32 as they are, bf16
+// rounded through a small buffer. How each rank writes its own parts of one file
+// (llmc/checkpoint.h). Returns 0, or -1 with errno.
+static int gpt2_pwrite_params(int fd, const float* src, size_t n, size_t file_off, int version) {
+    uint16_t buf[8192];
+    size_t elem = version == GPT2_MODEL_VERSION_FP32 ? sizeof(float) : sizeof(uint16_t);
+    off_t at = (off_t)(1024 + file_off * elem);
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i;
+        const char* bytes = (const char*)(src + i);
+        if (elem == sizeof(uint16_t)) {
+            if (k > sizeof(buf) / sizeof(buf[0])) { k = sizeof(buf) / sizeof(buf[0]); }
+            for (size_t j = 0; j < k; j++) { buf[j] = gpt2_bf16_round(src[i + j]); }
+            bytes = (const char*)buf;
+        }
+        for (size_t done = 0; done < k * elem;) {  // pwrite may write less than asked
+            ssize_t w = pwrite(fd, bytes + done, k * elem - done, at);
+            if (w < 0 && errno == EINTR) { continue; }
+            if (w <= 0) { if (w == 0) { errno = EIO; } return -1; }
+            done += (size_t)w;
+            at += w;
+        }
+        i += k;
+    }
+    return 0;
 }
 
 // writes the 1024-byte header of a model file of `version`; 1 if it was written

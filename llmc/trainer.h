@@ -24,6 +24,7 @@
 #include <stdlib.h>           // exit, malloc
 #include <string.h>           // strstr, memset
 #include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
+#include <limits.h>           // LLONG_MAX: no non-finite parameter on a rank
 #include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead; sigaction: SIGTERM, SIGUSR1
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
@@ -840,28 +841,49 @@ static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, in
     return latest;
 }
 
-// Whether every parameter of the engine's fp32 master is finite, gathered to rank 0 and its
-// verdict shared: a checkpoint of a non-finite state would be resumed from and poison every
-// step after it. Says which parameter (unit order) and its value in *msg when not.
+// Whether every parameter of the engine's fp32 master is finite: each rank checks its own
+// range of each unit (zero_master_shard, one unit's range at a time), and the first
+// non-finite parameter of the model (unit order) is found over the ranks: a checkpoint of a
+// non-finite state would be resumed from and poison every step after it. Says which
+// parameter (its tensor, element and place in unit order) and its value in *msg when not.
 static int trainer_params_finite(const Trainer* t, const TrainerModel* m, char* msg, size_t len) {
-    size_t n = gpt2_num_params(&t->config);
-    float* full = t->rank == 0 ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    zeroCheck(zero_gather(m->zero, full));
-    long long bad = -1;
-    float value = 0.0f;
-    for (size_t i = 0; t->rank == 0 && i < n && bad < 0; i++) {
-        if (!isfinite(full[i])) { bad = (long long)i; value = full[i]; }
+    const GPT2Config* c = &t->config;
+    size_t largest = 0, begin, n;
+    for (int u = 0; u < gpt2_num_units(c); u++) {
+        zeroCheck(zero_master_shard(m->zero, u, &begin, &n, NULL));
+        if (n > largest) { largest = n; }
     }
-    free(full);
-    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&bad, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
-    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&value, 1, MPI_FLOAT, 0, MPI_COMM_WORLD));
-    if (bad >= 0) { snprintf(msg, len, "parameter %lld of %zu (unit order) is %f", bad, n, value); }
-    return bad < 0;
+    float* buf = (float*)mallocCheck((largest > 0 ? largest : 1) * sizeof(float));
+    long long bad = LLONG_MAX;  // this rank's first non-finite parameter, in unit order
+    float value = 0.0f;
+    for (int u = 0; u < gpt2_num_units(c) && bad == LLONG_MAX; u++) {
+        zeroCheck(zero_master_shard(m->zero, u, &begin, &n, buf));
+        for (size_t i = 0; i < n; i++) {
+            if (!isfinite(buf[i])) { bad = (long long)(gpt2_unit_offset(c, u) + begin + i); value = buf[i]; break; }
+        }
+    }
+    free(buf);
+    long long first = bad;
+    mpiWatched("all-reduce of the checkpoint's finiteness check", MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
+    if (first == LLONG_MAX) { return 1; }
+    int owner = bad == first ? t->rank : t->world;  // the rank holding it sends its value
+    mpiWatched("all-reduce of the checkpoint's finiteness check", MPI_Allreduce(MPI_IN_PLACE, &owner, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&value, 1, MPI_FLOAT, owner, MPI_COMM_WORLD));
+    int u = 0;
+    while (u + 1 < gpt2_num_units(c) && gpt2_unit_offset(c, u + 1) <= (size_t)first) { u++; }
+    size_t at = (size_t)first - gpt2_unit_offset(c, u);
+    Gpt2Part part[NUM_BLOCK_TENSORS];
+    gpt2_unit_parts(c, u, at, at + 1, part);
+    char layer[32] = "";
+    if (part[0].layer >= 0) { snprintf(layer, sizeof(layer), " of layer %d", part[0].layer); }
+    snprintf(msg, len, "parameter %s%s element %zu (%lld of %zu in unit order) is %f", gpt2_param_names[part[0].kind], layer,
+             part[0].elem, first, gpt2_num_params(c), value);
+    return 0;
 }
 
 static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int skipped, const Rng* sample_rng) {
     const TrainConfig* tc = &t->tc;
-    char why[128], msg[4400];
+    char why[160], msg[4400];
     if (!trainer_params_finite(t, m, why, sizeof(why))) {
         snprintf(msg, sizeof(msg), "refusing to write the checkpoint of step %d: %s, not finite; the checkpoints already in "
                  "%s are kept", step, why, tc->output_dir);
@@ -872,7 +894,8 @@ static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int 
     h.sample_rng = sample_rng->state;
     dataloader_get_state(&t->train, &h.loader);
     int version = tc->save_bf16 ? GPT2_MODEL_VERSION_BF16 : GPT2_MODEL_VERSION_FP32;
-    if (checkpoint_save(tc->output_dir, &h, m->zero, &t->config, version) != 0) { trainer_fail(t->rank); }
+    // a failure is every rank's (checkpoint_agree), with one message naming the rank
+    if (checkpoint_save(tc->output_dir, &h, m->zero, &t->config, version) != 0) { die_all(t->rank, llmc_errmsg()); }
     if (t->rank == 0) {
         printf("saved checkpoint at step %d in %s\n", step, tc->output_dir);
         // only now, the new one complete, may older ones go

@@ -72,8 +72,7 @@
 
 #include <stdlib.h>              // calloc, free
 #include <string.h>              // memset
-#include <limits.h>              // INT_MAX: MPI counts
-#include <mpi.h>                 // the master's gather for checkpoints
+#include <mpi.h>                 // MPI_Comm: the ranks, over which the NCCL communicator is made
 #include <pthread.h>             // --dpu: the CPU Adam of step i runs while the GPU does step i+1
 #include <omp.h>                 // omp_set_num_threads: the update thread's OpenMP team
 #include "zero3/util.h"          // zero_error, zero_now_ms
@@ -877,37 +876,19 @@ static int zero_dev_load(void* impl, FILE* fp) {
     return 0;
 }
 
-// Copies the fp32 master of the whole model (unpadded, unit order) to `out` on rank 0
-// (out may be NULL elsewhere): at stages 1-3 unit by unit from the ranks' shards.
-static int zero_dev_gather_master(void* impl, float* out) {
+// This rank's range of unit u's fp32 master (ZeroOps.master_shard): its shard's real
+// elements, from the whole master (stage 0) or the shards (1-3), on the GPU or, with
+// offload, in pinned host memory (cudaMemcpyDefault takes either)
+static int zero_dev_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
     ZeroDev* d = (ZeroDev*)impl;
-    const ZeroPlan* p = &d->plan;
+    const ZeroUnit* pu = &d->plan.units[u];
+    *begin = (size_t)d->rank * pu->shard;
+    *n = zero_plan_shard_numel(&d->plan, u, d->rank);
+    if (out == NULL || *n == 0) { return 0; }
     if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
-    size_t largest = 0;
-    for (int u = 0; u < p->num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
-    float* unit = (float*)malloc(largest * sizeof(float));
-    if (unit == NULL) { return zero_error("zero device: out of memory"); }
-    int rc = zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize");
-    size_t dst = 0;
-    for (int u = 0; u < p->num_units && rc == 0; u++) {
-        const ZeroUnit* pu = &p->units[u];
-        if (d->stage == 0) {
-            rc = zero_cuda(cudaMemcpy(unit, d->master + pu->full_offset, pu->numel * sizeof(float), cudaMemcpyDeviceToHost), "copying the master");
-        } else if (pu->shard > (size_t)INT_MAX) {
-            rc = zero_error("zero device: unit %d's shard of %zu elements is too large for MPI_Gather", u, pu->shard);
-        } else {
-            float* mine = unit + (size_t)d->rank * pu->shard;
-            rc = zero_cuda(cudaMemcpy(mine, d->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDefault), "copying the master");
-            if (rc == 0 && MPI_Gather(d->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
-                                      unit, (int)pu->shard, MPI_FLOAT, 0, d->comm) != MPI_SUCCESS) {
-                rc = zero_error("zero device: gathering the master failed");
-            }
-        }
-        if (rc == 0 && d->rank == 0) { memcpy(out + dst, unit, pu->numel * sizeof(float)); }
-        dst += pu->numel;
-    }
-    free(unit);
-    return rc;
+    if (zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) { return -1; }
+    const float* src = d->master + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
+    return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the master");
 }
 
 // ----------------------------------------------------------------------------
@@ -1151,7 +1132,7 @@ static void zero_dev_free(void* impl) {
 
 static const ZeroOps zero_dev_ops = {
     "device", zero_dev_begin, zero_dev_fetch, zero_dev_release, zero_dev_grad, zero_dev_reduce, zero_dev_end,
-    zero_dev_step, zero_dev_flush, zero_dev_stats, zero_dev_save, zero_dev_load, zero_dev_gather_master, zero_dev_free,
+    zero_dev_step, zero_dev_flush, zero_dev_stats, zero_dev_save, zero_dev_load, zero_dev_master_shard, zero_dev_free,
 };
 
 // A device engine behind z (see ZeroInit). On failure nothing is left allocated.

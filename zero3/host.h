@@ -178,7 +178,7 @@ static void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
 // ----------------------------------------------------------------------------
 // stage 3 gathers
 
-static int zero_param_shard_get(ZeroHost* e, int u, float* dst);  // below, with the step
+static int zero_param_shard_get(ZeroHost* e, int u, float* dst, size_t n);  // below, with the step
 
 // starts gathering unit u into a fresh buffer (this rank's shard is its input block); the
 // schedule already counts it in flight
@@ -188,7 +188,7 @@ static int zero_gather_start(ZeroHost* e, int u) {
     if (buf == NULL) { return -1; }
     // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
     // prefetch schedule starts this early, so the read runs ahead of the unit's use
-    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard) != 0) { return -1; }
+    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard, pu->shard) != 0) { return -1; }
     if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
     e->unit_buf[u] = buf;
     return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
@@ -367,18 +367,19 @@ static float* zero_param_shard(ZeroHost* e, int u) {
 
 static size_t zero_align4k(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
 
-// copies unit u's parameter shard into dst, from the host or from NVMe
-static int zero_param_shard_get(ZeroHost* e, int u, float* dst) {
+// copies the first n elements (at most the shard) of unit u's parameter shard into dst,
+// from the host or from NVMe
+static int zero_param_shard_get(ZeroHost* e, int u, float* dst, size_t n) {
     ZeroUnit* pu = &e->plan.units[u];
     if (zero_param_shard(e, u) != NULL) {
-        memcpy(dst, zero_param_shard(e, u), pu->shard * sizeof(float));
+        memcpy(dst, zero_param_shard(e, u), n * sizeof(float));
         return 0;
     }
     if (e->staged_unit == u) { e->staged_unit = -1; }  // about to be overwritten: it was flushed already
     size_t bytes = zero_align4k(pu->shard * sizeof(float));
     if (nvme_read(&e->nvme, e->param_stage, e->param_file_off[u], bytes) != 0) { return -1; }
     e->moved[ZERO_MOVE_NVME_READ] += bytes;
-    memcpy(dst, e->param_stage, pu->shard * sizeof(float));
+    memcpy(dst, e->param_stage, n * sizeof(float));
     return 0;
 }
 
@@ -728,7 +729,7 @@ static int zero_segments_init(ZeroHost* e) {
 // this rank's parameter shards, copied into one array in shard-buffer order
 static int zero_shards_copy_out(ZeroHost* e, float* dst) {
     for (int u = 0; u < e->plan.num_units; u++) {
-        if (zero_param_shard_get(e, u, dst + e->plan.units[u].shard_offset) != 0) { return -1; }
+        if (zero_param_shard_get(e, u, dst + e->plan.units[u].shard_offset, e->plan.units[u].shard) != 0) { return -1; }
     }
     return 0;
 }
@@ -894,35 +895,22 @@ static void zero_host_free(void* impl) {
 }
 
 // ----------------------------------------------------------------------------
-// whole-model access for checkpoints
+// the master by ranges, for checkpoints (the model file, its finiteness check)
 
-// Copies the full unpadded parameters (unit order) to `out` on rank 0 (out may be NULL
-// elsewhere). Stage 3 gathers unit by unit through a temporary buffer.
-static int zero_host_gather(void* impl, float* out) {
+// This rank's range of unit u's parameters (ZeroOps.master_shard): its shard's real
+// elements, from the full buffer (stages 0-2) or the shard (stage 3: from the host, or
+// from NVMe through the staging buffer)
+static int zero_host_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
     ZeroHost* e = (ZeroHost*)impl;
-    ZeroPlan* p = &e->plan;
-    size_t dst = 0;
-    for (int u = 0; u < p->num_units; u++) {
-        ZeroUnit* pu = &p->units[u];
-        const float* src = NULL;
-        float* tmp = NULL;
-        if (e->stage < 3) {
-            src = e->full_params + pu->full_offset;
-        } else {
-            tmp = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
-            if (tmp == NULL) { return -1; }
-            if (zero_param_shard_get(e, u, tmp + (size_t)e->rank * pu->shard) != 0 ||
-                zero_allgather(&e->comm, tmp, pu->shard, NULL) != 0) {
-                zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded);
-                return -1;
-            }
-            src = tmp;
-        }
-        if (e->rank == 0) { memcpy(out + dst, src, pu->numel * sizeof(float)); }
-        dst += pu->numel;
-        zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded);
+    ZeroUnit* pu = &e->plan.units[u];
+    *begin = (size_t)e->rank * pu->shard;
+    *n = zero_plan_shard_numel(&e->plan, u, e->rank);
+    if (out == NULL || *n == 0) { return 0; }
+    if (e->stage < 3) {
+        memcpy(out, e->full_params + pu->full_offset + *begin, *n * sizeof(float));
+        return 0;
     }
-    return 0;
+    return zero_param_shard_get(e, u, out, *n);
 }
 
 // bytes of this rank's state after its header: the parameters it owns and m, v
@@ -1022,7 +1010,7 @@ static int zero_host_stats(void* impl, ZeroStats* s) {
 
 static const ZeroOps zero_host_ops = {
     "host", zero_host_begin, zero_host_fetch, zero_host_release, zero_host_grad, zero_host_reduce, zero_host_end,
-    zero_host_step, zero_host_flush, zero_host_stats, zero_host_save, zero_host_load, zero_host_gather, zero_host_free,
+    zero_host_step, zero_host_flush, zero_host_stats, zero_host_save, zero_host_load, zero_host_master_shard, zero_host_free,
 };
 
 // A host engine behind z (see ZeroInit). On failure nothing is left allocated.

@@ -152,8 +152,10 @@ typedef struct {
     int (*stats)(void* impl, ZeroStats* out);    // may wait for the GPU: between steps
     int (*save)(void* impl, FILE* fp);           // this rank's state (zero3/checkpoint.h)
     int (*load)(void* impl, FILE* fp);
-    int (*gather)(void* impl, float* out);       // the fp32 master of the whole model (unpadded, unit
-                                                 // order) to out on rank 0; out may be NULL elsewhere
+    int (*master_shard)(void* impl, int unit, size_t* begin, size_t* n, float* out);
+                                                 // this rank's range of unit's fp32 master: its unit-local
+                                                 // start and real elements (no padding), copied to out
+                                                 // (room for *n) unless out is NULL
     void (*free)(void* impl);
 } ZeroOps;
 
@@ -176,7 +178,13 @@ static inline int zero_stats(Zero* z, ZeroStats* out) {
 }
 static inline int zero_save(Zero* z, FILE* fp) { return z->ops->save(z->impl, fp); }
 static inline int zero_load(Zero* z, FILE* fp) { return z->ops->load(z->impl, fp); }
-static inline int zero_gather(Zero* z, float* out) { return z->ops->gather(z->impl, out); }
+// [Note: the master by shards] Every rank reads only its own range of each unit (at
+// stage 0, where every rank holds the whole master, the range a shard would be), so a
+// checkpoint writes and checks the model with each rank holding one unit's shard at most
+// beyond its state: the ranges of all ranks tile every unit's real elements exactly once.
+static inline int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out) {
+    return z->ops->master_shard(z->impl, unit, begin, n, out);
+}
 static inline const char* zero_name(const Zero* z) { return z->ops->name; }
 
 // Builds an engine behind z: init (the engine's) on impl, a zeroed allocation of the
