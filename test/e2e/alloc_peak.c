@@ -7,7 +7,9 @@
    largest_alloc_bytes N   the largest single allocation
 
  to $ALLOC_PEAK_DIR/rank_R.txt, R from Open MPI's OMPI_COMM_WORLD_RANK (0 without it), or
- to stderr when ALLOC_PEAK_DIR is not set. Sizes are malloc_usable_size's, what the
+ to stderr when ALLOC_PEAK_DIR is not set. A test program may instead #include this file
+ and read the counters between phases (alloc_peak_restart, alloc_peak_peak:
+ test/e2e/save_memory.c). Sizes are malloc_usable_size's, what the
  allocator really handed out. What a program maps itself (mmap: Open MPI's shared memory,
  the NVMe tier's huge pages, OpenBLAS's buffers) is not heap and not counted; the model
  states of both trainers' host side are.
@@ -19,7 +21,9 @@
  The calls go to glibc's own __libc_* entry points, so that no dlsym (which allocates) is
  needed; counters are atomic: OpenMP and the CPU Adam's threads allocate too.
 */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <stddef.h>    // size_t
 #include <stdio.h>     // snprintf
 #include <stdlib.h>    // getenv
@@ -94,6 +98,12 @@ int posix_memalign(void** out, size_t align, size_t n) {
     *out = p;
     return 0;
 }
+
+// For a program that compiles this file in (#include) instead of preloading it: the bytes
+// live now, and a new peak from here on (what one phase of a program allocates)
+static inline size_t alloc_peak_live(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED); }
+static inline size_t alloc_peak_peak(void) { return __atomic_load_n(&peak, __ATOMIC_RELAXED); }
+static inline void alloc_peak_restart(void) { __atomic_store_n(&peak, alloc_peak_live(), __ATOMIC_RELAXED); }
 
 // the report, at exit (after the program's own exit handlers: a destructor runs late)
 __attribute__((destructor)) static void alloc_peak_report(void) {

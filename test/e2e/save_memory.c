@@ -2,7 +2,7 @@
  What a checkpoint costs in memory on each rank (test_checkpoint.sh runs it under mpirun):
  a host engine of a GPT-2 model at ZeRO stage 3, then trainer_params_finite and
  checkpoint_save as the trainer calls them, while this program counts the bytes the whole
- process has allocated (malloc and friends replaced here, over glibc's own, so Open MPI's,
+ process has allocated (malloc and friends replaced by test/e2e/alloc_peak.c, compiled in, so Open MPI's,
  stdio's and OpenMP's allocations count too). It prints, per rank, the most bytes live at
  once during the save beyond those live before it, and the bound: one unit's range of the
  master (the largest shard of a unit) plus the read-back checksum's 4 MiB buffer plus 1 MiB
@@ -20,50 +20,11 @@
 #include <stdlib.h>           // atoi
 #include <string.h>           // memset, strstr
 #include <math.h>             // NAN, INFINITY: the parameters the finiteness check must find
-#include <malloc.h>           // malloc_usable_size: the bytes a free gives back
 #include <mpi.h>              // MPI_Init: the engine and the save are collective
 #include "llmc/trainer.h"     // trainer_params_finite, checkpoint_save (llmc/checkpoint.h), gpt2_engine_model
 #include "zero3/host.h"       // zero_host_create: the CPU trainer's engine
 #include "zero3/plan.h"       // zero_plan_init: the largest shard, for the bound
-
-// glibc's allocator under its own names: what the replacements below call
-extern void* __libc_malloc(size_t n);
-extern void* __libc_calloc(size_t k, size_t n);
-extern void* __libc_realloc(void* p, size_t n);
-extern void* __libc_memalign(size_t align, size_t n);
-extern void __libc_free(void* p);
-
-static long long live_bytes, peak_bytes;  // atomics: OpenMP threads and Open MPI's allocate too
-
-static void* counted(void* p) {
-    if (p != NULL) {
-        long long now = __atomic_add_fetch(&live_bytes, (long long)malloc_usable_size(p), __ATOMIC_RELAXED);
-        long long peak = __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED);
-        while (now > peak && !__atomic_compare_exchange_n(&peak_bytes, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
-    }
-    return p;
-}
-static void uncounted(void* p) {
-    if (p != NULL) { __atomic_sub_fetch(&live_bytes, (long long)malloc_usable_size(p), __ATOMIC_RELAXED); }
-}
-
-void* malloc(size_t n) { return counted(__libc_malloc(n)); }
-void* calloc(size_t k, size_t n) { return counted(__libc_calloc(k, n)); }
-void free(void* p) { uncounted(p); __libc_free(p); }
-void* realloc(void* p, size_t n) {
-    uncounted(p);  // realloc may move or free it: counted again as what it returns
-    void* q = __libc_realloc(p, n);
-    if (q == NULL && p != NULL && n > 0) { return counted(p), NULL; }  // failed: p stays
-    return counted(q);
-}
-void* memalign(size_t align, size_t n) { return counted(__libc_memalign(align, n)); }
-void* aligned_alloc(size_t align, size_t n) { return counted(__libc_memalign(align, n)); }
-int posix_memalign(void** out, size_t align, size_t n) {
-    void* p = counted(__libc_memalign(align, n));
-    if (p == NULL) { return 12; }  // ENOMEM
-    *out = p;
-    return 0;
-}
+#include "test/e2e/alloc_peak.c" // malloc and friends counted: alloc_peak_restart, alloc_peak_peak
 
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
@@ -79,18 +40,18 @@ int main(int argc, char** argv) {
     ZeroConfig cfg;
     zero_config_defaults(&cfg);
     cfg.stage = 3;
-    float* params = rank == 0 ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the init is not what is measured
-    if (rank == 0) { gpt2_init_params(&c, params, 7); }
+    GPT2Source source;  // the random init of seed 7, each rank its own shards
+    gpt2_source_random(&source, &c, 7);
     ZeroInit in;
     memset(&in, 0, sizeof(in));
     in.cfg = &cfg;
     in.model = &model;
-    in.params = params;
+    in.fill = trainer_fill;
+    in.fill_ctx = &source;
     in.beta1 = 0.9f; in.beta2 = 0.95f; in.eps = 1e-8f;
     in.comm = MPI_COMM_WORLD;
     Zero z;
     if (zero_host_create(&z, &in) != 0) { fprintf(stderr, "save_memory: %s\n", zero_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
-    free(params);
     ZeroPlan plan;
     if (zero_plan_init(&plan, model.unit_numel, model.num_units, world, rank, sizeof(float)) != 0) { MPI_Abort(MPI_COMM_WORLD, 1); }
     size_t largest = 0;
@@ -111,12 +72,12 @@ int main(int argc, char** argv) {
     h.rank = rank; h.world_size = world; h.step = 1; h.num_params = n;
     h.B = 1; h.T = 8; h.grad_accum = 1; h.seed = 7;
     MPI_Barrier(MPI_COMM_WORLD);
-    long long before = __atomic_load_n(&live_bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&peak_bytes, before, __ATOMIC_RELAXED);
+    long long before = (long long)alloc_peak_live();
+    alloc_peak_restart();
     char why[160];
     int finite = trainer_params_finite(&t, &m, why, sizeof(why));
     int saved = checkpoint_save(argv[1], &h, &z, &c, atoi(argv[2]));
-    long long extra = __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED) - before;
+    long long extra = (long long)alloc_peak_peak() - before;
     long long bound = (long long)(largest * sizeof(float)) + (5ll << 20);
     int ok = finite && saved == 0 && extra <= bound;
     printf("%s rank %d of %d: the finiteness check and the save (version %s) took at most %lld bytes beyond the engine's; "
