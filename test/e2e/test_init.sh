@@ -131,7 +131,7 @@ start load_v5_bf16 4 $BIN -e "$tmp/file_v5.bin" -z 3 --save-bf16 1 && same load_
 if [ -x "$GPU32" ]; then
     expect_error "load: a NaN in rank 1's shard stops the GPU trainer (emulated, device engine) on every rank" \
         "nan_v3.bin: parameter wpe element 7 (byte offset $((1024 + 4 * (320 * 32 + 7)))) is nan, not a finite number (rank 1's shard)" \
-        env EMU_SEED=1 timeout 300 $MPIRUN -np 2 $GPU32 $D -o "$tmp/cknan" -e "$tmp/nan_v3.bin" -z 3 --zero-backend device
+        env EMU_SEED=1 timeout 300 $MPIRUN -np 2 $GPU32 $D -o "$tmp/ck_nan" -e "$tmp/nan_v3.bin" -z 3 --zero-backend device
     EMU_SEED=1 start load_gpu32 2 $GPU32 -e "$tmp/file_v3.bin" -z 3 --zero-backend device && \
         same load_gpu32 want_v3 "load: fp32 file in the GPU trainer (fp32, emulated), device engine N=2 stage 3, written back byte for byte"
 fi
