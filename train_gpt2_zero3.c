@@ -53,9 +53,12 @@ typedef struct {
     float* lnf;        // (B, T, C)
     float* lnf_mean;   // (B, T)
     float* lnf_rstd;   // (B, T)
-    float* logits;     // (B, T, Vp)
-    float* probs;      // (B, T, Vp)
+    float* logits;     // (B, T, Vp), or one vocabulary tile's (B, T, Vt) with --vocab-tile
+    float* probs;      // (B, T, Vp), or tiled (B, Vp): each sequence's last position (sampling)
     float* losses;     // (B, T)
+    float* cls_max;    // (B, T) tiled: each row's running max of the logits (online softmax)
+    float* cls_sum;    // (B, T) tiled: each row's running sum of exp(logit - max)
+    float* cls_target; // (B, T) tiled: each row's logit of its target
     // backward scratch, one layer at a time
     float* preatt;     // (B, NH, T, T) forward scratch, not needed by the backward
     float* dresidual;  // (B, T, C) gradient of the residual stream
@@ -66,7 +69,7 @@ typedef struct {
     float* dfch_gelu;  // (B, T, 4C)
     float* dpreatt;    // (B, NH, T, T)
     float* datt;       // (B, NH, T, T)
-    float* dlogits;    // (B, T, Vp)
+    float* dlogits;    // (B, T, Vp); tiled: none (each tile's gradient replaces its logits)
     float* dlosses;    // (B, T)
 } Activations;
 
@@ -78,6 +81,7 @@ typedef struct {
     size_t acts_bytes;
     int B, T;             // the batch shape the activations were allocated for
     int recompute;
+    int vocab_tile;       // the classifier's tile of vocabulary columns, <= Vp; 0: untiled
     float mean_loss;      // mean loss of the last forward with targets, this rank
     double loss_sum;      // the training micro-steps' mean losses since train_loss read them
 } GPT2;
@@ -91,12 +95,15 @@ static int gpt2_build(GPT2* m, const GPT2Config* c, const ZeroInit* in) {
 }
 
 // allocates activations for batches of up to B x T; recompute 1 keeps one layer of
-// GELU outputs, recompute 2 also one layer of layernorm outputs
-static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
+// GELU outputs, recompute 2 also one layer of layernorm outputs; vocab_tile > 0 computes
+// the classifier in tiles of that many vocabulary columns (at most Vp: one tile)
+static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int vocab_tile) {
     size_t L = m->config.num_layers, NH = m->config.num_heads, C = m->config.channels;
     size_t Vp = m->config.padded_vocab_size;
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     size_t keep_gelu = recompute >= 1 ? 1 : L, keep_ln = recompute >= 2 ? 1 : L;
+    size_t Vt = vocab_tile > 0 && (size_t)vocab_tile < Vp ? (size_t)vocab_tile : Vp;
+    size_t tiled = vocab_tile > 0 ? 1 : 0;
     struct { float** ptr; size_t n; } bufs[] = {
         {&m->acts.encoded, BT * C},           {&m->acts.ln1, keep_ln * BT * C},
         {&m->acts.ln1_mean, L * BT},          {&m->acts.ln1_rstd, L * BT},
@@ -107,19 +114,21 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
         {&m->acts.fch, L * BT * 4 * C},       {&m->acts.fch_gelu, keep_gelu * BT * 4 * C},
         {&m->acts.fcproj, BT * C},            {&m->acts.residual3, L * BT * C},
         {&m->acts.lnf, BT * C},               {&m->acts.lnf_mean, BT},
-        {&m->acts.lnf_rstd, BT},              {&m->acts.logits, BT * Vp},
-        {&m->acts.probs, BT * Vp},            {&m->acts.losses, BT},
+        {&m->acts.lnf_rstd, BT},              {&m->acts.logits, BT * (tiled ? Vt : Vp)},
+        {&m->acts.probs, (tiled ? (size_t)B : BT) * Vp}, {&m->acts.losses, BT},
+        {&m->acts.cls_max, tiled * BT},       {&m->acts.cls_sum, tiled * BT},
+        {&m->acts.cls_target, tiled * BT},
         {&m->acts.preatt, att},               {&m->acts.dresidual, BT * C},
         {&m->acts.dln, BT * C},               {&m->acts.datty, BT * C},
         {&m->acts.dqkv, BT * 3 * C},          {&m->acts.dfch, BT * 4 * C},
         {&m->acts.dfch_gelu, BT * 4 * C},     {&m->acts.dpreatt, att},
-        {&m->acts.datt, att},                 {&m->acts.dlogits, BT * Vp},
+        {&m->acts.datt, att},                 {&m->acts.dlogits, (1 - tiled) * BT * Vp},
         {&m->acts.dlosses, BT},
     };
     m->acts_bytes = 0;
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         *bufs[i].ptr = (float*)calloc(bufs[i].n, sizeof(float));
-        if (*bufs[i].ptr == NULL) {
+        if (*bufs[i].ptr == NULL && bufs[i].n > 0) {
             fprintf(stderr, "error: out of memory for activations (B=%d, T=%d): try a smaller -b or -t, or -r 2\n", B, T);
             exit(EXIT_FAILURE);
         }
@@ -128,6 +137,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
     m->B = B;
     m->T = T;
     m->recompute = recompute;
+    m->vocab_tile = tiled ? (int)Vt : 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -174,12 +184,36 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     params_release(&m->zero, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T
     emb = gpt2_embed_tensors(c, params_fetch(&m->zero, 0));
-    matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                         // (B, T, Vp)
+    int Vt = m->vocab_tile;
+    if (Vt == 0) {
+        matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                     // (B, T, Vp)
+    } else if (targets != NULL) {
+        // one tile of columns [v0, v0 + w) at a time, folded into each row's online softmax
+        // (classifier.h); the last tile's logits stay for the backward
+        for (int v0 = 0; v0 < Vp; v0 += Vt) {
+            int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+            matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, B, T, C, w);  // (B, T, w)
+            classifier_tile_stats(a->cls_max, a->cls_sum, a->cls_target, a->logits, targets, B, T, v0, w, V);
+        }
+    } else {
+        // no targets (sampling): the logits of each sequence's last position, (B, Vp)
+        for (int b = 0; b < B; b++) {
+            matmul_forward(a->probs + (size_t)b * Vp, a->lnf + ((size_t)b * T + T - 1) * C, emb.wte, NULL, 1, 1, C, Vp);
+        }
+    }
     params_release(&m->zero, 0);
-    softmax_forward(a->probs, a->logits, B, T, V, Vp);
+    if (Vt == 0) {
+        softmax_forward(a->probs, a->logits, B, T, V, Vp);
+    } else if (targets == NULL) {
+        softmax_forward(a->probs, a->probs, 1, B, V, Vp);  // in place: each element is read before it is written
+    }
 
     if (targets != NULL) {
-        crossentropy_forward(a->losses, a->probs, targets, B, T, Vp);
+        if (Vt == 0) {
+            crossentropy_forward(a->losses, a->probs, targets, B, T, Vp);
+        } else {
+            classifier_tile_losses(a->losses, a->cls_max, a->cls_sum, a->cls_target, B, T);
+        }
         double sum = 0.0;
         for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
         m->mean_loss = (float)(sum / BT);
@@ -196,14 +230,28 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
 
     // the mean over B*T positions: each loss gets an equal share
     for (size_t i = 0; i < BT; i++) { a->dlosses[i] = loss_scale / (float)BT; }
-    memset(a->dlogits, 0, BT * Vp * sizeof(float));
-    crossentropy_softmax_backward(a->dlogits, a->dlosses, a->probs, targets, B, T, V, Vp);
+    int Vt = m->vocab_tile;
+    if (Vt == 0) {
+        memset(a->dlogits, 0, BT * Vp * sizeof(float));
+        crossentropy_softmax_backward(a->dlogits, a->dlosses, a->probs, targets, B, T, V, Vp);
+    }
 
     // classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf
     EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(&m->zero, 0));
     EmbedTensors demb = gpt2_embed_tensors(c, grads_unit(&m->zero, 0));  // live until the encoder's backward
     memset(a->dln, 0, BT * C * sizeof(float));
-    matmul_backward(a->dln, demb.wte, NULL, a->dlogits, a->lnf, emb.wte, B, T, C, Vp);
+    if (Vt == 0) {
+        matmul_backward(a->dln, demb.wte, NULL, a->dlogits, a->lnf, emb.wte, B, T, C, Vp);
+    } else {
+        // tile by tile from the last, whose logits the forward left: the others' again
+        int last = (Vp - 1) / Vt * Vt;
+        for (int v0 = last; v0 >= 0; v0 -= Vt) {
+            int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+            if (v0 != last) { matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, B, T, C, w); }  // (B, T, w)
+            classifier_tile_backward(a->logits, a->dlosses, a->cls_max, a->cls_sum, targets, B, T, v0, w, V);
+            matmul_backward(a->dln, demb.wte + (size_t)v0 * C, NULL, a->logits, a->lnf, emb.wte + (size_t)v0 * C, B, T, C, w);
+        }
+    }
     params_release(&m->zero, 0);
 
     FinalTensors fin = gpt2_final_tensors(c, params_fetch(&m->zero, L + 1));
@@ -299,7 +347,8 @@ static const float* eval_next_probs(void* self, const int* tokens, int t) {
     zeroCheck(zero_begin(&m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, tokens, NULL, 1, t);
     zeroCheck(zero_end(&m->zero));
-    return m->acts.probs + (size_t)(t - 1) * m->config.padded_vocab_size;
+    // untiled: every position's probabilities, tiled: the last position's only
+    return m->acts.probs + (m->vocab_tile == 0 ? (size_t)(t - 1) * m->config.padded_vocab_size : 0);
 }
 
 // everything is this process's own host memory: what it allocated is its peak
@@ -340,9 +389,11 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     gpt2_engine_model_free(&spec);
-    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute);
+    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute, tc->vocab_tile);
 
-    TrainerModel run = {&model, &model.zero, "cpu", "fp32", "", -1.0, train_micro, train_loss, eval_loss, eval_next_probs,
+    char notes[64];
+    snprintf(notes, sizeof(notes), ", vocab tile %d", model.vocab_tile);
+    TrainerModel run = {&model, &model.zero, "cpu", "fp32", notes, -1.0, train_micro, train_loss, eval_loss, eval_next_probs,
                         memory_figures, NULL, NULL, NULL};
     trainer_run(&t, &run);
     gpt2_free(&model);
