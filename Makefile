@@ -171,6 +171,10 @@ build/fuzz/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz_file.h $(LLMC_HEADERS) | bu
 	$(CLANG) $(FUZZ_FLAGS) $(MPI_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS) $(MPI_LIBS)
 FUZZERS = build/fuzz/fuzz_model build/fuzz/fuzz_shard build/fuzz/fuzz_tokenizer build/fuzz/fuzz_checkpoint build/fuzz/fuzz_ds_config
 
+# the tests' allocation counter (test/e2e/alloc_peak.c), loaded with LD_PRELOAD
+build/alloc_peak.so: test/e2e/alloc_peak.c | build
+	$(CC) -O2 -Wall -Wextra -shared -fPIC $< -o $@
+
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
              build/test_cpu_adam build/test_nvme
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
@@ -180,7 +184,7 @@ MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build
 NPROC ?= $(shell nproc 2>/dev/null || echo 1)
 test: deps
 	$(MAKE) -j$(NPROC) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
-	  $(SAN_TESTS) $(FUZZERS)
+	  $(SAN_TESTS) $(FUZZERS) build/alloc_peak.so
 	bash test/run_all.sh $(UNIT_TESTS)
 
 build/bench_sgemm: dev/bench_sgemm.c | build

@@ -53,9 +53,12 @@ typedef struct {
     float* lnf;        // (B, T, C)
     float* lnf_mean;   // (B, T)
     float* lnf_rstd;   // (B, T)
-    float* logits;     // (B, T, Vp)
-    float* probs;      // (B, T, Vp)
+    float* logits;     // (B, T, Vp), or one vocabulary tile's (B, T, Vt) with --vocab-tile
+    float* probs;      // (B, T, Vp), or tiled (B, Vp): each sequence's last position (sampling)
     float* losses;     // (B, T)
+    float* cls_max;    // (B, T) tiled: each row's running max of the logits (online softmax)
+    float* cls_sum;    // (B, T) tiled: each row's running sum of exp(logit - max)
+    float* cls_target; // (B, T) tiled: each row's logit of its target
     // backward scratch, one layer at a time
     float* preatt;     // (B, NH, T, T) forward scratch, not needed by the backward
     float* dresidual;  // (B, T, C) gradient of the residual stream
@@ -66,7 +69,7 @@ typedef struct {
     float* dfch_gelu;  // (B, T, 4C)
     float* dpreatt;    // (B, NH, T, T)
     float* datt;       // (B, NH, T, T)
-    float* dlogits;    // (B, T, Vp)
+    float* dlogits;    // (B, T, Vp); tiled: none (each tile's gradient replaces its logits)
     float* dlosses;    // (B, T)
 } Activations;
 
@@ -78,6 +81,7 @@ typedef struct {
     size_t acts_bytes;
     int B, T;             // the batch shape the activations were allocated for
     int recompute;
+    int vocab_tile;       // the classifier's tile of vocabulary columns, <= Vp; 0: untiled
     float mean_loss;      // mean loss of the last forward with targets, this rank
     double loss_sum;      // the training micro-steps' mean losses since train_loss read them
 } GPT2;
@@ -92,15 +96,18 @@ static int gpt2_build(GPT2* m, const GPT2Config* c, const ZeroInit* in) {
 
 // The activation buffers for batches of up to B x T, each with its elements: one table
 // for their allocation and for --estimate. recompute 1 keeps one layer of GELU outputs,
-// recompute 2 also one layer of layernorm outputs. out: room for one entry per pointer of
-// Activations; returns the entries.
+// recompute 2 also one layer of layernorm outputs; vocab_tile > 0 computes the classifier
+// in tiles of that many vocabulary columns (at most Vp: one tile). out: room for one entry
+// per pointer of Activations; returns the entries.
 typedef struct { float** ptr; size_t n; } ActBuf;
 #define ACT_BUFS (sizeof(Activations) / sizeof(float*))
-static size_t gpt2_activation_table(Activations* a, const GPT2Config* c, int B, int T, int recompute, ActBuf* out) {
+static size_t gpt2_activation_table(Activations* a, const GPT2Config* c, int B, int T, int recompute, int vocab_tile, ActBuf* out) {
     size_t L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     size_t keep_gelu = recompute >= 1 ? 1 : L, keep_ln = recompute >= 2 ? 1 : L;
+    size_t Vt = vocab_tile > 0 && (size_t)vocab_tile < Vp ? (size_t)vocab_tile : Vp;
+    size_t tiled = vocab_tile > 0 ? 1 : 0;
     ActBuf bufs[] = {
         {&a->encoded, BT * C},           {&a->ln1, keep_ln * BT * C},
         {&a->ln1_mean, L * BT},          {&a->ln1_rstd, L * BT},
@@ -111,13 +118,15 @@ static size_t gpt2_activation_table(Activations* a, const GPT2Config* c, int B, 
         {&a->fch, L * BT * 4 * C},       {&a->fch_gelu, keep_gelu * BT * 4 * C},
         {&a->fcproj, BT * C},            {&a->residual3, L * BT * C},
         {&a->lnf, BT * C},               {&a->lnf_mean, BT},
-        {&a->lnf_rstd, BT},              {&a->logits, BT * Vp},
-        {&a->probs, BT * Vp},            {&a->losses, BT},
+        {&a->lnf_rstd, BT},              {&a->logits, BT * (tiled ? Vt : Vp)},
+        {&a->probs, (tiled ? (size_t)B : BT) * Vp}, {&a->losses, BT},
+        {&a->cls_max, tiled * BT},       {&a->cls_sum, tiled * BT},
+        {&a->cls_target, tiled * BT},
         {&a->preatt, att},               {&a->dresidual, BT * C},
         {&a->dln, BT * C},               {&a->datty, BT * C},
         {&a->dqkv, BT * 3 * C},          {&a->dfch, BT * 4 * C},
         {&a->dfch_gelu, BT * 4 * C},     {&a->dpreatt, att},
-        {&a->datt, att},                 {&a->dlogits, BT * Vp},
+        {&a->datt, att},                 {&a->dlogits, (1 - tiled) * BT * Vp},
         {&a->dlosses, BT},
     };
     size_t n = sizeof(bufs) / sizeof(bufs[0]);
@@ -126,23 +135,23 @@ static size_t gpt2_activation_table(Activations* a, const GPT2Config* c, int B, 
 }
 
 // the activations' bytes at B x T (what gpt2_alloc_activations allocates)
-static double gpt2_activation_bytes(const GPT2Config* c, int B, int T, int recompute) {
+static double gpt2_activation_bytes(const GPT2Config* c, int B, int T, int recompute, int vocab_tile) {
     Activations a;
     ActBuf bufs[ACT_BUFS];
-    size_t n = gpt2_activation_table(&a, c, B, T, recompute, bufs);
+    size_t n = gpt2_activation_table(&a, c, B, T, recompute, vocab_tile, bufs);
     double bytes = 0;
     for (size_t i = 0; i < n; i++) { bytes += (double)bufs[i].n * sizeof(float); }
     return bytes;
 }
 
-// allocates the activations for batches of up to B x T
-static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
+// allocates the activations for batches of up to B x T (gpt2_activation_table)
+static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int vocab_tile) {
     ActBuf bufs[ACT_BUFS];
-    size_t n = gpt2_activation_table(&m->acts, &m->config, B, T, recompute, bufs);
+    size_t n = gpt2_activation_table(&m->acts, &m->config, B, T, recompute, vocab_tile, bufs);
     m->acts_bytes = 0;
     for (size_t i = 0; i < n; i++) {
         *bufs[i].ptr = (float*)calloc(bufs[i].n, sizeof(float));
-        if (*bufs[i].ptr == NULL) {
+        if (*bufs[i].ptr == NULL && bufs[i].n > 0) {
             fprintf(stderr, "error: out of memory for activations (B=%d, T=%d): try a smaller -b or -t, or -r 2\n", B, T);
             exit(EXIT_FAILURE);
         }
@@ -151,6 +160,8 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute) {
     m->B = B;
     m->T = T;
     m->recompute = recompute;
+    int Vp = m->config.padded_vocab_size;
+    m->vocab_tile = vocab_tile <= 0 ? 0 : vocab_tile < Vp ? vocab_tile : Vp;  // the table's Vt
 }
 
 // ----------------------------------------------------------------------------
@@ -197,12 +208,36 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     params_release(&m->zero, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T
     emb = gpt2_embed_tensors(c, params_fetch(&m->zero, 0));
-    matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                         // (B, T, Vp)
+    int Vt = m->vocab_tile;
+    if (Vt == 0) {
+        matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                     // (B, T, Vp)
+    } else if (targets != NULL) {
+        // one tile of columns [v0, v0 + w) at a time, folded into each row's online softmax
+        // (classifier.h); the last tile's logits stay for the backward
+        for (int v0 = 0; v0 < Vp; v0 += Vt) {
+            int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+            matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, B, T, C, w);  // (B, T, w)
+            classifier_tile_stats(a->cls_max, a->cls_sum, a->cls_target, a->logits, targets, B, T, v0, w, V);
+        }
+    } else {
+        // no targets (sampling): the logits of each sequence's last position, (B, Vp)
+        for (int b = 0; b < B; b++) {
+            matmul_forward(a->probs + (size_t)b * Vp, a->lnf + ((size_t)b * T + T - 1) * C, emb.wte, NULL, 1, 1, C, Vp);
+        }
+    }
     params_release(&m->zero, 0);
-    softmax_forward(a->probs, a->logits, B, T, V, Vp);
+    if (Vt == 0) {
+        softmax_forward(a->probs, a->logits, B, T, V, Vp);
+    } else if (targets == NULL) {
+        softmax_forward(a->probs, a->probs, 1, B, V, Vp);  // in place: each element is read before it is written
+    }
 
     if (targets != NULL) {
-        crossentropy_forward(a->losses, a->probs, targets, B, T, Vp);
+        if (Vt == 0) {
+            crossentropy_forward(a->losses, a->probs, targets, B, T, Vp);
+        } else {
+            classifier_tile_losses(a->losses, a->cls_max, a->cls_sum, a->cls_target, B, T);
+        }
         double sum = 0.0;
         for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
         m->mean_loss = (float)(sum / BT);
@@ -219,14 +254,28 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
 
     // the mean over B*T positions: each loss gets an equal share
     for (size_t i = 0; i < BT; i++) { a->dlosses[i] = loss_scale / (float)BT; }
-    memset(a->dlogits, 0, BT * Vp * sizeof(float));
-    crossentropy_softmax_backward(a->dlogits, a->dlosses, a->probs, targets, B, T, V, Vp);
+    int Vt = m->vocab_tile;
+    if (Vt == 0) {
+        memset(a->dlogits, 0, BT * Vp * sizeof(float));
+        crossentropy_softmax_backward(a->dlogits, a->dlosses, a->probs, targets, B, T, V, Vp);
+    }
 
     // classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf
     EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(&m->zero, 0));
     EmbedTensors demb = gpt2_embed_tensors(c, grads_unit(&m->zero, 0));  // live until the encoder's backward
     memset(a->dln, 0, BT * C * sizeof(float));
-    matmul_backward(a->dln, demb.wte, NULL, a->dlogits, a->lnf, emb.wte, B, T, C, Vp);
+    if (Vt == 0) {
+        matmul_backward(a->dln, demb.wte, NULL, a->dlogits, a->lnf, emb.wte, B, T, C, Vp);
+    } else {
+        // tile by tile from the last, whose logits the forward left: the others' again
+        int last = (Vp - 1) / Vt * Vt;
+        for (int v0 = last; v0 >= 0; v0 -= Vt) {
+            int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+            if (v0 != last) { matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, B, T, C, w); }  // (B, T, w)
+            classifier_tile_backward(a->logits, a->dlosses, a->cls_max, a->cls_sum, targets, B, T, v0, w, V);
+            matmul_backward(a->dln, demb.wte + (size_t)v0 * C, NULL, a->logits, a->lnf, emb.wte + (size_t)v0 * C, B, T, C, w);
+        }
+    }
     params_release(&m->zero, 0);
 
     FinalTensors fin = gpt2_final_tensors(c, params_fetch(&m->zero, L + 1));
@@ -322,7 +371,8 @@ static const float* eval_next_probs(void* self, const int* tokens, int t) {
     zeroCheck(zero_begin(&m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, tokens, NULL, 1, t);
     zeroCheck(zero_end(&m->zero));
-    return m->acts.probs + (size_t)(t - 1) * m->config.padded_vocab_size;
+    // untiled: every position's probabilities, tiled: the last position's only
+    return m->acts.probs + (m->vocab_tile == 0 ? (size_t)(t - 1) * m->config.padded_vocab_size : 0);
 }
 
 // everything is this process's own host memory: what it allocated is its peak
@@ -351,8 +401,8 @@ int main(int argc, char** argv) {
 
     // the model (--estimate needs only its shape: the memory of the GPU trainer in bf16, and
     // of this run on the host engine)
-    trainer_model(&t, tc->estimate == NULL);
-    if (tc->estimate != NULL) { return trainer_estimate(&t, 2, gpt2_activation_bytes(&t.config, tc->B, tc->T, tc->recompute)); }
+    trainer_model(&t);
+    if (tc->estimate != NULL) { return trainer_estimate(&t, 2, gpt2_activation_bytes(&t.config, tc->B, tc->T, tc->recompute, tc->vocab_tile)); }
     trainer_setup(&t);
 
     GPT2 model;
@@ -364,11 +414,11 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     gpt2_engine_model_free(&spec);
-    free(t.params);
-    t.params = NULL;
-    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute);
+    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute, tc->vocab_tile);
 
-    TrainerModel run = {&model, &model.zero, "cpu", "fp32", "", -1.0, train_micro, train_loss, eval_loss, eval_next_probs,
+    char notes[64];
+    snprintf(notes, sizeof(notes), ", vocab tile %d", model.vocab_tile);
+    TrainerModel run = {&model, &model.zero, "cpu", "fp32", notes, -1.0, train_micro, train_loss, eval_loss, eval_next_probs,
                         memory_figures, NULL, NULL, NULL};
     trainer_run(&t, &run);
     gpt2_free(&model);

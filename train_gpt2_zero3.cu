@@ -107,7 +107,11 @@ typedef struct {
     floatX* lnf;        // (B,T,C)
     float* lnf_mean;    // (B,T) fp32
     float* lnf_rstd;    // (B,T) fp32
-    floatX* logits;     // (B,T,Vp); the fused classifier turns it into dlogits in place
+    floatX* logits;     // (B,T,Vp), or one vocabulary tile's (B,T,Vt) with --vocab-tile (at least (B,Vp), for
+                        // sampling); the classifier kernels turn it into dlogits in place
+    float* cls_max;     // (B,T) fp32, tiled: each row's running max of the logits (online softmax)
+    float* cls_sum;     // (B,T) fp32, tiled: each row's running sum of exp(logit - max)
+    float* cls_target;  // (B,T) fp32, tiled: each row's logit of its target
     float* losses;      // (B,T) fp32
     double* loss_acc;   // (1,) the training micro-steps' mean losses, summed on the device until the step reads them
     // backward, one layer at a time
@@ -139,6 +143,7 @@ typedef struct {
     Zero zero;                 // parameters, gradients and AdamW state: the device or the host-staged engine
     DevActs acts;
     int B, T, recompute;
+    int vocab_tile;            // the classifier's tile of vocabulary columns, <= Vp; 0: untiled
     int use_flash;             // --attention flash: the fused kernel, O(T) memory per row
     size_t bytes_acts;         // the activations and the kernels' scratch
     float mean_loss;           // of the last evaluation forward
@@ -206,12 +211,12 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, ZeroInit in, int device_eng
 
 // the activations for batches of up to B x T (llmc/activations.h's table), the kernels'
 // scratch, and the batch's pinned staging on the host
-static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use_flash) {
+static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use_flash, int vocab_tile) {
     size_t C = m->config.channels, Vp = m->config.padded_vocab_size, BT = (size_t)B * T;
     DevActs* a = &m->acts;
     size_t before = g_device_alloc_bytes;
     size_t bytes[ACT_COUNT];
-    gpu_activations(&m->config, B, T, recompute, use_flash, sizeof(floatX), bytes);
+    gpu_activations(&m->config, B, T, recompute, use_flash, vocab_tile, sizeof(floatX), bytes);
     void** slots = (void**)a;
     for (int i = 0; i < ACT_COUNT; i++) { slots[i] = dev_alloc(bytes[i]); }
     a->ln_scratch = (float*)dev_alloc((size_t)2 * LN_BWD_MAX_CHUNKS * C * sizeof(float));
@@ -232,6 +237,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
     m->B = B;
     m->T = T;
     m->recompute = recompute;
+    m->vocab_tile = gpu_vocab_tile(&m->config, vocab_tile);
     m->use_flash = use_flash;
 }
 
@@ -253,9 +259,10 @@ __global__ void loss_mean_accumulate_kernel(double* acc, const float* losses, si
 // forward: inputs and targets (B, T) on the device (batch_to_device); targets may be NULL
 // (no loss). Any B <= m->B and T <= m->T: the layer strides follow the call's B and T.
 // Inside an engine pass. dloss > 0: a training forward (gpt2_backward follows): the fused
-// classifier leaves dloss * (softmax - onehot) in place of the logits, and the mean loss
-// is added into acts.loss_acc on the GPU (no host wait inside the step); otherwise the
-// mean loss goes to mean_loss.
+// classifier leaves dloss * (softmax - onehot) in place of the logits (tiled: of the last
+// tile's), and the mean loss is added into acts.loss_acc on the GPU (no host wait inside
+// the step); otherwise the mean loss goes to mean_loss. Tiled without targets (sampling):
+// the logits of each sequence's last position only, (B,Vp).
 static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     NVTX_PUSH("forward");
     const GPT2Config* c = &m->config;
@@ -319,10 +326,28 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     params_release(&m->zero, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T (all Vp columns)
     emb = gpt2_embed(c, params_fetch(&m->zero, 0));
-    matmul_forward(a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);                 // (B,T,Vp)
+    int Vt = m->vocab_tile;
+    if (Vt == 0) {
+        matmul_forward(a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);             // (B,T,Vp)
+    } else if (targets != NULL) {
+        // one tile of columns [v0, v0 + w) at a time, folded into each row's online softmax
+        // (llmc/fused_classifier.cuh); the last tile's dlogits (or logits) stay for the backward
+        for (int v0 = 0; v0 < Vp; v0 += Vt) {
+            int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+            matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, bt, C, w, NULL, 0, lt, ws, wsb, s);  // (B,T,w)
+            classifier_tile_forward(a->logits, a->cls_max, a->cls_sum, a->cls_target, a->losses, targets, dloss, bt,
+                                    v0, w, V, Vp, dloss > 0.0f, s);
+        }
+    } else {
+        // no targets (sampling): the logits of each sequence's last position, (B,Vp)
+        for (int b = 0; b < B; b++) {
+            matmul_forward(a->logits + (size_t)b * Vp, a->lnf + ((size_t)b * T + T - 1) * C, emb.wte, NULL, 1, C, Vp,
+                           NULL, 0, lt, ws, wsb, s);
+        }
+    }
     params_release(&m->zero, 0);
 
-    if (targets != NULL) {
+    if (targets != NULL && Vt == 0) {
         fused_classifier(a->logits, a->losses, targets, dloss, bt, V, Vp, dloss > 0.0f, s);
     }
     if (targets != NULL && dloss > 0.0f) {
@@ -338,13 +363,14 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     NVTX_POP();
 }
 
-// backward of the last (training) forward, in the same pass, whose fused classifier left
-// dlogits in a->logits. ACCUMULATES into the unit gradients, which the engines hand out
-// zeroed (after each step, or per unit and micro-step).
-static void gpt2_backward(GPT2* m, const int* inputs, int B, int T) {
+// backward of the last (training) forward with the same targets and dloss, in the same
+// pass, whose fused classifier left dlogits in a->logits (tiled: the last tile's).
+// ACCUMULATES into the unit gradients, which the engines hand out zeroed (after each
+// step, or per unit and micro-step).
+static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     NVTX_PUSH("backward");
     const GPT2Config* c = &m->config;
-    int L = c->num_layers, NH = c->num_heads, C = c->channels, Vp = c->padded_vocab_size;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     int bt = (int)BT;
     DevActs* a = &m->acts;
@@ -357,7 +383,23 @@ static void gpt2_backward(GPT2* m, const int* inputs, int B, int T) {
     // embedding's gradient stays open until the encoder's backward at the end.
     DevEmbed emb = gpt2_embed(c, params_fetch(&m->zero, 0));
     DevEmbed demb = gpt2_embed(c, grads_unit(&m->zero, 0));
-    matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);
+    int Vt = m->vocab_tile;
+    if (Vt == 0) {
+        matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);
+    } else {
+        // tile by tile from the last, whose dlogits the forward left: the others' logits again.
+        // dlnf is accumulated over the tiles in its floatX buffer (one rounding per tile in bf16)
+        int last = (Vp - 1) / Vt * Vt;
+        for (int v0 = last; v0 >= 0; v0 -= Vt) {
+            int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+            if (v0 != last) {
+                matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, bt, C, w, NULL, 0, lt, ws, wsb, s);  // (B,T,w)
+                classifier_tile_backward(a->logits, a->cls_max, a->cls_sum, targets, dloss, bt, v0, w, V, Vp, s);
+            }
+            matmul_backward(a->dln, demb.wte + (size_t)v0 * C, NULL, a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL,
+                            bt, C, w, NULL, v0 != last, lt, ws, wsb, s);
+        }
+    }
     params_release(&m->zero, 0);
 
     // final layernorm: dresidual = its input gradient (layernorm_backward accumulates)
@@ -468,8 +510,9 @@ static void train_micro(void* self, const int* inputs, const int* targets, int l
     // same device buffers
     batch_to_device(m, inputs, targets, BT);
     zeroCheck(zero_begin(&m->zero, ZERO_PASS_TRAIN, last_micro));
-    gpt2_forward(m, m->cur_inputs, m->cur_targets, m->B, m->T, 1.0f / ((float)BT * grad_accum));  // the mean over positions and micro-steps
-    gpt2_backward(m, m->cur_inputs, m->B, m->T);
+    float dloss = 1.0f / ((float)BT * grad_accum);  // the mean over positions and micro-steps
+    gpt2_forward(m, m->cur_inputs, m->cur_targets, m->B, m->T, dloss);
+    gpt2_backward(m, m->cur_inputs, m->cur_targets, m->B, m->T, dloss);
     zeroCheck(zero_end(&m->zero));
 }
 
@@ -506,7 +549,8 @@ static inline float floatx_to_float_host(floatX x) {
 #endif
 }
 
-// the last position's logits row to the host as floats, and its softmax over the real V
+// the last position's logits row to the host as floats (untiled: row t-1 of every
+// position's, tiled: the only row), and its softmax over the real V
 static const float* eval_next_probs(void* self, const int* tokens, int t) {
     GPT2* m = (GPT2*)self;
     int Vp = m->config.padded_vocab_size, V = m->config.vocab_size;
@@ -514,7 +558,8 @@ static const float* eval_next_probs(void* self, const int* tokens, int t) {
     zeroCheck(zero_begin(&m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, m->cur_inputs, NULL, 1, t, 0.0f);
     zeroCheck(zero_end(&m->zero));
-    cudaCheck(cudaMemcpyAsync(m->host_logits, m->acts.logits + (size_t)(t - 1) * Vp, Vp * sizeof(floatX),
+    size_t row = m->vocab_tile == 0 ? (size_t)(t - 1) : 0;
+    cudaCheck(cudaMemcpyAsync(m->host_logits, m->acts.logits + row * Vp, Vp * sizeof(floatX),
                               cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
     float* x = m->host_logits_f;
@@ -574,7 +619,7 @@ int main(int argc, char** argv) {
     const TrainConfig* tc = &t.tc;
     int rank = t.rank;
     if (tc->estimate != NULL) {  // the model's shape is all it needs: no GPU
-        trainer_model(&t, 0);
+        trainer_model(&t);
         return trainer_estimate(&t, sizeof(floatX), -1.0);
     }
     if (tc->zero.bf16 == 0 && sizeof(floatX) == 2 && rank == 0) {
@@ -639,11 +684,17 @@ int main(int argc, char** argv) {
     int use_flash = !strcmp(tc->attention, "flash");
 
     // the model: a file, or a descriptor with random init from --seed
-    trainer_model(&t, 1);
+    trainer_model(&t);
     const GPT2Config* c = &t.config;
     if ((c->padded_vocab_size * sizeof(floatX)) % 16 != 0) {
         char msg[256];
         snprintf(msg, sizeof(msg), "padded vocabulary %d: the GPU trainer needs a multiple of %zu", c->padded_vocab_size, 16 / sizeof(floatX));
+        die_all(rank, msg);
+    }
+    if (tc->vocab_tile % (16 / (int)sizeof(floatX)) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "--vocab-tile %d: the GPU trainer needs a multiple of %zu (16-byte rows for cuBLASLt "
+                 "and the classifier kernels)", tc->vocab_tile, 16 / sizeof(floatX));
         die_all(rank, msg);
     }
     if (use_flash && !attention_use_flash(tc->T, c->channels / c->num_heads)) {
@@ -660,12 +711,11 @@ int main(int argc, char** argv) {
     ZeroInit in = trainer_engine(&t, &spec);
     gpt2_build(&model, c, in, device_engine);
     gpt2_engine_model_free(&spec);
-    free(t.params);
-    t.params = NULL;
-    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute, use_flash);
+    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute, use_flash, tc->vocab_tile);
 
     char notes[128];
-    snprintf(notes, sizeof(notes), ", attention %s, %d GPUs per node", use_flash ? "flash" : "cublas", ndev);
+    snprintf(notes, sizeof(notes), ", attention %s, vocab tile %d, %d GPUs per node", use_flash ? "flash" : "cublas",
+             model.vocab_tile, ndev);
     TrainerModel run = {&model, &model.zero, prop.name, PRECISION_MODE, notes, peak_bf16_flops(prop.name), train_micro, train_loss,
                         eval_loss, eval_next_probs, memory_figures, device_in_use, range_push, range_pop};
     trainer_run(&t, &run);

@@ -50,6 +50,7 @@ typedef struct {
     const char* estimate;        // --estimate NODES:GPUS  print model-state memory per GPU and exit
     const char* zero_backend;    // --zero-backend auto|device|host  where the GPU trainer keeps the model states
     const char* attention;       // --attention cublas|flash  the GPU trainer's attention kernels
+    int vocab_tile;              // --vocab-tile N  the classifier's logits in tiles of N vocabulary columns; 0: whole (B,T,Vp)
     int dpu;                     // --dpu 0|1  GPU trainer, optimizer offload: delay the update one step (ZeRO-Offload's DPU)
     int save_bf16;               // --save-bf16 0|1  checkpoints' model files as llm.c's bf16 version 5
     float collective_timeout;    // --collective-timeout S  a blocking collective longer than S seconds ends the job; 0: never
@@ -154,6 +155,11 @@ static void args_usage(FILE* f, const char* program) {
         "  --attention cublas|flash           GPU trainer: attention through cuBLAS products and a (B,NH,T,T) matrix\n"
         "                                     per layer (default), or the fused kernel with O(T) memory (head sizes\n"
         "                                     64, 96, 128). The CPU trainer has one attention and ignores it.\n"
+        "  --vocab-tile <n>                   the classifier and its loss in tiles of n vocabulary columns (online softmax):\n"
+        "                                     no (B,T,Vp) logits, at the cost of computing the logits of all tiles but the\n"
+        "                                     last again in the backward; n >= the padded vocabulary is one tile, no\n"
+        "                                     recompute. The GPU trainer needs a multiple of 8 (bf16) or 4 (fp32)\n"
+        "                                     (default 0: untiled, the whole (B,T,Vp) logits)\n"
         "  --dpu 0|1                          GPU trainer with --offload-optimizer cpu: the CPU Adam of step i runs while the\n"
         "                                     GPU computes step i+1 on the parameters of step i-1 (ZeRO-Offload's delayed\n"
         "                                     parameter update; default 0)\n"
@@ -273,6 +279,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
             }
             c->zero_backend = val;
         }
+        else if (!strcmp(name, "--vocab-tile")) { rc = args_int(name, val, 0, 1L << 30, &v); c->vocab_tile = (int)v; }
         else if (!strcmp(name, "--dpu")) { rc = args_int(name, val, 0, 1, &v); c->dpu = (int)v; }
         else if (!strcmp(name, "--collective-timeout")) { rc = args_float(name, val, 0.0f, 1e6f, &c->collective_timeout); }
         else if (!strcmp(name, "--keep-checkpoints")) { rc = args_int(name, val, 0, 1L << 30, &v); c->keep_checkpoints = (int)v; }

@@ -4,8 +4,8 @@
  directory, at step S (8 digits) for rank R (5 digits):
 
    model_S.bin     llm.c's model file of the fp32 master (version 3, or with
-                   --save-bf16 1 version 5 in bf16), written by rank 0 and loadable with
-                   -e by either trainer or by llm.c
+                   --save-bf16 1 version 5 in bf16), every rank writing its own part
+                   (checkpoint_write_model), loadable with -e by either trainer or by llm.c
    state_S_R.bin   CheckpointHeader (below): the step, where the data loader and the
                    sampler are, and what that position means (B, T, accumulation, shuffle,
                    seed); then the engine's section (its shards, AdamW moments, compute copy)
@@ -43,18 +43,19 @@
 #include <stdint.h>           // int32_t, uint64_t
 #include <string.h>           // memset
 #include <errno.h>            // errno
-#include <limits.h>           // LONG_MAX: the payload's size before it is added to an offset
+#include <limits.h>           // LONG_MAX: the payload's size before it is added to an offset; INT_MAX: no rank failed
 #include <dirent.h>           // opendir: the DONE markers
 #include <sys/stat.h>         // fstat: the manifest's size
-#include <unistd.h>           // unlink: the resharded section's temporary file
+#include <unistd.h>           // unlink: the resharded section's temporary file; ftruncate, fsync, close: the model file
+#include <fcntl.h>            // open: the model file's temporary, on the ranks other than 0
 #include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
 #include <stdlib.h>           // malloc
 #include "llmc/utils.h"       // llmc_error, AtomicFile
 #include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
-#include "llmc/gpt2.h"        // GPT2Config, gpt2_write_model_version
+#include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState
-#include "zero3/zero.h"       // Zero: the engine's state and its master
-#include "zero3/watchdog.h"   // zero_watch_enter/leave: the barrier and the checksums' gather told to --collective-timeout's watchdog
+#include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
+#include "zero3/watchdog.h"   // zero_watch_enter/leave: the save's agreements and the checksums' gather told to --collective-timeout's watchdog
 #include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
 #include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
 #include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
@@ -314,45 +315,137 @@ static int checkpoint_prune(const char* dir, int keep, int world_now) {
     return rc;
 }
 
-// Writes the checkpoint of step h->step: the model file (rank 0, from the engine's master,
-// gathered), every rank's state file, then the DONE marker. Collective: every rank calls
-// it. A marker of the same step left by an earlier run goes first, so that files being
-// replaced never count as complete. Returns 0, or -1 with llmc_errmsg() (the engine's
-// failures carry zero_errmsg()).
+// Agrees on the outcome of one stage of a save, which every rank makes with its own `ok`:
+// when any rank failed, every rank returns -1 with llmc_errmsg() naming the first rank that
+// failed and its message (sent from it), so that every rank stops alike, saying why.
+// Returns 0 when every rank succeeded. Being an all-reduce, it also keeps any rank from
+// starting the next stage before every rank has finished this one.
+static int checkpoint_agree(int ok, int rank, int step) {
+    int first = ok ? INT_MAX : rank;
+    char msg[sizeof(llmc_errbuf)];
+    snprintf(msg, sizeof(msg), "%s", ok ? "" : llmc_errmsg());
+    zero_watch_enter("all-reduce of the checkpoint's progress", -1);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rc == MPI_SUCCESS && first != INT_MAX) { rc = MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, first, MPI_COMM_WORLD); }
+    zero_watch_leave();
+    if (rc != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: a collective between the ranks failed", step); }
+    if (first == INT_MAX) { return 0; }
+    msg[sizeof(msg) - 1] = '\0';
+    return llmc_error("checkpoint at step %d: rank %d: %s", step, first, msg);
+}
+
+// [Note: the partitioned model file] No rank holds the whole model to write it: rank 0
+// creates the temporary (AtomicFile's rules: output_check on the final name, O_EXCL |
+// O_NOFOLLOW) with the header, at its full size; then every rank writes its own range of
+// each unit's master (zero_master_shard; the ranges of all ranks tile the model) at its
+// places in the file (gpt2_unit_parts: a unit's range is up to 12 runs of the kind-major
+// file), and fsyncs; only once every rank has, rank 0 renames the file into place and
+// fsyncs the directory. A rank holds one unit's range of the master at a time. Every rank
+// opens the temporary by name, so -o must be a filesystem all ranks share (as it must for
+// the resume, which reads every rank's state file).
+//
+// Writes model_S.bin of dir so; *sum: its size and checksum (rank 0). Collective: every
+// rank calls it. Returns 0, or -1 on every rank (checkpoint_agree) with the temporary
+// removed and nothing at the final name replaced.
+static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2Config* c, int version, int rank,
+                                  uint64_t sum[2]) {
+    if (version != GPT2_MODEL_VERSION_FP32 && version != GPT2_MODEL_VERSION_BF16) {  // every rank alike
+        return llmc_error("checkpoint at step %d: no model file version %d (3 is fp32, 5 bf16)", step, version);
+    }
+    size_t elem = version == GPT2_MODEL_VERSION_FP32 ? sizeof(float) : sizeof(uint16_t), largest = 0;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+    AtomicFile f;
+    f.fp = NULL;
+    snprintf(f.tmp, sizeof(f.tmp), "%s.tmp", path);  // atomic_open's name, for the other ranks
+    int ok = 1, fd = -1;
+    float* buf = NULL;
+    if (rank == 0) {
+        ok = atomic_open(&f, path) == 0;
+        if (ok && (!gpt2_fwrite_header(f.fp, c, version) || fflush(f.fp) != 0 ||
+                   ftruncate(fileno(f.fp), (off_t)(1024 + gpt2_num_params(c) * elem)) != 0)) {
+            llmc_error("cannot write %s: %s", f.tmp, strerror(errno)); ok = 0;
+        }
+    }
+    if (checkpoint_agree(ok, rank, step) != 0) { goto fail; }
+    for (int u = 0; u < gpt2_num_units(c); u++) {
+        size_t begin, n;
+        if (zero_master_shard(z, u, &begin, &n, NULL) != 0) { ok = 0; break; }
+        if (n > largest) { largest = n; }
+    }
+    buf = ok ? (float*)malloc((largest > 0 ? largest : 1) * sizeof(float)) : NULL;
+    fd = rank == 0 ? fileno(f.fp) : open(f.tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (!ok) {
+        llmc_error("%s: %s", path, zero_errmsg());
+    } else if (buf == NULL) {
+        llmc_error("out of memory for one unit's range of the master (%zu parameters) to write %s", largest, path); ok = 0;
+    } else if (fd < 0) {
+        llmc_error("cannot open %s, which rank 0 created: %s (-o must be a directory every rank shares)", f.tmp,
+                   strerror(errno));
+        ok = 0;
+    }
+    for (int u = 0; ok && u < gpt2_num_units(c); u++) {
+        size_t begin, n;
+        Gpt2Part parts[NUM_BLOCK_TENSORS];
+        if (zero_master_shard(z, u, &begin, &n, buf) != 0) { llmc_error("%s: %s", path, zero_errmsg()); ok = 0; break; }
+        int np = gpt2_unit_parts(c, u, begin, begin + n, parts);
+        for (int i = 0; ok && i < np; i++) {
+            if (gpt2_pwrite_params(fd, buf + (parts[i].unit_off - begin), parts[i].n, parts[i].file_off, version) != 0) {
+                llmc_error("cannot write %s: %s", f.tmp, strerror(errno)); ok = 0;
+            }
+        }
+    }
+    if (rank != 0 && fd >= 0) {  // rank 0's descriptor is the AtomicFile's, synced by atomic_commit
+        if (ok && fsync(fd) != 0) { llmc_error("cannot write %s: %s", f.tmp, strerror(errno)); ok = 0; }
+        if (close(fd) != 0 && ok) { llmc_error("cannot write %s: %s", f.tmp, strerror(errno)); ok = 0; }
+    }
+    free(buf);
+    if (checkpoint_agree(ok, rank, step) != 0) { goto fail; }
+    if (rank == 0) {  // every rank's part is on disk: the file is complete
+        ok = atomic_commit(&f, 1) == 0 && checkpoint_file_sum(path, sum) == 0;
+    }
+    return checkpoint_agree(ok, rank, step);  // atomic_commit removed the temporary if it failed
+fail:
+    if (rank == 0 && f.fp != NULL) { atomic_abort(&f); }
+    return -1;
+}
+
+// Writes the checkpoint of step h->step: the model file (every rank its part of the
+// master, checkpoint_write_model), every rank's state file, then the DONE marker.
+// Collective: every rank calls it. A marker of the same step left by an earlier run goes
+// first, so that files being replaced never count as complete. Returns 0, or -1 on every
+// rank with llmc_errmsg() naming the first rank that failed and why (the engine's failures
+// carry zero_errmsg()); then no marker is written and no earlier checkpoint is touched.
 static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, const GPT2Config* config, int model_version) {
     char path[4096];
+    int ok = 1;
     snprintf(path, sizeof(path), "%s/DONE_%08d", dir, h->step);
     if (h->rank == 0 && remove(path) != 0 && errno != ENOENT) {
-        return llmc_error("checkpoint at step %d: cannot remove the old marker %s: %s", h->step, path, strerror(errno));
+        llmc_error("cannot remove the old marker %s: %s", path, strerror(errno)); ok = 0;
     }
-    zero_watch_enter("barrier before the checkpoint", -1);
-    int brc = MPI_Barrier(MPI_COMM_WORLD);
-    zero_watch_leave();
-    if (brc != MPI_SUCCESS) { return llmc_error("checkpoint at step %d: the barrier failed", h->step); }
-    float* full = h->rank == 0 ? (float*)malloc(h->num_params * sizeof(float)) : NULL;
-    if (h->rank == 0 && full == NULL) { return llmc_error("checkpoint at step %d: out of memory for the model", h->step); }
-    if (zero_gather(z, full) != 0) { free(full); return llmc_error("checkpoint at step %d: %s", h->step, zero_errmsg()); }
+    // every rank waits for the old marker to be gone before it writes
+    if (checkpoint_agree(ok, h->rank, h->step) != 0) { return -1; }
     uint64_t model_sum[2] = {0, 0};
-    if (h->rank == 0) {
-        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, h->step);
-        int rc = gpt2_write_model_version(path, config, full, model_version);
-        free(full);
-        if (rc != 0 || checkpoint_file_sum(path, model_sum) != 0) { return -1; }  // no DONE marker: nothing of this checkpoint counts
-    }
+    if (checkpoint_write_model(dir, h->step, z, config, model_version, h->rank, model_sum) != 0) { return -1; }
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, h->step, h->rank);
     AtomicFile f;
-    if (atomic_open(&f, path) != 0) { return -1; }
-    if (fwrite(h, sizeof(*h), 1, f.fp) != 1) { return atomic_commit(&f, 0); }
-    if (zero_save(z, f.fp) != 0) {
+    uint64_t state_sum[2] = {0, 0};
+    ok = atomic_open(&f, path) == 0;
+    if (ok && fwrite(h, sizeof(*h), 1, f.fp) != 1) {
+        ok = atomic_commit(&f, 0) == 0;  // removes the temporary, names the file and errno
+    } else if (ok && zero_save(z, f.fp) != 0) {
         atomic_abort(&f);
-        return llmc_error("%s: %s", path, zero_errmsg());
+        llmc_error("%s: %s", path, zero_errmsg()); ok = 0;
+    } else if (ok) {
+        ok = atomic_commit(&f, 1) == 0 && checkpoint_file_sum(path, state_sum) == 0;
     }
-    uint64_t state_sum[2];
-    if (atomic_commit(&f, 1) != 0 || checkpoint_file_sum(path, state_sum) != 0) { return -1; }
+    if (checkpoint_agree(ok, h->rank, h->step) != 0) { return -1; }
     // every rank's size and checksum to rank 0, which writes them into the marker: only
     // then, every file being on disk (AtomicFile fsyncs), is the checkpoint complete
     uint64_t* sums = h->rank == 0 ? (uint64_t*)malloc(2 * sizeof(uint64_t) * ((size_t)h->world_size + 1)) : NULL;
-    if (h->rank == 0 && sums == NULL) { return llmc_error("checkpoint at step %d: out of memory for the manifest", h->step); }
+    ok = h->rank != 0 || sums != NULL;
+    if (!ok) { llmc_error("out of memory for the manifest"); }
+    if (checkpoint_agree(ok, h->rank, h->step) != 0) { free(sums); return -1; }
     zero_watch_enter("gather of the checkpoint's checksums", -1);
     int grc = MPI_Gather(state_sum, 2, MPI_UINT64_T, h->rank == 0 ? sums + 2 : NULL, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     zero_watch_leave();
@@ -363,11 +456,10 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
     if (h->rank == 0) {
         sums[0] = model_sum[0];
         sums[1] = model_sum[1];
-        int rc = checkpoint_manifest_write(dir, h->step, h->world_size, sums);
+        ok = checkpoint_manifest_write(dir, h->step, h->world_size, sums) == 0;
         free(sums);
-        if (rc != 0) { return -1; }
     }
-    return 0;
+    return checkpoint_agree(ok, h->rank, h->step);
 }
 
 // Rank 0's part of a resume: finds the newest checkpoint of dir whose manifest and files

@@ -13,18 +13,24 @@
    unit L + 1    lnfw (C), lnfb (C)                            the final layernorm
 
  Each unit is one contiguous range of the flat buffer, so gathering a unit is one
- collective into one buffer. The file reader and writer permute between the two.
+ collective into one buffer. The file reader and writer permute between the two; the
+ reader and the random init make any range of a unit alone (a rank's shard), never the
+ whole model.
 */
 #ifndef LLMC_GPT2_H
 #define LLMC_GPT2_H
 
-#include <stdio.h>    // FILE, fopen, fread, fwrite
+#include <stdio.h>    // FILE, fwrite, snprintf
 #include <stdint.h>   // int32_t, uint16_t, uint32_t
 #include <stdlib.h>   // malloc, free, strtol
 #include <string.h>   // strcmp, strncmp, memcpy
 #include <math.h>     // sqrtf, isfinite
+#include <errno.h>    // errno: the reason a read or write failed
+#include <fcntl.h>    // open: a model file for partitioned reads
+#include <unistd.h>   // pread, pwrite, close: each rank's parts of a model file
+#include <sys/stat.h> // fstat: the model file's size
 #include "llmc/utils.h"  // llmc_error, AtomicFile
-#include "llmc/rand.h"   // Rng, rng_normal for init
+#include "llmc/rand.h"   // rng_normal_at: counter-based samples for init
 
 #define GPT2_MODEL_MAGIC 20240326
 #define GPT2_MODEL_VERSION_FP32 3
@@ -303,19 +309,49 @@ static int gpt2_config_from_descriptor(const char* desc, GPT2Config* c) {
 // ----------------------------------------------------------------------------
 // llm.c model files
 
-// Reads an llm.c model file (version 3 fp32 or version 5 bf16) into a new unit-major
-// fp32 buffer (*params, gpt2_num_params(c) floats). On failure nothing is allocated.
-static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
+// [Note: partitioned reads] A model file is never read whole: each rank reads the byte
+// ranges of its own shard (gpt2_unit_parts maps a unit's elements to the file's), so no
+// rank ever holds more than its shard of the model. gpt2_source_open checks the header and
+// the size once; gpt2_source_read then reads, converts and checks any range of a unit.
+
+// Where a model's initial parameters come from: an llm.c file open for reading (fd >= 0),
+// or GPT-2's random init from a seed (fd < 0). path is the caller's string, kept for
+// messages (it must outlive the source).
+typedef struct {
+    GPT2Config config;
+    int fd;              // the open model file, or -1: random init
+    size_t elem;         // bytes per parameter in the file: 4 (version 3, fp32) or 2 (version 5, bf16)
+    uint64_t seed;       // random init
+    const char* path;
+} GPT2Source;
+
+// a source of random init from seed for the model c
+static void gpt2_source_random(GPT2Source* s, const GPT2Config* c, uint64_t seed) {
+    memset(s, 0, sizeof(*s));
+    s->config = *c;
+    s->fd = -1;
+    s->seed = seed;
+}
+
+static void gpt2_source_close(GPT2Source* s) {
+    if (s->fd >= 0) { close(s->fd); }
+    s->fd = -1;
+}
+
+// Opens an llm.c model file (version 3 fp32 or version 5 bf16): its header must describe
+// a valid model and the file's size exactly its parameters. Nothing of the body is read.
+// On failure nothing stays open.
+static int gpt2_source_open(GPT2Source* s, const char* path) {
     int32_t header[256];
-    float* out = NULL;
-    void* file_buf = NULL;
-    TensorRange* ranges = NULL;
-    int version;
-    size_t n, elem, off;
-    long expected, actual;
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("cannot open model file %s: %s", path, strerror(errno)); }
-    if (fread(header, sizeof(int32_t), 256, fp) != 256) {
+    GPT2Config* c = &s->config;
+    struct stat st;
+    size_t n;
+    long expected;
+    memset(s, 0, sizeof(*s));
+    s->path = path;
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) { return llmc_error("cannot open model file %s: %s", path, strerror(errno)); }
+    if (pread(s->fd, header, sizeof(header), 0) != (ssize_t)sizeof(header)) {
         llmc_error("model file %s is truncated: shorter than its 1024-byte header", path);
         goto fail;
     }
@@ -323,11 +359,11 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
         llmc_error("model file %s has bad magic %d (expected %d): not an llm.c model file", path, header[0], GPT2_MODEL_MAGIC);
         goto fail;
     }
-    version = header[1];
-    if (version != GPT2_MODEL_VERSION_FP32 && version != GPT2_MODEL_VERSION_BF16) {
-        llmc_error("model file %s has version %d: only 3 (fp32) and 5 (bf16) are supported", path, version);
+    if (header[1] != GPT2_MODEL_VERSION_FP32 && header[1] != GPT2_MODEL_VERSION_BF16) {
+        llmc_error("model file %s has version %d: only 3 (fp32) and 5 (bf16) are supported", path, header[1]);
         goto fail;
     }
+    s->elem = header[1] == GPT2_MODEL_VERSION_FP32 ? 4 : 2;
     c->max_seq_len = header[2];
     c->vocab_size = header[3];
     c->num_layers = header[4];
@@ -335,71 +371,101 @@ static int gpt2_read_model(const char* path, GPT2Config* c, float** params) {
     c->channels = header[6];
     c->padded_vocab_size = header[7];
     if (gpt2_config_validate(c, path) != 0) { goto fail; }
-
     n = gpt2_num_params(c);
-    elem = version == GPT2_MODEL_VERSION_FP32 ? 4 : 2;
-    expected = 1024 + (long)(n * elem);
-    if (fseek(fp, 0, SEEK_END) != 0) { llmc_error("cannot seek in model file %s", path); goto fail; }
-    actual = ftell(fp);
-    if (actual != expected) {
-        llmc_error("model file %s is %ld bytes but its header describes %ld (%zu parameters, %s)%s",
-                   path, actual, expected, n, elem == 4 ? "fp32" : "bf16", actual < expected ? ": truncated" : "");
+    expected = 1024 + (long)(n * s->elem);
+    if (fstat(s->fd, &st) != 0) { llmc_error("cannot stat model file %s: %s", path, strerror(errno)); goto fail; }
+    if ((long)st.st_size != expected) {
+        llmc_error("model file %s is %ld bytes but its header describes %ld (%zu parameters, %s)%s", path,
+                   (long)st.st_size, expected, n, s->elem == 4 ? "fp32" : "bf16", (long)st.st_size < expected ? ": truncated" : "");
         goto fail;
     }
-    fseek(fp, 1024, SEEK_SET);
-    file_buf = malloc(n * elem);
-    out = (float*)malloc(n * sizeof(float));
-    if (file_buf == NULL || out == NULL) { llmc_error("out of memory reading model file %s (%zu parameters)", path, n); goto fail; }
-    if (fread(file_buf, elem, n, fp) != n) { llmc_error("read error in model file %s", path); goto fail; }
+    return 0;
+fail:
+    gpt2_source_close(s);
+    return -1;
+}
 
-    // scatter the file's kind-major order into the unit-major layout
-    size_t sizes[NUM_PARAM_KINDS];
-    gpt2_param_sizes(c, sizes);
-    ranges = (TensorRange*)malloc(gpt2_num_tensors(c) * sizeof(TensorRange));
-    if (ranges == NULL) { llmc_error("out of memory"); goto fail; }
-    gpt2_tensor_ranges(c, ranges);
-    size_t kind_offset[NUM_PARAM_KINDS];  // where each kind starts in the file
-    off = 0;
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-        kind_offset[k] = off;
-        off += sizes[k] * (gpt2_is_block_kind(k) ? (size_t)c->num_layers : 1);
-    }
-    for (int i = 0; i < gpt2_num_tensors(c); i++) {
-        TensorRange r = ranges[i];
-        size_t src = kind_offset[r.kind] + (r.layer >= 0 ? (size_t)r.layer * r.size : 0);
-        float* dst = out + gpt2_unit_offset(c, r.unit) + r.offset;
-        if (elem == 4) {
-            memcpy(dst, (float*)file_buf + src, r.size * sizeof(float));
+// n parameters of the file at element file_off of its body into out (fp32), through a
+// bounded buffer; every one must be finite. part names them in a message.
+static int gpt2_source_read_part(const GPT2Source* s, const Gpt2Part* part, float* out) {
+    uint16_t buf[16384];  // 32 KiB: the most read at once (16384 bf16 or 8192 fp32 parameters)
+    size_t per = sizeof(buf) / s->elem;
+    for (size_t done = 0; done < part->n;) {
+        size_t k = part->n - done < per ? part->n - done : per;
+        size_t bytes = k * s->elem, got = 0;
+        off_t at = (off_t)(1024 + (part->file_off + done) * s->elem);
+        while (got < bytes) {
+            ssize_t r = pread(s->fd, (char*)buf + got, bytes - got, at + (off_t)got);
+            if (r < 0 && errno == EINTR) { continue; }
+            if (r <= 0) {
+                return llmc_error("model file %s: reading %zu bytes at byte offset %lld failed: %s", s->path, bytes,
+                                  (long long)at, r < 0 ? strerror(errno) : "the file is shorter than when it was opened");
+            }
+            got += (size_t)r;
+        }
+        float* dst = out + done;
+        if (s->elem == 4) {
+            memcpy(dst, buf, bytes);
         } else {
-            const uint16_t* b = (const uint16_t*)file_buf + src;
-            for (size_t j = 0; j < r.size; j++) {
-                uint32_t bits = (uint32_t)b[j] << 16;  // bf16 is the top half of an fp32
+            for (size_t j = 0; j < k; j++) {
+                uint32_t bits = (uint32_t)buf[j] << 16;  // bf16 is the top half of an fp32
                 memcpy(&dst[j], &bits, sizeof(float));
             }
         }
         // a NaN or inf would make every loss and gradient after it non-finite: name the
         // first one by its tensor and its place in the file
-        for (size_t j = 0; j < r.size; j++) {
+        for (size_t j = 0; j < k; j++) {
             if (!isfinite(dst[j])) {
                 char layer[32] = "";
-                if (r.layer >= 0) { snprintf(layer, sizeof(layer), " of layer %d", r.layer); }
-                llmc_error("model file %s: parameter %s%s element %zu (byte offset %zu) is %f, not a finite number",
-                           path, gpt2_param_names[r.kind], layer, j, (size_t)1024 + (src + j) * elem, dst[j]);
-                goto fail;
+                if (part->layer >= 0) { snprintf(layer, sizeof(layer), " of layer %d", part->layer); }
+                return llmc_error("model file %s: parameter %s%s element %zu (byte offset %zu) is %f, not a finite number",
+                                  s->path, gpt2_param_names[part->kind], layer, part->elem + done + j,
+                                  (size_t)1024 + (part->file_off + done + j) * s->elem, dst[j]);
             }
         }
+        done += k;
     }
-    free(ranges);
-    free(file_buf);
-    fclose(fp);
-    *params = out;
     return 0;
-fail:
-    free(ranges);
-    free(out);
-    free(file_buf);
-    fclose(fp);
-    return -1;
+}
+
+// random init as GPT-2 of one part: N(0, 0.02) for matrices and embeddings, the residual
+// projections scaled by 1/sqrt(2L), zero biases, unit layernorm gains, the padding rows
+// V..Vp-1 of wte zero (never read). Element e of the model file's body gets
+// std * rng_normal_at(seed, e): the same value whoever makes it, alone or with its tensor.
+static void gpt2_init_part(const GPT2Config* c, uint64_t seed, const Gpt2Part* part, float* out) {
+    int k = part->kind;
+    if (k == P_LN1W || k == P_LN2W || k == P_LNFW) {
+        for (size_t j = 0; j < part->n; j++) { out[j] = 1.0f; }
+        return;
+    }
+    if (!gpt2_param_decay[k]) {  // biases
+        memset(out, 0, part->n * sizeof(float));
+        return;
+    }
+    float std = (k == P_ATTPROJW || k == P_FCPROJW) ? 0.02f / sqrtf(2.0f * c->num_layers) : 0.02f;
+    size_t real = k == P_WTE ? (size_t)c->vocab_size * c->channels : SIZE_MAX;  // wte's real rows
+    for (size_t j = 0; j < part->n; j++) {
+        out[j] = part->elem + j < real ? std * rng_normal_at(seed, part->file_off + j) : 0.0f;
+    }
+}
+
+// Unit u's parameters [begin, begin + n) (unit-local, unpadded, unit order) into out:
+// read from the file, or made by the random init.
+static int gpt2_source_read(const GPT2Source* s, int u, size_t begin, size_t n, float* out) {
+    Gpt2Part parts[NUM_BLOCK_TENSORS];
+    if (u < 0 || u >= gpt2_num_units(&s->config) || begin + n > gpt2_unit_size(&s->config, u) || begin + n < begin) {
+        return llmc_error("model: elements [%zu, %zu) of unit %d are not in the model", begin, begin + n, u);
+    }
+    int np = gpt2_unit_parts(&s->config, u, begin, begin + n, parts);
+    for (int i = 0; i < np; i++) {
+        float* dst = out + (parts[i].unit_off - begin);
+        if (s->fd < 0) {
+            gpt2_init_part(&s->config, s->seed, &parts[i], dst);
+        } else if (gpt2_source_read_part(s, &parts[i], dst) != 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 // fp32 -> bf16 bits, rounded to nearest even as torch's .to(bfloat16) does (llm.c's
@@ -422,6 +488,34 @@ static int gpt2_fwrite_bf16(const float* src, size_t n, FILE* fp) {
         if (fwrite(buf, sizeof(uint16_t), k, fp) != k) { return 0; }
     }
     return 1;
+}
+
+// Writes n parameters at element file_off of a model file's body (fd: open for writing,
+// the file already at its full size) as `version` stores them: fp32 as they are, bf16
+// rounded through a small buffer. How each rank writes its own parts of one file
+// (llmc/checkpoint.h). Returns 0, or -1 with errno.
+static int gpt2_pwrite_params(int fd, const float* src, size_t n, size_t file_off, int version) {
+    uint16_t buf[8192];
+    size_t elem = version == GPT2_MODEL_VERSION_FP32 ? sizeof(float) : sizeof(uint16_t);
+    off_t at = (off_t)(1024 + file_off * elem);
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i;
+        const char* bytes = (const char*)(src + i);
+        if (elem == sizeof(uint16_t)) {
+            if (k > sizeof(buf) / sizeof(buf[0])) { k = sizeof(buf) / sizeof(buf[0]); }
+            for (size_t j = 0; j < k; j++) { buf[j] = gpt2_bf16_round(src[i + j]); }
+            bytes = (const char*)buf;
+        }
+        for (size_t done = 0; done < k * elem;) {  // pwrite may write less than asked
+            ssize_t w = pwrite(fd, bytes + done, k * elem - done, at);
+            if (w < 0 && errno == EINTR) { continue; }
+            if (w <= 0) { if (w == 0) { errno = EIO; } return -1; }
+            done += (size_t)w;
+            at += w;
+        }
+        i += k;
+    }
+    return 0;
 }
 
 // writes the 1024-byte header of a model file of `version`; 1 if it was written
@@ -479,40 +573,6 @@ static int gpt2_write_model_version(const char* path, const GPT2Config* c, const
 // the version 3 (fp32) file: llm.c's CPU trainer and its fp32 GPU build read it
 static int gpt2_write_model(const char* path, const GPT2Config* c, const float* params) {
     return gpt2_write_model_version(path, c, params, GPT2_MODEL_VERSION_FP32);
-}
-
-// ----------------------------------------------------------------------------
-// random init as GPT-2: N(0, 0.02) for matrices and embeddings, the residual
-// projections scaled by 1/sqrt(2L), zero biases, unit layernorm gains. Every tensor
-// draws from its own stream (seed, tensor index), so the result is the same for any
-// world size and for any order in which tensors are initialized.
-static void gpt2_init_params(const GPT2Config* c, float* params, uint64_t seed) {
-    int nt = gpt2_num_tensors(c);
-    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
-    if (ranges == NULL) { fprintf(stderr, "error: out of memory\n"); exit(EXIT_FAILURE); }
-    gpt2_tensor_ranges(c, ranges);
-    float residual_scale = 1.0f / sqrtf(2.0f * c->num_layers);
-    for (int i = 0; i < nt; i++) {
-        TensorRange r = ranges[i];
-        float* p = params + gpt2_unit_offset(c, r.unit) + r.offset;
-        int k = r.kind;
-        if (k == P_LN1W || k == P_LN2W || k == P_LNFW) {
-            for (size_t j = 0; j < r.size; j++) { p[j] = 1.0f; }
-        } else if (!gpt2_param_decay[k]) {
-            memset(p, 0, r.size * sizeof(float));  // biases
-        } else {
-            Rng rng;
-            rng_init(&rng, seed * 0x100000001B3ull + (uint64_t)i);
-            float std = (k == P_ATTPROJW || k == P_FCPROJW) ? 0.02f * residual_scale : 0.02f;
-            size_t n = r.size;
-            if (k == P_WTE) {  // the padding rows V..Vp-1 are never read: keep them zero
-                n = (size_t)c->vocab_size * c->channels;
-                memset(p + n, 0, (r.size - n) * sizeof(float));
-            }
-            rng_normal(&rng, p, n, 0.0f, std);
-        }
-    }
-    free(ranges);
 }
 
 #endif // LLMC_GPT2_H

@@ -2,6 +2,10 @@
  A small deterministic RNG shared by model init, dataloader shuffling and sampling.
  splitmix64: 64 bits of state, a full period, identical on every rank and platform,
  so the same --seed gives the same model and the same batch order everywhere.
+
+ Model init uses it counter-based (rng_normal_at): the sample of element i is a pure
+ function of (seed, i), so any rank can make any range of the model alone, in any
+ order, and get what one process making the whole model gets.
 */
 #ifndef LLMC_RAND_H
 #define LLMC_RAND_H
@@ -32,16 +36,21 @@ static inline uint64_t rng_below(Rng* rng, uint64_t n) {
     return x % n;
 }
 
-// n samples of N(mean, std^2) by Box-Muller, two per pair of uniforms
-static inline void rng_normal(Rng* rng, float* out, size_t n, float mean, float std) {
-    for (size_t i = 0; i < n; i += 2) {
-        float u1 = 1.0f - rng_float(rng);  // (0, 1]: log is finite
-        float u2 = rng_float(rng);
-        float r = sqrtf(-2.0f * logf(u1));
-        float theta = 6.2831853071795864f * u2;
-        out[i] = mean + std * r * cosf(theta);
-        if (i + 1 < n) { out[i + 1] = mean + std * r * sinf(theta); }
-    }
+// [Note: counter-based samples] The sample at `index` is the standard normal made by
+// Box-Muller from the two splitmix64 outputs at counters 2*index+1 and 2*index+2 of a
+// stream keyed by the seed (its start is the seed hashed, so nearby seeds give unrelated
+// streams). Distinct indices use distinct counters, so the samples are independent; only
+// the cosine half of each pair is used, so that no sample depends on a neighbour. The
+// arithmetic has no multiply followed by an add, so no compiler can fuse one into an FMA:
+// the CPU trainer (built -march=native) and the GPU trainer's host code (built without)
+// make the same bits.
+static inline float rng_normal_at(uint64_t seed, uint64_t index) {
+    Rng key = {seed};
+    Rng rng = {rng_u64(&key) + 2 * index * 0x9E3779B97F4A7C15ull};
+    float u1 = 1.0f - rng_float(&rng);  // (0, 1]: log is finite
+    float u2 = rng_float(&rng);
+    float r = sqrtf(-2.0f * logf(u1));
+    return r * cosf(6.2831853071795864f * u2);
 }
 
 // Fisher-Yates shuffle of idx[0..n)

@@ -24,6 +24,7 @@
 #include <stdlib.h>           // exit, malloc
 #include <string.h>           // strstr, memset
 #include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
+#include <limits.h>           // LLONG_MAX: no non-finite parameter on a rank
 #include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead; sigaction: SIGTERM, SIGUSR1
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
@@ -153,7 +154,7 @@ typedef struct {
     int local_size;          // ranks on this node
     int threads;             // this rank's share of the node's cores (OMP_NUM_THREADS when set)
     GPT2Config config;
-    float* params;           // the initial parameters on rank 0 (unit order), until the engine took them
+    GPT2Source source;       // where the initial parameters come from: -e's file (open) or random init from --seed
     long total_batch;        // tokens per optimizer step over all ranks
     int grad_accum;
     DataLoader train, val;
@@ -170,6 +171,7 @@ typedef struct {
 // rank's threads: the node's cores split among its ranks unless OMP_NUM_THREADS says.
 static void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
     memset(t, 0, sizeof(*t));
+    t->source.fd = -1;  // no model file open
     setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
     signal(SIGXFSZ, SIG_IGN);
     mpiCheck(MPI_Init(argc, argv));
@@ -203,16 +205,17 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
     if (t->threads < 1) { t->threads = 1; }
 }
 
-// The model of -e: an llm.c file (read on every rank), or a descriptor whose random init
-// (from --seed) is made on rank 0 only, when with_params: the engines broadcast rank 0's
-// parameters. t->params is NULL where nothing was read or made. Checks -t against the model.
-static void trainer_model(Trainer* t, int with_params) {
+// The model of -e: an llm.c file (its header and size checked on every rank, the file
+// kept open: each rank reads only its shards when the engine is built), or a descriptor
+// with GPT-2's random init from --seed. Nothing of the parameters is read or made here:
+// the engine asks t->source for each rank's shards (trainer_fill). Checks -t against the model.
+static void trainer_model(Trainer* t) {
     const TrainConfig* tc = &t->tc;
-    t->params = NULL;
     if (access(tc->model, F_OK) == 0) {
-        if (gpt2_read_model(tc->model, &t->config, &t->params) != 0 || llmc_input_add(tc->model, "-e") != 0) {
+        if (gpt2_source_open(&t->source, tc->model) != 0 || llmc_input_add(tc->model, "-e") != 0) {
             die_all(t->rank, llmc_errmsg());
         }
+        t->config = t->source.config;
     } else {
         if (strstr(tc->model, ".bin") != NULL) {
             char msg[4200];
@@ -220,11 +223,7 @@ static void trainer_model(Trainer* t, int with_params) {
             die_all(t->rank, msg);
         }
         if (gpt2_config_from_descriptor(tc->model, &t->config) != 0) { die_all(t->rank, llmc_errmsg()); }
-        if (with_params && t->rank == 0) {
-            t->params = (float*)malloc(gpt2_num_params(&t->config) * sizeof(float));
-            if (t->params == NULL) { die_all(t->rank, "out of memory for the model's parameters"); }
-            gpt2_init_params(&t->config, t->params, tc->seed);
-        }
+        gpt2_source_random(&t->source, &t->config, tc->seed);
     }
     if (tc->T > t->config.max_seq_len) {
         char msg[256];
@@ -421,7 +420,7 @@ static void trainer_finish(Trainer* t) {
     if (t->have_tokenizer) { tokenizer_free(&t->tokenizer); }
     if (t->loaders_ready) { dataloader_free(&t->train); }
     if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }
-    free(t->params);
+    gpt2_source_close(&t->source);
     zero_watchdog_stop();
     MPI_Finalize();
 }
@@ -487,10 +486,10 @@ static int trainer_estimate(Trainer* t, size_t x, double host_acts) {
         int comm_fp32 = tc->zero.comm_dtype == ZERO_COMM_FP32 && x == 2;
         zero_estimate_print(stdout, tc->model, (double)gpt2_num_params(c), largest, nodes, gpus, comm_fp32);
         int flash = !strcmp(tc->attention, "flash");
-        double act = gpu_activations_total(c, tc->B, tc->T, tc->recompute, flash, x);
-        printf("activations: %.2f GiB per GPU (train_gpt2_zero3 in %s at -b %d -t %d -r %d --attention %s; "
+        double act = gpu_activations_total(c, tc->B, tc->T, tc->recompute, flash, tc->vocab_tile, x);
+        printf("activations: %.2f GiB per GPU (train_gpt2_zero3 in %s at -b %d -t %d -r %d --attention %s --vocab-tile %d; "
                "kernel scratch and cuBLASLt's workspace not counted)\n", act / 1073741824.0, x == 2 ? "bf16" : "fp32",
-               tc->B, tc->T, tc->recompute, tc->attention);
+               tc->B, tc->T, tc->recompute, tc->attention, gpu_vocab_tile(c, tc->vocab_tile));
         if (host_acts >= 0) { trainer_estimate_host(t, nodes * gpus, host_acts); }
     }
     trainer_finish(t);
@@ -553,14 +552,22 @@ static void gpt2_engine_model_free(ZeroModel* m) {
     memset(m, 0, sizeof(*m));
 }
 
+// the engines' ZeroFillFn over a GPT2Source (ctx): a range of a unit read from the model
+// file or made by the random init; llmc's message becomes the engine's
+static int trainer_fill(void* ctx, int u, size_t begin, size_t n, float* out) {
+    if (gpt2_source_read((const GPT2Source*)ctx, u, begin, n, out) != 0) { return zero_error("%s", llmc_errmsg()); }
+    return 0;
+}
+
 // what an engine for this run is built from: the ZeRO configuration, AdamW's betas and
-// eps, every rank, the initial parameters on rank 0 (model: gpt2_engine_model's)
-static ZeroInit trainer_engine(const Trainer* t, const ZeroModel* model) {
+// eps, every rank, the initial parameters from t->source (model: gpt2_engine_model's)
+static ZeroInit trainer_engine(Trainer* t, const ZeroModel* model) {
     ZeroInit in;
     memset(&in, 0, sizeof(in));
     in.cfg = &t->tc.zero;
     in.model = model;
-    in.params = t->params;
+    in.fill = trainer_fill;
+    in.fill_ctx = &t->source;
     in.beta1 = t->tc.beta1;
     in.beta2 = t->tc.beta2;
     in.eps = t->tc.eps;
@@ -922,28 +929,49 @@ static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, in
     return latest;
 }
 
-// Whether every parameter of the engine's fp32 master is finite, gathered to rank 0 and its
-// verdict shared: a checkpoint of a non-finite state would be resumed from and poison every
-// step after it. Says which parameter (unit order) and its value in *msg when not.
+// Whether every parameter of the engine's fp32 master is finite: each rank checks its own
+// range of each unit (zero_master_shard, one unit's range at a time), and the first
+// non-finite parameter of the model (unit order) is found over the ranks: a checkpoint of a
+// non-finite state would be resumed from and poison every step after it. Says which
+// parameter (its tensor, element and place in unit order) and its value in *msg when not.
 static int trainer_params_finite(const Trainer* t, const TrainerModel* m, char* msg, size_t len) {
-    size_t n = gpt2_num_params(&t->config);
-    float* full = t->rank == 0 ? (float*)mallocCheck(n * sizeof(float)) : NULL;
-    zeroCheck(zero_gather(m->zero, full));
-    long long bad = -1;
-    float value = 0.0f;
-    for (size_t i = 0; t->rank == 0 && i < n && bad < 0; i++) {
-        if (!isfinite(full[i])) { bad = (long long)i; value = full[i]; }
+    const GPT2Config* c = &t->config;
+    size_t largest = 0, begin, n;
+    for (int u = 0; u < gpt2_num_units(c); u++) {
+        zeroCheck(zero_master_shard(m->zero, u, &begin, &n, NULL));
+        if (n > largest) { largest = n; }
     }
-    free(full);
-    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&bad, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
-    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&value, 1, MPI_FLOAT, 0, MPI_COMM_WORLD));
-    if (bad >= 0) { snprintf(msg, len, "parameter %lld of %zu (unit order) is %f", bad, n, value); }
-    return bad < 0;
+    float* buf = (float*)mallocCheck((largest > 0 ? largest : 1) * sizeof(float));
+    long long bad = LLONG_MAX;  // this rank's first non-finite parameter, in unit order
+    float value = 0.0f;
+    for (int u = 0; u < gpt2_num_units(c) && bad == LLONG_MAX; u++) {
+        zeroCheck(zero_master_shard(m->zero, u, &begin, &n, buf));
+        for (size_t i = 0; i < n; i++) {
+            if (!isfinite(buf[i])) { bad = (long long)(gpt2_unit_offset(c, u) + begin + i); value = buf[i]; break; }
+        }
+    }
+    free(buf);
+    long long first = bad;
+    mpiWatched("all-reduce of the checkpoint's finiteness check", MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
+    if (first == LLONG_MAX) { return 1; }
+    int owner = bad == first ? t->rank : t->world;  // the rank holding it sends its value
+    mpiWatched("all-reduce of the checkpoint's finiteness check", MPI_Allreduce(MPI_IN_PLACE, &owner, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    mpiWatched("broadcast of the checkpoint's finiteness check", MPI_Bcast(&value, 1, MPI_FLOAT, owner, MPI_COMM_WORLD));
+    int u = 0;
+    while (u + 1 < gpt2_num_units(c) && gpt2_unit_offset(c, u + 1) <= (size_t)first) { u++; }
+    size_t at = (size_t)first - gpt2_unit_offset(c, u);
+    Gpt2Part part[NUM_BLOCK_TENSORS];
+    gpt2_unit_parts(c, u, at, at + 1, part);
+    char layer[32] = "";
+    if (part[0].layer >= 0) { snprintf(layer, sizeof(layer), " of layer %d", part[0].layer); }
+    snprintf(msg, len, "parameter %s%s element %zu (%lld of %zu in unit order) is %f", gpt2_param_names[part[0].kind], layer,
+             part[0].elem, first, gpt2_num_params(c), value);
+    return 0;
 }
 
 static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int skipped, const Rng* sample_rng) {
     const TrainConfig* tc = &t->tc;
-    char why[128], msg[4400];
+    char why[160], msg[4400];
     if (!trainer_params_finite(t, m, why, sizeof(why))) {
         snprintf(msg, sizeof(msg), "refusing to write the checkpoint of step %d: %s, not finite; the checkpoints already in "
                  "%s are kept", step, why, tc->output_dir);
@@ -954,7 +982,8 @@ static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int 
     h.sample_rng = sample_rng->state;
     dataloader_get_state(&t->train, &h.loader);
     int version = tc->save_bf16 ? GPT2_MODEL_VERSION_BF16 : GPT2_MODEL_VERSION_FP32;
-    if (checkpoint_save(tc->output_dir, &h, m->zero, &t->config, version) != 0) { trainer_fail(t->rank); }
+    // a failure is every rank's (checkpoint_agree), with one message naming the rank
+    if (checkpoint_save(tc->output_dir, &h, m->zero, &t->config, version) != 0) { die_all(t->rank, llmc_errmsg()); }
     if (t->rank == 0) {
         printf("saved checkpoint at step %d in %s\n", step, tc->output_dir);
         // only now, the new one complete, may older ones go
@@ -1013,7 +1042,8 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         }
         if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) { trainer_sample(t, m, &sample_rng); }
         int saved = 0;
-        if (tc->checkpoint_every > 0 && step > start_step && (step % tc->checkpoint_every == 0 || last_step)) {
+        // -x 0 -n N: the checkpoint of step 0, the initial model (a run of no steps saves it)
+        if (tc->checkpoint_every > 0 && (step > start_step || t->max_steps == 0) && (step % tc->checkpoint_every == 0 || last_step)) {
             trainer_checkpoint(t, m, step, skipped, &sample_rng);
             saved = 1;
         }

@@ -72,8 +72,7 @@
 
 #include <stdlib.h>              // calloc, free
 #include <string.h>              // memset
-#include <limits.h>              // INT_MAX: MPI counts
-#include <mpi.h>                 // the initial broadcast, the master's gather for checkpoints
+#include <mpi.h>                 // MPI_Comm: the ranks, over which the NCCL communicator is made
 #include <pthread.h>             // --dpu: the CPU Adam of step i runs while the GPU does step i+1
 #include <omp.h>                 // omp_set_num_threads: the update thread's OpenMP team
 #include "zero3/util.h"          // zero_error, zero_now_ms
@@ -877,37 +876,19 @@ static int zero_dev_load(void* impl, FILE* fp) {
     return 0;
 }
 
-// Copies the fp32 master of the whole model (unpadded, unit order) to `out` on rank 0
-// (out may be NULL elsewhere): at stages 1-3 unit by unit from the ranks' shards.
-static int zero_dev_gather_master(void* impl, float* out) {
+// This rank's range of unit u's fp32 master (ZeroOps.master_shard): its shard's real
+// elements, from the whole master (stage 0) or the shards (1-3), on the GPU or, with
+// offload, in pinned host memory (cudaMemcpyDefault takes either)
+static int zero_dev_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
     ZeroDev* d = (ZeroDev*)impl;
-    const ZeroPlan* p = &d->plan;
+    const ZeroUnit* pu = &d->plan.units[u];
+    *begin = (size_t)d->rank * pu->shard;
+    *n = zero_plan_shard_numel(&d->plan, u, d->rank);
+    if (out == NULL || *n == 0) { return 0; }
     if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
-    size_t largest = 0;
-    for (int u = 0; u < p->num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
-    float* unit = (float*)malloc(largest * sizeof(float));
-    if (unit == NULL) { return zero_error("zero device: out of memory"); }
-    int rc = zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize");
-    size_t dst = 0;
-    for (int u = 0; u < p->num_units && rc == 0; u++) {
-        const ZeroUnit* pu = &p->units[u];
-        if (d->stage == 0) {
-            rc = zero_cuda(cudaMemcpy(unit, d->master + pu->full_offset, pu->numel * sizeof(float), cudaMemcpyDeviceToHost), "copying the master");
-        } else if (pu->shard > (size_t)INT_MAX) {
-            rc = zero_error("zero device: unit %d's shard of %zu elements is too large for MPI_Gather", u, pu->shard);
-        } else {
-            float* mine = unit + (size_t)d->rank * pu->shard;
-            rc = zero_cuda(cudaMemcpy(mine, d->master + pu->shard_offset, pu->shard * sizeof(float), cudaMemcpyDefault), "copying the master");
-            if (rc == 0 && MPI_Gather(d->rank == 0 ? MPI_IN_PLACE : mine, (int)pu->shard, MPI_FLOAT,
-                                      unit, (int)pu->shard, MPI_FLOAT, 0, d->comm) != MPI_SUCCESS) {
-                rc = zero_error("zero device: gathering the master failed");
-            }
-        }
-        if (rc == 0 && d->rank == 0) { memcpy(out + dst, unit, pu->numel * sizeof(float)); }
-        dst += pu->numel;
-    }
-    free(unit);
-    return rc;
+    if (zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) { return -1; }
+    const float* src = d->master + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
+    return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the master");
 }
 
 // ----------------------------------------------------------------------------
@@ -942,29 +923,35 @@ static int zero_dev_pools_init(ZeroDev* d) {
     return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !d->comm32);  // comm32 reduces into d->wide_out
 }
 
-// rank 0's parameters, unit by unit, through one fp32 unit buffer on the host and one on
-// the GPU: the master (whole or this rank's shard) and the floatX compute copy
-static int zero_dev_broadcast_params(ZeroDev* d, const float* params) {
+// The initial parameters (zero3/zero.h's [Note: partitioned init]), unit by unit: this
+// rank's shard filled on the host (one shard-sized buffer) and uploaded into an fp32 unit
+// buffer on the GPU, the ranks' agreement that every fill succeeded, the unit all-gathered
+// there where this rank holds it whole (stages 0-2, persistent units); then the master
+// (whole or this rank's shard) and the floatX compute copy.
+static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
     const ZeroPlan* p = &d->plan;
-    size_t largest = 0;
-    for (int u = 0; u < p->num_units; u++) { if (p->units[u].padded > largest) { largest = p->units[u].padded; } }
-    float* host_unit = (float*)calloc(largest, sizeof(float));
+    size_t largest = 0, largest_shard = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        if (p->units[u].padded > largest) { largest = p->units[u].padded; }
+        if (p->units[u].shard > largest_shard) { largest_shard = p->units[u].shard; }
+    }
+    float* host_shard = (float*)malloc(largest_shard * sizeof(float));
     double scratch_bytes = 0;
     float* dev_unit = (float*)zero_dev_alloc(largest * sizeof(float), &scratch_bytes);
-    int rc = host_unit != NULL && dev_unit != NULL ? 0 : zero_error("zero device: out of memory for the initial broadcast");
-    size_t src = 0;
+    int rc = host_shard != NULL && dev_unit != NULL ? 0 : zero_error("zero device: out of memory for the initial parameters");
     for (int u = 0; u < p->num_units && rc == 0; u++) {
         const ZeroUnit* pu = &p->units[u];
-        if (d->rank == 0) { memcpy(host_unit, params + src, pu->numel * sizeof(float)); }
-        memset(host_unit + pu->numel, 0, (pu->padded - pu->numel) * sizeof(float));  // the padding is zero
-        src += pu->numel;
-        for (size_t off = 0; off < pu->numel && rc == 0; off += (size_t)1 << 28) {  // MPI counts are int
-            size_t cnt = pu->numel - off < ((size_t)1 << 28) ? pu->numel - off : ((size_t)1 << 28);
-            if (MPI_Bcast(host_unit + off, (int)cnt, MPI_FLOAT, 0, d->comm) != MPI_SUCCESS) { rc = zero_error("zero device: broadcast failed"); }
+        size_t n = zero_plan_shard_numel(p, u, d->rank);
+        int whole = d->stage < 3 || d->sched.persistent[u];
+        float* mine = dev_unit + (size_t)d->rank * pu->shard;
+        memset(host_shard, 0, pu->shard * sizeof(float));  // the padding is zero
+        rc = zero_fill_agree(d->comm, n > 0 && in->fill(in->fill_ctx, u, (size_t)d->rank * pu->shard, n, host_shard) != 0);
+        if (rc == 0) { rc = zero_cuda(cudaMemcpy(mine, host_shard, pu->shard * sizeof(float), cudaMemcpyHostToDevice), "uploading a shard"); }
+        if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "uploading a shard"); }  // before the NCCL stream reads it
+        if (rc == 0 && whole && d->world > 1) {
+            rc = zero_nccl_allgather(&d->nccl, dev_unit, pu->shard, ncclFloat32);
+            if (rc == 0) { rc = zero_cuda(cudaStreamSynchronize(d->nccl.stream), "gathering a unit"); }
         }
-        if (rc != 0) { break; }
-        rc = zero_cuda(cudaMemcpy(dev_unit, host_unit, pu->padded * sizeof(float), cudaMemcpyHostToDevice), "uploading a unit");
-        const float* mine = dev_unit + (size_t)d->rank * pu->shard;
         if (rc == 0 && d->stage == 0) {
             rc = zero_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
         } else if (rc == 0) {  // (cudaMemcpyDefault: the master may be pinned host memory)
@@ -982,7 +969,7 @@ static int zero_dev_broadcast_params(ZeroDev* d, const float* params) {
         rc = zero_cuda(cudaGetLastError(), "launching the conversion");
         if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "converting a unit"); }  // dev_unit is reused next
     }
-    free(host_unit);
+    free(host_shard);
     cudaFree(dev_unit);
     d->shards_written = 1;
     return rc;
@@ -1101,7 +1088,7 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
         zero_schedule_gathered(&d->sched, u);
     }
     if (zero_dev_pools_init(d) != 0) { return -1; }
-    return zero_dev_broadcast_params(d, in->params);
+    return zero_dev_fill_params(d, in);
 }
 
 static void zero_dev_free(void* impl) {
@@ -1145,7 +1132,7 @@ static void zero_dev_free(void* impl) {
 
 static const ZeroOps zero_dev_ops = {
     "device", zero_dev_begin, zero_dev_fetch, zero_dev_release, zero_dev_grad, zero_dev_reduce, zero_dev_end,
-    zero_dev_step, zero_dev_flush, zero_dev_stats, zero_dev_save, zero_dev_load, zero_dev_gather_master, zero_dev_free,
+    zero_dev_step, zero_dev_flush, zero_dev_stats, zero_dev_save, zero_dev_load, zero_dev_master_shard, zero_dev_free,
 };
 
 // A device engine behind z (see ZeroInit). On failure nothing is left allocated.

@@ -195,7 +195,7 @@ static void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
 // ----------------------------------------------------------------------------
 // stage 3 gathers
 
-static int zero_param_shard_get(ZeroHost* e, int u, float* dst);  // below, with the step
+static int zero_param_shard_get(ZeroHost* e, int u, float* dst, size_t n);  // below, with the step
 
 // starts gathering unit u into a fresh buffer (this rank's shard is its input block); the
 // schedule already counts it in flight
@@ -205,7 +205,7 @@ static int zero_gather_start(ZeroHost* e, int u) {
     if (buf == NULL) { return -1; }
     // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
     // prefetch schedule starts this early, so the read runs ahead of the unit's use
-    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard) != 0) { return -1; }
+    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard, pu->shard) != 0) { return -1; }
     if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
     e->unit_buf[u] = buf;
     return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
@@ -392,18 +392,19 @@ static float* zero_param_shard(ZeroHost* e, int u) {
 
 static size_t zero_align4k(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
 
-// copies unit u's parameter shard into dst, from the host or from NVMe
-static int zero_param_shard_get(ZeroHost* e, int u, float* dst) {
+// copies the first n elements (at most the shard) of unit u's parameter shard into dst,
+// from the host or from NVMe
+static int zero_param_shard_get(ZeroHost* e, int u, float* dst, size_t n) {
     ZeroUnit* pu = &e->plan.units[u];
     if (zero_param_shard(e, u) != NULL) {
-        memcpy(dst, zero_param_shard(e, u), pu->shard * sizeof(float));
+        memcpy(dst, zero_param_shard(e, u), n * sizeof(float));
         return 0;
     }
     if (e->staged_unit == u) { e->staged_unit = -1; }  // about to be overwritten: it was flushed already
     size_t bytes = zero_align4k(pu->shard * sizeof(float));
     if (nvme_read(&e->nvme, e->param_stage, e->param_file_off[u], bytes) != 0) { return -1; }
     e->moved[ZERO_MOVE_NVME_READ] += bytes;
-    memcpy(dst, e->param_stage, pu->shard * sizeof(float));
+    memcpy(dst, e->param_stage, n * sizeof(float));
     return 0;
 }
 
@@ -644,7 +645,7 @@ static int zero_nvme_write_master(ZeroHost* e) {
     memset(buf, 0, e->group * sizeof(float));
     for (int u = 0; u < e->plan.num_units; u++) {
         ZeroUnit* pu = &e->plan.units[u];
-        if (zero_param_shard_get(e, u, shard) != 0) { goto done; }
+        if (zero_param_shard_get(e, u, shard, pu->shard) != 0) { goto done; }
         for (size_t i = 0; i < pu->shard;) {
             size_t pos = pu->shard_offset + i;
             for (; (size_t)(g + 1) * e->group <= pos; g++) {  // groups before pos are complete
@@ -857,7 +858,7 @@ static int zero_segments_init(ZeroHost* e) {
 // this rank's parameter shards, copied into one array in shard-buffer order
 static int zero_shards_copy_out(ZeroHost* e, float* dst) {
     for (int u = 0; u < e->plan.num_units; u++) {
-        if (zero_param_shard_get(e, u, dst + e->plan.units[u].shard_offset) != 0) { return -1; }
+        if (zero_param_shard_get(e, u, dst + e->plan.units[u].shard_offset, e->plan.units[u].shard) != 0) { return -1; }
     }
     return 0;
 }
@@ -908,8 +909,37 @@ static int zero_offload_init(ZeroHost* e) {
     return zero_nvme_stream(e, NVME_V, NULL, 1);
 }
 
-// Builds the engine over in->comm for in->model (see ZeroInit); in->params are read on
-// rank 0 only and broadcast, so every rank starts identical.
+// Unit u's initial parameters: this rank's shard from in->fill (into the full buffer, or
+// at stage 3 into the parameter store, through a unit buffer only where the unit is
+// persistent or its shard lives on NVMe), the ranks' agreement that every fill succeeded,
+// then the gather of what this rank holds whole. The padding stays zero.
+static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    size_t mine = (size_t)e->rank * pu->shard, n = zero_plan_shard_numel(&e->plan, u, e->rank);
+    int whole = e->stage < 3 || e->sched.persistent[u];
+    float* buf = e->stage < 3 ? e->full_params + pu->full_offset : NULL;
+    float* shard = e->stage < 3 ? buf + mine : zero_param_shard(e, u);  // NULL: on NVMe
+    if (e->stage == 3 && (whole || shard == NULL)) {
+        buf = (float*)zero_buf_get(e, pu->padded, 1);  // zeroed: the padding
+        if (buf == NULL) { return -1; }
+        shard = buf + mine;
+    }
+    int failed = n > 0 && in->fill(in->fill_ctx, u, mine, n, shard) != 0;
+    if (!failed && e->stage == 3 && shard != zero_param_shard(e, u)) { failed = zero_param_shard_put(e, u, shard) != 0; }
+    int rc = zero_fill_agree(e->comm.comm, failed);
+    if (rc == 0 && whole) { rc = zero_allgather(&e->comm, buf, pu->shard, NULL); }
+    if (e->stage < 3) { return rc; }
+    if (rc == 0 && e->sched.persistent[u]) {  // small: stays gathered for the whole run
+        e->unit_buf[u] = buf;
+        zero_schedule_gathered(&e->sched, u);
+        return 0;
+    }
+    zero_buf_put(e, buf, pu->padded);  // to the pool (which zero_host_free empties): the first gather of a unit this size reuses it
+    return rc;
+}
+
+// Builds the engine over in->comm for in->model (see ZeroInit); each rank fills only its
+// own shards (in->fill) and gathers what it must hold whole.
 static int zero_host_init(void* impl, const ZeroInit* in) {
     ZeroHost* e = (ZeroHost*)impl;
     const ZeroConfig* cfg = in->cfg;
@@ -951,41 +981,19 @@ static int zero_host_init(void* impl, const ZeroInit* in) {
     memcpy(e->tensors, model->tensors, model->num_tensors * sizeof(ZeroTensor));
     for (int u = 0; u < num_units; u++) { e->unit_req[u].unit = e->red_req[u].unit = u; }  // named by the watchdog
 
-    // rank 0's parameters go to every rank, so all start identical. Stages 0-2 keep the
-    // full padded buffer. Stage 3 goes unit by unit through one unit-sized buffer and
-    // keeps only its shards (and the small persistent units whole): the full model is
-    // never held, which is what lets stage 3 hold models that do not fit one rank.
+    // the initial parameters (zero3/zero.h's [Note: partitioned init]): stages 0-2 keep the
+    // full padded buffer, each rank fills its shards there and the units are all-gathered.
+    // Stage 3 keeps only its shards (and the small persistent units whole): the full model
+    // is never held, which is what lets stage 3 hold models that do not fit one rank.
     if (e->stage < 3) {
         e->full_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total);
         if (e->full_params == NULL) { return -1; }
     } else if (zero_param_store_init(e) != 0) {
         return -1;
     }
-    size_t src = 0;
     for (int u = 0; u < num_units; u++) {
-        ZeroUnit* pu = &p->units[u];
-        float* buf = e->full_params != NULL ? e->full_params + pu->full_offset
-                                            : (float*)zero_buf_get(e, pu->padded, 1);  // zero padding
-        if (buf == NULL) { return -1; }
-        if (e->rank == 0) { memcpy(buf, in->params + src, pu->numel * sizeof(float)); }
-        src += pu->numel;
-        int rc = zero_broadcast(&e->comm, buf, pu->padded * sizeof(float), 0);
-        if (e->stage < 3) {
-            if (rc != 0) { return -1; }
-            continue;
-        }
-        if (rc != 0 || zero_param_shard_put(e, u, buf + (size_t)e->rank * pu->shard) != 0) {
-            zero_buf_put(e, buf, pu->padded);  // to the pool, which zero_host_free empties
-            return -1;
-        }
-        if (e->sched.persistent[u]) {  // small: stays gathered for the whole run
-            e->unit_buf[u] = buf;
-            zero_schedule_gathered(&e->sched, u);
-        } else {
-            zero_buf_put(e, buf, pu->padded);  // the first gather of a unit this size reuses it
-        }
+        if (zero_host_fill_unit(e, in, u) != 0) { return -1; }
     }
-
     if (e->stage < 2) {
         e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
         if (e->full_grads == NULL) { return -1; }
@@ -1029,35 +1037,22 @@ static void zero_host_free(void* impl) {
 }
 
 // ----------------------------------------------------------------------------
-// whole-model access for checkpoints
+// the master by ranges, for checkpoints (the model file, its finiteness check)
 
-// Copies the full unpadded parameters (unit order) to `out` on rank 0 (out may be NULL
-// elsewhere). Stage 3 gathers unit by unit through a temporary buffer.
-static int zero_host_gather(void* impl, float* out) {
+// This rank's range of unit u's parameters (ZeroOps.master_shard): its shard's real
+// elements, from the full buffer (stages 0-2) or the shard (stage 3: from the host, or
+// from NVMe through the staging buffer)
+static int zero_host_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
     ZeroHost* e = (ZeroHost*)impl;
-    ZeroPlan* p = &e->plan;
-    size_t dst = 0;
-    for (int u = 0; u < p->num_units; u++) {
-        ZeroUnit* pu = &p->units[u];
-        const float* src = NULL;
-        float* tmp = NULL;
-        if (e->stage < 3) {
-            src = e->full_params + pu->full_offset;
-        } else {
-            tmp = (float*)zero_alloc(e, ZERO_MEM_BUFFERS, pu->padded);
-            if (tmp == NULL) { return -1; }
-            if (zero_param_shard_get(e, u, tmp + (size_t)e->rank * pu->shard) != 0 ||
-                zero_allgather(&e->comm, tmp, pu->shard, NULL) != 0) {
-                zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded);
-                return -1;
-            }
-            src = tmp;
-        }
-        if (e->rank == 0) { memcpy(out + dst, src, pu->numel * sizeof(float)); }
-        dst += pu->numel;
-        zero_release_mem(e, ZERO_MEM_BUFFERS, tmp, pu->padded);
+    ZeroUnit* pu = &e->plan.units[u];
+    *begin = (size_t)e->rank * pu->shard;
+    *n = zero_plan_shard_numel(&e->plan, u, e->rank);
+    if (out == NULL || *n == 0) { return 0; }
+    if (e->stage < 3) {
+        memcpy(out, e->full_params + pu->full_offset + *begin, *n * sizeof(float));
+        return 0;
     }
-    return 0;
+    return zero_param_shard_get(e, u, out, *n);
 }
 
 // bytes of this rank's state after its header: the parameters it owns and m, v
@@ -1084,7 +1079,7 @@ static int zero_host_save(void* impl, FILE* fp) {
         ok = tmp != NULL;
         for (int u = 0; u < p->num_units && ok; u++) {
             size_t n = p->units[u].shard;
-            ok = zero_param_shard_get(e, u, tmp) == 0 && fwrite(tmp, sizeof(float), n, fp) == n;
+            ok = zero_param_shard_get(e, u, tmp, n) == 0 && fwrite(tmp, sizeof(float), n, fp) == n;
         }
         free(tmp);
     }
@@ -1302,7 +1297,7 @@ static int zero_host_stats(void* impl, ZeroStats* s) {
 
 static const ZeroOps zero_host_ops = {
     "host", zero_host_begin, zero_host_fetch, zero_host_release, zero_host_grad, zero_host_reduce, zero_host_end,
-    zero_host_step, zero_host_flush, zero_host_stats, zero_host_save, zero_host_load, zero_host_gather, zero_host_free,
+    zero_host_step, zero_host_flush, zero_host_stats, zero_host_save, zero_host_load, zero_host_master_shard, zero_host_free,
 };
 
 // A host engine behind z (see ZeroInit). On failure nothing is left allocated.

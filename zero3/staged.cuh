@@ -142,7 +142,9 @@ static int zero_staged_load(void* impl, FILE* fp) {
     return 0;
 }
 
-static int zero_staged_gather(void* impl, float* out) { return zero_host_gather(((ZeroStaged*)impl)->host, out); }
+static int zero_staged_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
+    return zero_host_master_shard(((ZeroStaged*)impl)->host, u, begin, n, out);
+}
 
 static void zero_staged_free(void* impl) {
     ZeroStaged* e = (ZeroStaged*)impl;
@@ -160,7 +162,7 @@ static void zero_staged_free(void* impl) {
 
 static const ZeroOps zero_staged_ops = {
     "host", zero_staged_begin, zero_staged_fetch, zero_staged_release, zero_staged_grad, zero_staged_reduce, zero_staged_end,
-    zero_staged_step, zero_staged_flush, zero_staged_stats, zero_staged_save, zero_staged_load, zero_staged_gather, zero_staged_free,
+    zero_staged_step, zero_staged_flush, zero_staged_stats, zero_staged_save, zero_staged_load, zero_staged_master_shard, zero_staged_free,
 };
 
 // the host engine, and the GPU's copies: whole floatX units padded to 64 bytes, zeroed,

@@ -41,6 +41,7 @@
 #include "zero3/util.h"     // zero_error
 #include "zero3/config.h"   // ZeroConfig
 #include "zero3/comm.h"     // ZERO_NUM_COLLECTIVES: the collectives the byte counters tell apart
+#include "zero3/watchdog.h" // zero_watch_enter/leave: zero_fill_agree's blocking waits
 
 // the two use schedules a model registers
 enum { ZERO_PASS_TRAIN, ZERO_PASS_FORWARD, ZERO_NUM_PASSES };
@@ -60,18 +61,54 @@ typedef struct {
     int num_uses[ZERO_NUM_PASSES];
 } ZeroModel;
 
+// Fills out[0..n) with unit u's initial fp32 parameters [begin, begin + n) (unit-local,
+// unpadded): 0, or -1 with zero_error naming what is wrong (a file's damaged range...).
+typedef int (*ZeroFillFn)(void* ctx, int unit, size_t begin, size_t n, float* out);
+
 // How an engine starts.
 typedef struct {
     const ZeroConfig* cfg;   // stage, the DeepSpeed knobs, offload (validated)
     const ZeroModel* model;
-    const float* params;     // (sum of unit_numel) fp32, unit order: read on rank 0 only and
-                             // broadcast, so every rank starts identical
+    ZeroFillFn fill;         // the initial parameters: each rank asks only for its own shard
+    void* fill_ctx;          //   of each unit (see zero_fill_agree), never for the whole model
     float beta1, beta2, eps; // AdamW
     MPI_Comm comm;           // the ranks to partition over
     int dpu;                 // device engine: ZeRO-Offload's delayed parameter update (--dpu)
     int threads;             // device engine: the CPU Adam's OpenMP threads; 0: OpenMP's default
     void* stream;            // device and staged engines: the model's cudaStream_t, their work ordered after it
 } ZeroInit;
+
+// [Note: partitioned init] An engine calls in->fill for the real elements of its own shard
+// of each unit only (the padding stays zero), then builds what must be whole by gathering
+// the shards: the full buffer at stages 0-2, the persistent units at stage 3. No rank ever
+// holds more than its shard and one unit, and the model is the same at any world size,
+// since the fill is a function of the element alone. Before any unit is gathered, the
+// ranks agree that every fill succeeded (zero_fill_agree): a rank whose read failed must
+// not leave the others waiting in a gather.
+//
+// Called by every rank of comm with failed = whether its fill of the unit failed: 0 when
+// none did; else -1 on every rank, with zero_error holding the message of the lowest
+// failing rank (sent to all), so the user sees it whichever rank prints.
+static inline int zero_fill_agree(MPI_Comm comm, int failed) {
+    int rank = 0, world = 1;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &world) != MPI_SUCCESS) {
+        return zero_error("zero: the MPI communicator is unusable");
+    }
+    int first = failed ? rank : world;  // the lowest failing rank, or world for none
+    zero_watch_enter("initial parameters' check", -1);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
+    zero_watch_leave();
+    if (rc != MPI_SUCCESS) { return zero_error("zero: checking the initial parameters across ranks failed (MPI error %d)", rc); }
+    if (first == world) { return 0; }
+    char msg[sizeof(zero_errbuf)];
+    snprintf(msg, sizeof(msg), "%s", rank == first ? zero_errmsg() : "");
+    zero_watch_enter("initial parameters' check", -1);
+    rc = MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, first, comm);
+    zero_watch_leave();
+    if (rc != MPI_SUCCESS) { return zero_error("zero: rank %d could not make its initial parameters", first); }
+    msg[sizeof(msg) - 1] = '\0';
+    return zero_error("%s (rank %d's shard)", msg, first);
+}
 
 // One optimizer step: AdamW at 1-based step t after clipping the global norm of the mean
 // gradient at grad_clip (0: off); seed: the device engine's stochastic rounding to bf16.
@@ -117,8 +154,10 @@ typedef struct {
     int (*stats)(void* impl, ZeroStats* out);    // may wait for the GPU: between steps
     int (*save)(void* impl, FILE* fp);           // this rank's state (zero3/checkpoint.h)
     int (*load)(void* impl, FILE* fp);
-    int (*gather)(void* impl, float* out);       // the fp32 master of the whole model (unpadded, unit
-                                                 // order) to out on rank 0; out may be NULL elsewhere
+    int (*master_shard)(void* impl, int unit, size_t* begin, size_t* n, float* out);
+                                                 // this rank's range of unit's fp32 master: its unit-local
+                                                 // start and real elements (no padding), copied to out
+                                                 // (room for *n) unless out is NULL
     void (*free)(void* impl);
 } ZeroOps;
 
@@ -141,7 +180,13 @@ static inline int zero_stats(Zero* z, ZeroStats* out) {
 }
 static inline int zero_save(Zero* z, FILE* fp) { return z->ops->save(z->impl, fp); }
 static inline int zero_load(Zero* z, FILE* fp) { return z->ops->load(z->impl, fp); }
-static inline int zero_gather(Zero* z, float* out) { return z->ops->gather(z->impl, out); }
+// [Note: the master by shards] Every rank reads only its own range of each unit (at
+// stage 0, where every rank holds the whole master, the range a shard would be), so a
+// checkpoint writes and checks the model with each rank holding one unit's shard at most
+// beyond its state: the ranges of all ranks tile every unit's real elements exactly once.
+static inline int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out) {
+    return z->ops->master_shard(z->impl, unit, begin, n, out);
+}
 static inline const char* zero_name(const Zero* z) { return z->ops->name; }
 
 // Builds an engine behind z: init (the engine's) on impl, a zeroed allocation of the

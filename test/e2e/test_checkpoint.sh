@@ -11,6 +11,10 @@
 #   tool          ./checkpoint_tool verify: every file against the manifest; consolidate
 #                 refuses a damaged checkpoint
 #   durability    every file is fsync'ed before the marker that makes it count (strace)
+#   partitioned   the model file, every rank writing its part, is byte for byte the one
+#                 checkpoint_tool writes offline and the one every other world size, stage
+#                 or offload writes (fp32 and bf16); a save holds no more than one unit's
+#                 shard beyond the engine's memory on any rank (test/e2e/save_memory.c)
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, expect_error
 
@@ -138,6 +142,101 @@ want="DONE_00000004 DONE_00000005 main.log model_00000004.bin model_00000005.bin
 got=$(ls "$tmp/keep" | tr '\n' ' ' | sed 's/ $//')
 [ "$got" = "$want" ] && ok "--keep-checkpoints 2 leaves the two newest checkpoints and nothing of the older ones" || bad "--keep-checkpoints 2 left: $got"
 expect_error "--keep-checkpoints takes a count" "--keep-checkpoints" $BIN $R -x 1 --keep-checkpoints -1
+
+# ---------------------------------------------------------------------------
+# the partitioned model file: every rank writes its own ranges of each unit. A small model
+# (written here by numpy, not by the trainer) trained 2 steps on 2 ranks; its checkpoint's
+# model file must be what checkpoint_tool consolidate builds offline from the state files.
+# That file, loaded with -e and saved after a step at -l 0 (AdamW moves nothing), must come
+# back byte for byte (fp32; bf16: consolidate --bf16's) at 1, 2 and 4 ranks, stages 0, 1
+# and 3, and with stage 3's parameters and optimizer on NVMe: each world size cuts the
+# units elsewhere.
+$PY - "$tmp" <<'EOF'
+import sys, numpy as np
+d = sys.argv[1]
+maxT, V, Vp, L, NH, C = 32, 61, 64, 2, 2, 24   # units of 2304, 7128 (x2) and 48 parameters: odd shards at 4 ranks
+h = np.zeros(256, dtype=np.int32); h[:8] = [20240326, 3, maxT, V, L, NH, C, Vp]
+n = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+open(f"{d}/tiny.bin", "wb").write(h.tobytes() + (np.random.RandomState(3).randn(n) * 0.05).astype(np.float32).tobytes())
+t = np.zeros(256, dtype=np.int32); t[:3] = [20240520, 1, 4000]
+open(f"{d}/tiny_train.bin", "wb").write(t.tobytes() + np.random.RandomState(4).randint(0, V, 4000).astype(np.uint16).tobytes())
+EOF
+P="-i $tmp/tiny_train.bin -j $tmp/tiny_train.bin -t 16 -b 4 -v 0 -s 0 --seed 5"
+if run part 2 -e "$tmp/tiny.bin" $P -l 1e-2 -x 2 -n 2 -o "$tmp/part" && ./checkpoint_tool consolidate "$tmp/part" 2 "$tmp/ref.bin" > /dev/null \
+    && ./checkpoint_tool consolidate "$tmp/part" 2 "$tmp/ref_bf16.bin" --bf16 > /dev/null; then
+    cmp -s "$tmp/part/model_00000002.bin" "$tmp/ref.bin" && ! cmp -s "$tmp/tiny.bin" "$tmp/ref.bin" \
+        && ok "partitioned model file at N=2 = checkpoint_tool consolidate's, byte for byte (after 2 steps that moved it)" \
+        || bad "the partitioned model file at N=2 differs from consolidate's (or training moved nothing)"
+    mkdir -p "$tmp/part_nvme"
+    i=0
+    for cfg in "1 -z 0" "2 -z 3" "4 -z 0" "4 -z 1" "4 -z 3" \
+               "4 -z 3 --offload-param nvme --max-in-cpu 0 --offload-optimizer nvme --nvme-path $tmp/part_nvme"; do
+        read -r n zflags <<< "$cfg"
+        i=$((i + 1))
+        for v in 3 5; do
+            want="$tmp/ref.bin"; bf=""
+            [ $v = 5 ] && { want="$tmp/ref_bf16.bin"; bf="--save-bf16 1"; }
+            if run "part$i$v" "$n" -e "$tmp/ref.bin" $P -l 0 -x 1 -n 1 $zflags $bf -o "$tmp/part$i$v" \
+                && cmp -s "$tmp/part$i$v/model_00000001.bin" "$want"; then
+                ok "model file version $v written by $n ranks ($zflags) = the reference, byte for byte"
+            else
+                bad "model file version $v written by $n ranks ($zflags) differs from the reference: $(cmp "$tmp/part$i$v/model_00000001.bin" "$want" 2>&1)"
+            fi
+        done
+    done
+else
+    bad "setup of the partitioned model file tests ($(tail -1 "$tmp/part.log"))"
+fi
+
+# a disk that fills during the partitioned write, on a 1 MiB tmpfs (when this machine lets
+# us mount one): after a complete checkpoint of step 1, the disk is filled but for 8 KiB,
+# the header's page; the save of step 2 fails on every rank with one message naming the
+# rank, the file and the reason, leaves no temporary and no marker, and step 1 is intact
+full=$tmp/full
+mkdir -p "$full"
+trap 'mountpoint -q "$full" 2>/dev/null && umount "$full"; rm -rf "$tmp"' EXIT
+if mount -t tmpfs -o size=1m tmpfs "$full" 2>/dev/null; then
+    if run fill1 2 -e "$tmp/tiny.bin" $P -l 1e-2 -x 1 -n 1 -z 3 -o "$full/out"; then
+        cp -r "$full/out" "$tmp/full_before"
+        dd if=/dev/zero of="$full/slack" bs=4k count=2 2>/dev/null
+        dd if=/dev/zero of="$full/fill" bs=4k 2>/dev/null   # until the disk is full
+        rm "$full/slack"
+        expect_error "a full disk during the partitioned model file" \
+            "checkpoint at step 2: rank " $MPIRUN -np 2 $BIN -e "$tmp/tiny.bin" $P -l 1e-2 -x 2 -n 1 -z 3 -o "$full/out" -y 1
+        grep -qF "model_00000002.bin.tmp: No space left on device" "$tmp/err" "$tmp/out" \
+            && ok "the message names the model file's temporary and the full disk" || bad "full disk: $(grep -m1 error "$tmp/err")"
+        left=$(cd "$full/out" && ls | grep -v -x -e main.log -e DONE_00000001 -e model_00000001.bin -e 'state_00000001_0000[01].bin')
+        [ -z "$left" ] && ok "no marker, temporary or file of step 2 left on the full disk" || bad "left on the full disk: $left"
+        diff -r -x main.log "$tmp/full_before" "$full/out" > /dev/null && ./checkpoint_tool verify "$full/out" 1 > /dev/null 2>&1 \
+            && ok "the complete checkpoint of step 1 is untouched and verifies" || bad "the checkpoint of step 1 changed on the full disk"
+    else
+        bad "setup of the full-disk checkpoint ($(tail -1 "$tmp/fill1.log"))"
+    fi
+    umount "$full"
+else
+    echo "SKIP a full disk during the partitioned model file (cannot mount a tmpfs here)"
+fi
+
+# the memory of a save and of the finiteness check before it: no rank holds more than one
+# unit's shard of the master (and a constant) beyond the engine's own, fp32 and bf16, at 2
+# and 4 ranks (the save that gathered the model on rank 0 took 54 MB there at 4 ranks,
+# against a bound of 12 MB); then the check names the first non-finite parameter put in
+if mpicc -O1 -fopenmp -std=gnu11 -I. -D_GNU_SOURCE $(pkg-config --cflags libcjson libpcre2-8 liburing) test/e2e/save_memory.c \
+        -o "$tmp/save_memory" $(pkg-config --libs libcjson libpcre2-8 liburing) -lm; then
+    for n in 2 4; do
+        for v in 3 5; do
+            mkdir -p "$tmp/mem$n$v"
+            $MPIRUN -np $n "$tmp/save_memory" "$tmp/mem$n$v" $v > "$tmp/mem.out" 2>&1
+            if [ "$(grep -c '^PASS' "$tmp/mem.out")" = $((2 * n)) ] && grep -q "^$n passed, 0 failed" "$tmp/mem.out" && [ -f "$tmp/mem$n$v/DONE_00000001" ]; then
+                ok "a save at $n ranks (version $v) holds at most one unit's shard + 5 MiB beyond the engine's memory on every rank; a non-finite parameter is named"
+            else
+                bad "the memory of a save at $n ranks (version $v): $(grep -E 'FAIL|error' "$tmp/mem.out" | head -2 | tr '\n' ' ')"
+            fi
+        done
+    done
+else
+    bad "test/e2e/save_memory.c does not build"
+fi
 
 # ---------------------------------------------------------------------------
 # durability: the model and state files are fsync'ed (and their directory) before the

@@ -5,7 +5,7 @@
    build/test_gpt2 DIR
 
  Uses the trainer's own model code (llm.c's test idiom: #define TESTING and include the
- trainer, whose main() is then left out): gpt2_read_model, gpt2_build,
+ trainer, whose main() is then left out): gpt2_source_open, gpt2_build,
  gpt2_alloc_activations, gpt2_forward, gpt2_backward inside the engine's passes, and the
  engine's zero_step (global norm, clipping, AdamW) at stage 0 on one process, exactly as
  the training loop does.
@@ -21,6 +21,10 @@
    - the same gradients with recompute 0 and 2 (the trainer default, used above, is 1),
      with gradient accumulation (two backward calls with loss_scale 0.5), and the logits of
      a shorter forward (T/2: by causality the first T/2 positions are unchanged)
+   - the loss and the same gradients with the classifier in vocabulary tiles (--vocab-tile)
+     of 1, 7 (dividing neither V=211 nor Vp=256, a last tile of padding only) and Vp (one
+     tile), and the tiled forward without targets: each sequence's last position's
+     probabilities against the softmax of the reference logits
    - 10 AdamW steps on the same batch (lr 1e-3, weight decay 0.1, clip 1.0): the loss
      before each update and the global gradient norm of each step
 
@@ -224,13 +228,13 @@ static void train_pass(GPT2* m, const Ref* r, float loss_scale, int last_micro) 
     zeroCheck(zero_end(&m->zero));
 }
 
-static void build(GPT2* m, const char* model_path, const Ref* r, int recompute) {
-    GPT2Config config;
-    float* params = NULL;
-    if (gpt2_read_model(model_path, &config, &params) != 0) {
+static void build(GPT2* m, const char* model_path, const Ref* r, int recompute, int vocab_tile) {
+    GPT2Source source;
+    if (gpt2_source_open(&source, model_path) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
         exit(EXIT_FAILURE);
     }
+    GPT2Config config = source.config;
     if (config.vocab_size != r->V || config.padded_vocab_size != r->Vp || config.num_layers != r->L ||
         config.num_heads != r->NH || config.channels != r->C || config.max_seq_len != r->maxT) {
         fprintf(stderr, "error: %s and ref.bin describe different models\n", model_path);
@@ -245,7 +249,8 @@ static void build(GPT2* m, const char* model_path, const Ref* r, int recompute) 
     memset(&in, 0, sizeof(in));
     in.cfg = &zc;
     in.model = &spec;
-    in.params = params;
+    in.fill = trainer_fill;  // the trainer's: the engine reads the file's ranges
+    in.fill_ctx = &source;
     in.beta1 = 0.9f; in.beta2 = 0.95f; in.eps = 1e-8f;
     in.comm = MPI_COMM_SELF;
     if (gpt2_build(m, &config, &in) != 0) {
@@ -253,9 +258,9 @@ static void build(GPT2* m, const char* model_path, const Ref* r, int recompute) 
         exit(EXIT_FAILURE);
     }
     gpt2_engine_model_free(&spec);
-    free(params);
+    gpt2_source_close(&source);
     if (m->num_params != r->num_params) { fprintf(stderr, "error: parameter count differs from ref.bin\n"); exit(EXIT_FAILURE); }
-    gpt2_alloc_activations(m, r->B, r->T, recompute);
+    gpt2_alloc_activations(m, r->B, r->T, recompute, vocab_tile);
 }
 
 int main(int argc, char** argv) {
@@ -275,7 +280,7 @@ int main(int argc, char** argv) {
 
     // ---- forward and backward, recompute 1 (the trainer's default)
     GPT2 m;
-    build(&m, model_path, &r, 1);
+    build(&m, model_path, &r, 1, 0);
     int nt = gpt2_num_tensors(&m.config);
     if (nt != r.num_tensors) { fprintf(stderr, "error: tensor count differs from ref.bin\n"); return EXIT_FAILURE; }
     FileTensor* ft = (FileTensor*)mallocCheck(nt * sizeof(FileTensor));
@@ -326,16 +331,49 @@ int main(int argc, char** argv) {
     // the other recompute modes give the same gradients
     for (int rc = 0; rc <= 2; rc += 2) {
         GPT2 mr;
-        build(&mr, model_path, &r, rc);
+        build(&mr, model_path, &r, rc, 0);
         train_pass(&mr, &r, 1.0f, 1);
         snprintf(name, sizeof(name), "grads, recompute %d (err/tol)", rc);
         check(name, compare_grads(&mr, &r, ft, nt, "", 0), 1.0);
         gpt2_free(&mr);
     }
 
+    // the classifier in vocabulary tiles: the same loss and gradients; without targets, the
+    // last positions' probabilities (what sampling reads)
+    for (int k = 0; k < 3; k++) {
+        int tile = k == 0 ? 1 : k == 1 ? 7 : Vp;
+        GPT2 mt;
+        build(&mt, model_path, &r, 1, tile);
+        train_pass(&mt, &r, 1.0f, 1);
+        snprintf(name, sizeof(name), "loss, vocab tile %d", tile);
+        check(name, fabs((double)mt.mean_loss - r.loss), tolerance(r.err_loss, fabs(r.loss)));
+        snprintf(name, sizeof(name), "grads, vocab tile %d (err/tol)", tile);
+        check(name, compare_grads(&mt, &r, ft, nt, "", 0), 1.0);
+        zeroCheck(zero_begin(&mt.zero, ZERO_PASS_FORWARD, 1));
+        gpt2_forward(&mt, r.inputs, NULL, B, T);
+        zeroCheck(zero_end(&mt.zero));
+        // softmax of the reference's last-position logits; an fp32 probability is within a
+        // few ulp of itself plus the logits' error (d) times its derivative (<= 1/4)
+        double worst = 0.0, tol = tolerance(r.err_logits, 1.0);
+        for (int b = 0; b < B; b++) {
+            const double* x = r.logits + ((size_t)b * T + T - 1) * Vp;
+            double mx = x[0], sum = 0.0;
+            for (int v = 1; v < V; v++) { if (x[v] > mx) { mx = x[v]; } }
+            for (int v = 0; v < V; v++) { sum += exp(x[v] - mx); }
+            for (int v = 0; v < Vp; v++) {
+                double ref = v < V ? exp(x[v] - mx) / sum : 0.0;
+                double err = fabs((double)mt.acts.probs[(size_t)b * Vp + v] - ref);
+                if (!(err <= worst)) { worst = err; }
+            }
+        }
+        snprintf(name, sizeof(name), "last-position probs, vocab tile %d", tile);
+        check(name, worst, tol);
+        gpt2_free(&mt);
+    }
+
     // ---- training: the trainer's step, on the same batch, from the initial parameters
     gpt2_free(&m);
-    build(&m, model_path, &r, 1);
+    build(&m, model_path, &r, 1, 0);
     for (int step = 0; step < r.nsteps; step++) {
         train_pass(&m, &r, 1.0f, 1);
         float loss = m.mean_loss;

@@ -4,6 +4,7 @@
 #   data parallel    N=2 ranks x B=4 == N=1 x B=8 == N=1 x B=4 x 2 accumulation steps
 #   checkpoints      resuming from a checkpoint gives bit-identical losses (N=1 and N=2)
 #   report           the --report JSON holds the fields DESIGN.md promises
+#   vocabulary tiles --vocab-tile gives the untiled run's losses, stage 0 and stage 3 on 2 ranks
 #   training         the loss falls on tinyshakespeare, a sample is printed
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
@@ -31,6 +32,7 @@ shard(f"{d}/trunc.bin", toks, count=50000)
 open(f"{d}/junk.bin", "wb").write(b"this is not a model file" * 100)
 EOF
 SMALL="-e d2 -i $tmp/train.bin -j $tmp/train.bin -t 32 -v 0 -s 0 -l 1e-3 --seed 5"
+TS_TRAIN=dev/data/tinyshakespeare/tiny_shakespeare_train.bin TS_VAL=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 
 # ---------------------------------------------------------------------------
 # bad input: exit code 1 (not a crash) and a message naming the flag or file
@@ -56,6 +58,8 @@ expect_error "param nvme without optimizer offload" "offload_param nvme" $BIN $S
 expect_error "fp16 gradient reductions" "fp16 is not supported" $BIN $SMALL --communication-data-type fp16
 expect_error "unwritable report"       "$tmp/no/dir/r.json" $BIN $SMALL -b 2 -x 1 --report "$tmp/no/dir/r.json"
 expect_error "bad val data"            "badmagic.bin"    $BIN $SMALL -v 5 -j "$tmp/badmagic.bin"
+expect_error "negative vocabulary tile" "--vocab-tile"   $BIN $SMALL --vocab-tile -8
+expect_error "vocabulary tile not a number" "--vocab-tile" $BIN $SMALL --vocab-tile 1k
 
 # a bad model file truncated from a good one: write one, then cut it
 $BIN $SMALL -b 2 -x 1 -n 1 -o "$tmp/ck0" > /dev/null 2>&1
@@ -96,6 +100,39 @@ for m in fp32 bf16; do
 done
 grep -q "communication data type bf16 has no effect" "$tmp/dpc_bf16.log" && ok "bf16 reductions on the CPU trainer: a warning says they have no effect" \
     || bad "no warning for --communication-data-type bf16 on the CPU trainer"
+
+# ---------------------------------------------------------------------------
+# Vocabulary tiles (--vocab-tile): the classifier in tiles of 1000 columns (51 tiles of the
+# 50304, the last of 304 holding the vocabulary's end and the padding) gives the untiled
+# run's training losses, validation losses and sample. Both compute the same fp32
+# expressions: the tiled softmax sum is rounded once per tile (51 roundings, 3e-6 of the
+# sum, 3e-6 of a loss of ~10.8) and sgemm sums over other blocks of columns; over 4 AdamW
+# steps at lr 1e-3 such differences move the loss by far less than 1e-4 (seen: 0, the
+# same bits), while a sum not rescaled when the max grows, or a target taken from the
+# wrong tile, moves it by 1e-2 .. 1. At stage 0 on one rank and at stage 3 on two.
+VT="$SMALL -b 4 -x 4 --shuffle 0 -v 2 -m 2 -s 4 -g 8 -i $TS_TRAIN -j $TS_VAL"
+sample() { awk '/^generating:/{getline; f=1; next} /^---$/{f=0} f' "$1"; }
+for cfg in "1 0" "2 3"; do
+    set -- $cfg
+    run "vt_u$1" "$1" $VT -z "$2" && run "vt_t$1" "$1" $VT -z "$2" --vocab-tile 1000
+    if [ -f "$tmp/vt_u$1.json" ] && [ -f "$tmp/vt_t$1.json" ]; then
+        losses "$tmp/vt_u$1.json" > "$tmp/vu"; losses "$tmp/vt_t$1.json" > "$tmp/vt"
+        d=$(maxdiff "$tmp/vu" "$tmp/vt")
+        within "$d" 1e-4 && ok "--vocab-tile 1000 at N=$1 stage $2: the untiled losses (max diff $d)" || bad "--vocab-tile 1000 at N=$1 stage $2: max diff $d"
+        $PY - "$tmp/vt_u$1.json" "$tmp/vt_t$1.json" <<'EOF' && ok "--vocab-tile 1000 at N=$1 stage $2: the untiled validation losses, less activation memory" || bad "--vocab-tile at N=$1 stage $2: validation or memory"
+import json, sys
+u, t = (json.load(open(p)) for p in sys.argv[1:3])
+assert len(u["val"]) == len(t["val"]) == 3
+assert all(abs(a["loss"] - b["loss"]) <= 1e-4 for a, b in zip(u["val"], t["val"])), (u["val"], t["val"])
+mu, mt = u["memory"]["per_rank"][0]["activations"], t["memory"]["per_rank"][0]["activations"]
+assert mt < mu / 4, (mu, mt)
+EOF
+        [ -n "$(sample "$tmp/vt_u$1.log")" ] && [ "$(sample "$tmp/vt_u$1.log")" = "$(sample "$tmp/vt_t$1.log")" ] \
+            && ok "--vocab-tile 1000 at N=$1 stage $2: the untiled run's sample" || bad "--vocab-tile at N=$1 stage $2: samples differ"
+    else
+        bad "--vocab-tile runs at N=$1 stage $2"
+    fi
+done
 
 # ---------------------------------------------------------------------------
 # Checkpoints: 6 steps straight vs 3 steps, stop, resume to 6. Shuffling on, so the

@@ -67,6 +67,10 @@ expect_error "model: Vp below V"            "padded_vocab_size 100 must be >= vo
 expect_error "model: truncated"             "cut.bin is 20000 bytes"        $BIN $M -x 1 -e "$tmp/cut.bin"
 expect_error "model: NaN parameter"         "nan.bin: parameter wpe element 7 (byte offset $((1024 + 4 * (320 * 32 + 7)))) is nan" \
     $BIN $M -x 1 -e "$tmp/nan.bin"
+# at 2 ranks wpe element 7 (unit 0's element 320*32 + 7) lies in rank 1's shard (unit 0 is
+# 12288 elements, 6144 a shard): only rank 1 reads it; every rank stops, the message names it
+expect_error "model: NaN in rank 1's shard at 2 ranks" "nan.bin: parameter wpe element 7 (byte offset $((1024 + 4 * (320 * 32 + 7)))) is nan, not a finite number (rank 1's shard)" \
+    timeout 120 $MPIRUN -np 2 $BIN $M -x 1 -b 1 -z 3 -e "$tmp/nan.bin"
 expect_error "tokenizer cut inside a token" "tok_cut.bin: truncated: token 130 (byte offset 1544) needs 3 bytes, 1 left" \
     $BIN $M -x 1 -s 1 --tokenizer "$tmp/tok_cut.bin"
 expect_error "ds-config: wrong type"        "train_micro_batch_size_per_gpu" $BIN $M -x 1 --ds-config "$tmp/ds_type.json"

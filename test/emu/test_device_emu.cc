@@ -84,6 +84,14 @@ static float grad_of(float p, int u, size_t i, int rank, int micro) {
 // the embedding's second contribution (the encoder's backward: no parameters)
 static float grad_enc(size_t i, int rank) { return 0.001f * (float)((i + (size_t)rank) % 5); }
 
+// the engine's ZeroFillFn over a whole model the test holds on every rank (unit order)
+struct WholeModel { const float* params; const size_t* unit_start; };
+static int fill_from_whole(void* ctx, int u, size_t begin, size_t n, float* out) {
+    const WholeModel* w = (const WholeModel*)ctx;
+    memcpy(out, w->params + w->unit_start[u] + begin, n * sizeof(float));
+    return 0;
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -147,7 +155,9 @@ int main(int argc, char** argv) {
         memset(&in, 0, sizeof(in));
         in.cfg = &zc;
         in.model = &sp;
-        in.params = rank_ == 0 ? params : NULL;
+        WholeModel whole = {params, unit_start.data()};  // each rank's engine takes its shards of it
+        in.fill = fill_from_whole;
+        in.fill_ctx = &whole;
         in.beta1 = beta1; in.beta2 = beta2; in.eps = eps;
         in.comm = MPI_COMM_WORLD;
         in.stream = compute;
@@ -367,13 +377,29 @@ int main(int argc, char** argv) {
         }
     }
 
-    // the master, gathered as a checkpoint does
-    std::vector<float> master(total, 0.0f);
-    if (zero_gather(&z, rank_ == 0 ? master.data() : NULL) != 0) { fail("zero_gather"); }
-    if (rank_ == 0) {
+    // the master, each rank's range of every unit as a checkpoint reads it: together the
+    // ranges cover every element once (counted), each equal to the reference
+    {
         double e = 0.0;
-        for (size_t i = 0; i < total; i++) { e = fmax(e, fabs((double)master[i] - P.back()[i])); }
-        check("gathered master equals the reference", e <= TOL_MASTER, "max err %g, tol %g", e, TOL_MASTER);
+        std::vector<int> seen(total, 0);
+        std::vector<float> range;
+        for (int u = 0; u < nu; u++) {
+            size_t begin = 0, n = 0;
+            if (zero_master_shard(&z, u, &begin, &n, NULL) != 0) { fail("zero_master_shard"); }
+            range.assign(n > 0 ? n : 1, 0.0f);
+            if (zero_master_shard(&z, u, &begin, &n, range.data()) != 0) { fail("zero_master_shard"); }
+            if (n > 0 && begin + n > sp.unit_numel[u]) { e = INFINITY; continue; }  // padding handed out as the model's
+            for (size_t i = 0; i < n; i++) {
+                seen[unit_start[u] + begin + i]++;
+                e = fmax(e, fabs((double)range[i] - P.back()[unit_start[u] + begin + i]));
+            }
+        }
+        MPI_Allreduce(MPI_IN_PLACE, seen.data(), (int)total, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &e, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        size_t once = 0;
+        for (size_t i = 0; i < total; i++) { once += seen[i] == 1; }
+        check("the ranks' ranges of the master cover the model once", once == total, "%g of %g", (double)once, (double)total);
+        check("every rank's range of the master equals the reference", e <= TOL_MASTER, "max err %g, tol %g", e, TOL_MASTER);
     }
 
     // offload: the gradient shards go out and the updated shards come in on streams of their

@@ -13,6 +13,7 @@
 #                     loss (about 5.3); a wrong offset or scale moves it by > 1e-2.
 #   bf16 vs CPU       see the tolerance argument at that section
 #   recompute         -r 0 / 1 / 2 agree (fp32)
+#   vocabulary tiles  --vocab-tile 40 (fp32, with validation and sampling) = untiled
 #   accumulation      -b 4 -d 512 equals -b 8 (fp32)
 #   resume            a run resumed from a checkpoint repeats the uninterrupted losses
 #                     bit for bit (bf16: the compute copy is saved, the stochastic
@@ -28,6 +29,8 @@
 #   device offload    --offload-optimizer cpu on the device engine against no offload,
 #                     its report, bit-identical resume; --dpu's one-step delay, exactly
 #   refusals          --zero-backend device with NVMe offload, or with ranks sharing a GPU
+#   model file        emulated: the model file every rank writes its part of, from 1 and 2
+#                     ranks of the device backend, byte for byte (fp32) and consolidate's (bf16)
 source "$(dirname "$0")/../e2e/lib.sh"   # $tmp, ok/bad/finish, losses, maxdiff, within, expect_error
 # (GPU and GPU32 may name the emulated builds, build/train_gpt2_zero3_emu{,_fp32}: the same
 # tests with the CUDA code run on the CPU, see test/emu; MAX_RANKS=2 leaves out the 4-rank
@@ -135,6 +138,17 @@ for r in 0 2; do
         within "$d" 1e-4 && ok "fp32 -r $r = -r 1 (max diff $d)" || bad "fp32 -r $r vs -r 1: max diff $d"
     fi
 done
+
+# ---------------------------------------------------------------------------
+# vocabulary tiles: --vocab-tile 40 cuts Vp = 256 into 6 tiles of 40 and one of 16, the
+# tile [200, 240) mixing real and padding columns, [240, 256) padding only; validation and
+# sampling between the steps take the tiled forward's paths. fp32: the same expressions
+# as the untiled run, the softmax sum merged once more per tile (7 fp32 roundings) and dlnf
+# summed over the tiles by cuBLASLt: ulp-level, so 1e-4 as for -r (a sum not rescaled or a
+# target from the wrong tile moves the loss by > 1e-2). An odd width is refused, naming it.
+expect_error "vocabulary tile not a multiple of 16 bytes" "--vocab-tile 30" $GPU32 $RUN --vocab-tile 30
+gpu_run vt40 $GPU32 $RUN --vocab-tile 40 -v 3 -m 1 -s 4 -g 8 || bad "fp32 run --vocab-tile 40"
+same_losses fp32 vt40 1e-4 "fp32 --vocab-tile 40 = untiled, with validation and sampling between the steps"
 
 # ---------------------------------------------------------------------------
 # gradient accumulation: 2 micro-steps of 4 sequences = one batch of 8 (same tokens)
@@ -450,6 +464,22 @@ if [ "$EMULATED" = 1 ]; then
     done
     gpu_mrun dn2off 2 $GPU32 ${RUN/-b 8/-b 4} -z 2 --zero-backend device --offload-optimizer cpu || bad "device backend N=2 offload run"
     same_losses fp32 dn2off 2e-5 "device backend N=2 stage 2 with CPU offload = single-rank stage 0"
+    # the model file every rank writes its part of (llmc/checkpoint.h): the GPU-trained
+    # checkpoint loaded with -e and saved after a step at -l 0 (AdamW moves nothing) comes
+    # back byte for byte from 1 rank at stage 0 and 2 at stage 3; the bf16 file of 2 ranks
+    # is checkpoint_tool's, consolidated offline from the same checkpoint's state files
+    if [ -f "$tmp/ck/model_00000004.bin" ]; then
+        PART="-e $tmp/ck/model_00000004.bin -i $REF/train.bin -b 2 -t 64 -x 1 -n 1 -l 0 -v 0 -s 0 --zero-backend device"
+        gpu_mrun part1 1 $GPU $PART -z 0 -o "$tmp/part1" && cmp -s "$tmp/part1/model_00000001.bin" "$tmp/ck/model_00000004.bin" \
+            && ok "device backend: the model file written by 1 rank = the loaded one, byte for byte" || bad "device backend: 1 rank's model file differs"
+        gpu_mrun part2 2 $GPU $PART -z 3 -o "$tmp/part2" && cmp -s "$tmp/part2/model_00000001.bin" "$tmp/ck/model_00000004.bin" \
+            && ok "device backend: the model file written by 2 ranks at stage 3 = the loaded one, byte for byte" || bad "device backend: 2 ranks' model file differs"
+        gpu_mrun part2b 2 $GPU $PART -z 3 --save-bf16 1 -o "$tmp/part2b" && ./checkpoint_tool consolidate "$tmp/part2b" 1 "$tmp/part2b.bin" --bf16 > /dev/null \
+            && cmp -s "$tmp/part2b/model_00000001.bin" "$tmp/part2b.bin" \
+            && ok "device backend: the bf16 model file of 2 ranks = checkpoint_tool consolidate --bf16's" || bad "device backend: 2 ranks' bf16 model file differs from consolidate's"
+    else
+        bad "no GPU checkpoint to load for the partitioned model file"
+    fi
 elif [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
     expect_error "device backend with 2 ranks on 1 GPU refused" "one GPU per rank" $MPIRUN -np 2 $GPU $RUN --zero-backend device
 fi

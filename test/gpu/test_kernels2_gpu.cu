@@ -1,5 +1,6 @@
 /*
- GPU tests of llmc/matmul.cuh, llmc/fused_classifier.cuh, zero3/adamw.cuh and the flash path of
+ GPU tests of llmc/matmul.cuh, llmc/fused_classifier.cuh (whole rows and vocabulary tiles),
+ zero3/adamw.cuh and the flash path of
  llmc/attention.cuh against the CPU references llmc/matmul.h, gelu.h, classifier.h, adamw.h and
  attention.h (the CPU trainer's own code); the flash attention also against the cuBLAS path.
  Run by `make test-gpu` on a GPU machine; prints one line per check and ends with
@@ -65,7 +66,7 @@
 #include "llmc/attention.h"          // CPU attention_forward / attention_backward (full T x T softmax)
 #include "llmc/cuda_common.cuh"      // floatX, cudaCheck
 #include "llmc/matmul.cuh"           // GPU matmul_forward / matmul_backward, cublaslt_init
-#include "llmc/fused_classifier.cuh" // GPU fused_classifier
+#include "llmc/fused_classifier.cuh" // GPU fused_classifier, classifier_tile_forward/_backward
 #include "zero3/adamw.cuh"            // GPU adamw_update_cuda, global_norm_squared
 #include "llmc/attention.cuh"        // GPU attention_flash_forward / _backward and the cuBLAS path
 
@@ -440,7 +441,64 @@ static void test_classifier(cudaStream_t s) {
     check_close("fused_classifier dlogits", dl, dlogits_ref, t_dl);
     report("fused_classifier padded dlogits are 0", pad_zero, "");
 
+    // The same in vocabulary tiles (--vocab-tile), against the same reference and tolerances:
+    // the running (max, sum) merges one more partial state per tile, at most Vp / 8 = 32
+    // fp32 roundings of the sum, 2e-6 relative, inside the loss's 2e-6 |loss| + 5e-5 and
+    // the dlogits' 4e-5 p. Widths dividing Vp = 256 (8, 64, 256) and not (40: the tile
+    // [200, 240) mixes real and padding columns, [240, 256) is padding only), each a
+    // multiple of 16 bytes of floatX. The forward runs every tile, the last writing its
+    // dlogits in place; the backward recomputes the others (here: uploads their logits again).
+    float* d_max = dev_from(std::vector<float>(BT, 0.0f));
+    float* d_sum = dev_from(std::vector<float>(BT, 0.0f));
+    float* d_target = dev_from(std::vector<float>(BT, 0.0f));
+    for (int Vt : {8, 40, 64, 256}) {
+        char name[96];
+        int last = (Vp - 1) / Vt * Vt;
+        floatX* d_tile = dev_from(std::vector<floatX>((size_t)BT * Vt));
+        // the columns [v0, v0 + w) of the logits as a (BT, w) tile on the device
+        auto upload_tile = [&](int v0, int w) {
+            std::vector<floatX> tile((size_t)BT * w);
+            for (int i = 0; i < BT; i++) {
+                memcpy(&tile[(size_t)i * w], &logits[(size_t)i * Vp + v0], (size_t)w * sizeof(floatX));
+            }
+            dev_set(d_tile, tile);
+        };
+        std::vector<float> tl((size_t)BT * Vp);
+        for (int write = 0; write <= 1; write++) {
+            cudaCheck(cudaMemset(d_losses, 0, BT * sizeof(float)));
+            for (int v0 = 0; v0 < Vp; v0 += Vt) {
+                int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+                upload_tile(v0, w);
+                classifier_tile_forward(d_tile, d_max, d_sum, d_target, d_losses, d_targets, dloss, BT, v0, w, V, Vp, write, s);
+            }
+            snprintf(name, sizeof(name), "classifier tiles of %d: losses%s", Vt, write ? "" : " (no dlogits)");
+            check_close(name, host_from(d_losses, (size_t)BT), losses_ref, t_loss);
+        }
+        // the last tile's dlogits from the forward, the others' from the backward kernel
+        for (int v0 = last; v0 >= 0; v0 -= Vt) {
+            int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+            if (v0 != last) {
+                upload_tile(v0, w);
+                classifier_tile_backward(d_tile, d_max, d_sum, d_targets, dloss, BT, v0, w, V, Vp, s);
+            }
+            std::vector<float> g = to_floats(host_from(d_tile, (size_t)BT * w));
+            for (int i = 0; i < BT; i++) {
+                memcpy(&tl[(size_t)i * Vp + v0], &g[(size_t)i * w], (size_t)w * sizeof(float));
+            }
+        }
+        snprintf(name, sizeof(name), "classifier tiles of %d: dlogits", Vt);
+        check_close(name, tl, dlogits_ref, t_dl);
+        bool tile_pad_zero = true;
+        for (int i = 0; i < BT; i++) {
+            for (int v = V; v < Vp; v++) { tile_pad_zero = tile_pad_zero && float_to_bits(tl[(size_t)i * Vp + v]) == 0u; }
+        }
+        snprintf(name, sizeof(name), "classifier tiles of %d: padded dlogits are 0", Vt);
+        report(name, tile_pad_zero, "");
+        cudaCheck(cudaFree(d_tile));
+    }
+
     cudaCheck(cudaFree(d_logits)); cudaCheck(cudaFree(d_losses)); cudaCheck(cudaFree(d_targets));
+    cudaCheck(cudaFree(d_max)); cudaCheck(cudaFree(d_sum)); cudaCheck(cudaFree(d_target));
 }
 
 // ----------------------------------------------------------------------------

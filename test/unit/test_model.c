@@ -4,6 +4,7 @@
  and bf16, bf16's rounding, every kind of bad file), init, and flag parsing errors.
 */
 #include <criterion/criterion.h>  // Test, cr_assert*
+#include <math.h>                 // NAN, isfinite, fabs, sqrt
 #include <stdio.h>                // FILE, fopen, fwrite
 #include <stdlib.h>               // mkdtemp, malloc
 #include <string.h>               // strstr, memcmp
@@ -116,6 +117,31 @@ static size_t build_file(const GPT2Config* c, const float* params, int version, 
 
 // ----------------------------------------------------------------------------
 // descriptors
+
+// the whole model of a source, unit by unit, into a new buffer (unit order): what every
+// rank's shards together make
+static float* source_whole(const GPT2Source* s) {
+    float* q = malloc(gpt2_num_params(&s->config) * sizeof(float));
+    for (int u = 0; u < gpt2_num_units(&s->config); u++) {
+        if (gpt2_source_read(s, u, 0, gpt2_unit_size(&s->config, u), q + gpt2_unit_offset(&s->config, u)) != 0) {
+            free(q);
+            return NULL;
+        }
+    }
+    return q;
+}
+
+// reads an llm.c file whole through gpt2_source_open and gpt2_source_read: 0 with *params
+// (unit order) and *c, or -1 with *params NULL
+static int read_model(const char* path, GPT2Config* c, float** params) {
+    GPT2Source s;
+    *params = NULL;
+    if (gpt2_source_open(&s, path) != 0) { return -1; }
+    *c = s.config;
+    *params = source_whole(&s);
+    gpt2_source_close(&s);
+    return *params != NULL ? 0 : -1;
+}
 
 Test(descriptor, gpt2_depths) {
     GPT2Config c;
@@ -272,7 +298,7 @@ Test(model_file, round_trip_fp32, .init = make_tmpdir, .fini = remove_tmpdir) {
     // and reads back to the same parameters and config
     GPT2Config c2;
     float* q = NULL;
-    cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
+    cr_assert_eq(read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
     cr_assert_eq(memcmp(&c, &c2, sizeof(c)), 0);
     cr_assert_eq(memcmp(p, q, n * sizeof(float)), 0);
     assert_no_tmp_file(path);
@@ -292,7 +318,7 @@ Test(model_file, reads_bf16, .init = make_tmpdir, .fini = remove_tmpdir) {
     write_bytes(path, bytes, len);
     float* q = NULL;
     GPT2Config c2;
-    cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
+    cr_assert_eq(read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
     cr_assert_eq(memcmp(p, q, n * sizeof(float)), 0);
     free(p); free(q); free(bytes);
 }
@@ -322,7 +348,7 @@ Test(model_file, writes_bf16, .init = make_tmpdir, .fini = remove_tmpdir) {
     // reads back to the rounded parameters exactly
     GPT2Config c2;
     float* q = NULL;
-    cr_assert_eq(gpt2_read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
+    cr_assert_eq(read_model(path, &c2, &q), 0, "%s", llmc_errmsg());
     cr_assert_eq(memcmp(&c, &c2, sizeof(c)), 0);
     for (size_t i = 0; i < n; i++) {
         float want = bf16_to_float(bf16_round(p[i]));
@@ -390,7 +416,7 @@ static void expect_bad_file(void (*mutate)(unsigned char* bytes, size_t* len), c
     write_bytes(path, bytes, len);
     float* q = NULL;
     GPT2Config c2;
-    cr_assert_eq(gpt2_read_model(path, &c2, &q), -1);
+    cr_assert_eq(read_model(path, &c2, &q), -1);
     cr_assert_null(q);
     cr_assert_not_null(strstr(llmc_errmsg(), path), "message names the file: %s", llmc_errmsg());
     cr_assert_not_null(strstr(llmc_errmsg(), what), "message says '%s': %s", what, llmc_errmsg());
@@ -421,7 +447,7 @@ Test(model_file, missing, .init = make_tmpdir, .fini = remove_tmpdir) {
     tmp_path(path, "nope.bin");
     float* q = NULL;
     GPT2Config c;
-    cr_assert_eq(gpt2_read_model(path, &c, &q), -1);
+    cr_assert_eq(read_model(path, &c, &q), -1);
     cr_assert_not_null(strstr(llmc_errmsg(), path));
 }
 
@@ -438,16 +464,22 @@ Test(model_file, unwritable_directory_leaves_nothing, .init = make_tmpdir, .fini
 // ----------------------------------------------------------------------------
 // init
 
+// a model made by the random init of seed, whole (unit order)
+static float* init_whole(const GPT2Config* c, uint64_t seed) {
+    GPT2Source s;
+    gpt2_source_random(&s, c, seed);
+    return source_whole(&s);
+}
+
 Test(init, gpt2_statistics_and_reproducible) {
     GPT2Config c = small_config();
     c.channels = 64; c.num_heads = 4; c.num_layers = 2; c.vocab_size = 500; c.padded_vocab_size = 512; c.max_seq_len = 64;
     size_t n = gpt2_num_params(&c);
-    float* a = malloc(n * sizeof(float));
-    float* b = malloc(n * sizeof(float));
-    gpt2_init_params(&c, a, 42);
-    gpt2_init_params(&c, b, 42);
+    float* a = init_whole(&c, 42);
+    float* b = init_whole(&c, 42);
     cr_assert_eq(memcmp(a, b, n * sizeof(float)), 0, "same seed, same model");
-    gpt2_init_params(&c, b, 43);
+    free(b);
+    b = init_whole(&c, 43);
     cr_assert_neq(memcmp(a, b, n * sizeof(float)), 0, "another seed, another model");
     BlockTensors w = gpt2_block_tensors(&c, a + gpt2_unit_offset(&c, 1));
     EmbedTensors e = gpt2_embed_tensors(&c, a);
@@ -456,14 +488,129 @@ Test(init, gpt2_statistics_and_reproducible) {
     size_t nfc = 4 * 64 * 64;
     for (size_t i = 0; i < nfc; i++) { s1 += (double)w.fcw[i] * w.fcw[i]; s2 += (double)w.fcprojw[i] * w.fcprojw[i]; }
     double std1 = sqrt(s1 / nfc), std2 = sqrt(s2 / nfc);
-    // 16384 samples: the sample std is within ~1.1% (1/sqrt(2n)) of the truth; 5% is > 4 sigma
+    // 16384 samples: the sample std is within ~0.55% (1/sqrt(2n)) of the truth; 5% is 9 sigma
     cr_assert(fabs(std1 - 0.02) < 0.001, "fcw std %f", std1);
     cr_assert(fabs(std2 - 0.01) < 0.0005, "fcprojw std %f", std2);
     for (int i = 0; i < 64; i++) {
         cr_assert_eq(w.ln1w[i], 1.0f); cr_assert_eq(w.ln1b[i], 0.0f); cr_assert_eq(w.qkvb[i], 0.0f);
     }
     for (size_t i = (size_t)500 * 64; i < (size_t)512 * 64; i++) { cr_assert_eq(e.wte[i], 0.0f, "padding rows are zero"); }
+    cr_assert_neq(e.wte[500 * 64 - 1], 0.0f, "the last real row is drawn");
     free(a); free(b);
+}
+
+// [Note: counter-based samples] in practice: any range of any unit, made alone, in any
+// order, equals the same elements of the whole model: what lets each rank make only its
+// shard. Cuts of random lengths (1 element up to a third of the unit), in a shuffled order.
+Test(init, any_range_equals_the_whole) {
+    GPT2Config c = small_config();
+    GPT2Source s;
+    gpt2_source_random(&s, &c, 7);
+    float* whole = source_whole(&s);
+    Rng rng;
+    rng_init(&rng, 99);
+    for (int trial = 0; trial < 20; trial++) {
+        for (int u = 0; u < gpt2_num_units(&c); u++) {
+            size_t un = gpt2_unit_size(&c, u), cuts[64], ncut = 0, at = 0;
+            while (at < un && ncut < 63) {
+                cuts[ncut++] = at;
+                at += 1 + (size_t)rng_below(&rng, un / 3 + 1);
+            }
+            cuts[ncut] = un;
+            int order[64];
+            for (size_t i = 0; i < ncut; i++) { order[i] = (int)i; }
+            rng_permute(&rng, order, ncut);
+            float* got = malloc(un * sizeof(float));
+            for (size_t i = 0; i < un; i++) { got[i] = NAN; }
+            for (size_t k = 0; k < ncut; k++) {
+                size_t b = cuts[order[k]], e = order[k] + 1 < (int)ncut ? cuts[order[k] + 1] : un;
+                cr_assert_eq(gpt2_source_read(&s, u, b, e - b, got + b), 0, "%s", llmc_errmsg());
+            }
+            cr_assert_eq(memcmp(got, whole + gpt2_unit_offset(&c, u), un * sizeof(float)), 0, "unit %d, trial %d", u, trial);
+            free(got);
+        }
+    }
+    float x;
+    cr_assert_eq(gpt2_source_read(&s, 1, gpt2_unit_size(&c, 1), 1, &x), -1, "a range past the unit is refused");
+    free(whole);
+}
+
+// The samples themselves: n = 2^18 standard normals of one seed have mean 0 and variance 1
+// (the sample mean's standard error is 1/sqrt(n) = 0.002, the variance's sqrt(2/n) =
+// 0.0028: bounds of 5 standard errors), 4.55% beyond 2 (standard error 0.04%), and are
+// uncorrelated with the next seed's and with their neighbours (standard error 1/sqrt(n)).
+Test(init, counter_samples_are_standard_normal) {
+    size_t n = (size_t)1 << 18;
+    double sum = 0, sq = 0, cross_seed = 0, cross_next = 0, tails = 0;
+    float prev = rng_normal_at(5, 0);
+    for (size_t i = 0; i < n; i++) {
+        float x = rng_normal_at(5, i), y = rng_normal_at(6, i);
+        cr_assert(isfinite(x));
+        sum += x; sq += (double)x * x; cross_seed += (double)x * y;
+        if (i > 0) { cross_next += (double)x * prev; }
+        if (fabs(x) > 2.0) { tails += 1; }
+        prev = x;
+    }
+    double se = 1.0 / sqrt((double)n);
+    cr_assert(fabs(sum / n) < 5 * se, "mean %g", sum / n);
+    cr_assert(fabs(sq / n - 1.0) < 5 * sqrt(2.0) * se, "variance %g", sq / n);
+    double p2 = 0.0455, tail = tails / n;
+    cr_assert(fabs(tail - p2) < 5 * sqrt(p2 * (1 - p2) / n), "beyond 2 sigma: %g", tail);
+    cr_assert(fabs(cross_seed / n) < 5 * se, "seeds 5 and 6 correlate: %g", cross_seed / n);
+    cr_assert(fabs(cross_next / n) < 5 * se, "neighbours correlate: %g", cross_next / n);
+    cr_assert_eq(rng_normal_at(5, 12345), rng_normal_at(5, 12345), "a pure function of (seed, index)");
+}
+
+// A file read in ranges equals the file read whole, whichever way the ranges cut its units
+// (1 to 5 near-equal pieces, fp32 and bf16); a NaN is found by the range that holds it
+// only, and named by tensor, layer, element and byte offset.
+Test(model_file, ranges_equal_the_whole, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    size_t n = gpt2_num_params(&c);
+    float* p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { p[i] = (float)((int)(i % 255) - 127) / 64.0f; }  // exact in bf16
+    unsigned char* bytes = malloc(1024 + 4 * n);
+    char path[512];
+    tmp_path(path, "ranges.bin");
+    for (int version = 3; version <= 5; version += 2) {
+        write_bytes(path, bytes, build_file(&c, p, version, bytes));
+        GPT2Source s;
+        cr_assert_eq(gpt2_source_open(&s, path), 0, "%s", llmc_errmsg());
+        for (int u = 0; u < gpt2_num_units(&c); u++) {
+            size_t un = gpt2_unit_size(&c, u), off = gpt2_unit_offset(&c, u);
+            for (size_t pieces = 1; pieces <= 5; pieces++) {
+                float* got = calloc(un, sizeof(float));
+                for (size_t r = pieces; r-- > 0;) {  // the last piece first
+                    size_t b = un * r / pieces, e = un * (r + 1) / pieces;
+                    cr_assert_eq(gpt2_source_read(&s, u, b, e - b, got + b), 0, "%s", llmc_errmsg());
+                }
+                cr_assert_eq(memcmp(got, p + off, un * sizeof(float)), 0, "version %d unit %d in %zu pieces", version, u, pieces);
+                free(got);
+            }
+        }
+        gpt2_source_close(&s);
+    }
+    // a NaN in block 1's fcw, element 5 (unit 2 is block 1): fp32 file
+    TensorRange* ranges = malloc(gpt2_num_tensors(&c) * sizeof(TensorRange));
+    gpt2_tensor_ranges(&c, ranges);
+    int ti = 2 + NUM_BLOCK_TENSORS + (P_FCW - P_LN1W);
+    cr_assert_eq(ranges[ti].kind, P_FCW); cr_assert_eq(ranges[ti].layer, 1);
+    size_t at = ranges[ti].offset + 5;  // in unit 2
+    p[gpt2_unit_offset(&c, 2) + at] = NAN;
+    write_bytes(path, bytes, build_file(&c, p, 3, bytes));
+    GPT2Source s;
+    cr_assert_eq(gpt2_source_open(&s, path), 0, "%s", llmc_errmsg());
+    float* got = malloc(gpt2_unit_size(&c, 2) * sizeof(float));
+    cr_assert_eq(gpt2_source_read(&s, 2, 0, at, got), 0, "the range before the NaN reads: %s", llmc_errmsg());
+    cr_assert_eq(gpt2_source_read(&s, 2, at + 1, gpt2_unit_size(&c, 2) - at - 1, got), 0, "and the one after");
+    cr_assert_eq(gpt2_source_read(&s, 2, at - 1, 3, got), -1, "the range with the NaN is refused");
+    char want[256];
+    snprintf(want, sizeof(want), "parameter fcw of layer 1 element 5 (byte offset %zu) is nan",
+             (size_t)1024 + 4 * (gpt2_file_offset(&c, &ranges[ti]) + 5));
+    cr_assert_not_null(strstr(llmc_errmsg(), want), "'%s' in: %s", want, llmc_errmsg());
+    cr_assert_not_null(strstr(llmc_errmsg(), path), "names the file: %s", llmc_errmsg());
+    gpt2_source_close(&s);
+    free(got); free(ranges); free(p); free(bytes);
 }
 
 // ----------------------------------------------------------------------------

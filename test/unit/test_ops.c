@@ -37,7 +37,7 @@
 #include "llmc/attention.h"   // attention_forward, attention_backward
 #include "llmc/gelu.h"        // gelu_forward, gelu_backward
 #include "llmc/residual.h"    // residual_forward, residual_backward
-#include "llmc/classifier.h"  // softmax_forward, crossentropy_forward, crossentropy_softmax_backward
+#include "llmc/classifier.h"  // softmax_forward, crossentropy_forward, crossentropy_softmax_backward, the tiles'
 #include "zero3/adamw.h"       // adamw_update, grad_norm_squared, adamw_grad_scale
 #include "llmc/schedulers.h"  // LRScheduler, lr_scheduler_init, lr_scheduler_get
 
@@ -571,6 +571,96 @@ Test(classifier, large_logits_stay_finite) {
         for (int v = 0; v < V; v++) { cr_assert(isfinite(probs[i * Vp + v])); s += probs[i * Vp + v]; }
         cr_assert(fabs(s - 1.0) < 1e-5, "row %d sums to %.9g", i, s);
     }
+}
+
+// ----------------------------------------------------------------------------
+// the classifier in vocabulary tiles (--vocab-tile) against the untiled one: the same
+// loss, dlnf and dwte from lnf (B,T,C), the tied wte (Vp,C) and the targets.
+//
+// Tolerance: FWD_RTOL (1e-5) relative to each tensor's magnitude. Both paths evaluate the
+// same fp32 expressions; they differ in (a) the softmax sum, accumulated in double over a
+// row untiled but rounded to fp32 once per tile when tiled: at most Vp = 40 roundings of
+// 2^-24, 2.4e-6 relative at tile width 1, and (b) sgemm's order over a tile of columns
+// rather than all of them, and the per-tile accumulation of dlnf: a few ulp of sums of
+// C = 12 or Vp = 40 terms, ~1e-6 of the terms' size. A sum that is not rescaled when the
+// max grows, a target picked from the wrong tile or a padding column in the softmax moves
+// the loss by 1e-2 .. 1 (checked: the test fails so).
+
+typedef struct { float loss[B * T]; float* dlnf; float* dwte; } ClsResult;
+
+// untiled, as the trainer with --vocab-tile 0: logits (B,T,Vp), probs, losses, dlogits
+static void classifier_untiled(ClsResult* out, const float* lnf, const float* wte, const int* targets, const float* dlosses) {
+    size_t n = (size_t)B * T * Vp;
+    float* logits = falloc(n); float* probs = falloc(n); float* dlogits = falloc(n);
+    matmul_forward(logits, lnf, wte, NULL, B, T, C, Vp);
+    softmax_forward(probs, logits, B, T, V, Vp);
+    crossentropy_forward(out->loss, probs, targets, B, T, Vp);
+    memset(dlogits, 0, n * sizeof(float));
+    crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
+    matmul_backward(out->dlnf, out->dwte, NULL, dlogits, lnf, wte, B, T, C, Vp);
+    free(logits); free(probs); free(dlogits);
+}
+
+// tiled, as the trainer's loops with --vocab-tile Vt: one (B,T,Vt) buffer; the backward
+// starts from the last tile, whose logits the forward left in it
+static void classifier_tiled(ClsResult* out, const float* lnf, const float* wte, const int* targets, const float* dlosses, int Vt) {
+    float* logits = falloc((size_t)B * T * (Vt < Vp ? Vt : Vp));
+    float row_max[B * T], row_sum[B * T], target_logit[B * T];
+    for (int v0 = 0; v0 < Vp; v0 += Vt) {
+        int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+        matmul_forward(logits, lnf, wte + (size_t)v0 * C, NULL, B, T, C, w);
+        classifier_tile_stats(row_max, row_sum, target_logit, logits, targets, B, T, v0, w, V);
+    }
+    classifier_tile_losses(out->loss, row_max, row_sum, target_logit, B, T);
+    int last = (Vp - 1) / Vt * Vt;
+    for (int v0 = last; v0 >= 0; v0 -= Vt) {
+        int w = Vp - v0 < Vt ? Vp - v0 : Vt;
+        if (v0 != last) { matmul_forward(logits, lnf, wte + (size_t)v0 * C, NULL, B, T, C, w); }
+        classifier_tile_backward(logits, dlosses, row_max, row_sum, targets, B, T, v0, w, V);
+        matmul_backward(out->dlnf, out->dwte + (size_t)v0 * C, NULL, logits, lnf, wte + (size_t)v0 * C, B, T, C, w);
+    }
+    free(logits);
+}
+
+Test(classifier, tiled_equals_untiled) {
+    Rng rng; rng_init(&rng, 12);
+    size_t nlnf = (size_t)B * T * C, nwte = (size_t)Vp * C;
+    float* lnf = falloc(nlnf); fill_uniform(&rng, lnf, nlnf, -1.0f, 1.0f);
+    float* wte = falloc(nwte); fill_uniform(&rng, wte, nwte, -1.0f, 1.0f);
+    // padding rows give large logits: any leak into the softmax would show
+    for (size_t i = (size_t)V * C; i < nwte; i++) { wte[i] = 4.0f; }
+    int targets[B * T] = { 0, 36, 5, 5, 17, 2, 30, 11, 36, 9 };  // both ends of the real columns
+    float dlosses[B * T];
+    fill_uniform(&rng, dlosses, B * T, 0.05f, 0.15f);
+    float* g0_lnf = falloc(nlnf); fill_uniform(&rng, g0_lnf, nlnf, -1.0f, 1.0f);
+    float* g0_wte = falloc(nwte); fill_uniform(&rng, g0_wte, nwte, -1.0f, 1.0f);
+
+    ClsResult ref = { {0}, falloc(nlnf), falloc(nwte) };
+    memcpy(ref.dlnf, g0_lnf, nlnf * sizeof(float)); memcpy(ref.dwte, g0_wte, nwte * sizeof(float));
+    classifier_untiled(&ref, lnf, wte, targets, dlosses);
+    double ref_loss[B * T]; double* ref_dlnf = dalloc(nlnf); double* ref_dwte = dalloc(nwte);
+    to_double(ref_loss, ref.loss, B * T); to_double(ref_dlnf, ref.dlnf, nlnf); to_double(ref_dwte, ref.dwte, nwte);
+
+    // widths dividing Vp = 40 (8, 40) and not (1, 3, 7, 16: last tiles of padding only, or
+    // mixed), and wider than Vp (64: one tile)
+    const int tiles[] = { 1, 3, 7, 8, 16, 40, 64 };
+    for (size_t k = 0; k < sizeof(tiles) / sizeof(tiles[0]); k++) {
+        char what[64];
+        ClsResult got = { {0}, falloc(nlnf), falloc(nwte) };
+        memcpy(got.dlnf, g0_lnf, nlnf * sizeof(float)); memcpy(got.dwte, g0_wte, nwte * sizeof(float));
+        classifier_tiled(&got, lnf, wte, targets, dlosses, tiles[k]);
+        snprintf(what, sizeof(what), "losses, tile %d", tiles[k]);
+        expect_close(what, got.loss, ref_loss, B * T, FWD_RTOL);
+        snprintf(what, sizeof(what), "dlnf, tile %d", tiles[k]);
+        expect_close(what, got.dlnf, ref_dlnf, nlnf, FWD_RTOL);
+        snprintf(what, sizeof(what), "dwte, tile %d", tiles[k]);
+        expect_close(what, got.dwte, ref_dwte, nwte, FWD_RTOL);
+        for (size_t i = (size_t)V * C; i < nwte; i++) {
+            cr_assert(got.dwte[i] == g0_wte[i], "tile %d: padding row %zu of dwte got a gradient", tiles[k], i / C);
+        }
+        free(got.dlnf); free(got.dwte);
+    }
+    free(lnf); free(wte); free(g0_lnf); free(g0_wte); free(ref.dlnf); free(ref.dwte); free(ref_dlnf); free(ref_dwte);
 }
 
 // ----------------------------------------------------------------------------
