@@ -3,13 +3,13 @@
 # and runs it for a bounded time on a temporary copy of its seed corpus
 # (test/fuzz/corpus/<parser>/). A crash, a leak, UB, a timeout or running out of memory is
 # a failure; each harness's executions are printed. Ends with "N passed, N failed".
-#   FUZZ_TIME=20 (seconds per harness)  FUZZ_ONLY="model shard" (a subset)
+#   FUZZ_TIME=10 (seconds per harness)  FUZZ_ONLY="model shard" (a subset)
 # A finding is left in build/fuzz/<parser>/crash-* (libFuzzer's artifact): add it to the
 # corpus once fixed, so that every later run replays it.
 set -u
 cd "$(dirname "$0")/../.."
 source test/e2e/lib.sh  # ok, bad, finish; $tmp
-FUZZ_TIME=${FUZZ_TIME:-20}
+FUZZ_TIME=${FUZZ_TIME:-10}
 PARSERS=${FUZZ_ONLY:-model shard tokenizer checkpoint ds_config}
 out=build/fuzz
 mkdir -p "$out"
