@@ -749,7 +749,12 @@ typedef struct { int step; float loss; } ValRecord;
 // collective sent, the wait, the tiers' traffic and the update's time. The traffic of
 // validation, sampling and checkpoints between steps is included (run with -v 0 -s 0 -n 0
 // to leave it out).
-typedef struct { ZeroStats start; double wait_total; int steps; } TrainerTraffic;
+// net: the bytes every rank's engine sent, summed over the ranks (rank 0's copy), by link
+// (inside a node, between nodes) and collective: over the whole run, then over the steps.
+typedef struct {
+    ZeroStats start; double wait_total; int steps;
+    double net[2][ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];
+} TrainerTraffic;
 
 // root.key.per_rank: one object per rank, {rank, names[f]: values[r * nfields + f]}
 static void report_per_rank(cJSON* root, const char* key, const char* const* names, int nfields, const double* values, int world) {
@@ -830,6 +835,29 @@ static int trainer_report(const Trainer* t, const TrainerModel* m, const StepRec
     cJSON_AddNumberToObject(per, "reduce_scatter", (zs.comm_bytes[ZERO_REDUCE_SCATTER] - tr->start.comm_bytes[ZERO_REDUCE_SCATTER]) / n);
     cJSON_AddNumberToObject(per, "allreduce", (zs.comm_bytes[ZERO_ALLREDUCE] - tr->start.comm_bytes[ZERO_ALLREDUCE]) / n);
     cJSON_AddNumberToObject(comm, "wait_ms_per_step", tr->wait_total / n);
+    // network: the bytes all ranks' engines sent, summed, split by where they went: inside
+    // a node or between nodes (by the phase's communicator, zero3/comm.h's "Nodes");
+    // job_bytes over the whole run (start-up included: what a network counter sees),
+    // job_bytes_per_step per collective over the steps. Only where the engine splits them.
+    if (zs.links_known) {
+        static const char* const link_names[ZERO_NUM_LINKS] = {"intra", "inter"};
+        static const char* const kind_keys[ZERO_NUM_COLLECTIVES] = {"allgather", "reduce_scatter", "allreduce", "broadcast", "scalar"};
+        cJSON* net = cJSON_AddObjectToObject(comm, "network");
+        cJSON_AddNumberToObject(net, "nodes", zs.nodes);
+        cJSON_AddNumberToObject(net, "ranks_per_node", zs.ranks_per_node);
+        cJSON_AddStringToObject(net, "topology", zs.ranks_per_node > 0 ? "even" : "uneven (every byte counted as crossing)");
+        cJSON* job = cJSON_AddObjectToObject(net, "job_bytes");
+        cJSON* per_step = cJSON_AddObjectToObject(net, "job_bytes_per_step");
+        for (int l = 0; l < ZERO_NUM_LINKS; l++) {
+            double total = 0.0;
+            cJSON* o = cJSON_AddObjectToObject(per_step, link_names[l]);
+            for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
+                total += tr->net[0][l][k];
+                cJSON_AddNumberToObject(o, kind_keys[k], tr->net[1][l][k] / n);
+            }
+            cJSON_AddNumberToObject(job, link_names[l], total);
+        }
+    }
     cJSON* mv = cJSON_AddObjectToObject(root, "transfers_per_step");
     cJSON_AddNumberToObject(mv, "device_to_host", (zs.moved[ZERO_MOVE_D2H] - tr->start.moved[ZERO_MOVE_D2H]) / n);
     cJSON_AddNumberToObject(mv, "host_to_device", (zs.moved[ZERO_MOVE_H2D] - tr->start.moved[ZERO_MOVE_H2D]) / n);
@@ -1122,6 +1150,19 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     double* kernel_all = (double*)mallocCheck(KERNEL_FIELDS * world * sizeof(double));
     mpiWatched("gather of the kernel's figures", MPI_Gather(kernel, KERNEL_FIELDS, MPI_DOUBLE, kernel_all, KERNEL_FIELDS,
                                                              MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    {   // what crossed between nodes and what stayed inside them, summed over the ranks
+        ZeroStats now;
+        zeroCheck(zero_stats(m->zero, &now));
+        double mine_net[2][ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];
+        for (int l = 0; l < ZERO_NUM_LINKS; l++) {
+            for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
+                mine_net[0][l][k] = now.link_bytes[l][k];
+                mine_net[1][l][k] = now.link_bytes[l][k] - traffic.start.link_bytes[l][k];
+            }
+        }
+        mpiWatched("sum of the network figures", MPI_Reduce(mine_net, traffic.net, 2 * ZERO_NUM_LINKS * ZERO_NUM_COLLECTIVES,
+                                                             MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
+    }
     if (rank == 0 && tc->report != NULL &&
         trainer_report(t, m, steps, nsteps, vals, nvals, mem_all, kernel_all, &traffic, flops_per_token) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());

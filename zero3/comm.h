@@ -61,16 +61,56 @@
  and zero_comm_wait; zero_comm_test never blocks and is not counted.
 
  Not thread-safe: one thread of the rank makes all the calls.
+
+ Nodes (topology-aware collectives). zero_comm_init_nodes is told which node each rank is
+ on (zero_comm_node: MPI's shared-memory split, or --ranks-per-node's consecutive groups)
+ and classifies the communicator's span:
+   - one node:          flat collectives as above; every byte counted intra-node;
+   - one rank per node: every byte crosses; the reduce-scatter is an all-to-all of the
+                        blocks plus a local sum, so that what crosses is exactly
+                        (k-1) blocks per rank whatever algorithm MPI picks;
+   - M nodes of n ranks each, ranks node-major (rank = node * n + local): hierarchical.
+     All-gather: across nodes among the ranks of one local index, then inside the node
+     (in place, through strided datatypes). Reduce-scatter: an all-to-all inside the node
+     (each local rank gets the M blocks it will own a piece of) and a sum, then an
+     all-to-all across nodes and a sum. All-reduce: the node's reduce-scatter, an
+     all-reduce across nodes of 1/n of the buffer, an all-gather inside the node. So a
+     rank sends (M-1)/N of a unit across nodes per gather or reduction, instead of a
+     flat ring's larger share, and the phase that crosses is one a 2-node run counts
+     exactly (2 ranks: every algorithm sends the same bytes).
+   - anything else (uneven nodes, ranks not node-major): flat, every byte counted as
+     crossing (an upper bound, named so in the report).
+ Bytes are counted per link (intra, inter) and per collective kind, by the phase's
+ communicator: what a phase inside a node sends is intra, what a phase between nodes
+ sends is inter. The sums over ranks are what the report compares with the network.
+
+ Quantised variants (ZeRO++): zero_allgather_q sends each rank's block as int8 with a
+ scale per 256 elements (zero3/quant.h) and dequantises every block, this rank's too, so
+ every rank holds the same values; zero_reduce_scatter_q quantises each block before each
+ all-to-all hop and sums the dequantised blocks in fp32 (the hops above, or one hop on one
+ node).
+
+ [Note: phases] A collective of several phases cannot be one MPI call: its second phase
+ starts when its first is over, inside some later zero_comm_test or zero_comm_wait. MPI
+ matches collectives on a communicator by the order they are started in, so every rank
+ must start the later phases in the same order. Rule kept here: a first phase starts at
+ the call, on communicators reserved for first phases; later phases start only for the
+ oldest multi-phase collective still running (the comm's queue head), on communicators
+ reserved for later phases. The queue is in call order, the same on every rank, so the
+ later phases start in the same order everywhere. Every wait of this comm polls the queue
+ while it waits, so a rank blocked here still starts the phases the others wait on.
 */
 #ifndef ZERO3_COMM_H
 #define ZERO3_COMM_H
 
 #include <stddef.h>   // size_t
+#include <stdlib.h>   // malloc, free: a multi-phase collective's scratch
 #include <string.h>   // memcpy, memset
 #include <limits.h>   // INT_MAX: the bound of an MPI count
 #include <mpi.h>      // MPI_Comm, MPI_Request, the collectives, MPI_Wtime
 #include "zero3/util.h"   // zero_error: the 0 / -1 error convention
 #include "zero3/watchdog.h"  // zero_watch_enter/leave: every blocking wait told to --collective-timeout's watchdog
+#include "zero3/quant.h"     // zero_quantize, zero_dequantize: the int8 blocks of the quantised collectives
 
 #ifndef ZERO_COMM_CHUNK
 #define ZERO_COMM_CHUNK ((size_t)1 << 30)  // elements per MPI call, must be 1..INT_MAX
@@ -80,17 +120,48 @@
 
 enum { ZERO_ALLGATHER, ZERO_REDUCE_SCATTER, ZERO_ALLREDUCE, ZERO_BROADCAST, ZERO_SCALAR, ZERO_NUM_COLLECTIVES };
 
+enum { ZERO_LINK_INTRA, ZERO_LINK_INTER, ZERO_NUM_LINKS };
+// how a communicator's ranks lie on the nodes (see "Nodes" above)
+enum { ZERO_SPAN_NODE, ZERO_SPAN_CROSS, ZERO_SPAN_HIER, ZERO_SPAN_UNEVEN };
+// the sub-communicators of a hierarchical span: first phases and later phases apart
+enum { ZERO_SUB_NODE_FIRST, ZERO_SUB_NODE_LATER, ZERO_SUB_CROSS_FIRST, ZERO_SUB_CROSS_LATER, ZERO_NUM_SUBS };
+// what a request runs: one MPI call (plain), or phases
+enum { ZERO_OP_PLAIN, ZERO_OP_AG, ZERO_OP_RS, ZERO_OP_AR };
+
+typedef struct ZeroRequest ZeroRequest;
+
 typedef struct {
     MPI_Comm comm;        // a duplicate of the communicator given at init (so the engine's traffic never mixes with the caller's)
     int rank, world;
+    int span;             // ZERO_SPAN_*
+    int nodes, per_node;  // M nodes; n ranks on each (hierarchical span; 1 and world otherwise)
+    int node, local;      // this rank's node index (0..M-1) and index on it
+    MPI_Comm sub[ZERO_NUM_SUBS];  // hierarchical span: inside the node and across nodes, first and later phases
     double bytes[ZERO_NUM_COLLECTIVES];   // cumulative bytes per collective kind, counted as above
+    double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];  // the same, split: inside a node, between nodes
     long calls[ZERO_NUM_COLLECTIVES];
     double wait_ms;       // cumulative wall time spent blocked in zero_comm_wait and in blocking collectives
+    double scratch_bytes, scratch_peak;  // the multi-phase collectives' staging buffers, live and at most
+    ZeroRequest* head;    // [Note: phases] the multi-phase collectives running, oldest first
+    ZeroRequest* tail;
 } ZeroComm;
 
-// one nonblocking collective (possibly chunked); unit: the unit it moves, for the
-// watchdog's message (set by the request's owner; -1 for a blocking call's)
-typedef struct { MPI_Request reqs[16]; int n; int kind; int unit; } ZeroRequest;
+// one nonblocking collective (possibly chunked, or in phases); unit: the unit it moves,
+// for the watchdog's message (set by the request's owner; -1 for a blocking call's)
+struct ZeroRequest {
+    MPI_Request reqs[16]; int n; int kind; int unit;
+    // a collective in phases (op != ZERO_OP_PLAIN): live until its last phase is over
+    int op, live, phase, nphases, quant;
+    float* buf;            // all-gather, all-reduce: the caller's buffer
+    const float* send;     // reduce-scatter: the caller's input (world blocks)
+    float* out;            // reduce-scatter: the caller's output (one block)
+    size_t count;          // elements per rank block (all-reduce: the whole buffer)
+    size_t qb;             // quantised: bytes of one rank block
+    float* f;              // fp32 scratch (owned while live)
+    unsigned char* q;      // byte scratch (owned while live)
+    size_t scratch;        // bytes of f and q together
+    ZeroRequest* next;     // the comm's queue
+};
 
 // ----------------------------------------------------------------------------
 // internals
@@ -181,9 +252,21 @@ static inline void zero_comm_abandon(ZeroRequest* r) {
 
 // the blocking variants: wait for a request started on the caller's behalf, timing the
 // whole call from `t0`
+static inline int zero_comm_progress(ZeroComm* c);  // below, with the phases
 static inline int zero_comm_finish_blocking(ZeroComm* c, ZeroRequest* r, double t0) {
     int rc = 0;
-    if (r->n > 0) {
+    if (r->n > 0 && c->head != NULL) {
+        // [Note: phases] other ranks may wait on a later phase this rank must start: poll
+        zero_watch_enter(zero_comm_kind_name(r->kind), r->unit);
+        int flag = 0;
+        while (rc == 0 && !flag) {
+            int mrc = MPI_Testall(r->n, r->reqs, &flag, MPI_STATUSES_IGNORE);
+            if (mrc != MPI_SUCCESS) { rc = zero_comm_mpi_error(zero_comm_kind_name(r->kind), mrc); break; }
+            if (!flag && zero_comm_progress(c) != 0) { rc = -1; }
+        }
+        zero_watch_leave();
+        r->n = 0;
+    } else if (r->n > 0) {
         zero_watch_enter(zero_comm_kind_name(r->kind), r->unit);
         int mrc = MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE);
         zero_watch_leave();
@@ -200,6 +283,7 @@ static inline int zero_comm_finish_blocking(ZeroComm* c, ZeroRequest* r, double 
 static inline int zero_comm_init(ZeroComm* c, MPI_Comm comm) {
     memset(c, 0, sizeof(*c));
     c->comm = MPI_COMM_NULL;
+    for (int i = 0; i < ZERO_NUM_SUBS; i++) { c->sub[i] = MPI_COMM_NULL; }
     int up = 0;
     MPI_Initialized(&up);
     if (!up) { return zero_error("zero comm: init called before MPI_Init"); }
@@ -216,6 +300,75 @@ static inline int zero_comm_init(ZeroComm* c, MPI_Comm comm) {
         return zero_comm_mpi_error("communicator setup at init", rc);
     }
     zero_comm_sum_op_users++;
+    c->span = ZERO_SPAN_NODE;
+    c->nodes = 1; c->per_node = c->world; c->node = 0; c->local = c->rank;
+    return 0;
+}
+
+static inline void zero_comm_free(ZeroComm* c);  // below
+
+// The node this rank is on, as a number every rank of the node shares: with
+// ranks_per_node > 0, consecutive groups of that many ranks of `comm` (a test's stand-in
+// for nodes on one machine); otherwise the lowest rank of `comm` that shares memory with
+// this one (MPI_COMM_TYPE_SHARED: Open MPI's notion of a node). Collective over comm.
+static inline int zero_comm_node(MPI_Comm comm, int ranks_per_node, int* node) {
+    int rank = 0, world = 0;
+    int rc = MPI_Comm_rank(comm, &rank);
+    if (rc == MPI_SUCCESS) { rc = MPI_Comm_size(comm, &world); }
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_rank/size (nodes)", rc); }
+    if (ranks_per_node > 0) {
+        if (world % ranks_per_node != 0) {
+            return zero_error("zero comm: --ranks-per-node %d does not divide the %d ranks", ranks_per_node, world);
+        }
+        *node = rank / ranks_per_node;
+        return 0;
+    }
+    MPI_Comm shm;
+    rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm);
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_split_type (nodes)", rc); }
+    rc = MPI_Allreduce(&rank, node, 1, MPI_INT, MPI_MIN, shm);
+    MPI_Comm_free(&shm);
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Allreduce (nodes)", rc); }
+    return 0;
+}
+
+// zero_comm_init, then the span of the communicator over the nodes: `node` is this rank's
+// (zero_comm_node's number; ranks of one node give the same). Collective over comm.
+static inline int zero_comm_init_nodes(ZeroComm* c, MPI_Comm comm, int node) {
+    if (zero_comm_init(c, comm) != 0) { return -1; }
+    if (c->world == 1) { return 0; }
+    int* ids = (int*)malloc((size_t)c->world * sizeof(int));
+    if (ids == NULL) { zero_comm_free(c); return zero_error("zero comm: out of memory for the node table"); }
+    int rc = MPI_Allgather(&node, 1, MPI_INT, ids, 1, MPI_INT, c->comm);
+    if (rc != MPI_SUCCESS) { free(ids); zero_comm_free(c); return zero_comm_mpi_error("MPI_Allgather (nodes)", rc); }
+    // nodes in rank order: node-major when each node's ranks are one run, all runs equal
+    int nodes = 0, run = 0, per = 0, even = 1, my_node = 0;
+    for (int q = 0; q < c->world; q++) {
+        if (q == 0 || ids[q] != ids[q - 1]) {
+            for (int p = 0; p < q; p++) { if (ids[p] == ids[q]) { even = 0; } }  // a node seen before: not one run
+            if (q > 0) { if (per == 0) { per = run; } else if (run != per) { even = 0; } }
+            nodes++; run = 0;
+        }
+        run++;
+        if (q == c->rank) { my_node = nodes - 1; }
+    }
+    if (per == 0) { per = run; } else if (run != per) { even = 0; }
+    free(ids);
+    if (nodes == 1) { return 0; }  // one node: as zero_comm_init left it
+    c->nodes = nodes;
+    if (!even) { c->span = ZERO_SPAN_UNEVEN; c->per_node = 0; c->node = my_node; c->local = -1; return 0; }
+    c->per_node = per; c->node = my_node; c->local = c->rank % per;
+    if (per == 1) { c->span = ZERO_SPAN_CROSS; return 0; }
+    c->span = ZERO_SPAN_HIER;
+    for (int i = 0; i < ZERO_NUM_SUBS && rc == MPI_SUCCESS; i++) {
+        int across = i >= ZERO_SUB_CROSS_FIRST;
+        rc = MPI_Comm_split(c->comm, across ? c->local : c->node, c->rank, &c->sub[i]);
+        if (rc == MPI_SUCCESS) { rc = MPI_Comm_set_errhandler(c->sub[i], MPI_ERRORS_RETURN); }
+    }
+    if (rc != MPI_SUCCESS) {
+        zero_comm_free(c);
+        return zero_comm_mpi_error("MPI_Comm_split (the node and cross-node groups)", rc);
+    }
     return 0;
 }
 
@@ -225,12 +378,262 @@ static inline void zero_comm_free(ZeroComm* c) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (c->comm != MPI_COMM_NULL && c->comm != 0 && !finalized) {
+        // a collective still in phases is over for this rank: complete what it started
+        for (ZeroRequest* r = c->head; r != NULL; r = r->next) {
+            if (r->n > 0) { MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE); }
+            r->n = 0; r->live = 0;
+            free(r->f); free(r->q); r->f = NULL; r->q = NULL;
+        }
+        c->head = c->tail = NULL;
+        for (int i = 0; i < ZERO_NUM_SUBS; i++) {
+            if (c->sub[i] != MPI_COMM_NULL && c->sub[i] != 0) { MPI_Comm_free(&c->sub[i]); }
+        }
         MPI_Comm_free(&c->comm);
         if (--zero_comm_sum_op_users == 0 && zero_comm_sum_op_handle != MPI_OP_NULL) {
             MPI_Op_free(&zero_comm_sum_op_handle);
         }
     }
     c->comm = MPI_COMM_NULL;
+}
+
+// ----------------------------------------------------------------------------
+// byte counters and the phases of the topology-aware and quantised collectives
+
+// the link a phase's bytes cross: a sub-communicator's is known; the main one's is its
+// span's (an uneven span counts as crossing: an upper bound)
+static inline void zero_comm_count(ZeroComm* c, int kind, int sub, double bytes) {
+    int link = sub >= ZERO_SUB_CROSS_FIRST ? ZERO_LINK_INTER
+             : sub >= 0 ? ZERO_LINK_INTRA
+             : c->span == ZERO_SPAN_NODE ? ZERO_LINK_INTRA : ZERO_LINK_INTER;
+    c->bytes[kind] += bytes;
+    c->link_bytes[link][kind] += bytes;
+}
+
+// the sub-communicator of a request's phase, or -1 for the main one (a span that is not
+// hierarchical runs every collective in one phase there). All-gather: across nodes,
+// then inside. Reduce-scatter: inside, then across. All-reduce: inside, across, inside.
+static inline int zero_phase_sub(const ZeroComm* c, const ZeroRequest* r, int ph) {
+    if (c->span != ZERO_SPAN_HIER) { return -1; }
+    if (r->op == ZERO_OP_AG) { return ph == 0 ? ZERO_SUB_CROSS_FIRST : ZERO_SUB_NODE_LATER; }
+    if (ph == 0) { return ZERO_SUB_NODE_FIRST; }
+    return (r->op == ZERO_OP_RS || ph == 1) ? ZERO_SUB_CROSS_LATER : ZERO_SUB_NODE_LATER;
+}
+
+// A reduction hop: an all-to-all over k ranks of parts of P floats, each rank summing the
+// k parts it receives into `out`, in rank order (the same order every run). The
+// reduce-scatter's hops: hierarchical, inside the node (k = n, P = M blocks: the M
+// blocks this local index will own pieces of) then across (k = M, P = one block);
+// otherwise one hop over the world. The all-reduce's first phase: inside the node, parts
+// of 1/n of the buffer. `h` (the f scratch's tail) holds a first hop's sums.
+static inline void zero_hop(const ZeroComm* c, const ZeroRequest* r, int ph, int* k, size_t* P, float** out, float* h) {
+    if (r->op == ZERO_OP_AR) { *k = c->per_node; *P = r->count / (size_t)c->per_node; *out = h; return; }
+    if (c->span == ZERO_SPAN_HIER && ph == 0) { *k = c->per_node; *P = (size_t)c->nodes * r->count; *out = h; return; }
+    *k = c->span == ZERO_SPAN_HIER ? c->nodes : c->world;
+    *P = r->count;
+    *out = r->out;
+}
+
+// where the f scratch's parts are: the fp32 receive area first (k parts of a hop), then h
+static inline float* zero_req_h(const ZeroComm* c, const ZeroRequest* r) {
+    if (r->op == ZERO_OP_AR) { return r->f + r->count; }
+    return r->quant ? r->f : r->f + (size_t)c->world * r->count;
+}
+
+// MPI counts are int: a phase whose parts do not fit is refused
+static inline int zero_phase_fits(const char* what, size_t elems) {
+    if (elems > (size_t)INT_MAX) { return zero_error("zero comm: %s of %zu elements per part is more than an MPI count holds", what, elems); }
+    return 0;
+}
+
+// starts the request's current phase
+static inline int zero_phase_start(ZeroComm* c, ZeroRequest* r) {
+    int ph = r->phase, sub = zero_phase_sub(c, r, ph);
+    MPI_Comm comm = sub < 0 ? c->comm : c->sub[sub];
+    int M = c->nodes, n = c->per_node;
+    int rc = MPI_SUCCESS;
+    r->n = 0;
+    if (r->op == ZERO_OP_AG) {
+        // rank blocks of b elements of et: floats, or (quantised) bytes
+        MPI_Datatype et = r->quant ? MPI_BYTE : MPI_FLOAT;
+        size_t esz = r->quant ? 1 : sizeof(float);
+        size_t b = r->quant ? r->qb : r->count;
+        char* base = r->quant ? (char*)r->q : (char*)r->buf;
+        if (zero_phase_fits("an all-gather", (size_t)(n > 0 ? n : 1) * b) != 0) { return -1; }
+        if (sub < 0) {
+            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, (int)b, et, comm, &r->reqs[0]);
+            zero_comm_count(c, r->kind, sub, (double)(c->world - 1) * (double)(b * esz));
+        } else {
+            // across: this local index's block of every node, n blocks apart; inside: each
+            // local rank's M blocks (n apart), placed at its local index. In place both.
+            MPI_Datatype t = MPI_DATATYPE_NULL, tr = MPI_DATATYPE_NULL;
+            if (ph == 0) {
+                rc = MPI_Type_contiguous((int)b, et, &t);
+                if (rc == MPI_SUCCESS) { rc = MPI_Type_create_resized(t, 0, (MPI_Aint)((size_t)n * b * esz), &tr); }
+                base += (size_t)c->local * b * esz;
+                zero_comm_count(c, r->kind, sub, (double)(M - 1) * (double)(b * esz));
+            } else {
+                rc = MPI_Type_vector(M, (int)b, (int)((size_t)n * b), et, &t);
+                if (rc == MPI_SUCCESS) { rc = MPI_Type_create_resized(t, 0, (MPI_Aint)(b * esz), &tr); }
+                zero_comm_count(c, r->kind, sub, (double)(n - 1) * (double)M * (double)(b * esz));
+            }
+            if (rc == MPI_SUCCESS) { rc = MPI_Type_commit(&tr); }
+            if (rc == MPI_SUCCESS) { rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, 1, tr, comm, &r->reqs[0]); }
+            if (t != MPI_DATATYPE_NULL) { MPI_Type_free(&t); }
+            if (tr != MPI_DATATYPE_NULL) { MPI_Type_free(&tr); }
+        }
+        if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Iallgather (all-gather, a phase)", rc); }
+        r->n = 1;
+        return 0;
+    }
+    float* h = zero_req_h(c, r);
+    if (r->op == ZERO_OP_AR && ph > 0) {
+        size_t P = r->count / (size_t)n;
+        if (ph == 1) {   // across: the node's sums of this local index's part
+            rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)P, MPI_FLOAT, MPI_SUM, comm, &r->reqs[0]);
+            zero_comm_count(c, r->kind, sub, 2.0 * (double)(M - 1) * (double)(P * sizeof(float)) / (double)M);
+        } else {         // inside: every local index's part into the buffer
+            rc = MPI_Iallgather(h, (int)P, MPI_FLOAT, r->buf, (int)P, MPI_FLOAT, comm, &r->reqs[0]);
+            zero_comm_count(c, r->kind, sub, (double)(n - 1) * (double)(P * sizeof(float)));
+        }
+        if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("all-reduce (a phase)", rc); }
+        r->n = 1;
+        return 0;
+    }
+    // a reduction hop
+    int k; size_t P; float* out;
+    zero_hop(c, r, ph, &k, &P, &out, h);
+    int first_hier = c->span == ZERO_SPAN_HIER && ph == 0 && r->op == ZERO_OP_RS;
+    const float* in = r->op == ZERO_OP_AR ? r->buf : (ph == 0 ? r->send : h);
+    if (r->quant) {
+        // each block of `count` floats quantised on its own; a part is P / count blocks
+        size_t qbc = zero_quant_bytes(r->count), per = P / r->count;
+        unsigned char* qs = r->q;
+        for (int p = 0; p < k; p++) {
+            for (size_t m = 0; m < per; m++) {
+                // the hierarchical first hop's part p is blocks (m, p): m * n + p
+                size_t blk = first_hier ? m * (size_t)n + (size_t)p : (size_t)p * per + m;
+                zero_quantize(in + blk * r->count, r->count, qs + ((size_t)p * per + m) * qbc);
+            }
+        }
+        if (zero_phase_fits("a quantised reduce-scatter", per * qbc) != 0) { return -1; }
+        rc = MPI_Ialltoall(qs, (int)(per * qbc), MPI_BYTE, r->q + (size_t)k * per * qbc, (int)(per * qbc), MPI_BYTE, comm, &r->reqs[0]);
+        zero_comm_count(c, r->kind, sub, (double)(k - 1) * (double)(per * qbc));
+    } else {
+        if (zero_phase_fits("a reduce-scatter", P) != 0) { return -1; }
+        if (first_hier) {
+            // part p = the M blocks (m, p), n blocks apart: a strided send type
+            MPI_Datatype t = MPI_DATATYPE_NULL, tr = MPI_DATATYPE_NULL;
+            rc = MPI_Type_vector(M, (int)r->count, (int)((size_t)n * r->count), MPI_FLOAT, &t);
+            if (rc == MPI_SUCCESS) { rc = MPI_Type_create_resized(t, 0, (MPI_Aint)(r->count * sizeof(float)), &tr); }
+            if (rc == MPI_SUCCESS) { rc = MPI_Type_commit(&tr); }
+            if (rc == MPI_SUCCESS) { rc = MPI_Ialltoall(in, 1, tr, r->f, (int)P, MPI_FLOAT, comm, &r->reqs[0]); }
+            if (t != MPI_DATATYPE_NULL) { MPI_Type_free(&t); }
+            if (tr != MPI_DATATYPE_NULL) { MPI_Type_free(&tr); }
+        } else {
+            rc = MPI_Ialltoall(in, (int)P, MPI_FLOAT, r->f, (int)P, MPI_FLOAT, comm, &r->reqs[0]);
+        }
+        zero_comm_count(c, r->kind, sub, (double)(k - 1) * (double)(P * sizeof(float)));
+    }
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Ialltoall (reduce-scatter, a hop)", rc); }
+    r->n = 1;
+    return 0;
+}
+
+// the local work after a phase: a hop's sums, a quantised gather's dequantisation
+static inline void zero_phase_post(ZeroComm* c, ZeroRequest* r) {
+    int ph = r->phase;
+    if (r->op == ZERO_OP_AG) {
+        if (r->quant && ph == r->nphases - 1) {
+            for (int q = 0; q < c->world; q++) {
+                zero_dequantize(r->q + (size_t)q * r->qb, r->count, r->buf + (size_t)q * r->count, 0);
+            }
+        }
+        return;
+    }
+    if (r->op == ZERO_OP_AR && ph > 0) { return; }
+    int k; size_t P; float* out;
+    float* h = zero_req_h(c, r);
+    zero_hop(c, r, ph, &k, &P, &out, h);
+    if (r->quant) {
+        size_t qbc = zero_quant_bytes(r->count), per = P / r->count;
+        const unsigned char* got = r->q + (size_t)k * per * qbc;
+        memset(out, 0, P * sizeof(float));
+        for (int p = 0; p < k; p++) {
+            for (size_t m = 0; m < per; m++) {
+                zero_dequantize(got + ((size_t)p * per + m) * qbc, r->count, out + m * r->count, 1);
+            }
+        }
+    } else {
+        memcpy(out, r->f, P * sizeof(float));
+        for (int p = 1; p < k; p++) {
+            const float* part = r->f + (size_t)p * P;
+            for (size_t i = 0; i < P; i++) { out[i] += part[i]; }
+        }
+    }
+}
+
+// frees a finished request's scratch
+static inline void zero_phases_done(ZeroComm* c, ZeroRequest* r) {
+    free(r->f); free(r->q);
+    r->f = NULL; r->q = NULL;
+    c->scratch_bytes -= (double)r->scratch;
+    r->scratch = 0;
+    r->live = 0;
+    r->n = 0;
+}
+
+// [Note: phases] advances the queue from its head as far as it goes without blocking:
+// only the head starts later phases. -1 when a phase failed (the request is then over).
+static inline int zero_comm_progress(ZeroComm* c) {
+    while (c->head != NULL) {
+        ZeroRequest* r = c->head;
+        int flag = 1, rc = 0;
+        if (r->n > 0) {
+            int mrc = MPI_Testall(r->n, r->reqs, &flag, MPI_STATUSES_IGNORE);
+            if (mrc != MPI_SUCCESS) { r->n = 0; rc = zero_comm_mpi_error(zero_comm_kind_name(r->kind), mrc); }
+        }
+        if (rc == 0 && !flag) { return 0; }
+        r->n = 0;
+        if (rc == 0) {
+            zero_phase_post(c, r);
+            if (++r->phase < r->nphases) {
+                if (zero_phase_start(c, r) == 0) { continue; }
+                rc = -1;
+            }
+        }
+        c->head = r->next;
+        if (c->head == NULL) { c->tail = NULL; }
+        r->next = NULL;
+        zero_phases_done(c, r);
+        if (rc != 0) { return -1; }
+    }
+    return 0;
+}
+
+// sets up a collective in phases and starts its first; a blocking call (req NULL) waits
+static inline int zero_comm_wait(ZeroComm* c, ZeroRequest* req);  // below
+static inline int zero_phases_begin(ZeroComm* c, ZeroRequest* r, int op, int quant, size_t fbytes, size_t qbytes) {
+    r->op = op; r->quant = quant; r->phase = 0; r->next = NULL; r->n = 0;
+    if (c->span == ZERO_SPAN_HIER) { r->nphases = op == ZERO_OP_AR ? 3 : 2; } else { r->nphases = 1; }
+    r->f = fbytes ? (float*)malloc(fbytes) : NULL;
+    r->q = qbytes ? (unsigned char*)malloc(qbytes) : NULL;
+    if ((fbytes && r->f == NULL) || (qbytes && r->q == NULL)) {
+        free(r->f); free(r->q); r->f = NULL; r->q = NULL;
+        return zero_error("zero comm: out of memory for %.0f bytes of %s staging", (double)(fbytes + qbytes), zero_comm_kind_name(r->kind));
+    }
+    r->scratch = fbytes + qbytes;
+    c->scratch_bytes += (double)r->scratch;
+    if (c->scratch_bytes > c->scratch_peak) { c->scratch_peak = c->scratch_bytes; }
+    if (r->op == ZERO_OP_AG && r->quant) {  // this rank's block, quantised, at its place
+        zero_quantize(r->buf + (size_t)c->rank * r->count, r->count, r->q + (size_t)c->rank * r->qb);
+    }
+    r->live = 1;
+    if (zero_phase_start(c, r) != 0) { zero_phases_done(c, r); return -1; }
+    if (r->nphases > 1) {   // later phases to come: queued, in call order
+        if (c->tail) { c->tail->next = r; } else { c->head = r; }
+        c->tail = r;
+    }
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -243,6 +646,7 @@ static inline ZeroRequest* zero_comm_begin(ZeroComm* c, ZeroRequest* req, ZeroRe
     if (req == NULL) { local->unit = -1; }
     r->n = 0;
     r->kind = kind;
+    r->op = ZERO_OP_PLAIN; r->live = 0; r->quant = 0; r->f = NULL; r->q = NULL; r->scratch = 0; r->next = NULL;
     c->calls[kind]++;
     return r;
 }
@@ -252,6 +656,11 @@ static inline int zero_allgather(ZeroComm* c, float* buf, size_t count, ZeroRequ
     ZeroRequest local;
     ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_ALLGATHER);
     if (c->world == 1 || count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
+    if (c->span == ZERO_SPAN_HIER) {
+        r->buf = buf; r->count = count;
+        if (zero_phases_begin(c, r, ZERO_OP_AG, 0, 0, 0) != 0) { return -1; }
+        return req ? 0 : zero_comm_wait(c, r);
+    }
     int nchunks = zero_comm_nchunks("all-gather", count);
     if (nchunks < 0) { return -1; }
     for (int k = 0; k < nchunks; k++) {
@@ -269,7 +678,7 @@ static inline int zero_allgather(ZeroComm* c, float* buf, size_t count, ZeroRequ
         if (rc != MPI_SUCCESS) { zero_comm_abandon(r); return zero_comm_mpi_error("MPI_Iallgather (all-gather)", rc); }
         r->n++;
     }
-    c->bytes[ZERO_ALLGATHER] += (double)(c->world - 1) * (double)count * sizeof(float);
+    zero_comm_count(c, ZERO_ALLGATHER, -1, (double)(c->world - 1) * (double)count * sizeof(float));
     return req ? 0 : zero_comm_finish_blocking(c, r, t0);
 }
 
@@ -281,6 +690,12 @@ static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* rec
     if (c->world == 1) {
         memcpy(recv, send, count * sizeof(float));  // the sum over one rank is its own block
         return req ? 0 : zero_comm_finish_blocking(c, r, t0);
+    }
+    if (c->span == ZERO_SPAN_HIER || c->span == ZERO_SPAN_CROSS) {   // hops of all-to-all and sums
+        r->send = send; r->out = recv; r->count = count;
+        size_t fb = (size_t)c->world * count * sizeof(float) + (c->span == ZERO_SPAN_HIER ? (size_t)c->nodes * count * sizeof(float) : 0);
+        if (zero_phases_begin(c, r, ZERO_OP_RS, 0, fb, 0) != 0) { return -1; }
+        return req ? 0 : zero_comm_wait(c, r);
     }
     int nchunks = zero_comm_nchunks("reduce-scatter", count);
     if (nchunks < 0) { return -1; }
@@ -301,7 +716,7 @@ static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* rec
         if (rc != MPI_SUCCESS) { zero_comm_abandon(r); return zero_comm_mpi_error("MPI_Ireduce_scatter_block (reduce-scatter)", rc); }
         r->n++;
     }
-    c->bytes[ZERO_REDUCE_SCATTER] += (double)(c->world - 1) * (double)count * sizeof(float);
+    zero_comm_count(c, ZERO_REDUCE_SCATTER, -1, (double)(c->world - 1) * (double)count * sizeof(float));
     return req ? 0 : zero_comm_finish_blocking(c, r, t0);
 }
 
@@ -310,6 +725,12 @@ static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, ZeroRequ
     ZeroRequest local;
     ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_ALLREDUCE);
     if (c->world == 1 || count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
+    if (c->span == ZERO_SPAN_HIER && count % (size_t)c->per_node == 0) {
+        r->buf = buf; r->count = count;
+        size_t fb = (count + count / (size_t)c->per_node) * sizeof(float);
+        if (zero_phases_begin(c, r, ZERO_OP_AR, 0, fb, 0) != 0) { return -1; }
+        return req ? 0 : zero_comm_wait(c, r);
+    }
     int nchunks = zero_comm_nchunks("all-reduce", count);
     if (nchunks < 0) { return -1; }
     for (int k = 0; k < nchunks; k++) {
@@ -319,8 +740,35 @@ static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, ZeroRequ
         if (rc != MPI_SUCCESS) { zero_comm_abandon(r); return zero_comm_mpi_error("MPI_Iallreduce (all-reduce)", rc); }
         r->n++;
     }
-    c->bytes[ZERO_ALLREDUCE] += 2.0 * (double)(c->world - 1) * (double)count * sizeof(float) / (double)c->world;
+    zero_comm_count(c, ZERO_ALLREDUCE, -1, 2.0 * (double)(c->world - 1) * (double)count * sizeof(float) / (double)c->world);
     return req ? 0 : zero_comm_finish_blocking(c, r, t0);
+}
+
+// The quantised all-gather (qwZ): buf as zero_allgather's, world blocks of `count`
+// floats with this rank's block filled; every block, this rank's too, comes back
+// dequantised from int8 (zero3/quant.h), so all ranks hold the same values.
+static inline int zero_allgather_q(ZeroComm* c, float* buf, size_t count, ZeroRequest* req) {
+    double t0 = MPI_Wtime();
+    ZeroRequest local;
+    ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_ALLGATHER);
+    if (count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
+    r->buf = buf; r->count = count; r->qb = zero_quant_bytes(count);
+    if (zero_phases_begin(c, r, ZERO_OP_AG, 1, 0, (size_t)c->world * r->qb) != 0) { return -1; }
+    return req ? 0 : zero_comm_wait(c, r);
+}
+
+// The quantised reduce-scatter (qgZ): as zero_reduce_scatter, each hop's blocks sent as
+// int8 and summed in fp32 after dequantising (hierarchical: inside the node, then across).
+static inline int zero_reduce_scatter_q(ZeroComm* c, const float* send, float* recv, size_t count, ZeroRequest* req) {
+    double t0 = MPI_Wtime();
+    ZeroRequest local;
+    ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_REDUCE_SCATTER);
+    if (count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
+    r->send = send; r->out = recv; r->count = count;
+    size_t fb = c->span == ZERO_SPAN_HIER ? (size_t)c->nodes * count * sizeof(float) : 0;
+    size_t qb = 2 * (size_t)c->world * zero_quant_bytes(count);
+    if (zero_phases_begin(c, r, ZERO_OP_RS, 1, fb, qb) != 0) { return -1; }
+    return req ? 0 : zero_comm_wait(c, r);
 }
 
 // ----------------------------------------------------------------------------
@@ -336,7 +784,7 @@ static inline int zero_allreduce_scalars(ZeroComm* c, double* buf, int count) {
     zero_watch_leave();
     c->wait_ms += (MPI_Wtime() - t0) * 1e3;
     if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Allreduce (scalar all-reduce)", rc); }
-    c->bytes[ZERO_SCALAR] += 2.0 * (double)(c->world - 1) * (double)count * sizeof(double) / (double)c->world;
+    zero_comm_count(c, ZERO_SCALAR, -1, 2.0 * (double)(c->world - 1) * (double)count * sizeof(double) / (double)c->world);
     return 0;
 }
 
@@ -359,7 +807,7 @@ static inline int zero_broadcast(ZeroComm* c, void* buf, size_t bytes, int root)
         }
     }
     c->wait_ms += (MPI_Wtime() - t0) * 1e3;
-    if (c->rank != root) { c->bytes[ZERO_BROADCAST] += (double)bytes; }
+    if (c->rank != root) { zero_comm_count(c, ZERO_BROADCAST, -1, (double)bytes); }
     return 0;
 }
 
@@ -376,24 +824,43 @@ static inline int zero_barrier(ZeroComm* c) {
 // ----------------------------------------------------------------------------
 // completion of nonblocking collectives
 
-static inline int zero_comm_wait(ZeroComm* c, ZeroRequest* req) {
-    if (req == NULL || req->n <= 0) { return 0; }
-    return zero_comm_finish_blocking(c, req, MPI_Wtime());
-}
-
-// *done = 1 when the request has completed (then it is empty, and a wait is a no-op)
+// *done = 1 when the request has completed (then it is empty, and a wait is a no-op).
+// Gives the queue of multi-phase collectives a turn too ([Note: phases]).
 static inline int zero_comm_test(ZeroComm* c, ZeroRequest* req, int* done) {
-    (void)c;
     *done = 1;
-    if (req == NULL || req->n <= 0) { return 0; }
+    if (c->head != NULL && zero_comm_progress(c) != 0) { return -1; }
+    if (req == NULL) { return 0; }
+    if (req->op != ZERO_OP_PLAIN && req->live && req->nphases > 1) { *done = 0; return 0; }  // queued, not yet through
+    if (req->n <= 0) { return 0; }
     int flag = 0;
     int rc = MPI_Testall(req->n, req->reqs, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
         req->n = 0;  // a failed collective is over for this rank; waiting again would not help
+        if (req->op != ZERO_OP_PLAIN) { zero_phases_done(c, req); }
         return zero_comm_mpi_error(zero_comm_kind_name(req->kind), rc);
     }
-    if (flag) { req->n = 0; } else { *done = 0; }
+    if (!flag) { *done = 0; return 0; }
+    req->n = 0;
+    if (req->op != ZERO_OP_PLAIN && req->live) {   // one phase: its local work, then over
+        zero_phase_post(c, req);
+        zero_phases_done(c, req);
+    }
     return 0;
+}
+
+static inline int zero_comm_wait(ZeroComm* c, ZeroRequest* req) {
+    if (req == NULL) { return 0; }
+    int phased = req->op != ZERO_OP_PLAIN && req->live;
+    if (!phased && req->n <= 0) { return 0; }
+    if (!phased && c->head == NULL) { return zero_comm_finish_blocking(c, req, MPI_Wtime()); }
+    // poll: this request, and the queue whose later phases other ranks may be waiting on
+    double t0 = MPI_Wtime();
+    int done = 0, rc = 0;
+    zero_watch_enter(zero_comm_kind_name(req->kind), req->unit);
+    while (rc == 0 && !done) { rc = zero_comm_test(c, req, &done); }
+    zero_watch_leave();
+    c->wait_ms += (MPI_Wtime() - t0) * 1e3;
+    return rc;
 }
 
 #endif // ZERO3_COMM_H

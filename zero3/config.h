@@ -91,6 +91,13 @@ typedef struct {
     int param_buffer_count;             // offload_param.buffer_count; no effect; 5
     int pipeline_read, pipeline_write;  // offload_optimizer.pipeline_read / pipeline_write; no effect: always; 0
     long long max_in_cpu;               // offload_param.max_in_cpu; 1e9
+    // beyond one node (stage 3): MiCS, ZeRO++ (hpZ, qwZ, qgZ), and where the nodes are
+    int mics_shard_size;                // zero_optimization.mics_shard_size: ranks per shard group; -1 = off
+    int mics_hierarchical_params_gather; // ...: 0/1; gathers of a group spanning nodes are hierarchical either way
+    int hpz_partition_size;             // zero_optimization.zero_hpz_partition_size: the secondary group; 1 = off
+    int quantized_weights;              // zero_optimization.zero_quantized_weights: qwZ, 0/1
+    int quantized_gradients;            // zero_optimization.zero_quantized_gradients: qgZ, 0/1
+    int ranks_per_node;                 // ours (--ranks-per-node): consecutive ranks taken as a node; 0 = MPI's shared-memory split
     // training keys of the JSON: -1 (NaN for floats) when absent, so the trainer can tell
     // a value the file set from one it did not
     long long train_batch_size;         // sequences per optimizer step over all ranks
@@ -129,6 +136,12 @@ static inline void zero_config_defaults(ZeroConfig* c) {
     c->pipeline_read = 0;
     c->pipeline_write = 0;
     c->max_in_cpu = 1000000000LL;
+    c->mics_shard_size = -1;
+    c->mics_hierarchical_params_gather = 0;
+    c->hpz_partition_size = 1;
+    c->quantized_weights = 0;
+    c->quantized_gradients = 0;
+    c->ranks_per_node = 0;
     c->train_batch_size = -1;
     c->train_micro_batch_size_per_gpu = -1;
     c->gradient_accumulation_steps = -1;
@@ -293,6 +306,21 @@ static inline int zero_config_set_flag(ZeroConfig* c, const char* name, const ch
         return zero_parse_offload(what, value, &c->offload_param);
     } else if (strcmp(name, "--nvme-path") == 0) {
         return zero_set_path(what, value, c->nvme_path, sizeof(c->nvme_path));
+    } else if (strcmp(name, "--mics-shard-size") == 0) {
+        if (zero_parse_whole(what, value, -1, 1 << 20, &v) != 0) { return -1; }
+        c->mics_shard_size = (int)v;
+    } else if (strcmp(name, "--zero-hpz-partition-size") == 0) {
+        if (zero_parse_whole(what, value, 1, 1 << 20, &v) != 0) { return -1; }
+        c->hpz_partition_size = (int)v;
+    } else if (strcmp(name, "--ranks-per-node") == 0) {
+        if (zero_parse_whole(what, value, 0, 1 << 20, &v) != 0) { return -1; }
+        c->ranks_per_node = (int)v;
+    } else if (strcmp(name, "--mics-hierarchical-params-gather") == 0 || strcmp(name, "--zero-quantized-weights") == 0 ||
+               strcmp(name, "--zero-quantized-gradients") == 0) {
+        if (zero_parse_whole(what, value, 0, 1, &v) != 0) { return -1; }
+        int* f = name[2] == 'm' ? &c->mics_hierarchical_params_gather
+               : strcmp(name, "--zero-quantized-weights") == 0 ? &c->quantized_weights : &c->quantized_gradients;
+        *f = (int)v;
     } else if (strcmp(name, "--communication-data-type") == 0) {
         return zero_parse_comm_dtype(what, value, &c->comm_dtype);
     } else {
@@ -590,6 +618,11 @@ static inline int zero_json_zero_optimization(ZeroJsonCtx* x, const cJSON* z, Ze
         }
         if (matched) { continue; }
         if (strcmp(n, "stage") == 0) { rc = zero_json_int(x, it, k, 0, 3, &c->stage); }
+        else if (strcmp(n, "mics_shard_size") == 0) { rc = zero_json_int(x, it, k, -1, 1 << 20, &c->mics_shard_size); }
+        else if (strcmp(n, "mics_hierarchical_params_gather") == 0) { rc = zero_json_bool(x, it, k, &c->mics_hierarchical_params_gather); }
+        else if (strcmp(n, "zero_hpz_partition_size") == 0) { rc = zero_json_int(x, it, k, 1, 1 << 20, &c->hpz_partition_size); }
+        else if (strcmp(n, "zero_quantized_weights") == 0) { rc = zero_json_bool(x, it, k, &c->quantized_weights); }
+        else if (strcmp(n, "zero_quantized_gradients") == 0) { rc = zero_json_bool(x, it, k, &c->quantized_gradients); }
         else if (strcmp(n, "overlap_comm") == 0) {
             rc = zero_json_bool(x, it, k, &c->overlap_comm);
             zero_json_no_effect(x, k, "communication always overlaps computation (nonblocking collectives, NCCL on its own stream)");
@@ -753,7 +786,26 @@ static inline int zero_config_validate(const ZeroConfig* c) {
         return zero_error("zero config: offload to nvme needs a directory: --nvme-path DIR or offload_*.nvme_path");
     }
     if (memchr(c->nvme_path, '\0', sizeof(c->nvme_path)) == NULL) { return zero_error("zero config: nvme_path is not terminated"); }
-    int bools[] = { c->overlap_comm, c->contiguous_gradients, c->reduce_scatter, c->pin_memory, c->pipeline_read, c->pipeline_write };
+    // MiCS and ZeRO++ partition, replicate or quantise stage 3's gathers and reductions
+    int beyond = c->mics_shard_size > 0 || c->hpz_partition_size > 1 || c->quantized_weights || c->quantized_gradients;
+    if (beyond && c->stage != 3) {
+        return zero_error("zero config: mics_shard_size, zero_hpz_partition_size and zero_quantized_weights/gradients need ZeRO stage 3 (stage is %d)", c->stage);
+    }
+    if (c->mics_shard_size == 0 || c->mics_shard_size < -1) { return zero_error("zero config: mics_shard_size %d must be >= 1 (or -1 for off)", c->mics_shard_size); }
+    if (c->hpz_partition_size < 1) { return zero_error("zero config: zero_hpz_partition_size %d must be >= 1", c->hpz_partition_size); }
+    if (c->mics_shard_size > 0 && c->hpz_partition_size > 1) {
+        return zero_error("zero config: mics_shard_size and zero_hpz_partition_size together: choose one (MiCS keeps its gathers inside the shard group already)");
+    }
+    if (c->mics_shard_size > 0 && c->offload_optimizer != ZERO_OFFLOAD_NONE) {
+        return zero_error("zero config: mics_shard_size with offload_optimizer %s is not supported (the replicas' all-reduce runs on the gradients the device holds)",
+                          zero_offload_name(c->offload_optimizer));
+    }
+    if (c->mics_hierarchical_params_gather && c->mics_shard_size <= 0) {
+        return zero_error("zero config: mics_hierarchical_params_gather needs mics_shard_size");
+    }
+    if (c->ranks_per_node < 0) { return zero_error("zero config: ranks_per_node %d must be >= 0", c->ranks_per_node); }
+    int bools[] = { c->overlap_comm, c->contiguous_gradients, c->reduce_scatter, c->pin_memory, c->pipeline_read, c->pipeline_write,
+                    c->mics_hierarchical_params_gather, c->quantized_weights, c->quantized_gradients };
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++) {
         if (bools[i] != 0 && bools[i] != 1) { return zero_error("zero config: a boolean setting holds %d (0 or 1)", bools[i]); }
     }
@@ -941,6 +993,20 @@ static inline void zero_config_describe(const ZeroConfig* c, char* out, size_t l
     if (c->comm_dtype != ZERO_COMM_MODEL) {
         zero_append(out, len, ", gradients reduced in ");
         zero_append(out, len, zero_comm_dtype_name(c->comm_dtype));
+    }
+    if (c->mics_shard_size > 0) {
+        snprintf(line, sizeof(line), ", MiCS shard groups of %d", c->mics_shard_size);
+        zero_append(out, len, line);
+    }
+    if (c->hpz_partition_size > 1) {
+        snprintf(line, sizeof(line), ", hpZ groups of %d", c->hpz_partition_size);
+        zero_append(out, len, line);
+    }
+    if (c->quantized_weights) { zero_append(out, len, ", qwZ (int8 gathers)"); }
+    if (c->quantized_gradients) { zero_append(out, len, ", qgZ (int8 reduce-scatters)"); }
+    if (c->ranks_per_node > 0) {
+        snprintf(line, sizeof(line), ", nodes of %d ranks", c->ranks_per_node);
+        zero_append(out, len, line);
     }
     if (c->offload_optimizer == ZERO_OFFLOAD_NVME || c->offload_param == ZERO_OFFLOAD_NVME) {
         zero_append(out, len, ", nvme ");

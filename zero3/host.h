@@ -69,9 +69,18 @@ typedef struct { size_t begin, end; int unit; size_t unit_lo; int decay; } ZeroS
 typedef struct {
     ZeroConfig cfg;
     ZeroPlan plan;
-    ZeroComm comm;
+    ZeroComm comm;          // the ranks the model states are sharded over: all of them, or (MiCS) this rank's shard group
+    ZeroComm rep;           // MiCS: the ranks holding the same shards in the other groups (one rank without MiCS)
+    ZeroComm hpz;           // hpZ: the secondary group, consecutive ranks of comm (one rank without hpZ)
     ZeroSchedule sched;
-    int stage, world, rank;
+    int stage, world, rank; // world and rank in comm: the plan's shards
+    int dp_world;           // the ranks whose gradients are averaged: every rank
+    int nodes, per_node;    // the nodes the ranks are on, and ranks on each (0: uneven)
+    // hpZ: this rank's slice (1/hpz.world) of every unit's gathered parameters, taken from
+    // the unit's first gather after a step; later gathers of the unit read it
+    float* sec;             // (padded_total / hpz.world)
+    unsigned char* sec_ok;  // (num_units) the slice holds the current parameters
+    unsigned char* unit_sec;// (num_units) the gather in flight is from the secondary slices (on hpz)
     int num_tensors;
     ZeroTensor* tensors;
     float beta1, beta2, eps;
@@ -203,18 +212,39 @@ static int zero_gather_start(ZeroHost* e, int u) {
     ZeroUnit* pu = &e->plan.units[u];
     float* buf = (float*)zero_buf_get(e, pu->padded, 0);
     if (buf == NULL) { return -1; }
+    if (e->sec != NULL && e->sec_ok[u]) {
+        // hpZ: the unit's slices inside the secondary group hold it already (this step's
+        // first gather left them): gather from there, never across the whole world
+        size_t part = pu->padded / (size_t)e->hpz.world;
+        memcpy(buf + (size_t)e->hpz.rank * part, e->sec + pu->full_offset / (size_t)e->hpz.world, part * sizeof(float));
+        e->unit_buf[u] = buf;
+        e->unit_sec[u] = 1;
+        return zero_allgather(&e->hpz, buf, part, &e->unit_req[u]);
+    }
+    e->unit_sec[u] = 0;
     // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
     // prefetch schedule starts this early, so the read runs ahead of the unit's use
     if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard, pu->shard) != 0) { return -1; }
     if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
     e->unit_buf[u] = buf;
+    if (e->cfg.quantized_weights) { return zero_allgather_q(&e->comm, buf, pu->shard, &e->unit_req[u]); }
     return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
 }
 
-// waits for unit u's gather, if one is in flight
+// the communicator unit u's gather runs on
+static ZeroComm* zero_gather_comm(ZeroHost* e, int u) { return e->unit_sec[u] ? &e->hpz : &e->comm; }
+
+// waits for unit u's gather, if one is in flight; hpZ keeps this rank's slice of a gather
+// from the shards (the unit's first this step) for the unit's next gathers
 static int zero_gather_finish(ZeroHost* e, int u) {
     if (e->sched.state[u] != ZERO_UNIT_IN_FLIGHT) { return 0; }
-    if (zero_comm_wait(&e->comm, &e->unit_req[u]) != 0) { return -1; }
+    if (zero_comm_wait(zero_gather_comm(e, u), &e->unit_req[u]) != 0) { return -1; }
+    if (e->sec != NULL && !e->unit_sec[u]) {
+        ZeroUnit* pu = &e->plan.units[u];
+        size_t part = pu->padded / (size_t)e->hpz.world;
+        memcpy(e->sec + pu->full_offset / (size_t)e->hpz.world, e->unit_buf[u] + (size_t)e->hpz.rank * part, part * sizeof(float));
+        e->sec_ok[u] = 1;
+    }
     zero_schedule_gathered(&e->sched, u);
     return 0;
 }
@@ -232,7 +262,7 @@ static void zero_unit_free(ZeroHost* e, int u) {
 static int zero_poll(ZeroHost* e) {
     int done = 0;
     for (int u = 0; u < e->plan.num_units; u++) {
-        if (e->sched.state[u] == ZERO_UNIT_IN_FLIGHT && zero_comm_test(&e->comm, &e->unit_req[u], &done) != 0) { return -1; }
+        if (e->sched.state[u] == ZERO_UNIT_IN_FLIGHT && zero_comm_test(zero_gather_comm(e, u), &e->unit_req[u], &done) != 0) { return -1; }
     }
     const ZeroSchedule* s = &e->sched;
     for (int i = 0; i < s->red_count; i++) {
@@ -361,6 +391,7 @@ static int zero_host_reduce(void* impl, int u) {
     float* recv = (float*)zero_buf_get(e, pu->shard, 0);
     if (recv == NULL) { return -1; }
     e->red_recv[u] = recv;
+    if (e->cfg.quantized_gradients) { return zero_reduce_scatter_q(&e->comm, e->grad_buf[u], recv, pu->shard, &e->red_req[u]); }
     return zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, &e->red_req[u]);
 }
 
@@ -690,6 +721,9 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
                 e->moved[ZERO_MOVE_D2H] += e->plan.shard_total * sizeof(float);
             }
         }
+        // MiCS: each group reduced its own ranks' gradients; the second hop sums them over
+        // the groups (the ranks holding the same shards), once per step (stage 3, no offload)
+        if (e->rep.world > 1 && zero_allreduce(&e->rep, e->shard_grads, e->plan.shard_total, NULL) != 0) { return -1; }
         if (e->shard_grads == NULL) {
             sumsq = e->grad_sumsq;
         } else {
@@ -697,7 +731,7 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
         }
         if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
     }
-    float scale = adamw_grad_scale(sumsq, e->world, st->grad_clip, &e->norm);
+    float scale = adamw_grad_scale(sumsq, e->dp_world, st->grad_clip, &e->norm);
     if (st->skip || !isfinite(e->norm)) {  // an overflow: nothing changes, the gradients go
         zero_host_clear_grads(e);
         return 0;
@@ -756,6 +790,7 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
         if (zero_refresh_persistent(e) != 0) { return -1; }
     }
 
+    if (e->sec_ok != NULL) { memset(e->sec_ok, 0, (size_t)e->plan.num_units); }  // hpZ: the slices are of the old parameters
     zero_host_clear_grads(e);
     return 0;
 }
@@ -940,6 +975,44 @@ static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
 
 // Builds the engine over in->comm for in->model (see ZeroInit); each rank fills only its
 // own shards (in->fill) and gathers what it must hold whole.
+// The communicators: the shard group (everyone, or MiCS's groups of mics_shard_size
+// consecutive ranks), the replicas (MiCS: the same index in every group), the secondary
+// group (hpZ: consecutive ranks of the shard group), each told where the nodes are.
+static int zero_host_comms_init(ZeroHost* e, MPI_Comm world) {
+    const ZeroConfig* cfg = &e->cfg;
+    int wrank = 0, wsize = 0, node = 0;
+    MPI_Comm_rank(world, &wrank);
+    MPI_Comm_size(world, &wsize);
+    if (zero_comm_node(world, cfg->ranks_per_node, &node) != 0) { return -1; }
+    ZeroComm all;   // only to learn the world's span over the nodes
+    if (zero_comm_init_nodes(&all, world, node) != 0) { return -1; }
+    e->nodes = all.nodes;
+    e->per_node = all.span == ZERO_SPAN_UNEVEN ? 0 : all.per_node;
+    zero_comm_free(&all);
+    int S = cfg->mics_shard_size > 0 ? cfg->mics_shard_size : wsize;
+    if (wsize % S != 0) { return zero_error("zero: mics_shard_size %d does not divide the %d ranks", S, wsize); }
+    MPI_Comm group = MPI_COMM_NULL, reps = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(world, wrank / S, wrank, &group);
+    if (rc == MPI_SUCCESS) { rc = MPI_Comm_split(world, wrank % S, wrank, &reps); }
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_split (the shard groups)", rc); }
+    rc = zero_comm_init_nodes(&e->comm, group, node);
+    if (rc == 0) { rc = zero_comm_init_nodes(&e->rep, reps, node); }
+    MPI_Comm_free(&group);
+    MPI_Comm_free(&reps);
+    if (rc != 0) { return -1; }
+    e->world = e->comm.world;
+    e->rank = e->comm.rank;
+    e->dp_world = wsize;
+    int P = cfg->hpz_partition_size;
+    if (P > e->world || e->world % P != 0) { return zero_error("zero: zero_hpz_partition_size %d does not divide the %d ranks", P, e->world); }
+    MPI_Comm sec = MPI_COMM_NULL;
+    rc = MPI_Comm_split(e->comm.comm, e->rank / P, e->rank, &sec);
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_split (the hpZ groups)", rc); }
+    rc = zero_comm_init_nodes(&e->hpz, sec, node);
+    MPI_Comm_free(&sec);
+    return rc;
+}
+
 static int zero_host_init(void* impl, const ZeroInit* in) {
     ZeroHost* e = (ZeroHost*)impl;
     const ZeroConfig* cfg = in->cfg;
@@ -962,9 +1035,7 @@ static int zero_host_init(void* impl, const ZeroInit* in) {
         return zero_error("zero: optimizer offload needs ZeRO stage 1 or more");
     }
     e->beta1 = in->beta1; e->beta2 = in->beta2; e->eps = in->eps;
-    if (zero_comm_init(&e->comm, in->comm) != 0) { return -1; }
-    e->world = e->comm.world;
-    e->rank = e->comm.rank;
+    if (zero_host_comms_init(e, in->comm) != 0) { return -1; }
     if (zero_plan_init(&e->plan, model->unit_numel, num_units, e->world, e->rank, sizeof(float)) != 0) { return -1; }
     if (zero_schedule_init(&e->sched, model, &e->plan, cfg) != 0) { return -1; }
     ZeroPlan* p = &e->plan;
@@ -993,6 +1064,13 @@ static int zero_host_init(void* impl, const ZeroInit* in) {
     }
     for (int u = 0; u < num_units; u++) {
         if (zero_host_fill_unit(e, in, u) != 0) { return -1; }
+    }
+    e->unit_sec = (unsigned char*)calloc(num_units, 1);
+    if (e->unit_sec == NULL) { return zero_error("zero: out of memory for the engine's tables"); }
+    if (e->hpz.world > 1) {
+        e->sec = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total / (size_t)e->hpz.world);
+        e->sec_ok = (unsigned char*)calloc(num_units, 1);
+        if (e->sec == NULL || e->sec_ok == NULL) { return zero_error("zero: out of memory for hpZ's secondary parameters"); }
     }
     if (e->stage < 2) {
         e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
@@ -1032,7 +1110,10 @@ static void zero_host_free(void* impl) {
     free(e->grad_stage);  // after the close, which waits for a write still reading it
     zero_schedule_free(&e->sched);
     zero_plan_free(&e->plan);
+    free(e->sec); free(e->sec_ok); free(e->unit_sec);
     zero_comm_free(&e->comm);
+    zero_comm_free(&e->rep);
+    zero_comm_free(&e->hpz);
     free(e);
 }
 
@@ -1282,8 +1363,21 @@ static int zero_host_flush(void* impl) { (void)impl; return 0; }  // the host en
 static int zero_host_stats(void* impl, ZeroStats* s) {
     ZeroHost* e = (ZeroHost*)impl;
     s->norm = e->norm;
-    s->wait_ms = e->comm.wait_ms;
-    memcpy(s->comm_bytes, e->comm.bytes, sizeof(s->comm_bytes));
+    // every communicator's traffic: the shard group's, MiCS's replicas', hpZ's group's
+    const ZeroComm* cs[3] = {&e->comm, &e->rep, &e->hpz};
+    s->wait_ms = 0.0;
+    memset(s->comm_bytes, 0, sizeof(s->comm_bytes));
+    memset(s->link_bytes, 0, sizeof(s->link_bytes));
+    for (int i = 0; i < 3; i++) {
+        s->wait_ms += cs[i]->wait_ms;
+        for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
+            s->comm_bytes[k] += cs[i]->bytes[k];
+            for (int l = 0; l < ZERO_NUM_LINKS; l++) { s->link_bytes[l][k] += cs[i]->link_bytes[l][k]; }
+        }
+    }
+    s->links_known = 1;
+    s->nodes = e->nodes;
+    s->ranks_per_node = e->per_node;
     memcpy(s->moved, e->moved, sizeof(s->moved));
     s->update_ms = e->update_ms;
     s->nvme_wait_ms = e->nvme.wait_ms;

@@ -346,6 +346,134 @@ int main(int argc, char** argv) {
         free(buf);
     }
 
+    // --- nodes: every way to cut this world into equal nodes (--ranks-per-node's stand-in),
+    // the collectives' results, the phases' order with several in flight, and the bytes
+    // counted per link against the formulas of the header
+    for (int per = 1; per <= W; per++) {
+        if (W % per != 0) { continue; }
+        int node = -1;
+        ZeroComm k;
+        int ok = zero_comm_node(MPI_COMM_WORLD, per, &node) == 0 && node == R / per;
+        ok &= zero_comm_init_nodes(&k, MPI_COMM_WORLD, node) == 0;
+        int M = W / per;
+        int want_span = W == 1 || M == 1 ? ZERO_SPAN_NODE : (per == 1 ? ZERO_SPAN_CROSS : ZERO_SPAN_HIER);
+        ok &= k.span == want_span && k.nodes == (W == 1 ? 1 : M) && k.node == (W == 1 ? 0 : R / per);
+        snprintf(name, sizeof(name), "nodes of %d: span %d, %d nodes", per, k.span, k.nodes);
+        check(name, ok);
+        // three gathers, two reductions and an all-reduce in flight at once, waited for in
+        // reverse order (the queue must still start every later phase in one order)
+        for (size_t ci = 0; ci < N_COUNTS; ci++) {
+            size_t n = test_counts[ci];
+            if (n > 1000 || (size_t)W * n > MAX_OK_COUNT) { continue; }  // the all-reduce is of W * n
+            float* ag[3]; ZeroRequest rq[6];
+            memset(rq, 0, sizeof(rq));
+            ok = 1;
+            for (int i = 0; i < 3; i++) { ag[i] = alloc_floats((size_t)W * n); fill_allgather(ag[i], n, R, W); }
+            float* send = alloc_floats((size_t)W * n); float* recv = alloc_floats(n); float* recv2 = alloc_floats(n);
+            float* ar = alloc_floats((size_t)W * n);
+            fill_send(send, n, R, W); fill_allreduce(ar, (size_t)W * n, R);
+            ok &= zero_allgather(&k, ag[0], n, &rq[0]) == 0;
+            ok &= zero_reduce_scatter(&k, send, recv, n, &rq[1]) == 0;
+            ok &= zero_allgather(&k, ag[1], n, &rq[2]) == 0;
+            ok &= zero_allreduce(&k, ar, (size_t)W * n, &rq[3]) == 0;
+            ok &= zero_reduce_scatter(&k, send, recv2, n, &rq[4]) == 0;
+            ok &= zero_allgather(&k, ag[2], n, &rq[5]) == 0;
+            for (int i = 5; i >= 0; i--) { ok &= zero_comm_wait(&k, &rq[i]) == 0; }
+            for (int i = 0; i < 3; i++) { ok &= check_allgather(ag[i], n, W); }
+            ok &= check_reduce_scatter(recv, n, R, W) && check_reduce_scatter(recv2, n, R, W);
+            ok &= check_allreduce(ar, (size_t)W * n, W) && check_send_intact(send, n, R, W);
+            ok &= k.head == NULL && k.scratch_bytes == 0;
+            snprintf(name, sizeof(name), "nodes of %d: 6 collectives of %zu in flight, waited in reverse: exact", per, n);
+            check(name, ok);
+            for (int i = 0; i < 3; i++) { free(ag[i]); }
+            free(send); free(recv); free(recv2); free(ar);
+        }
+        // bytes per link: one all-gather, one reduce-scatter, one all-reduce of n = 16 per rank
+        {
+            size_t n = 16;
+            double before[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];
+            memcpy(before, k.link_bytes, sizeof(before));
+            float* buf = alloc_floats((size_t)W * n); float* send = alloc_floats((size_t)W * n); float* recv = alloc_floats(n);
+            fill_allgather(buf, n, R, W); fill_send(send, n, R, W);
+            ok = zero_allgather(&k, buf, n, NULL) == 0 && zero_reduce_scatter(&k, send, recv, n, NULL) == 0;
+            fill_allreduce(buf, (size_t)W * n, R);
+            ok &= zero_allreduce(&k, buf, (size_t)W * n, NULL) == 0;
+            double B = (double)n * sizeof(float), intra[3], inter[3];
+            int a[3] = {ZERO_ALLGATHER, ZERO_REDUCE_SCATTER, ZERO_ALLREDUCE};
+            for (int i = 0; i < 3; i++) {
+                intra[i] = k.link_bytes[ZERO_LINK_INTRA][a[i]] - before[ZERO_LINK_INTRA][a[i]];
+                inter[i] = k.link_bytes[ZERO_LINK_INTER][a[i]] - before[ZERO_LINK_INTER][a[i]];
+            }
+            double wi[3], we[3];   // the header's formulas
+            if (k.span == ZERO_SPAN_HIER) {
+                wi[0] = (per - 1) * (double)M * B; we[0] = (M - 1) * B;
+                wi[1] = (per - 1) * (double)M * B; we[1] = (M - 1) * B;
+                wi[2] = 2.0 * (per - 1) * (double)M * B; we[2] = 2.0 * (M - 1) * (double)per * B / per;
+            } else {
+                double ag = (W - 1) * B, ared = 2.0 * (W - 1) * W * B / W;
+                int cross = k.span == ZERO_SPAN_CROSS;
+                wi[0] = cross ? 0 : ag; we[0] = cross ? ag : 0;
+                wi[1] = cross ? 0 : ag; we[1] = cross ? ag : 0;
+                wi[2] = cross ? 0 : ared; we[2] = cross ? ared : 0;
+            }
+            for (int i = 0; i < 3; i++) { ok &= fabs(intra[i] - wi[i]) < 0.5 && fabs(inter[i] - we[i]) < 0.5; }
+            snprintf(name, sizeof(name), "nodes of %d: bytes per link as the formulas (inter ag %.0f rs %.0f ar %.0f)", per, inter[0], inter[1], inter[2]);
+            check(name, ok);
+            free(buf); free(send); free(recv);
+        }
+        // quantised: the gather gives every rank dequantise(quantise(block)) of every block;
+        // the reduce-scatter is within the int8 error of its hops (each hop adds at most
+        // max|x| / 254 per summand, on values up to W * 1997)
+        {
+            size_t n = 300;   // more than one quantisation block, the last one short
+            float* buf = alloc_floats((size_t)W * n); float* want = alloc_floats(n);
+            unsigned char* qb = malloc(zero_quant_bytes(n));
+            fill_allgather(buf, n, R, W);
+            ok = zero_allgather_q(&k, buf, n, NULL) == 0;
+            for (int b = 0; b < W && ok; b++) {
+                float blk[300];
+                for (size_t i = 0; i < n; i++) { blk[i] = val(b, i); }
+                zero_quantize(blk, n, qb);
+                zero_dequantize(qb, n, want, 0);
+                ok &= memcmp(want, buf + (size_t)b * n, n * sizeof(float)) == 0;
+            }
+            snprintf(name, sizeof(name), "nodes of %d: quantised all-gather = dequantised blocks, bit for bit", per);
+            check(name, ok);
+            float* send = alloc_floats((size_t)W * n); float* recv = alloc_floats(n);
+            fill_send(send, n, R, W);
+            ok = zero_reduce_scatter_q(&k, send, recv, n, NULL) == 0;
+            double worst = 0.0, bound = 2.0 * W * (W * 1000.0 + 997.0) / 254.0;  // two hops at most, W summands each
+            for (size_t i = 0; i < n; i++) {
+                double exact = 0.0;
+                for (int r = 0; r < W; r++) { exact += val(r, (size_t)R * n + i); }
+                double e = fabs(recv[i] - exact);
+                worst = e > worst ? e : worst;
+            }
+            ok &= worst <= bound && worst > 0.0;   // > 0: it really went through int8
+            snprintf(name, sizeof(name), "nodes of %d: quantised reduce-scatter within %.1f of the sum (worst %.2f)", per, bound, worst);
+            check(name, ok);
+            free(buf); free(want); free(qb); free(send); free(recv);
+        }
+        zero_comm_free(&k);
+    }
+    {   // uneven nodes (3 ranks as 2 + 1 is not node-major even): flat, counted as crossing
+        ZeroComm k;
+        int node = R < 2 ? 0 : 1;
+        int ok = zero_comm_init_nodes(&k, MPI_COMM_WORLD, node) == 0;
+        ok &= W != 3 || k.span == ZERO_SPAN_UNEVEN;
+        float* buf = alloc_floats((size_t)W * 5);
+        fill_allgather(buf, 5, R, W);
+        ok &= zero_allgather(&k, buf, 5, NULL) == 0 && check_allgather(buf, 5, W);
+        ok &= W != 3 || (k.link_bytes[ZERO_LINK_INTER][ZERO_ALLGATHER] == 2 * 5 * sizeof(float) && k.link_bytes[ZERO_LINK_INTRA][ZERO_ALLGATHER] == 0);
+        check("uneven nodes: flat and counted as crossing", ok);
+        free(buf);
+        zero_comm_free(&k);
+        ok = zero_comm_node(MPI_COMM_WORLD, W + 1, &node) == (W + 1 > 0 && W % (W + 1) != 0 ? -1 : 0);
+        check("--ranks-per-node that does not divide the world: refused", ok && (W == 1 ? 1 : strstr(zero_errmsg(), "divide") != NULL));
+        ok = zero_comm_node(MPI_COMM_WORLD, 0, &node) == 0 && node == 0;  // one machine: one node, led by rank 0
+        check("shared-memory split: all ranks of this machine on node 0", ok);
+    }
+
     zero_comm_free(&c);
     if (R == 0) { printf("%d passed, %d failed\n", n_passed, n_failed); fflush(stdout); }
     MPI_Finalize();

@@ -1,0 +1,86 @@
+/*
+ Block-wise int8 quantisation of floats, for the quantised collectives (ZeRO++'s qwZ:
+ weights all-gathered as int8; qgZ: gradients reduce-scattered as int8). The reference
+ that the CUDA kernels (zero3/quant.cuh, when the device engine has them) must match.
+
+ A run of n floats is cut into blocks of ZERO_QUANT_BLOCK (the last one shorter). Each
+ block is stored as its scale, a float, then its n_b int8 values:
+
+   scale = max |x| over the block / 127        q = round-to-nearest-even(x / scale)
+
+ so dequantising (q * scale) is off by at most scale / 2 = max|x| / 254 per element: 0.4%
+ of the block's largest magnitude. Symmetric (no zero point): weights and gradients are
+ centred on zero. A block of zeros has scale 0 and dequantises to zeros exactly.
+
+ Why 256: a scale is 4 bytes, so the overhead is 4/256 = 1.6% on the int8 payload (the
+ wire carries 1.016 bytes per element instead of 4); a smaller block would fit the scale
+ more tightly to the values near it (GPT-2's weight rows have outliers), a larger one would
+ save the last percent. DeepSpeed's ZeRO++ uses blocks of the same order (its qwZ default
+ groups a few hundred to a few thousand elements).
+
+ Non-finite input: a block holding an inf or a NaN gets a non-finite scale and q = 0, so it
+ dequantises to NaN (0 * inf): a gradient overflow stays visible to the norm, which then
+ skips the step, instead of being quantised into a plausible number.
+
+ Layout of a quantised run of n floats: blocks one after the other, each 4 + n_b bytes.
+ Every run this engine quantises has n a multiple of 16 (a shard: 64 bytes of floats), so
+ every block starts 4-byte aligned when the run does.
+*/
+#ifndef ZERO3_QUANT_H
+#define ZERO3_QUANT_H
+
+#include <stddef.h>   // size_t
+#include <stdint.h>   // int8_t
+#include <string.h>   // memcpy: the scale is written unaligned-safe
+#include <math.h>     // fabsf, rintf, isfinite
+
+#define ZERO_QUANT_BLOCK 256
+
+// the bytes of n floats quantised
+static inline size_t zero_quant_bytes(size_t n) {
+    size_t blocks = (n + ZERO_QUANT_BLOCK - 1) / ZERO_QUANT_BLOCK;
+    return blocks * sizeof(float) + n;
+}
+
+// x (n floats) -> out (zero_quant_bytes(n) bytes)
+static inline void zero_quantize(const float* x, size_t n, unsigned char* out) {
+    for (size_t b = 0; b < n; b += ZERO_QUANT_BLOCK) {
+        size_t nb = n - b < ZERO_QUANT_BLOCK ? n - b : ZERO_QUANT_BLOCK;
+        float amax = 0.0f;
+        for (size_t i = 0; i < nb; i++) {
+            float a = fabsf(x[b + i]);
+            amax = (a > amax || a != a) ? a : amax;   // a NaN sticks
+        }
+        float scale = amax / 127.0f;
+        memcpy(out, &scale, sizeof(float));
+        int8_t* q = (int8_t*)(out + sizeof(float));
+        if (scale == 0.0f || !isfinite(scale)) {
+            memset(q, 0, nb);
+        } else {
+            float inv = 127.0f / amax;
+            for (size_t i = 0; i < nb; i++) {
+                float r = rintf(x[b + i] * inv);       // |r| <= 127 up to rounding of inv
+                q[i] = (int8_t)(r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r));
+            }
+        }
+        out += sizeof(float) + nb;
+    }
+}
+
+// in (a quantised run of n floats) -> out (n floats); add != 0: out += instead of out =
+static inline void zero_dequantize(const unsigned char* in, size_t n, float* out, int add) {
+    for (size_t b = 0; b < n; b += ZERO_QUANT_BLOCK) {
+        size_t nb = n - b < ZERO_QUANT_BLOCK ? n - b : ZERO_QUANT_BLOCK;
+        float scale;
+        memcpy(&scale, in, sizeof(float));
+        const int8_t* q = (const int8_t*)(in + sizeof(float));
+        if (add) {
+            for (size_t i = 0; i < nb; i++) { out[b + i] += (float)q[i] * scale; }
+        } else {
+            for (size_t i = 0; i < nb; i++) { out[b + i] = (float)q[i] * scale; }
+        }
+        in += sizeof(float) + nb;
+    }
+}
+
+#endif // ZERO3_QUANT_H
