@@ -55,6 +55,7 @@ run_suite "checkpoints you can trust" bash test/e2e/test_checkpoint.sh
 run_suite "input validation, non-finite steps" bash test/e2e/test_validation.sh
 run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh
 run_suite "partitioned start-up (MPI)" bash test/e2e/test_init.sh
+run_suite "nodes: hierarchical, MiCS, ZeRO++ (MPI)" bash test/e2e/test_topology.sh
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
 run_suite "faults (MPI)"          bash test/e2e/test_faults.sh

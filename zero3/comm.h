@@ -141,7 +141,8 @@ typedef struct {
     double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];  // the same, split: inside a node, between nodes
     long calls[ZERO_NUM_COLLECTIVES];
     double wait_ms;       // cumulative wall time spent blocked in zero_comm_wait and in blocking collectives
-    double scratch_bytes, scratch_peak;  // the multi-phase collectives' staging buffers, live and at most
+    double scratch_bytes, scratch_peak;  // the multi-phase collectives' staging buffers, held (live or kept) and at most
+    struct { void* p; size_t bytes; } keep[4];  // staging buffers kept for the next collectives: no malloc, no page faults per call
     ZeroRequest* head;    // [Note: phases] the multi-phase collectives running, oldest first
     ZeroRequest* tail;
 } ZeroComm;
@@ -160,6 +161,7 @@ struct ZeroRequest {
     float* f;              // fp32 scratch (owned while live)
     unsigned char* q;      // byte scratch (owned while live)
     size_t scratch;        // bytes of f and q together
+    size_t fbytes;         // bytes of f
     ZeroRequest* next;     // the comm's queue
 };
 
@@ -385,6 +387,7 @@ static inline void zero_comm_free(ZeroComm* c) {
             free(r->f); free(r->q); r->f = NULL; r->q = NULL;
         }
         c->head = c->tail = NULL;
+        for (int i = 0; i < 4; i++) { free(c->keep[i].p); c->keep[i].p = NULL; }
         for (int i = 0; i < ZERO_NUM_SUBS; i++) {
             if (c->sub[i] != MPI_COMM_NULL && c->sub[i] != 0) { MPI_Comm_free(&c->sub[i]); }
         }
@@ -572,12 +575,43 @@ static inline void zero_phase_post(ZeroComm* c, ZeroRequest* r) {
     }
 }
 
-// frees a finished request's scratch
+// a staging buffer of at least `bytes`: the smallest kept one that fits, else a new one
+static inline void* zero_scratch_get(ZeroComm* c, size_t bytes) {
+    if (bytes == 0) { return NULL; }
+    int best = -1;
+    for (int i = 0; i < 4; i++) {
+        if (c->keep[i].p != NULL && c->keep[i].bytes >= bytes && (best < 0 || c->keep[i].bytes < c->keep[best].bytes)) { best = i; }
+    }
+    if (best >= 0) {
+        void* p = c->keep[best].p;
+        c->keep[best].p = NULL;
+        c->scratch_bytes -= (double)c->keep[best].bytes;   // counted again by the caller, at its size
+        return p;
+    }
+    return malloc(bytes);
+}
+
+// keeps a staging buffer for later (or frees it when 4 are kept already)
+static inline void zero_scratch_put(ZeroComm* c, void* p, size_t bytes) {
+    if (p == NULL) { return; }
+    for (int i = 0; i < 4; i++) {
+        if (c->keep[i].p == NULL) {
+            c->keep[i].p = p; c->keep[i].bytes = bytes;
+            c->scratch_bytes += (double)bytes;
+            if (c->scratch_bytes > c->scratch_peak) { c->scratch_peak = c->scratch_bytes; }
+            return;
+        }
+    }
+    free(p);
+}
+
+// a finished request's scratch goes back to the comm
 static inline void zero_phases_done(ZeroComm* c, ZeroRequest* r) {
-    free(r->f); free(r->q);
-    r->f = NULL; r->q = NULL;
     c->scratch_bytes -= (double)r->scratch;
-    r->scratch = 0;
+    zero_scratch_put(c, r->f, r->fbytes);
+    zero_scratch_put(c, r->q, r->scratch - r->fbytes);
+    r->f = NULL; r->q = NULL;
+    r->scratch = 0; r->fbytes = 0;
     r->live = 0;
     r->n = 0;
 }
@@ -615,12 +649,13 @@ static inline int zero_comm_wait(ZeroComm* c, ZeroRequest* req);  // below
 static inline int zero_phases_begin(ZeroComm* c, ZeroRequest* r, int op, int quant, size_t fbytes, size_t qbytes) {
     r->op = op; r->quant = quant; r->phase = 0; r->next = NULL; r->n = 0;
     if (c->span == ZERO_SPAN_HIER) { r->nphases = op == ZERO_OP_AR ? 3 : 2; } else { r->nphases = 1; }
-    r->f = fbytes ? (float*)malloc(fbytes) : NULL;
-    r->q = qbytes ? (unsigned char*)malloc(qbytes) : NULL;
+    r->f = (float*)zero_scratch_get(c, fbytes);
+    r->q = (unsigned char*)zero_scratch_get(c, qbytes);
     if ((fbytes && r->f == NULL) || (qbytes && r->q == NULL)) {
         free(r->f); free(r->q); r->f = NULL; r->q = NULL;
         return zero_error("zero comm: out of memory for %.0f bytes of %s staging", (double)(fbytes + qbytes), zero_comm_kind_name(r->kind));
     }
+    r->fbytes = fbytes;
     r->scratch = fbytes + qbytes;
     c->scratch_bytes += (double)r->scratch;
     if (c->scratch_bytes > c->scratch_peak) { c->scratch_peak = c->scratch_bytes; }
@@ -646,7 +681,7 @@ static inline ZeroRequest* zero_comm_begin(ZeroComm* c, ZeroRequest* req, ZeroRe
     if (req == NULL) { local->unit = -1; }
     r->n = 0;
     r->kind = kind;
-    r->op = ZERO_OP_PLAIN; r->live = 0; r->quant = 0; r->f = NULL; r->q = NULL; r->scratch = 0; r->next = NULL;
+    r->op = ZERO_OP_PLAIN; r->live = 0; r->quant = 0; r->f = NULL; r->q = NULL; r->scratch = 0; r->fbytes = 0; r->next = NULL;
     c->calls[kind]++;
     return r;
 }

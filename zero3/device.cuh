@@ -990,6 +990,9 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param != ZERO_OFFLOAD_NONE) {
         return zero_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
     }
+    if (cfg->mics_shard_size > 0 || cfg->hpz_partition_size > 1 || cfg->quantized_weights || cfg->quantized_gradients) {
+        return zero_error("zero device: MiCS, hpZ, qwZ and qgZ run on the host backend only so far (--zero-backend host)");
+    }
     d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
     d->dpu = in->dpu;
     d->omp_threads = in->threads;

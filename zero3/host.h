@@ -1311,6 +1311,8 @@ static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int
     double params, grads, opt_elems, moments, cpu;
     memset(out, 0, sizeof(*out));
     memset(&s, 0, sizeof(s));
+    // MiCS: the states are sharded over the shard group, not the world
+    if (cfg->mics_shard_size > 0 && cfg->mics_shard_size < world) { world = cfg->mics_shard_size; }
     if (zero_plan_init(&p, model->unit_numel, model->num_units, world, 0, sizeof(float)) != 0) { return -1; }
     if (zero_schedule_init(&s, model, &p, cfg) != 0) { goto done; }
     for (int u = 0; u < nu; u++) {
@@ -1327,6 +1329,8 @@ static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int
     opt_elems = stage == 0 ? (double)p.padded_total : (double)p.shard_total;
     moments = nvme_opt ? 0.0 : 2.0 * opt_elems;
     cpu = cfg->offload_optimizer == ZERO_OFFLOAD_CPU ? 2.0 * (double)p.shard_total : 0.0;  // gradients, master
+    if (stage == 3 && cfg->hpz_partition_size > 1) { params += (double)p.padded_total / cfg->hpz_partition_size; }  // hpZ's slices
+    // (the hierarchical and quantised collectives' staging, which runs only across nodes, is not counted)
     out->states = (params + grads + moments + cpu) * f;
     if (zero_host_walk(&s, &p, stage, &w) != 0) { goto done; }
     for (int i = 0; i < w.n; i++) {

@@ -963,3 +963,50 @@ Test(estimate, fp32_reductions) {
     free(with);
     free(without);
 }
+
+// MiCS and ZeRO++: DeepSpeed's keys and our flags set them, stage 3 only, the combinations
+// that cannot work are refused by name
+Test(config, mics_and_zeropp) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    cr_assert_eq(c.mics_shard_size, -1);
+    cr_assert_eq(c.hpz_partition_size, 1);
+    char warnings[256] = "";
+    const char* json = "{\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 8, \"mics_hierarchical_params_gather\": true,"
+                       " \"zero_quantized_weights\": true, \"zero_quantized_gradients\": true}}";
+    cr_assert_eq(zero_config_load_json(&c, write_json("zpp.json", json), warnings, sizeof(warnings)), 0, "%s", zero_errmsg());
+    cr_assert_str_eq(warnings, "");  // every key read
+    cr_assert(c.mics_shard_size == 8 && c.mics_hierarchical_params_gather == 1 && c.quantized_weights == 1 && c.quantized_gradients == 1);
+    cr_assert_eq(zero_config_validate(&c), 0, "%s", zero_errmsg());
+    // flags beat the file
+    cr_assert_eq(zero_config_set_flag(&c, "--mics-shard-size", "-1"), 0);
+    cr_assert_eq(zero_config_set_flag(&c, "--mics-hierarchical-params-gather", "0"), 0);
+    cr_assert_eq(zero_config_set_flag(&c, "--zero-hpz-partition-size", "4"), 0);
+    cr_assert_eq(zero_config_set_flag(&c, "--zero-quantized-weights", "0"), 0);
+    cr_assert_eq(zero_config_set_flag(&c, "--ranks-per-node", "2"), 0);
+    cr_assert(c.mics_shard_size == -1 && c.hpz_partition_size == 4 && c.quantized_weights == 0 && c.quantized_gradients == 1 && c.ranks_per_node == 2);
+    cr_assert_eq(zero_config_validate(&c), 0, "%s", zero_errmsg());
+    char desc[512];
+    zero_config_describe(&c, desc, sizeof(desc));
+    cr_assert(strstr(desc, "hpZ groups of 4") && strstr(desc, "qgZ") && strstr(desc, "nodes of 2"), "%s", desc);
+    // bad values
+    cr_assert_eq(zero_config_set_flag(&c, "--zero-quantized-weights", "2"), -1);
+    cr_assert_eq(zero_config_set_flag(&c, "--zero-hpz-partition-size", "0"), -1);
+    cr_assert_eq(zero_config_set_flag(&c, "--mics-shard-size", "-2"), -1);
+    // what validate refuses, each with its reason
+    static const struct { const char* flag; const char* value; int stage; const char* also; const char* also_value; const char* needle; } bad[] = {
+        { "--zero-quantized-gradients", "1", 2, NULL, NULL, "need ZeRO stage 3" },
+        { "--mics-shard-size", "2", 1, NULL, NULL, "need ZeRO stage 3" },
+        { "--mics-shard-size", "2", 3, "--zero-hpz-partition-size", "2", "choose one" },
+        { "--mics-shard-size", "2", 3, "--offload-optimizer", "cpu", "not supported" },
+        { "--mics-hierarchical-params-gather", "1", 3, NULL, NULL, "needs mics_shard_size" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        zero_config_defaults(&c);
+        c.stage = bad[i].stage;
+        cr_assert_eq(zero_config_set_flag(&c, bad[i].flag, bad[i].value), 0);
+        if (bad[i].also) { cr_assert_eq(zero_config_set_flag(&c, bad[i].also, bad[i].also_value), 0); }
+        cr_assert_eq(zero_config_validate(&c), -1, "case %zu", i);
+        cr_assert(strstr(zero_errmsg(), bad[i].needle), "case %zu: %s", i, zero_errmsg());
+    }
+}
