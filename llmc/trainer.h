@@ -363,6 +363,12 @@ static void trainer_setup(Trainer* t) {
     t->total_batch = trainer_total_batch(tc, rank, t->world);
     t->grad_accum = (int)(t->total_batch / ((long)tc->B * tc->T * t->world));
     trainer_check_ranks(t);
+    // MiCS's checkpoint sections are of the shard group, which the checkpoint set (one
+    // section per rank of the run) cannot yet describe: refused before anything is trained
+    if (tc->zero.mics_shard_size > 0 && tc->zero.mics_shard_size < t->world && (tc->checkpoint_every > 0 || tc->resume)) {
+        die_all(rank, "flags -n and -y with mics_shard_size: checkpoints of MiCS runs are not supported yet (save with the "
+                      "same run without MiCS, or train without -n)");
+    }
 
     if (tc->output_dir != NULL) {
         struct stat st;
