@@ -4,7 +4,8 @@
 # test/emu, then the CUDA compile check of test/gpu. Each suite's own result line is
 # counted; the run closes with one line "total: N passed, N failed" (and the suites that
 # could not run here, by name, as skipped: never counted as passed) and exits non-zero
-# when any test failed or any suite did not report.
+# when any test failed or any suite did not report. A suite that finds it cannot run
+# here says so itself: "SKIP <what>: <reason>" and "0 passed, 0 failed".
 #
 #   test/unit  one building block each: Criterion tests, the MPI collectives driver
 #   test/e2e   the trainers end to end: PyTorch reference, ranks, stages, offload, scripts
@@ -39,6 +40,10 @@ run_suite() {
     fi
     passed=$((passed + p)); failed=$((failed + f))
     if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then broken+=("$name"); fi
+    # nothing run, and a SKIP line saying why: the suite could not run on this machine
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && line=$(grep -m1 -E '^SKIP [^:]+: ' "$log"); then
+        skipped+=("$name (${line#SKIP *: })")
+    fi
 }
 
 # Criterion forks each test and runs them on all cores; keep the kernels single-threaded
@@ -59,6 +64,7 @@ run_suite "nodes: hierarchical, MiCS, ZeRO++ (MPI)" bash test/e2e/test_topology.
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
 run_suite "faults (MPI)"          bash test/e2e/test_faults.sh
+run_suite "two hosts (MPI, network namespaces)" bash test/e2e/test_multihost.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
 run_suite "fuzzing the readers"   bash test/fuzz/run_fuzz.sh
 # the engine's units, its collectives and the offload suite (stages 1-3 at 1 and 2 ranks,

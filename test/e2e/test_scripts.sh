@@ -14,6 +14,8 @@
 #   GPU scripts   profile.sh, bench_gpu.sh and a real run stop with a message on a machine
 #                 without a GPU; dev/bench_torch_gpt2.py refuses to run without CUDA, runs
 #                 a small model on the CPU, and counts FLOPs like the trainers' reports
+#   benchmarks    bench_infinity.sh and bench_comm.sh run on d2 (bench_comm.sh on two
+#                 network-namespace hosts: skipped by name where they cannot be made)
 # Ends with "N passed, N failed".
 # shellcheck source=test/e2e/lib.sh
 source "$(dirname "$0")/lib.sh"   # cd to the repo root; $BIN, $PY, $tmp, ok/bad/finish
@@ -34,7 +36,8 @@ done
 if "$PY" -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
 else bad "py_compile dev/bench_torch_gpt2.py: $(tail -1 "$tmp/err")"; fi
 if command -v shellcheck > /dev/null; then
-    new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh test/e2e/test_scripts.sh)
+    new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh scripts/bench_comm.sh
+         test/e2e/netns_hosts.sh test/e2e/test_scripts.sh)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
     else bad "shellcheck: $(grep -m1 -E '^In |SC[0-9]+' "$tmp/sc")"; fi
 fi
@@ -255,6 +258,34 @@ else
 fi
 expect_error "bench_infinity.sh: swap files larger than the free space" "the swap files of gpt3:c12288 at 2 ranks need" \
     env BENCH_MODEL=gpt3:c12288 bash scripts/bench_infinity.sh "$tmp/inf"
+
+# ---------------------------------------------------------------------------
+# bench_comm.sh on d2 for 1 and 2 steps (its d12 run is a benchmark, docs/USAGE.md): on the
+# two namespace hosts, every configuration measured on the veths, next to the report's own
+# inter-node bytes per step (within 10%: the rest is Open MPI's headers and control
+# traffic) and the ratio to ZeRO-3; skipped by name where the namespaces cannot be made
+BENCH_MODEL=d2 BENCH_T=32 BENCH_STEPS="1 2" bash scripts/bench_comm.sh > "$tmp/comm.log" 2> "$tmp/comm.err"; rc=$?
+if [ $rc -eq 2 ] && grep -q "cannot make the two hosts" "$tmp/comm.err"; then
+    echo "SKIP bench_comm.sh on d2 ($(sed -n 's/^error: //p' "$tmp/comm.err" | head -1))"
+elif [ $rc -eq 0 ] && "$PY" - "$tmp/comm.log" > "$tmp/comm.check" 2>&1 <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+line = re.search(r"^bench_comm: (.*)$", text, re.M).group(1)
+f = dict(kv.split("=") for kv in line.split())
+labels = {"zero3": "ZeRO-3", "mics": "MiCS, shard groups of 2", "hpz": "hpZ, secondary groups of 2",
+          "zpp": "qwZ + hpZ + qgZ (ZeRO++)"}
+for c, label in labels.items():
+    veth, rep = float(f[f"{c}_bytes_per_step"]), float(f[f"{c}_report"])
+    assert veth > 0 and abs(veth - rep) <= 0.10 * rep, (c, veth, rep)
+    assert re.search(r"^%s +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" % re.escape(label), text, re.M), c
+assert float(f["zero3_vs_zero3"]) == 1.0
+print(line)
+EOF
+then
+    ok "bench_comm.sh on d2: 4 configurations, veth bytes per step within 10% of the report's ($(cut -c1-70 "$tmp/comm.check")...)"
+else
+    bad "bench_comm.sh on d2 (exit $rc): $(grep -E 'failed|n/a' "$tmp/comm.log" | head -3 | tr '\n' ' ')$(tail -1 "$tmp/comm.check" 2>/dev/null)"
+fi
 
 # ---------------------------------------------------------------------------
 # gpu_bundle.sh: refuses what it cannot do, with a message (its pack and run need the
