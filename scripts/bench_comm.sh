@@ -13,12 +13,17 @@
 # figures. test/e2e/test_scripts.sh runs it on a small model (BENCH_MODEL=d2).
 #   usage: scripts/bench_comm.sh        (from anywhere, as root: it makes network namespaces;
 #                                       builds what it needs; about 8 minutes on 2 cores)
-#   BENCH_MODEL (d12), BENCH_B (1), BENCH_T (64), BENCH_STEPS ("2 4": the two step counts)
+#   BENCH_MODEL (d12), BENCH_B (1), BENCH_T (64), BENCH_STEPS ("2 4": the two step counts),
+#   BENCH_ARGS ("--max-reuse-distance 0": every configuration frees each unit after its
+#   forward use and gathers it again for the backward, as a model too large to keep its
+#   units gathered does; d12 at the defaults keeps all of them from the forward to the
+#   backward, and then there is no backward gather for hpZ to keep inside the node)
 # Exit status 2 where the two hosts cannot be made here (the reason on stderr), 1 where a
 # configuration failed (its row says why; the others are still measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${BENCH_MODEL:-d12}; B=${BENCH_B:-1}; T=${BENCH_T:-64}
+read -ra extra <<< "${BENCH_ARGS---max-reuse-distance 0}"
 read -r s1 s2 <<< "${BENCH_STEPS:-2 4}"
 [ "$s2" -gt "$s1" ] || { echo "error: BENCH_STEPS must be two step counts, the second larger" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -40,7 +45,7 @@ configs=(
 )
 TRAIN=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 echo "machine: $(nproc --all) cores; 2 hosts (network namespaces, veth MTU 65000, $HOSTS_SUBNET) x 2 ranks x 1 thread;" \
-     "$model, B=$B T=$T per rank, runs of $s1 and $s2 steps"
+     "$model, B=$B T=$T per rank, runs of $s1 and $s2 steps; every run: ${extra[*]:-(no extra flags)}"
 failed=0
 for c in "${configs[@]}"; do
     IFS='|' read -r name label flags <<< "$c"
@@ -48,7 +53,7 @@ for c in "${configs[@]}"; do
         before=$(hosts_link_bytes)
         start=$SECONDS
         # shellcheck disable=SC2086
-        if hosts_mpirun 2 ./train_gpt2_zero3_cpu -e "$model" -i "$TRAIN" -j "$TRAIN" -b "$B" -t "$T" -x "$s" -v 0 -s 0 $flags \
+        if hosts_mpirun 2 ./train_gpt2_zero3_cpu -e "$model" -i "$TRAIN" -j "$TRAIN" -b "$B" -t "$T" -x "$s" -v 0 -s 0 $flags "${extra[@]}" \
                 --report "$tmp/${name}_$s.json" > "$tmp/${name}_$s.log" 2>&1; then
             echo $(($(hosts_link_bytes) - before)) > "$tmp/${name}_$s.veth"
             echo "  $label, $s steps: $(cat "$tmp/${name}_$s.veth") bytes on the veths, $((SECONDS - start)) s" >&2

@@ -33,6 +33,12 @@ if [ "${#runs[@]}" -ge 10 ]; then ok "found ${#runs[@]} run scripts"; else bad "
 for s in scripts/*.sh test/e2e/test_scripts.sh; do
     if bash -n "$s" 2> "$tmp/err"; then ok "bash -n $s"; else bad "bash -n $s: $(head -1 "$tmp/err")"; fi
 done
+# every script the docs run as scripts/NAME.sh is executable (run_common.sh is sourced); a
+# missing execute bit reads "Permission denied" to the user, while this file runs them with bash
+for s in scripts/*.sh; do
+    [ "$s" = scripts/run_common.sh ] && continue
+    if [ -x "$s" ] && git ls-files -s "$s" | grep -q '^100755'; then ok "executable: $s"; else bad "$s is not executable (chmod +x, and commit the mode)"; fi
+done
 if "$PY" -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
 else bad "py_compile dev/bench_torch_gpt2.py: $(tail -1 "$tmp/err")"; fi
 if command -v shellcheck > /dev/null; then
