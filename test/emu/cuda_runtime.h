@@ -38,6 +38,7 @@
 #include <stdio.h>     // fprintf
 #include <stdlib.h>    // malloc, free, abort
 #include <string.h>    // memcpy, memset
+#include <math.h>      // fmaf: __fmaf_rn
 #include <ucontext.h>  // the threads of a block as fibers
 #include <sys/mman.h>  // their stacks
 #include <unistd.h>    // getpid: each process's "GPU" its own UUID
@@ -251,6 +252,14 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
+
+// the device's IEEE round-to-nearest intrinsics: one rounding each, never fused with
+// anything around them (the volatile result is stored and read back, so g++ cannot contract
+// it into an FMA whatever -ffp-contract or -march says); __fmaf_rn is C's fmaf, one rounding
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
 // ----------------------------------------------------------------------------
 // errors: the last one any call returned, for cudaGetLastError
