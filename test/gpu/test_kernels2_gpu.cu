@@ -1,8 +1,9 @@
 /*
  GPU tests of llmc/matmul.cuh, llmc/fused_classifier.cuh (whole rows and vocabulary tiles),
- zero3/adamw.cuh and the flash path of
- llmc/attention.cuh against the CPU references llmc/matmul.h, gelu.h, classifier.h, adamw.h and
- attention.h (the CPU trainer's own code); the flash attention also against the cuBLAS path.
+ zero3/adamw.cuh, zero3/quant.cuh and the flash path of
+ llmc/attention.cuh against the CPU references llmc/matmul.h, gelu.h, classifier.h, adamw.h,
+ quant.h (bit for bit) and attention.h (the CPU trainer's own code); the flash attention also
+ against the cuBLAS path.
  Run by `make test-gpu` on a GPU machine; prints one line per check and ends with
  "N passed, N failed"; exits non-zero on any failure.
 
@@ -57,6 +58,7 @@
 #include <stdint.h>    // uint16_t, uint32_t, uint64_t for bit patterns and the RNG
 #include <string.h>    // memcpy, memcmp, memset
 #include <math.h>      // fabs, sqrt, ldexp
+#include <float.h>     // FLT_MAX
 #include <vector>      // host buffers
 
 #include "llmc/matmul.h"             // CPU matmul_forward / matmul_backward (the reference)
@@ -68,6 +70,7 @@
 #include "llmc/matmul.cuh"           // GPU matmul_forward / matmul_backward, cublaslt_init
 #include "llmc/fused_classifier.cuh" // GPU fused_classifier, classifier_tile_forward/_backward
 #include "zero3/adamw.cuh"            // GPU adamw_update_cuda, global_norm_squared
+#include "zero3/quant.cuh"            // GPU zero_quantize_cuda, zero_dequantize_cuda, _add_cuda; quant.h's zero_quantize
 #include "llmc/attention.cuh"        // GPU attention_flash_forward / _backward and the cuBLAS path
 
 static const double U = 5.9604644775390625e-08;  // 2^-24
@@ -729,6 +732,240 @@ static void test_grad_scale(cudaStream_t s) {
 
 
 // ----------------------------------------------------------------------------
+// int8 blocks (zero3/quant.cuh) against zero3/quant.h
+//
+// Bit for bit, on runs of random values with outliers (1 in 61 x1000) and, in the long run,
+// blocks made to hit every rule: zeros, +-inf, NaNs (the last one's payload kept, quietened),
+// an inf and a NaN together, ties to even, -0, subnormals (a scale that underflows to 0; a
+// 127 / amax that overflows), FLT_MAX, a huge outlier among small values; n = 0, 1, 5, 16,
+// 256, 257, 2065 and 100003 (short last blocks, thread blocks of the quantise kernel only
+// partly used), fp32 and bf16 input (quant.h given the widened floats). Checked: the
+// quantised bytes equal; dequantised to fp32 and to bf16 the same values (a NaN for a NaN:
+// its bits are the hardware's); the add variant equal to one rounding of q * scale + out
+// (fmaf: quant.cuh says why), on data where the twice-rounded sum differs often enough that
+// an unfused kernel fails, and quant.h's own add here either of the two (counted: which one
+// this build's compiler made). The dequantising kernels read quant.h's bytes, so each kernel
+// is checked on its own. Every output lies QUANT_LEAD bytes into its buffer (4-byte but not
+// 8-byte aligned, as a rank block of 16 values quantised is 20 bytes) with QUANT_GUARD
+// bytes after it; nothing outside may change. Then the rules on their own, independent of
+// the host's arithmetic: ties to even, a NaN scale's bits; and an unaligned run refused.
+
+#define QUANT_LEAD 20   // bytes before every output
+#define QUANT_GUARD 64  // and after it; filled with 0xa5, checked untouched
+
+static void zero_check(int rc) {
+    if (rc != 0) { fprintf(stderr, "error: %s\n", zero_errmsg()); exit(EXIT_FAILURE); }
+}
+
+// bf16 by its bits, whatever floatX is: rounded to nearest even, a NaN quietened (what
+// __float2bfloat16_rn gives), or cut to its top bits, a NaN kept one (a signalling one too)
+static uint16_t bf16_round_bits(float f) {
+    uint32_t u = float_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x0040u); }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x, std::vector<float>& xf) {
+    std::vector<__nv_bfloat16> b(x.size());
+    xf.resize(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        uint32_t u = float_to_bits(x[i]);
+        uint16_t h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | ((u >> 16) & 0x7fu ? 0u : 1u))
+                                                     : bf16_round_bits(x[i]);
+        __nv_bfloat16_raw r;
+        r.x = h;
+        b[i] = __nv_bfloat16(r);
+        xf[i] = bits_to_float((uint32_t)h << 16);
+    }
+    return b;
+}
+// the same float: the same bits, or both NaN
+static bool same_float(float a, float b) { return a != a ? b != b : float_to_bits(a) == float_to_bits(b); }
+
+// a device buffer of QUANT_LEAD + bytes + QUANT_GUARD, every byte 0xa5; the data at + QUANT_LEAD
+static unsigned char* quant_dev(size_t bytes) {
+    unsigned char* d = NULL;
+    cudaCheck(cudaMalloc(&d, QUANT_LEAD + bytes + QUANT_GUARD));
+    cudaCheck(cudaMemset(d, 0xa5, QUANT_LEAD + bytes + QUANT_GUARD));
+    return d;
+}
+// the data's bytes, and whether everything around them is untouched
+static std::vector<unsigned char> quant_back(const unsigned char* d, size_t bytes, bool* around_ok) {
+    std::vector<unsigned char> h = host_from(d, QUANT_LEAD + bytes + QUANT_GUARD);
+    *around_ok = true;
+    for (size_t i = 0; i < h.size(); i++) { *around_ok &= (i >= QUANT_LEAD && i < QUANT_LEAD + bytes) || h[i] == 0xa5; }
+    return std::vector<unsigned char>(h.begin() + QUANT_LEAD, h.begin() + QUANT_LEAD + bytes);
+}
+
+// the kernel's bytes of x (fp32 or bf16) against quant.h's of xf (x as floats)
+template <typename T>
+static void check_quant_bytes(const char* name, const std::vector<T>& x, const std::vector<float>& xf, cudaStream_t s) {
+    size_t n = xf.size(), qb = zero_quant_bytes(n);
+    std::vector<unsigned char> want(qb);
+    zero_quantize(xf.data(), n, want.data());
+    T* d_x = dev_from(x);
+    unsigned char* d_q = quant_dev(qb);
+    zero_check(zero_quantize_cuda(d_x, n, d_q + QUANT_LEAD, s));
+    bool around_ok;
+    std::vector<unsigned char> got = quant_back(d_q, qb, &around_ok);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < qb; i++) {
+        if (got[i] != want[i] && bad++ == 0) { first = i; }
+    }
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%zu of %zu bytes differ%s", bad, qb, around_ok ? "" : "; WRITTEN OUTSIDE");
+    if (bad > 0) {
+        snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail), "; first at %zu: %02x, quant.h %02x", first,
+                 got[first], want[first]);
+    }
+    report(name, bad == 0 && around_ok, detail);
+    cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_q));
+}
+
+// the kernels' dequantisation of quant.h's bytes of xf: to fp32, to bf16, and added into out0;
+// *differs counts the elements where one rounding and two give other sums
+static void check_dequant(const char* name, const std::vector<float>& xf, cudaStream_t s, size_t* differs) {
+    size_t n = xf.size(), qb = zero_quant_bytes(n);
+    std::vector<unsigned char> q(qb);
+    zero_quantize(xf.data(), n, q.data());
+    std::vector<float> want(n), out0(n), want_add(n), host_add;
+    zero_dequantize(q.data(), n, want.data(), 0);
+    for (size_t i = 0; i < n; i++) { out0[i] = rng_uniform(-2.0f, 2.0f); }
+    host_add = out0;
+    zero_dequantize(q.data(), n, host_add.data(), 1);  // as this build's compiler made it: fused or not
+    size_t host_fused = 0, host_neither = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char* blk = &q[(i / ZERO_QUANT_BLOCK) * (sizeof(float) + ZERO_QUANT_BLOCK)];
+        float scale;
+        memcpy(&scale, blk, sizeof(float));
+        float qi = (float)(int8_t)blk[sizeof(float) + i % ZERO_QUANT_BLOCK];
+        volatile float p = qi * scale;  // (stored: not contracted)
+        float twice = out0[i] + p;
+        want_add[i] = fmaf(qi, scale, out0[i]);
+        *differs += !same_float(twice, want_add[i]);
+        host_fused += !same_float(host_add[i], twice) && same_float(host_add[i], want_add[i]);
+        host_neither += !same_float(host_add[i], twice) && !same_float(host_add[i], want_add[i]);
+    }
+    unsigned char* d_q = quant_dev(qb);
+    float* d_f = (float*)quant_dev(n * sizeof(float));
+    __nv_bfloat16* d_b = (__nv_bfloat16*)quant_dev(n * sizeof(__nv_bfloat16));
+    unsigned char* d_add = quant_dev(n * sizeof(float));
+    if (n > 0) {
+        cudaCheck(cudaMemcpy(d_q + QUANT_LEAD, q.data(), qb, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_add + QUANT_LEAD, out0.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    zero_check(zero_dequantize_cuda(d_q + QUANT_LEAD, n, (float*)((unsigned char*)d_f + QUANT_LEAD), s));
+    zero_check(zero_dequantize_cuda(d_q + QUANT_LEAD, n, (__nv_bfloat16*)((unsigned char*)d_b + QUANT_LEAD), s));
+    zero_check(zero_dequantize_add_cuda(d_q + QUANT_LEAD, n, (float*)(d_add + QUANT_LEAD), s));
+    bool ok_f, ok_b, ok_a;
+    std::vector<unsigned char> fb = quant_back((unsigned char*)d_f, n * sizeof(float), &ok_f);
+    std::vector<unsigned char> bb = quant_back((unsigned char*)d_b, n * sizeof(__nv_bfloat16), &ok_b);
+    std::vector<unsigned char> ab = quant_back(d_add, n * sizeof(float), &ok_a);
+    size_t bad_f = 0, bad_b = 0, bad_a = 0;
+    for (size_t i = 0; i < n; i++) {
+        float f, a;
+        uint16_t bits;
+        memcpy(&f, &fb[i * 4], 4); memcpy(&a, &ab[i * 4], 4); memcpy(&bits, &bb[i * 2], 2);
+        bad_f += !same_float(f, want[i]);
+        bad_b += !same_float(bits_to_float((uint32_t)bits << 16), bits_to_float((uint32_t)bf16_round_bits(want[i]) << 16));
+        bad_a += !same_float(a, want_add[i]);
+    }
+    char nm[256], detail[200];
+    snprintf(nm, sizeof(nm), "%s: dequantised to fp32 == quant.h", name);
+    snprintf(detail, sizeof(detail), "%zu of %zu differ%s", bad_f, n, ok_f ? "" : "; WRITTEN OUTSIDE");
+    report(nm, bad_f == 0 && ok_f, detail);
+    snprintf(nm, sizeof(nm), "%s: dequantised to bf16 == quant.h's rounded", name);
+    snprintf(detail, sizeof(detail), "%zu of %zu differ%s", bad_b, n, ok_b ? "" : "; WRITTEN OUTSIDE");
+    report(nm, bad_b == 0 && ok_b, detail);
+    snprintf(nm, sizeof(nm), "%s: out += q * scale == fmaf(q, scale, out)", name);
+    snprintf(detail, sizeof(detail), "%zu of %zu differ%s; quant.h's add in this build: %zu fused, %zu neither", bad_a, n,
+             ok_a ? "" : "; WRITTEN OUTSIDE", host_fused, host_neither);
+    report(nm, bad_a == 0 && ok_a && host_neither == 0, detail);
+    cudaCheck(cudaFree(d_q)); cudaCheck(cudaFree(d_f)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_add));
+}
+
+// n random values in (-1, 1), 1 in 61 times 1000; with 14 blocks or more, blocks 1-13 made
+// to hit the rules
+static std::vector<float> quant_case(size_t n) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; i++) { x[i] = rng_uniform(-1.0f, 1.0f) * (i % 61 == 7 ? 1000.0f : 1.0f); }
+    if (n < 14 * ZERO_QUANT_BLOCK) { return x; }
+    auto blk = [&](int b) { return &x[(size_t)b * ZERO_QUANT_BLOCK]; };
+    for (int i = 0; i < ZERO_QUANT_BLOCK; i++) {
+        blk(1)[i] = 0.0f;                                                      // zeros: scale 0
+        blk(7)[i] = ((float)(i % 253) - 126.0f) * 0.5f;                        // ties (amax 127 below: inv = 1)
+        blk(8)[i] = ldexpf((float)(i % 101 - 50), -149);                      // amax / 127 underflows to 0
+        blk(9)[i] = i % 4 == 0 ? 0.0f : 1e-38f * (float)(i % 7 - 3);           // 127 / amax overflows; zeros among
+        blk(12)[i] *= 1e-3f;                                                   // all small
+        blk(13)[i] = -0.0f;                                                    // -0 but one
+    }
+    blk(2)[17] = INFINITY;
+    blk(3)[250] = -INFINITY;
+    blk(4)[10] = bits_to_float(0x7fc00077u);                                   // NaNs: the last one's, quietened
+    blk(4)[100] = bits_to_float(0x7f800005u);
+    blk(4)[200] = bits_to_float(0xff800123u);
+    blk(5)[3] = INFINITY; blk(5)[250] = bits_to_float(0x7fc00001u);           // inf, then NaN
+    blk(6)[3] = bits_to_float(0xffc00002u); blk(6)[250] = -INFINITY;          // NaN, then inf
+    blk(7)[0] = 127.0f;
+    blk(10)[5] = FLT_MAX; blk(10)[6] = -FLT_MAX;                              // 127 * scale may round past FLT_MAX
+    blk(11)[128] = 1e30f;                                                      // the rest rounds to 0
+    blk(13)[9] = -3.0f;
+    return x;
+}
+
+static void test_quant(cudaStream_t s) {
+    const size_t sizes[] = {100003, 0, 1, 5, 16, 256, 257, 2065};
+    size_t differs = 0;
+    char nm[128], detail[160];
+    for (size_t n : sizes) {
+        std::vector<float> x = quant_case(n), xb_f;
+        std::vector<__nv_bfloat16> xb = to_bf16(x, xb_f);
+        snprintf(nm, sizeof(nm), "quantise fp32 n=%zu: bytes == quant.h", n);
+        check_quant_bytes(nm, x, x, s);
+        snprintf(nm, sizeof(nm), "quantise bf16 n=%zu: bytes == quant.h of the widened values", n);
+        check_quant_bytes(nm, xb, xb_f, s);
+        snprintf(nm, sizeof(nm), "n=%zu", n);
+        check_dequant(nm, x, s, &differs);
+    }
+    snprintf(detail, sizeof(detail), "%zu elements", differs);
+    report("the add's data tells one rounding from two", differs > 0, detail);
+
+    // the rules on their own: ties to even (scale 127 / 127 = 1), a NaN scale's bits (the last
+    // NaN, quietened) and its q = 0
+    const float ties[6] = {127.0f, 0.5f, 1.5f, 2.5f, -2.5f, -0.5f};
+    const int8_t ties_q[6] = {127, 0, 2, 2, -2, 0};
+    const float nans[4] = {1.0f, bits_to_float(0x7fa00005u), 2.0f, bits_to_float(0xff800123u)};
+    for (int k = 0; k < 2; k++) {
+        std::vector<float> x(k == 0 ? ties : nans, k == 0 ? ties + 6 : nans + 4);
+        float* d_x = dev_from(x);
+        unsigned char* d_q = quant_dev(zero_quant_bytes(x.size()));
+        zero_check(zero_quantize_cuda(d_x, x.size(), d_q + QUANT_LEAD, s));
+        bool around_ok;
+        std::vector<unsigned char> got = quant_back(d_q, zero_quant_bytes(x.size()), &around_ok);
+        uint32_t scale_bits;
+        memcpy(&scale_bits, got.data(), 4);
+        bool ok = around_ok && scale_bits == (k == 0 ? float_to_bits(1.0f) : 0x7fc00123u);
+        for (size_t i = 0; i < x.size(); i++) { ok &= (int8_t)got[4 + i] == (k == 0 ? ties_q[i] : 0); }
+        snprintf(detail, sizeof(detail), "scale %08x", scale_bits);
+        report(k == 0 ? "quantise: ties to even (127 0.5 1.5 2.5 -2.5 -0.5 -> 127 0 2 2 -2 0)"
+                      : "quantise: a NaN block's scale is its last NaN quietened (0xff800123 -> 7fc00123), q = 0",
+               ok, detail);
+        cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_q));
+    }
+
+    // a quantised run that does not start 4-byte aligned is refused, nothing launched
+    float* d_x = dev_from(std::vector<float>(5, 1.0f));
+    unsigned char* d_q = quant_dev(zero_quant_bytes(5));
+    bool refused = zero_quantize_cuda(d_x, 5, d_q + QUANT_LEAD + 1, s) != 0 && strstr(zero_errmsg(), "aligned") != NULL &&
+                   zero_dequantize_cuda(d_q + QUANT_LEAD + 2, 5, d_x, s) != 0 &&
+                   zero_dequantize_add_cuda(d_q + QUANT_LEAD + 3, 5, d_x, s) != 0;
+    bool around_ok;
+    quant_back(d_q, 0, &around_ok);
+    report("quantise and dequantise refuse a run not 4-byte aligned", refused && around_ok, zero_errmsg());
+    cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_q));
+}
+
+// ----------------------------------------------------------------------------
 // flash attention
 //
 // attention_flash_forward / attention_flash_backward against the CPU reference (llmc/attention.h:
@@ -940,6 +1177,7 @@ int main(void) {
     test_adamw(s);
     test_global_norm(s);
     test_grad_scale(s);
+    test_quant(s);
 
     // flash attention: the shapes asked of it, then ragged last tiles (the trainer's sampling
     // loop runs the forward at every T from 1) and hs = 96
