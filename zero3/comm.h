@@ -334,34 +334,53 @@ static inline int zero_comm_node(MPI_Comm comm, int ranks_per_node, int* node) {
     return 0;
 }
 
-// zero_comm_init, then the span of the communicator over the nodes: `node` is this rank's
-// (zero_comm_node's number; ranks of one node give the same). Collective over comm.
-static inline int zero_comm_init_nodes(ZeroComm* c, MPI_Comm comm, int node) {
-    if (zero_comm_init(c, comm) != 0) { return -1; }
-    if (c->world == 1) { return 0; }
-    int* ids = (int*)malloc((size_t)c->world * sizeof(int));
-    if (ids == NULL) { zero_comm_free(c); return zero_error("zero comm: out of memory for the node table"); }
-    int rc = MPI_Allgather(&node, 1, MPI_INT, ids, 1, MPI_INT, c->comm);
-    if (rc != MPI_SUCCESS) { free(ids); zero_comm_free(c); return zero_comm_mpi_error("MPI_Allgather (nodes)", rc); }
+// How the ranks of `comm` lie on the nodes, from `node` (zero_comm_node's number; ranks
+// of one node give the same): one node, one rank per node, M nodes of n ranks node-major
+// (rank = node * n + local), or uneven. One all-gather of ints over comm.
+typedef struct { int span, nodes, per_node, node, local; } ZeroSpan;
+static inline void zero_span_set(ZeroSpan* s, int span, int nodes, int per_node, int node, int local) {
+    s->span = span; s->nodes = nodes; s->per_node = per_node; s->node = node; s->local = local;
+}
+static inline int zero_comm_span(MPI_Comm comm, int node, ZeroSpan* out) {
+    int rank = 0, world = 1;
+    zero_span_set(out, ZERO_SPAN_NODE, 1, 1, 0, 0);  // (filled on every path)
+    int rc = MPI_Comm_rank(comm, &rank);
+    if (rc == MPI_SUCCESS) { rc = MPI_Comm_size(comm, &world); }
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_rank/size (the span over the nodes)", rc); }
+    zero_span_set(out, ZERO_SPAN_NODE, 1, world, 0, rank);
+    if (world == 1) { return 0; }
+    int* ids = (int*)malloc((size_t)world * sizeof(int));
+    if (ids == NULL) { return zero_error("zero comm: out of memory for the node table"); }
+    rc = MPI_Allgather(&node, 1, MPI_INT, ids, 1, MPI_INT, comm);
+    if (rc != MPI_SUCCESS) { free(ids); return zero_comm_mpi_error("MPI_Allgather (nodes)", rc); }
     // nodes in rank order: node-major when each node's ranks are one run, all runs equal
     int nodes = 0, run = 0, per = 0, even = 1, my_node = 0;
-    for (int q = 0; q < c->world; q++) {
+    for (int q = 0; q < world; q++) {
         if (q == 0 || ids[q] != ids[q - 1]) {
             for (int p = 0; p < q; p++) { if (ids[p] == ids[q]) { even = 0; } }  // a node seen before: not one run
             if (q > 0) { if (per == 0) { per = run; } else if (run != per) { even = 0; } }
             nodes++; run = 0;
         }
         run++;
-        if (q == c->rank) { my_node = nodes - 1; }
+        if (q == rank) { my_node = nodes - 1; }
     }
     if (per == 0) { per = run; } else if (run != per) { even = 0; }
     free(ids);
-    if (nodes == 1) { return 0; }  // one node: as zero_comm_init left it
-    c->nodes = nodes;
-    if (!even) { c->span = ZERO_SPAN_UNEVEN; c->per_node = 0; c->node = my_node; c->local = -1; return 0; }
-    c->per_node = per; c->node = my_node; c->local = c->rank % per;
-    if (per == 1) { c->span = ZERO_SPAN_CROSS; return 0; }
-    c->span = ZERO_SPAN_HIER;
+    if (nodes == 1) { return 0; }
+    if (!even) { zero_span_set(out, ZERO_SPAN_UNEVEN, nodes, 0, my_node, -1); return 0; }
+    zero_span_set(out, per == 1 ? ZERO_SPAN_CROSS : ZERO_SPAN_HIER, nodes, per, my_node, rank % per);
+    return 0;
+}
+
+// zero_comm_init, then the span of the communicator over the nodes (zero_comm_span) and,
+// for a hierarchical one, its sub-communicators. Collective over comm.
+static inline int zero_comm_init_nodes(ZeroComm* c, MPI_Comm comm, int node) {
+    if (zero_comm_init(c, comm) != 0) { return -1; }
+    ZeroSpan sp;
+    if (zero_comm_span(c->comm, node, &sp) != 0) { zero_comm_free(c); return -1; }
+    c->span = sp.span; c->nodes = sp.nodes; c->per_node = sp.per_node; c->node = sp.node; c->local = sp.local;
+    if (c->span != ZERO_SPAN_HIER) { return 0; }
+    int rc = MPI_SUCCESS;
     for (int i = 0; i < ZERO_NUM_SUBS && rc == MPI_SUCCESS; i++) {
         int across = i >= ZERO_SUB_CROSS_FIRST;
         rc = MPI_Comm_split(c->comm, across ? c->local : c->node, c->rank, &c->sub[i]);

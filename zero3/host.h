@@ -973,8 +973,6 @@ static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
     return rc;
 }
 
-// Builds the engine over in->comm for in->model (see ZeroInit); each rank fills only its
-// own shards (in->fill) and gathers what it must hold whole.
 // The communicators: the shard group (everyone, or MiCS's groups of mics_shard_size
 // consecutive ranks), the replicas (MiCS: the same index in every group), the secondary
 // group (hpZ: consecutive ranks of the shard group), each told where the nodes are.
@@ -984,11 +982,10 @@ static int zero_host_comms_init(ZeroHost* e, MPI_Comm world) {
     MPI_Comm_rank(world, &wrank);
     MPI_Comm_size(world, &wsize);
     if (zero_comm_node(world, cfg->ranks_per_node, &node) != 0) { return -1; }
-    ZeroComm all;   // only to learn the world's span over the nodes
-    if (zero_comm_init_nodes(&all, world, node) != 0) { return -1; }
+    ZeroSpan all;   // where the whole world's ranks are, for the report
+    if (zero_comm_span(world, node, &all) != 0) { return -1; }
     e->nodes = all.nodes;
     e->per_node = all.span == ZERO_SPAN_UNEVEN ? 0 : all.per_node;
-    zero_comm_free(&all);
     int S = cfg->mics_shard_size > 0 ? cfg->mics_shard_size : wsize;
     if (wsize % S != 0) { return zero_error("zero: mics_shard_size %d does not divide the %d ranks", S, wsize); }
     MPI_Comm group = MPI_COMM_NULL, reps = MPI_COMM_NULL;
@@ -1013,6 +1010,8 @@ static int zero_host_comms_init(ZeroHost* e, MPI_Comm world) {
     return rc;
 }
 
+// Builds the engine over in->comm for in->model (see ZeroInit); each rank fills only its
+// own shards (in->fill) and gathers what it must hold whole.
 static int zero_host_init(void* impl, const ZeroInit* in) {
     ZeroHost* e = (ZeroHost*)impl;
     const ZeroConfig* cfg = in->cfg;
