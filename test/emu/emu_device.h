@@ -30,6 +30,12 @@
  its destination at the call (a host read before it completes sees NaN) and checks that the
  poison is intact when it runs. Host code dereferencing device memory stops the run too.
 
+ Threads. [Note: one thread runs the GPU] the thread that first calls the runtime runs every
+ operation, and only its accesses while one runs are an operation's. Other host threads
+ (--dpu's CPU Adam, OpenMP workers) run beside the operations, as they do beside a real GPU:
+ their accesses are host accesses, checked only for device memory, under emu_allocs_lock
+ because the runtime's thread may be adding an allocation meanwhile.
+
  NCCL collectives are operations that start (non-blocking MPI) when they reach the head of
  their stream and complete when MPI says so, polled by the scheduler; the host's own
  blocking MPI calls (interposed in nccl.h) keep the emulated GPU running while they wait,
@@ -50,6 +56,7 @@
 #include <vector>       // queues, histories
 #include <deque>        // a stream's queue
 #include <random>       // the scheduler's choices
+#include <pthread.h>    // emu_allocs_lock: other host threads look up allocations
 
 #define EMU_NO_TRACK __attribute__((no_sanitize_address))
 #define EMU_MAX_STREAMS 32  // clock components: 0 the host, 1 the legacy default stream
@@ -135,6 +142,10 @@ struct EmuDevice {
     size_t device_bytes;
 };
 inline EmuDevice emu_dev;
+// [Note: one thread runs the GPU]: set on the thread that ran emu_init
+inline thread_local int emu_gpu_thread;
+// held by the runtime's thread while it changes emu_dev.allocs, and by other threads reading it
+inline pthread_mutex_t emu_allocs_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void emu_die(const char* fmt, const char* a = "", const char* b = "") {
     fprintf(stderr, "emulated CUDA: ");
@@ -147,6 +158,7 @@ static void emu_die(const char* fmt, const char* a = "", const char* b = "") {
 static EMU_NO_TRACK void emu_init(void) {
     if (emu_dev.ready) { return; }
     emu_dev.ready = 1;
+    emu_gpu_thread = 1;
     emu_dev.arena = (char*)mmap(NULL, EMU_ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (emu_dev.arena == MAP_FAILED) { emu_die("cannot reserve the device arena"); }
     const char* s = getenv("EMU_SEED");
@@ -203,7 +215,9 @@ static EMU_NO_TRACK void* emu_alloc(size_t n, int kind) {
     char* p = base + ((map - n) & ~(size_t)255);
     memset(base, 0xff, map);
     EmuAlloc e = {(uintptr_t)p, (uintptr_t)p + (n > 0 ? n : 1), map, kind, 1, 0};
+    pthread_mutex_lock(&emu_allocs_lock);
     emu_dev.allocs.push_back(e);
+    pthread_mutex_unlock(&emu_allocs_lock);
     emu_dev.history.emplace_back();
     if (kind == EMU_MEM_DEVICE) { emu_dev.device_bytes += n; }
     return p;
@@ -216,7 +230,9 @@ static EMU_NO_TRACK int emu_free(void* p, int kind) {
     char* base = (char*)(e->lo & ~(uintptr_t)4095);
     munmap(base, e->map_bytes);  // (the range stays reserved: it is never handed out again)
     mmap(base, e->map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    pthread_mutex_lock(&emu_allocs_lock);
     e->live = 0;
+    pthread_mutex_unlock(&emu_allocs_lock);
     emu_dev.history[i].clear();
     emu_dev.history[i].shrink_to_fit();
     if (kind == EMU_MEM_DEVICE) { emu_dev.device_bytes -= e->hi - e->lo; }
@@ -311,8 +327,27 @@ static EMU_NO_TRACK void emu_check(EmuOp* op, const EmuAccess* a) {
 
 // the compiler's callbacks (see the top): an access to the arena while an operation runs is
 // recorded; one from the host outside any operation is refused if it is device memory
+// another host thread's access to the arena (see [Note: one thread runs the GPU])
+static EMU_NO_TRACK __attribute__((noinline)) void emu_touch_other_thread(uintptr_t a, int write) {
+    pthread_mutex_lock(&emu_allocs_lock);
+    int lo = 0, hi = (int)emu_dev.allocs.size() - 1, kind = 0;
+    while (lo <= hi) {  // (emu_find without its cache, which is the runtime thread's)
+        int mid = (lo + hi) / 2;
+        const EmuAlloc* e = &emu_dev.allocs[mid];
+        if (a < e->lo) { hi = mid - 1; } else if (a >= e->hi) { lo = mid + 1; } else { kind = e->live ? e->kind : 0; break; }
+    }
+    pthread_mutex_unlock(&emu_allocs_lock);
+    if (kind == EMU_MEM_DEVICE) {
+        emu_die("a host thread %s device memory (on a GPU that is an invalid address on the host)", write ? "wrote" : "read");
+    }
+}
+
 static inline __attribute__((always_inline)) EMU_NO_TRACK void emu_touch(uintptr_t a, size_t n, int write) {
     if (a - (uintptr_t)emu_dev.arena >= EMU_ARENA_BYTES || n == 0) { return; }
+    if (!emu_gpu_thread) {
+        emu_touch_other_thread(a, write);
+        return;
+    }
     if (!emu_dev.tracking) {
         if (emu_dev.running == NULL) {
             int i = emu_find(a);

@@ -13,6 +13,8 @@
 #include <string.h>        // strcmp
 #include <math.h>          // isnan
 #include <stdlib.h>        // setenv
+#include <pthread.h>       // the "thread" case: a second host thread beside the GPU
+#include <atomic>          // ...and its stop flag
 #include <cuda_runtime.h>  // test/emu's
 
 static int passed = 0, failed = 0;
@@ -126,6 +128,16 @@ static void limits(void) {
     cudaFree(d);
 }
 
+// the "thread" case's second host thread (as --dpu's CPU Adam): adds into `p` until stopped
+struct HostWork { float* p; std::atomic<int> stop; };
+static void* host_work_main(void* arg) {
+    HostWork* w = (HostWork*)arg;
+    while (!w->stop.load()) {
+        for (int i = 0; i < 1024; i++) { w->p[i] += 1.0f; }
+    }
+    return NULL;
+}
+
 // the deliberate bugs: `ok` puts the missing wait back
 static void race(const char* name, int ok) {
     float *d, *pinned;
@@ -161,6 +173,26 @@ static void race(const char* name, int ok) {
         float x = 0.0f;
         if (ok) { cudaMemcpy(&x, d, sizeof(float), cudaMemcpyDeviceToHost); } else { x = *(volatile float*)d; }
         printf("read %g\n", x);
+    } else if (!strcmp(name, "thread")) {
+        // another host thread works while the GPU runs kernels on two unordered streams (on
+        // disjoint halves): on pinned memory no kernel touches that is the host's business,
+        // not a kernel's access (were it taken for one, the two streams' kernels would race on
+        // it); on device memory it is the bug
+        HostWork w;
+        w.p = ok ? pinned : d;
+        w.stop.store(0);
+        float* big;  // (kernels long enough that the thread surely runs while one does)
+        cudaMalloc(&big, 65536 * sizeof(float));
+        pthread_t t;
+        pthread_create(&t, NULL, host_work_main, &w);
+        for (int k = 0; k < 50; k++) {
+            fill_kernel<<<128, 256, 0, s1>>>(big, (float)k, 32768);
+            fill_kernel<<<128, 256, 0, s2>>>(big + 32768, (float)k, 32768);
+        }
+        cudaDeviceSynchronize();
+        w.stop.store(1);
+        pthread_join(t, NULL);
+        cudaFree(big);
     } else if (!strcmp(name, "legacy")) {  // a non-blocking stream does not wait for the legacy default stream
         cudaMemset(d, 0, 1024 * sizeof(float));  // (legacy stream)
         if (ok) { cudaDeviceSynchronize(); }
