@@ -21,7 +21,7 @@
  (ncclInvalidArgument); ncclCommSplit (ranks of a color ordered by key, ties by the parent's
  rank; NCCL_SPLIT_NOCOLOR gives NULL; the new communicator's all-reduce and all-gather over
  its own ranks, made while the parent still has an all-reduce queued; the parent usable
- after).
+ after); and zero3/nccl.cuh's zero_nccl_alltoall on int8 with its byte count.
  usage: mpirun -np N test_nccl_emu   (N >= 3); prints PASS/FAIL lines and "ok" at the end
 */
 #define EMU_DEFINE_GLOBALS
@@ -32,6 +32,7 @@
 #include <stdint.h>       // int8_t, uint8_t
 #include <cuda_runtime.h> // test/emu's
 #include <nccl.h>         // test/emu's
+#include "zero3/nccl.cuh" // zero_nccl_alltoall, over test/emu's NCCL
 
 static int rank_ = 0, world_ = 1, failures = 0;
 static void check(const char* what, int ok) {
@@ -228,6 +229,33 @@ static void test_split(ncclComm_t comm, cudaStream_t s) {
     cudaFree(d_parent);
 }
 
+// zero3/nccl.cuh's all-to-all on int8 blocks (qgZ's quantised hops): the blocks, and the bytes
+// counted under the collective it is a hop of, the call left to that collective
+static void test_zero_alltoall(void) {
+    ZeroNccl zc;
+    if (zero_nccl_init(&zc, MPI_COMM_WORLD) != 0) { check(zero_errmsg(), 0); return; }
+    const size_t n = 1041;  // zero_quant_bytes(1024): a quantised block of 1024 values
+    std::vector<int8_t> out(n * world_), in(n * world_, 0);
+    for (int p = 0; p < world_; p++) {
+        for (size_t i = 0; i < n; i++) { out[(size_t)p * n + i] = (int8_t)(uint8_t)(rank_ * 61 + p * 7 + i); }
+    }
+    int8_t* d_out = dev_of(out);
+    int8_t* d_in = dev_of(in);
+    int rc = zero_nccl_alltoall(&zc, d_out, d_in, n, ncclInt8, ZERO_REDUCE_SCATTER);
+    cudaStreamSynchronize(zc.stream);
+    std::vector<int8_t> got = host_of(d_in, n * world_);
+    int ok = rc == 0;
+    for (int p = 0; p < world_; p++) {
+        for (size_t i = 0; i < n; i++) { ok &= got[(size_t)p * n + i] == (int8_t)(uint8_t)(p * 61 + rank_ * 7 + i); }
+    }
+    check("zero_nccl_alltoall (int8): block p from rank p", ok);
+    check("zero_nccl_alltoall: (world - 1) blocks counted under the reduce-scatter, no call",
+          zc.bytes[ZERO_REDUCE_SCATTER] == (double)(world_ - 1) * n && zc.calls[ZERO_REDUCE_SCATTER] == 0 &&
+          zc.bytes[ZERO_ALLGATHER] == 0.0);
+    cudaFree(d_out); cudaFree(d_in);
+    zero_nccl_free(&zc);
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -291,6 +319,7 @@ int main(int argc, char** argv) {
     test_int8(comm, s);
     test_p2p(comm, s);
     test_split(comm, s);
+    test_zero_alltoall();
     ncclCommDestroy(comm);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
