@@ -125,9 +125,10 @@ build/test_device_emu build/test_device_emu_bf16: build/test_device_emu%: test/e
 build/test_emu: test/emu/test_emu.cc $(EMU_DEPS) | build
 	mkdir -p build/emu/test/emu && $(EMU_SED) $< > build/emu/test/emu/test_emu.cc
 	$(CXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. build/emu/test/emu/test_emu.cc -o $@
-# the emulated NCCL's own test (bf16 rounded per hop of the ring)
+# the emulated NCCL's own test (bf16 rounded per hop of the ring; int8, send/recv groups, split;
+# zero3/nccl.cuh's all-to-all over it)
 build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build
-	$(MPICXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+	$(MPICXX) -O1 -g $(EMU_FLAGS) -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 # the kernels' GPU tests, fp32 and bf16
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
 # (a whole program from one rewritten .cu: fp32 when the target's name says so)

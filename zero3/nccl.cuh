@@ -18,7 +18,9 @@
  most recent record at the time of the call.
 
  Byte counters: per rank, as a ring algorithm moves them (zero3/comm.h's model), in the
- element size of the collective (a bf16 collective moves half the bytes of an fp32 one).
+ element size of the collective (a bf16 collective moves half the bytes of an fp32 one, an
+ int8 one a quarter). An all-to-all (zero_nccl_alltoall: grouped sends and receives) is a
+ hop of a collective and counts its bytes under that collective's kind.
  Errors return -1 with zero_error naming the collective and NCCL's or CUDA's message.
 */
 #ifndef ZERO3_NCCL_CUH
@@ -47,8 +49,9 @@ static inline int zero_nccl_error(ncclResult_t r, const char* what) {
     return zero_error("zero nccl: %s failed: %s", what, ncclGetErrorString(r));
 }
 
+// bytes of an element of the types the engine moves (fp64: its scalars)
 static inline size_t zero_nccl_elem_bytes(ncclDataType_t t) {
-    return (t == ncclFloat32) ? 4 : (t == ncclBfloat16 || t == ncclFloat16) ? 2 : 8;
+    return t == ncclFloat32 ? 4 : t == ncclBfloat16 || t == ncclFloat16 ? 2 : t == ncclInt8 || t == ncclUint8 ? 1 : 8;
 }
 
 // the device must be chosen (cudaSetDevice) before
@@ -107,6 +110,27 @@ static inline int zero_nccl_allgather(ZeroNccl* c, void* buf, size_t count, nccl
     c->bytes[ZERO_ALLGATHER] += (double)(c->world - 1) * (double)count * zero_nccl_elem_bytes(t);
     const char* mine = (const char*)buf + (size_t)c->rank * count * zero_nccl_elem_bytes(t);
     return zero_nccl_error(ncclAllGather(mine, buf, count, t, c->comm, c->stream), "all-gather");
+}
+
+// send (world blocks of count elements) -> recv (world blocks): block p of send goes to rank p,
+// block p of recv comes from rank p (this rank's own through NCCL too). NCCL has no all-to-all
+// call: its idiom is a group of a send and a receive per peer, which progress together (no
+// transfer waits for another) and, to one peer, in call order. send and recv must not overlap.
+// An all-to-all is a hop of one of the engine's collectives (qgZ's reduce-scatter: within the
+// node, then across), so its bytes are counted under that collective's `kind`, as zero3/comm.h
+// counts its hops: the world - 1 blocks that leave this rank; the call is the caller's to count.
+static inline int zero_nccl_alltoall(ZeroNccl* c, const void* send, void* recv, size_t count, ncclDataType_t t, int kind) {
+    size_t bytes = count * zero_nccl_elem_bytes(t);
+    c->bytes[kind] += (double)(c->world - 1) * (double)bytes;
+    if (zero_nccl_error(ncclGroupStart(), "ncclGroupStart") != 0) { return -1; }
+    ncclResult_t r = ncclSuccess;
+    for (int p = 0; p < c->world && r == ncclSuccess; p++) {
+        r = ncclSend((const char*)send + (size_t)p * bytes, count, t, p, c->comm, c->stream);
+        if (r == ncclSuccess) { r = ncclRecv((char*)recv + (size_t)p * bytes, count, t, p, c->comm, c->stream); }
+    }
+    ncclResult_t end = ncclGroupEnd();  // (the group closed whatever failed inside it)
+    if (zero_nccl_error(r, "all-to-all: a send or receive") != 0) { return -1; }
+    return zero_nccl_error(end, "all-to-all: ncclGroupEnd");
 }
 
 #endif // ZERO3_NCCL_CUH

@@ -11,6 +11,27 @@
  the result depends on the world size as it does on a GPU; an all-reduce is that
  reduce-scatter followed by an all-gather. fp32 and fp64 sums are MPI's.
 
+ Point to point (NCCL's own rules, docs.nvidia.com/deeplearning/nccl, "Point-to-point
+ communication" and "Group Calls"): ncclSend and ncclRecv between ncclGroupStart and the
+ outermost ncclGroupEnd are one operation, issued at that ncclGroupEnd: every transfer of the
+ group is posted at once (MPI_Irecv, and MPI_Issend: a send completes only once its receive
+ is posted, as NCCL's blocks the GPU until the peer is there), so they never wait for each
+ other, and those to one peer are matched in call order (MPI's order per source and tag is
+ NCCL's rule). Outside a group a send or receive is a group of one, blocking its stream until
+ the peer matches it: two ranks that each send before receiving, ungrouped, hang as they do
+ on a GPU (here until the 300 s without progress that stop a run). A group whose transfers
+ are on several streams joins them, behaving as if posted on every one of them (NCCL's
+ rule): it starts after the work issued so far on each, and each waits for it. A receive must get exactly its count (NCCL asks the same count and type on
+ both sides): anything else stops the run. Collectives called inside a group are issued at
+ their call, as before (NCCL fuses them into the group's launch; nothing may depend on the
+ order among a group's operations).
+
+ ncclCommSplit: MPI_Comm_split of the parent's ranks, the same rule (color, then key, ties by
+ the parent's rank), NCCL_SPLIT_NOCOLOR giving NULL. Each communicator holds two duplicates:
+ one for its collectives (started by the emulated GPU, whenever a stream reaches them) and one
+ for the host's own calls (the split), so that a host-side collective can never be matched
+ out of order with a GPU-side one.
+
  The host's blocking MPI calls are interposed (MPI_Allreduce, _Bcast, _Barrier, _Gather,
  _Allgather, _Reduce_scatter_block, _Wait, _Waitall, _Finalize): each starts its
  non-blocking form and keeps the emulated GPU running while it waits, because a real GPU
@@ -21,40 +42,61 @@
 #define EMU_NCCL_H
 
 #include <mpi.h>      // the collectives
-#include <vector>     // bf16 sums in fp32
+#include <vector>     // bf16 sums in fp32; a group's transfers
 #include <memory>     // a collective's state, shared by its start and its poll
 #include <cuda_runtime.h>  // cudaStream_t, the streams (the emulated runtime here)
 #include <cuda_bf16.h>     // __nv_bfloat16
 #include <stddef.h>   // size_t
 #include <string.h>   // memset
+#include <limits.h>   // INT_MAX: an MPI count
 
-typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4 } ncclResult_t;
-typedef enum { ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
+// (NCCL's values)
+typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
+typedef enum {
+    ncclInt8 = 0, ncclChar = 0, ncclUint8 = 1, ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9
+} ncclDataType_t;
 typedef enum { ncclSum = 0 } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
-typedef struct EmuNcclComm { int rank, world; MPI_Comm comm; }* ncclComm_t;
+typedef struct { int blocking; } ncclConfig_t;  // (nothing of it is read here)
+#define NCCL_CONFIG_INITIALIZER {1}
+#define NCCL_SPLIT_NOCOLOR -1
+// comm: the collectives' and transfers' duplicate; ctl: the host's own calls (the split)
+typedef struct EmuNcclComm { int rank, world; MPI_Comm comm, ctl; }* ncclComm_t;
 
 static inline const char* ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error"; }
 static inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) { memset(id, 0, sizeof(*id)); return ncclSuccess; }
 static inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int world, ncclUniqueId, int rank) {
-    MPI_Comm dup;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS) { return ncclSystemError; }
-    *c = new EmuNcclComm{rank, world, dup};
+    MPI_Comm dup, ctl;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS || MPI_Comm_dup(MPI_COMM_WORLD, &ctl) != MPI_SUCCESS) {
+        return ncclSystemError;
+    }
+    *c = new EmuNcclComm{rank, world, dup, ctl};
     return ncclSuccess;
 }
 static inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
     cudaDeviceSynchronize();  // (its collectives done first)
     MPI_Comm_free(&c->comm);
+    MPI_Comm_free(&c->ctl);
     delete c;
     return ncclSuccess;
 }
-static inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
-static inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+static inline ncclResult_t ncclCommCount(const ncclComm_t c, int* count) { *count = c->world; return ncclSuccess; }
+static inline ncclResult_t ncclCommUserRank(const ncclComm_t c, int* rank) { *rank = c->rank; return ncclSuccess; }
 
+// the MPI type of an element (bf16: its bits; its sums are done here), NULL: not emulated
 static inline MPI_Datatype emu_nccl_type(ncclDataType_t t) {
-    return t == ncclFloat32 ? MPI_FLOAT : t == ncclFloat64 ? MPI_DOUBLE : t == ncclBfloat16 ? MPI_UNSIGNED_SHORT : MPI_DATATYPE_NULL;
+    switch (t) {
+    case ncclInt8: return MPI_INT8_T;
+    case ncclUint8: return MPI_UINT8_T;
+    case ncclFloat32: return MPI_FLOAT;
+    case ncclFloat64: return MPI_DOUBLE;
+    case ncclBfloat16: return MPI_UNSIGNED_SHORT;
+    default: return MPI_DATATYPE_NULL;
+    }
 }
-static inline size_t emu_nccl_size(ncclDataType_t t) { return t == ncclFloat64 ? 8 : t == ncclBfloat16 ? 2 : 4; }
+static inline size_t emu_nccl_size(ncclDataType_t t) {
+    return t == ncclFloat64 ? 8 : t == ncclBfloat16 ? 2 : t == ncclInt8 || t == ncclUint8 ? 1 : 4;
+}
 
 // one collective in flight: MPI's request, and for bf16 the ring's buffers and phase
 struct EmuNcclState {
@@ -175,6 +217,99 @@ static inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t co
 }
 
 // ----------------------------------------------------------------------------
+// point to point: ncclSend, ncclRecv and the groups that fuse them (see the top)
+
+struct EmuP2p {                 // one send or receive of a group
+    int send;
+    void* buf;
+    size_t bytes;
+    int peer;
+    ncclComm_t comm;
+    int stream;
+    const char* file;
+    int line;
+};
+inline int emu_nccl_group_depth = 0;           // ncclGroupStart calls not yet ended
+inline std::vector<EmuP2p> emu_nccl_group;     // the open group's sends and receives, in call order
+#define EMU_NCCL_P2P_TAG 7                     // (any tag: the collectives on the same duplicate never match it)
+
+// queues the group's transfers as one operation on the first one's stream, joined with the others
+static inline void emu_nccl_group_issue(std::vector<EmuP2p> g) {
+    int s = g[0].stream;
+    for (const EmuP2p& x : g) {  // the group starts after everything issued so far on each of its streams
+        if (x.stream != s) { emu_join(&emu_queue(s)->clock, &emu_queue(x.stream)->clock); }
+        emu_find_range(x.buf, x.bytes, x.send ? "ncclSend" : "ncclRecv");
+    }
+    const char* what = g.size() > 1 ? "ncclGroupEnd (sends and receives)" : g[0].send ? "ncclSend" : "ncclRecv";
+    EmuOp* op = emu_op_new(s, what, g[0].file, g[0].line);
+    for (const EmuP2p& x : g) {
+        if (emu_where(x.buf) != 0 && x.bytes > 0) { op->acc.push_back(emu_range(x.buf, x.bytes, !x.send)); }
+    }
+    std::shared_ptr<std::vector<MPI_Request>> reqs = std::make_shared<std::vector<MPI_Request>>(g.size());
+    op->run = [g, reqs](EmuOp*) {
+        for (size_t k = 0; k < g.size(); k++) {
+            const EmuP2p& x = g[k];
+            int rc = x.send ? PMPI_Issend(x.buf, (int)x.bytes, MPI_BYTE, x.peer, EMU_NCCL_P2P_TAG, x.comm->comm, &(*reqs)[k])
+                            : PMPI_Irecv(x.buf, (int)x.bytes, MPI_BYTE, x.peer, EMU_NCCL_P2P_TAG, x.comm->comm, &(*reqs)[k]);
+            if (rc != MPI_SUCCESS) { emu_die("%s: MPI refused a transfer", x.send ? "ncclSend" : "ncclRecv"); }
+        }
+    };
+    op->poll = [g, reqs](EmuOp*) {
+        int flag = 0;
+        std::vector<MPI_Status> st(g.size());
+        if (PMPI_Testall((int)g.size(), reqs->data(), &flag, st.data()) != MPI_SUCCESS) {
+            emu_die("a send or receive failed in MPI (a receive shorter than its send? NCCL asks the same count and %s",
+                    "type on both sides)");
+        }
+        for (size_t k = 0; flag && k < g.size(); k++) {
+            int got = 0;
+            if (!g[k].send && (MPI_Get_count(&st[k], MPI_BYTE, &got) != MPI_SUCCESS || (size_t)got != g[k].bytes)) {
+                emu_die("ncclRecv: the send matched to it was shorter (NCCL asks the same count and %s", "type on both sides)");
+            }
+        }
+        return flag;
+    };
+    // every stream of the group waits for it (as if it had been posted on each)
+    emu_op_push(op);
+    for (const EmuP2p& x : g) { emu_join(&emu_queue(x.stream)->clock, &emu_queue(s)->clock); }
+}
+
+static inline ncclResult_t emu_nccl_p2p(int send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                                        cudaStream_t s, const char* file, int line) {
+    if (emu_nccl_type(t) == MPI_DATATYPE_NULL || peer < 0 || peer >= c->world || count * emu_nccl_size(t) > (size_t)INT_MAX) {
+        return ncclInvalidArgument;
+    }
+    emu_nccl_group.push_back(EmuP2p{send, (void*)buf, count * emu_nccl_size(t), peer, c, emu_stream_id(s), file, line});
+    if (emu_nccl_group_depth == 0) {  // alone: a group of one
+        emu_nccl_group_issue(emu_nccl_group);
+        emu_nccl_group.clear();
+    }
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s,
+                                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return emu_nccl_p2p(1, send, count, t, peer, c, s, file, line);
+}
+static inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s,
+                                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return emu_nccl_p2p(0, recv, count, t, peer, c, s, file, line);
+}
+
+static inline ncclResult_t ncclGroupStart(void) {
+    emu_nccl_group_depth++;
+    return ncclSuccess;
+}
+// the outermost end issues the group's transfers; an end without a start is NCCL's ncclInvalidUsage
+static inline ncclResult_t ncclGroupEnd(void) {
+    if (emu_nccl_group_depth == 0) { return ncclInvalidUsage; }
+    if (--emu_nccl_group_depth == 0 && !emu_nccl_group.empty()) {
+        emu_nccl_group_issue(emu_nccl_group);
+        emu_nccl_group.clear();
+    }
+    return ncclSuccess;
+}
+
+// ----------------------------------------------------------------------------
 // the host's blocking MPI calls, with the emulated GPU running while they wait
 
 // one turn of a host wait: the emulated GPU moves on, or the CPU goes to another rank
@@ -189,6 +324,27 @@ static inline int emu_mpi_wait(MPI_Request* r, MPI_Status* status, int rc) {
         if (rc == MPI_SUCCESS && !flag) { emu_mpi_idle(); }
     }
     return rc;
+}
+
+// ncclCommSplit (see the top): collective over c's ranks. They first meet at a barrier on the
+// host's duplicate, waited for with the emulated GPU running (as in the interposed calls
+// below), so that no rank sits in MPI_Comm_split while another waits for GPU work of its
+static inline ncclResult_t ncclCommSplit(ncclComm_t c, int color, int key, ncclComm_t* out, ncclConfig_t*) {
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) { return ncclInvalidArgument; }
+    MPI_Request q;
+    if (emu_mpi_wait(&q, MPI_STATUS_IGNORE, PMPI_Ibarrier(c->ctl, &q)) != MPI_SUCCESS) { return ncclSystemError; }
+    MPI_Comm sub = MPI_COMM_NULL, ctl = MPI_COMM_NULL;
+    int mpi_color = color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color;
+    if (PMPI_Comm_split(c->ctl, mpi_color, key, &sub) != MPI_SUCCESS || PMPI_Comm_split(c->ctl, mpi_color, key, &ctl) != MPI_SUCCESS) {
+        return ncclSystemError;
+    }
+    *out = NULL;
+    if (sub == MPI_COMM_NULL) { return ncclSuccess; }
+    int rank = 0, world = 0;
+    MPI_Comm_rank(sub, &rank);
+    MPI_Comm_size(sub, &world);
+    *out = new EmuNcclComm{rank, world, sub, ctl};
+    return ncclSuccess;
 }
 
 #ifdef EMU_DEFINE_GLOBALS

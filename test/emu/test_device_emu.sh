@@ -30,10 +30,11 @@ emu() {  # emu N ARGS...: one run on N ranks, once per seed (the bf16 build with
     done
 }
 
-# the emulated NCCL itself: bf16 sums rounded at every hop of the ring, as on a GPU
+# the emulated NCCL itself: bf16 sums rounded at every hop of the ring, as on a GPU; int8,
+# grouped sends and receives, ncclCommSplit, zero3/nccl.cuh's all-to-all (test_nccl_emu.cc)
 for n in 3 4; do
     if EMU_SEED=1 $MPIRUN -np "$n" -x EMU_SEED ./build/test_nccl_emu > "$tmp/nccl.log" 2>&1 && grep -q '^ok:' "$tmp/nccl.log"; then
-        ok "emulated NCCL at $n ranks: bf16 per hop of the ring, fp32 exact"
+        ok "emulated NCCL at $n ranks: bf16 per hop of the ring, fp32 exact, int8, send/recv groups, split, all-to-all"
     else
         bad "emulated NCCL at $n ranks"; grep FAIL "$tmp/nccl.log" | head -4 | sed 's/^/  /'
     fi
