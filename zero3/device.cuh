@@ -29,6 +29,21 @@
  its result is uploaded at the end of step i+1. NVMe and parameter offload are the host
  engine's (the GPU trainer's host-staged backend, zero3/staged.cuh).
 
+ Beyond one node (stage 3; the host engine's modes, zero3/host.h, on NCCL). The ranks learn
+ their node (zero_comm_node) and each communicator its span over the nodes
+ (zero3/nccl.cuh). MiCS (mics_shard_size S): everything above runs inside groups of S
+ consecutive ranks (`nccl`), and each unit's accumulated gradient shard is all-reduced
+ across the groups (`rep`, the ranks of the same index in every group) on the last
+ micro-step, right after its reduction; the mean divides by every rank (dp_world). hpZ
+ (zero_hpz_partition_size P): a unit's first gather in a step, from the shards, also keeps
+ this rank's 1/P slice of it (`sec`); its later gathers in that step (the backward's) are
+ all-gathers of those slices inside the group of P consecutive ranks (`hpz`, inside a node
+ when P divides the node), never across the whole world; an update makes the slices stale.
+ qwZ: the gathers from the shards move int8 blocks (zero_nccl_allgather_q); qgZ: the
+ reduce-scatters of stages 2-3 move int8 blocks in hops, summed in fp32 into `wide_out`
+ (zero_nccl_reduce_scatter_q). The quantised collectives share one scratch buffer
+ (`qscratch`): they all run on the one collective stream, in order.
+
  Gradients are reduced in floatX unless the configuration says fp32
  (--communication-data-type fp32; in the bf16 build, wherever NCCL runs): then each unit's
  bf16 gradient is widened into an fp32 buffer on the NCCL stream, reduced in fp32, and the
@@ -83,7 +98,8 @@
 #include "zero3/zero.h"          // the interface: ZeroOps, ZeroModel, ZeroStats
 #include "zero3/schedule.h"      // ZeroSchedule: the uses and their decisions
 #include "zero3/checkpoint.h"    // ZeroStateHeader: this engine's part of a checkpoint
-#include "zero3/nccl.cuh"        // ZeroNccl: the collectives' stream and events
+#include "zero3/nccl.cuh"        // ZeroNccl: the collectives' stream and events; the quantised collectives
+#include "zero3/comm.h"          // zero_comm_node, zero_comm_span: the nodes
 #include "zero3/cpu_adam.h"      // cpu_adam_step: offload's SIMD AdamW
 
 #if defined(ENABLE_FP32)
@@ -133,8 +149,15 @@ typedef struct ZeroDev {
     ZeroConfig cfg;
     ZeroSchedule sched;
     MPI_Comm comm;                // the ranks (NCCL's communicator is made over it)
-    int stage, world, rank, use_nccl;
-    ZeroNccl nccl;
+    int stage, world, rank, use_nccl;   // world, rank: of the shard group (everyone without MiCS)
+    ZeroNccl nccl;                // the shard group's collectives
+    ZeroNccl rep;                 // MiCS: the ranks holding the same shards in the other groups (unused: zeroed)
+    ZeroNccl hpz;                 // hpZ: the secondary group, consecutive ranks of the shard group (unused: zeroed)
+    int dp_world;                 // every data-parallel rank: the mean gradient's divisor
+    int nodes, per_node;          // where the job's ranks are, for the report (per_node 0: uneven)
+    floatX* sec;                  // (padded_total / hpz.world) hpZ: this rank's slice of every unit
+    unsigned char* sec_ok;        // (num_units) hpZ: the slice holds the current parameters
+    unsigned char* qscratch;      // qwZ / qgZ: the quantised blocks of one collective
     cudaStream_t compute;
     int num_tensors;
     ZeroTensor* tensors;
@@ -337,13 +360,34 @@ static int zero_dev_gather(ZeroDev* d, int u) {
     ZeroDevBuf* b = zero_dev_take(d, d->ppool, d->nppool, u);
     if (b == NULL) { return -1; }
     cudaStream_t ns = d->nccl.stream;
-    if (zero_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
-        zero_cuda(cudaMemcpyAsync(b->buf + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
-                                  pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0 ||
-        zero_nccl_allgather(&d->nccl, b->buf, pu->shard, NCCL_FLOATX) != 0 ||
-        zero_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) {
-        return -1;
+    if (zero_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0) { return -1; }
+    size_t part = d->sec != NULL ? pu->padded / (size_t)d->hpz.world : 0;  // hpZ: a slice
+    floatX* slice = d->sec != NULL ? d->sec + pu->full_offset / (size_t)d->hpz.world : NULL;
+    if (d->sec != NULL && d->sec_ok[u]) {
+        // hpZ: the slices inside the secondary group hold the unit (this step's first gather
+        // left them there): gathered from them, never across the whole world
+        if (zero_cuda(cudaMemcpyAsync(b->buf + (size_t)d->hpz.rank * part, slice, part * sizeof(floatX),
+                                      cudaMemcpyDeviceToDevice, ns), "copying an hpZ slice") != 0 ||
+            zero_nccl_allgather(&d->hpz, b->buf, part, NCCL_FLOATX) != 0) {
+            return -1;
+        }
+    } else {
+        if (zero_cuda(cudaMemcpyAsync(b->buf + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
+                                      pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0) {
+            return -1;
+        }
+        int rc = d->cfg.quantized_weights ? zero_nccl_allgather_q<floatX>(&d->nccl, b->buf, pu->shard, d->qscratch)
+                                          : zero_nccl_allgather(&d->nccl, b->buf, pu->shard, NCCL_FLOATX);
+        if (rc != 0) { return -1; }
+        if (d->sec != NULL) {  // hpZ: this rank's slice kept for the unit's next gathers
+            if (zero_cuda(cudaMemcpyAsync(slice, b->buf + (size_t)d->hpz.rank * part, part * sizeof(floatX),
+                                          cudaMemcpyDeviceToDevice, ns), "keeping an hpZ slice") != 0) {
+                return -1;
+            }
+            d->sec_ok[u] = 1;
+        }
     }
+    if (zero_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) { return -1; }
     d->unit_ptr[u] = b->buf;
     d->unit_buf[u] = b;
     return 0;
@@ -499,7 +543,10 @@ static int zero_dev_reduce(void* impl, int u) {
         if (zero_nccl_reduce_scatter(&d->nccl, d->grads + pu->full_offset, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX) != 0) { return -1; }
     } else {
         d->grad_buf[u] = NULL;
-        if (d->comm32) {
+        if (d->cfg.quantized_gradients) {  // qgZ: int8 hops, summed in fp32 into wide_out
+            if (zero_nccl_reduce_scatter_q<floatX>(&d->nccl, b->buf, d->wide_out, pu->shard, d->qscratch) != 0) { return -1; }
+            zero_dev_accumulate_kernel<float><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, d->wide_out, pu->shard);
+        } else if (d->comm32) {
             if (zero_dev_widen(d, d->wide, b->buf, pu->padded) != 0 ||
                 zero_nccl_reduce_scatter(&d->nccl, d->wide, d->wide_out, pu->shard, ncclFloat32) != 0) {
                 return -1;
@@ -514,6 +561,12 @@ static int zero_dev_reduce(void* impl, int u) {
             return -1;
         }
         b->unit = -1;
+        // MiCS: the step's sum of this group, all-reduced with the other groups' (the
+        // same shard on each) once it is complete
+        if (d->rep.world > 1 && s->last_micro &&
+            zero_nccl_allreduce(&d->rep, d->acc + pu->shard_offset, pu->shard, ncclFloat32) != 0) {
+            return -1;
+        }
     }
     if (zero_cuda(cudaEventRecord(d->reduced_ev[u], d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
     zero_schedule_reduce_started(s, u);
@@ -598,6 +651,7 @@ static int zero_dev_share_params(ZeroDev* d) {
     } else if (d->stage == 3) {
         if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
         d->shards_written = 1;
+        if (d->sec_ok != NULL) { memset(d->sec_ok, 0, (size_t)d->plan.num_units); }  // hpZ: slices of the old parameters
     }
     return 0;
 }
@@ -708,7 +762,7 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
             return -1;
         }
     }
-    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->world, st->grad_clip);
+    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->dp_world, st->grad_clip);
     adamw_skip_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, st->skip);  // NaN scale: AdamW changes nothing
     // the scale and the norm to the host: read after the trainer's end-of-step
     // synchronization (zero_dev_stats), or at once with offload, whose CPU Adam needs the scale
@@ -788,7 +842,19 @@ static int zero_dev_stats(void* impl, ZeroStats* out) {
     }
     out->norm = d->host_norm[1];
     out->wait_ms = (double)total * 1e-6 + d->host_wait_ms;
-    if (d->use_nccl) { memcpy(out->comm_bytes, d->nccl.bytes, sizeof(out->comm_bytes)); }
+    // every communicator's traffic: the shard group's, MiCS's replicas', hpZ's group's
+    const ZeroNccl* cs[3] = {&d->nccl, &d->rep, &d->hpz};
+    memset(out->comm_bytes, 0, sizeof(out->comm_bytes));
+    memset(out->link_bytes, 0, sizeof(out->link_bytes));
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
+            out->comm_bytes[k] += cs[i]->bytes[k];
+            for (int l = 0; l < ZERO_NUM_LINKS; l++) { out->link_bytes[l][k] += cs[i]->link_bytes[l][k]; }
+        }
+    }
+    out->links_known = 1;
+    out->nodes = d->nodes;
+    out->ranks_per_node = d->per_node;
     out->moved[ZERO_MOVE_D2H] = d->moved_d2h;
     out->moved[ZERO_MOVE_H2D] = d->moved_h2d;
     out->update_ms = d->update_ms;
@@ -872,6 +938,7 @@ static int zero_dev_load(void* impl, FILE* fp) {
     }
     if (d->stage != 3) { return 0; }
     d->shards_written = 1;
+    if (d->sec_ok != NULL) { memset(d->sec_ok, 0, (size_t)d->plan.num_units); }  // hpZ: slices of the old parameters
     if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
     return 0;
 }
@@ -920,7 +987,7 @@ static int zero_dev_pools_init(ZeroDev* d) {
         gp->count = units_of[i] < 2 ? units_of[i] : 2;
         if (units_of[i] > 1 && gp->elems == p->units[0].padded) { gp->count++; }
     }
-    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !d->comm32);  // comm32 reduces into d->wide_out
+    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !d->comm32 && !d->cfg.quantized_gradients);  // those reduce into d->wide_out
 }
 
 // The initial parameters (zero3/zero.h's [Note: partitioned init]), unit by unit: this
@@ -975,6 +1042,82 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
     return rc;
 }
 
+// The communicators (in the host engine's layout, zero3/host.h's zero_host_comms_init): the
+// shard group (everyone, or MiCS's groups of mics_shard_size consecutive ranks), the
+// replicas (MiCS), the secondary group (hpZ), each over NCCL and told where the nodes are.
+// NCCL whenever the engine communicates; at one rank stages 1-3 still run it (the
+// collectives are then copies), so the whole path runs on a single GPU.
+static int zero_dev_comms_init(ZeroDev* d) {
+    const ZeroConfig* cfg = &d->cfg;
+    int wrank = 0, wsize = 0, node = 0;
+    if (MPI_Comm_rank(d->comm, &wrank) != MPI_SUCCESS || MPI_Comm_size(d->comm, &wsize) != MPI_SUCCESS) {
+        return zero_error("zero device: the MPI communicator is unusable");
+    }
+    if (zero_comm_node(d->comm, cfg->ranks_per_node, &node) != 0) { return -1; }
+    ZeroSpan all;
+    if (zero_comm_span(d->comm, node, &all) != 0) { return -1; }
+    d->nodes = all.nodes;
+    d->per_node = all.span == ZERO_SPAN_UNEVEN ? 0 : all.per_node;
+    d->dp_world = wsize;
+    int S = cfg->mics_shard_size > 0 ? cfg->mics_shard_size : wsize;
+    if (wsize % S != 0) { return zero_error("zero device: mics_shard_size %d does not divide the %d ranks", S, wsize); }
+    MPI_Comm group = MPI_COMM_NULL, reps = MPI_COMM_NULL, sec = MPI_COMM_NULL;
+    int rc = 0;
+    if (MPI_Comm_split(d->comm, wrank / S, wrank, &group) != MPI_SUCCESS ||
+        MPI_Comm_split(d->comm, wrank % S, wrank, &reps) != MPI_SUCCESS) {
+        rc = zero_error("zero device: MPI_Comm_split (the shard groups) failed");
+        goto done;
+    }
+    MPI_Comm_rank(group, &d->rank);
+    MPI_Comm_size(group, &d->world);
+    d->use_nccl = d->world > 1 || d->stage >= 1;
+    if (d->use_nccl && zero_nccl_init(&d->nccl, group, node, NULL) != 0) { rc = -1; goto done; }
+    if (S < wsize && zero_nccl_init(&d->rep, reps, node, &d->nccl) != 0) { rc = -1; goto done; }
+    if (cfg->hpz_partition_size > 1) {
+        int P = cfg->hpz_partition_size;
+        if (P > d->world || d->world % P != 0) {
+            rc = zero_error("zero device: zero_hpz_partition_size %d does not divide the %d ranks", P, d->world);
+            goto done;
+        }
+        if (MPI_Comm_split(group, d->rank / P, d->rank, &sec) != MPI_SUCCESS) {
+            rc = zero_error("zero device: MPI_Comm_split (the hpZ groups) failed");
+            goto done;
+        }
+        if (zero_nccl_init(&d->hpz, sec, node, &d->nccl) != 0) { rc = -1; goto done; }
+    }
+done:
+    if (group != MPI_COMM_NULL) { MPI_Comm_free(&group); }
+    if (reps != MPI_COMM_NULL) { MPI_Comm_free(&reps); }
+    if (sec != MPI_COMM_NULL) { MPI_Comm_free(&sec); }
+    return rc;
+}
+
+// ZeRO++'s buffers (stage 3): hpZ's slices; the quantised collectives' scratch, for the
+// largest unit; qgZ's fp32 reduced shard (wide_out, shared with the fp32 reductions)
+static int zero_dev_zeropp_init(ZeroDev* d) {
+    const ZeroPlan* p = &d->plan;
+    size_t scratch = 0, largest_shard = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        size_t sh = p->units[u].shard;
+        if (sh > largest_shard) { largest_shard = sh; }
+        size_t need = 0;
+        if (d->cfg.quantized_weights) { need = (size_t)d->world * zero_quant_bytes(sh); }
+        if (d->cfg.quantized_gradients && zero_nccl_rs_q_scratch(&d->nccl, sh) > need) { need = zero_nccl_rs_q_scratch(&d->nccl, sh); }
+        if (need > scratch) { scratch = need; }
+    }
+    if (scratch > 0 && (d->qscratch = (unsigned char*)zero_dev_alloc(scratch, &d->bytes_buffers)) == NULL) { return -1; }
+    if ((d->comm32 || d->cfg.quantized_gradients) && d->stage >= 2 &&
+        (d->wide_out = (float*)zero_dev_alloc(largest_shard * sizeof(float), &d->bytes_buffers)) == NULL) {
+        return -1;
+    }
+    if (d->hpz.world > 1) {
+        d->sec = (floatX*)zero_dev_alloc(p->padded_total / (size_t)d->hpz.world * sizeof(floatX), &d->bytes_params);
+        d->sec_ok = (unsigned char*)calloc((size_t)p->num_units, 1);
+        if (d->sec == NULL || d->sec_ok == NULL) { return zero_error("zero device: out of memory for hpZ's slices"); }
+    }
+    return 0;
+}
+
 // Builds the device engine over in->comm (one GPU per rank, the device set) for
 // in->model, its work ordered after in->stream, the model's.
 static int zero_dev_init(void* impl, const ZeroInit* in) {
@@ -990,17 +1133,12 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param != ZERO_OFFLOAD_NONE) {
         return zero_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
     }
-    if (cfg->mics_shard_size > 0 || cfg->hpz_partition_size > 1 || cfg->quantized_weights || cfg->quantized_gradients) {
-        return zero_error("zero device: MiCS, hpZ, qwZ and qgZ run on the host backend only so far (--zero-backend host)");
-    }
     d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
     d->dpu = in->dpu;
     d->omp_threads = in->threads;
     if (d->offload && d->stage == 0) { return zero_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
     if (d->dpu && !d->offload) { return zero_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
-    if (MPI_Comm_rank(d->comm, &d->rank) != MPI_SUCCESS || MPI_Comm_size(d->comm, &d->world) != MPI_SUCCESS) {
-        return zero_error("zero device: the MPI communicator is unusable");
-    }
+    if (zero_dev_comms_init(d) != 0) { return -1; }
     if (zero_plan_init(&d->plan, in->model->unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0 ||
         zero_schedule_init(&d->sched, in->model, &d->plan, cfg) != 0) {
         return -1;
@@ -1017,10 +1155,6 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     for (int u = 0; u < num_units; u++) {
         if (zero_cuda(cudaEventCreateWithFlags(&d->reduced_ev[u], cudaEventDisableTiming), "cudaEventCreate") != 0) { return -1; }
     }
-    // NCCL whenever the engine communicates; at one rank stages 1-3 still run it (the
-    // collectives are then copies), so the whole path runs on a single GPU
-    d->use_nccl = d->world > 1 || d->stage >= 1;
-    if (d->use_nccl && zero_nccl_init(&d->nccl, d->comm) != 0) { return -1; }
     // fp32 reductions of bf16 gradients (fp32 ones are reduced in fp32 anyway; without NCCL,
     // one rank at stage 0, nothing is reduced)
     d->comm32 = cfg->comm_dtype == ZERO_COMM_FP32 && sizeof(floatX) != sizeof(float) && d->use_nccl;
@@ -1044,11 +1178,11 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
         }
         if ((d->stage == 0 && (d->grads32 = (float*)zero_dev_alloc(np * sizeof(float), &d->bytes_grads)) == NULL) ||
             (d->stage == 1 && (d->gshard32 = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) ||
-            (d->stage >= 1 && (d->wide = (float*)zero_dev_alloc(largest * sizeof(float), &d->bytes_buffers)) == NULL) ||
-            (d->stage >= 2 && (d->wide_out = (float*)zero_dev_alloc(largest_shard * sizeof(float), &d->bytes_buffers)) == NULL)) {
+            (d->stage >= 1 && (d->wide = (float*)zero_dev_alloc(largest * sizeof(float), &d->bytes_buffers)) == NULL)) {
             return -1;
         }
     }
+    if (zero_dev_zeropp_init(d) != 0) { return -1; }
     if (d->offload) {
         size_t gb = zero_dev_shard_grad_bytes(d);
         if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
@@ -1100,7 +1234,10 @@ static void zero_dev_free(void* impl) {
     if (d->compute != NULL) { cudaStreamSynchronize(d->compute); }
     if (d->copy_out != NULL) { cudaStreamSynchronize(d->copy_out); }
     if (d->copy_in != NULL) { cudaStreamSynchronize(d->copy_in); }
+    zero_nccl_free(&d->hpz);  // (sharing the shard group's stream: first)
+    zero_nccl_free(&d->rep);
     if (d->use_nccl) { zero_nccl_free(&d->nccl); }
+    cudaFree(d->sec); cudaFree(d->qscratch); free(d->sec_ok);
     zero_dev_pools_free(d->ppool, d->nppool);
     zero_dev_pools_free(d->gpool, d->ngpool);
     for (int u = 0; d->unit_ptr != NULL && u < d->plan.num_units; u++) {

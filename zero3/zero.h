@@ -131,7 +131,7 @@ typedef struct {
     double wait_ms;                           // time spent waiting on communication
     double comm_bytes[ZERO_NUM_COLLECTIVES];  // bytes this rank sent, as a ring algorithm sends them
     double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];  // the same split: inside a node, between nodes
-    int links_known;                          // 1 when the engine splits its bytes by link (the host engine)
+    int links_known;                          // 1 when the engine splits its bytes by link (the host and device engines)
     int nodes, ranks_per_node;                // where the ranks are (ranks_per_node 0: uneven)
     double moved[ZERO_NUM_MOVES];             // bytes between device, host and NVMe
     double update_ms;                         // the AdamW update's time, wherever it runs

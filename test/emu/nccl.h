@@ -1,7 +1,8 @@
 /*
  NCCL as zero3/nccl.cuh uses it, for the emulated GPU (cuda_runtime.h and emu_device.h
  here). Each collective is an operation on its stream: when it reaches the head it starts
- as a non-blocking MPI collective on the communicator's own duplicate of MPI_COMM_WORLD,
+ as a non-blocking MPI collective on the communicator's own MPI communicator (its ranks',
+ split from MPI_COMM_WORLD by the unique id: see ncclCommInitRank),
  and it completes when MPI says so (the scheduler polls it), so it overlaps the other
  streams' work as on a GPU. The ranks issue a communicator's collectives in the same order,
  as NCCL requires too.
@@ -64,12 +65,29 @@ typedef struct { int blocking; } ncclConfig_t;  // (nothing of it is read here)
 typedef struct EmuNcclComm { int rank, world; MPI_Comm comm, ctl; }* ncclComm_t;
 
 static inline const char* ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error"; }
-static inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) { memset(id, 0, sizeof(*id)); return ncclSuccess; }
-static inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int world, ncclUniqueId, int rank) {
+// The unique id names its maker (MPI_COMM_WORLD's rank, + 1); ncclCommInitRank splits
+// MPI_COMM_WORLD by it, so the ranks given one id (a group's, broadcast by its rank 0) make
+// one communicator. That split is over every rank of MPI_COMM_WORLD: every rank makes its
+// communicators in the same sequence, each group's with its own id at the same point (as
+// zero3/nccl.cuh's users do), which a real NCCL does not ask.
+static inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    memset(id, 0, sizeof(*id));
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    me += 1;
+    memcpy(id->internal, &me, sizeof(me));
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int world, ncclUniqueId id, int rank) {
+    int color = 0, got = 0;
+    memcpy(&color, id.internal, sizeof(color));
+    if (color <= 0) { return ncclInvalidArgument; }  // not from ncclGetUniqueId
     MPI_Comm dup, ctl;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS || MPI_Comm_dup(MPI_COMM_WORLD, &ctl) != MPI_SUCCESS) {
+    if (MPI_Comm_split(MPI_COMM_WORLD, color, rank, &dup) != MPI_SUCCESS || MPI_Comm_split(MPI_COMM_WORLD, color, rank, &ctl) != MPI_SUCCESS) {
         return ncclSystemError;
     }
+    MPI_Comm_size(dup, &got);
+    if (got != world) { return ncclInvalidUsage; }  // ranks joined under another count
     *c = new EmuNcclComm{rank, world, dup, ctl};
     return ncclSuccess;
 }

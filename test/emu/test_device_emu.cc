@@ -33,11 +33,19 @@
  number of ranks and the order of the sums; bf16 reductions round (NCCL after every hop of
  its ring), within world x 2^-8 of the sum of magnitudes.
 
+ Beyond one node (stage 3): -R n takes n consecutive ranks as a node; MiCS (-M S) and hpZ
+ (-H P) must match plain ZeRO-3 as closely as ever (the reference is the same), and keep
+ their traffic where they promise (checked on the engine's link counters); qwZ (-W 1) and
+ qgZ (-G 1) within bounds derived from the int8 blocks' error (a scale per 256 values, so
+ off by at most max|x| / 254 per value and hop: see the tolerances below), and shown to be
+ inexact (so quantised), with qgZ's inter-node bytes in the ratio its two hops send.
+
  usage: test_device_emu -z stage [-o 1 (offload cpu)] [-p 1 (dpu)] [-a micro-steps]
         [-n steps] [-f prefetch] [-t persistence threshold] [-l max live] [-c clip]
         [-r K (checkpoint after K steps, resumed into a new engine)]
         [-m fp32|bf16 (--communication-data-type; default the model's)] [-k 0 (the host never
         synchronizes between steps: no norm read, no check of the reduced gradients)]
+        [-R ranks per node] [-M mics shard size] [-H hpz partition size] [-W 1 (qwZ)] [-G 1 (qgZ)]
  prints "PASS ..." / "FAIL ..." lines; exit 1 on any failure.
 */
 #define EMU_DEFINE_GLOBALS    // test/emu/cuda_runtime.h's globals live here
@@ -99,6 +107,7 @@ int main(int argc, char** argv) {
     int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2, resume_at = -1, host_sync = 1;
     ZeroCommDtype comm = ZERO_COMM_MODEL;
     long long persistence = 100, max_live = 1000000000LL;
+    int per_node = 0, mics = -1, hpz = 1, qw = 0, qg = 0;
     float clip = 1.0f;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-z") == 0) { stage = atoi(argv[i + 1]); }
@@ -112,6 +121,11 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-c") == 0) { clip = (float)atof(argv[i + 1]); }
         else if (strcmp(argv[i], "-r") == 0) { resume_at = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-k") == 0) { host_sync = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-R") == 0) { per_node = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-M") == 0) { mics = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-H") == 0) { hpz = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-W") == 0) { qw = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-G") == 0) { qg = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "-m") == 0) {
             if (zero_parse_comm_dtype("-m", argv[i + 1], &comm) != 0) { fprintf(stderr, "%s\n", zero_errmsg()); MPI_Abort(MPI_COMM_WORLD, 2); }
         }
@@ -149,6 +163,21 @@ int main(int argc, char** argv) {
     zc.param_persistence_threshold = persistence;
     zc.max_live_parameters = max_live;
     zc.comm_dtype = comm;
+    zc.ranks_per_node = per_node;
+    zc.mics_shard_size = mics;
+    zc.hpz_partition_size = hpz;
+    zc.quantized_weights = qw;
+    zc.quantized_gradients = qg;
+    // The tolerances with quantised collectives. qwZ: a fetched value is off by at most
+    // max|x| / 254 of its block (the parameters here stay under 0.106 in magnitude), plus
+    // fp32's rounding of the product. Its gradients (0.1 x the parameter) move by 4e-5
+    // against the reference's and qgZ's reduced sums by up to ~1% (below): through AdamW
+    // (m / sqrt(v), lr 1e-3) the master by well under 1e-4 over these few steps, the norm
+    // by under 1%. A wrong block or scale is off by the values themselves (~0.05 to 0.1).
+    double tol_first = TOL_FIRST, tol_fetch = TOL_FETCH, tol_norm = TOL_NORM, tol_master = TOL_MASTER;
+    // (bf16: the dequantised value rounded to bf16 once more, another TOL_FIRST)
+    if (qw) { tol_first += TOL_FIRST + 0.106 / 254.0 * (1.0 + 1e-6); tol_fetch += TOL_FIRST + 0.106 / 254.0 * (1.0 + 1e-6); }
+    if (qw || qg) { tol_fetch += 1e-4; tol_norm = 1e-2; tol_master = 1e-4; }
     Zero z;
     auto engine_init = [&](Zero* e, const float* params) {
         ZeroInit in;
@@ -262,18 +291,24 @@ int main(int argc, char** argv) {
         MPI_Allreduce(red_mine.data(), all.data(), (int)all.size(), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         // (the engine's buffers read on the "GPU", after the synchronisation above)
         emu_stream_work(compute, "the test's check of the reduced gradients", [&]() {
-            int exact = sizeof(floatX) == 2 && comm == ZERO_COMM_FP32;  // what was asked, whatever the engine did
+            int exact = sizeof(floatX) == 2 && comm == ZERO_COMM_FP32 && !qg;  // what was asked, whatever the engine did
             double rel = sizeof(floatX) == 4 ? (double)(world_ * accum + 1) * 5.96e-8 : (double)world_ / 256.0;
             for (int u = 0; u < nu; u++) {
                 const ZeroUnit* pu = &d->plan.units[u];
-                size_t lo = stage == 0 ? 0 : (size_t)rank_ * pu->shard, hi = stage == 0 ? pu->numel : lo + pu->shard;
+                // qgZ: each hop's senders each off by max|x| / 254 of their block; at most
+                // world + 1 senders over the two hops, each block's max at most the unit's
+                // largest sum of magnitudes (sm)
+                double sm = 0.0;
+                for (size_t i = 0; qg && i < pu->numel; i++) { sm = fmax(sm, all[total + unit_start[u] + i]); }
+                double qtol = qg ? (double)(world_ + 1) * sm / 254.0 : 0.0;
+                size_t lo = stage == 0 ? 0 : (size_t)d->rank * pu->shard, hi = stage == 0 ? pu->numel : lo + pu->shard;
                 for (size_t i = lo; i < hi && i < pu->numel; i++) {
                     double got;
                     size_t sh = pu->shard_offset + (i - lo), full = pu->full_offset + i;
                     if (stage >= 2) { got = d->acc[sh]; }
                     else if (stage == 1) { got = d->comm32 ? (double)d->gshard32[sh] : (double)to_float(d->gshard[sh]); }
                     else { got = d->comm32 ? (double)d->grads32[full] : (double)to_float(d->grads[full]); }
-                    double want = all[unit_start[u] + i], tol = exact ? 0.0 : rel * all[total + unit_start[u] + i];
+                    double want = all[unit_start[u] + i], tol = exact ? 0.0 : rel * all[total + unit_start[u] + i] + qtol;
                     double e = fabs(got - want);
                     if (e > max_red_err) { max_red_err = e; }
                     if (e - tol > max_red_excess) { max_red_excess = e - tol; }
@@ -363,9 +398,43 @@ int main(int argc, char** argv) {
 
     // fetches: exact before any update; within fp32 reordering after (sums over ranks and
     // micro-steps in another order; offload's SIMD AdamW within a few ulps of the scalar one)
-    check("first step's fetches equal the initial parameters", max_first_err <= TOL_FIRST, "max err %g, tol %g", max_first_err, TOL_FIRST);
-    check("every fetch equals the reference parameters", max_fetch_err <= TOL_FETCH, "max err %g, tol %g", max_fetch_err, TOL_FETCH);
-    check("norm of the mean gradient", max_norm_err <= TOL_NORM, "max rel err %g, tol %g", max_norm_err, TOL_NORM);
+    check("first step's fetches equal the initial parameters", max_first_err <= tol_first, "max err %g, tol %g", max_first_err, tol_first);
+    check("every fetch equals the reference parameters", max_fetch_err <= tol_fetch, "max err %g, tol %g", max_fetch_err, tol_fetch);
+    check("norm of the mean gradient", max_norm_err <= tol_norm, "max rel err %g, tol %g", max_norm_err, tol_norm);
+    // the quantised modes did quantise (exact values would pass the bounds above too)
+    if (qw && world_ > 1 && sizeof(floatX) == 4) {
+        check("qwZ: the first fetches are not exact (int8 blocks)", max_first_err > 0.0, "max err %g %g", max_first_err, 0.0);
+    }
+    if (qg && world_ > 1 && host_sync) {
+        check("qgZ: the reduced gradients are not exact (int8 blocks)", max_red_err > 0.0, "max err %g %g", max_red_err, 0.0);
+    }
+    // where the traffic went (the engine's counters by link, this rank's)
+    if (stage == 3 && per_node > 0 && world_ > per_node) {
+        ZeroStats zs;
+        if (zero_stats(&z, &zs) != 0) { fail("zero_stats"); }
+        const ZeroDev* d = (const ZeroDev*)z.impl;
+        const double* in = zs.link_bytes[ZERO_LINK_INTER];
+        const double* on = zs.link_bytes[ZERO_LINK_INTRA];
+        check("the report's layout: nodes and ranks per node", zs.links_known && zs.nodes == world_ / per_node &&
+              zs.ranks_per_node == per_node, "%g nodes, %g per node", (double)zs.nodes, (double)zs.ranks_per_node);
+        if (mics == per_node) {  // groups are the nodes: only the replicas' all-reduce crosses
+            check("MiCS (a group a node): no gather or reduce-scatter crosses nodes, the replicas' all-reduce does",
+                  in[ZERO_ALLGATHER] == 0.0 && in[ZERO_REDUCE_SCATTER] == 0.0 && in[ZERO_ALLREDUCE] > 0.0,
+                  "inter all-gather %g, all-reduce %g", in[ZERO_ALLGATHER], in[ZERO_ALLREDUCE]);
+        }
+        if (hpz > 1) {  // the backward's gathers from the slices, inside the secondary group
+            check("hpZ: gathers from the slices, inside the secondary group", d->hpz.calls[ZERO_ALLGATHER] > 0 &&
+                  (per_node % hpz != 0 || d->hpz.link_bytes[ZERO_LINK_INTER][ZERO_ALLGATHER] == 0.0),
+                  "%g calls, %g bytes across nodes", (double)d->hpz.calls[ZERO_ALLGATHER], d->hpz.link_bytes[ZERO_LINK_INTER][ZERO_ALLGATHER]);
+        }
+        if (qg && mics < 0 && world_ % per_node == 0 && per_node > 1) {
+            // two hops: (n - 1) x M blocks inside the node, then M - 1 across
+            double M = world_ / per_node, n = per_node;
+            check("qgZ's hops: inter-node bytes / intra-node = (M - 1) / ((n - 1) M)",
+                  on[ZERO_REDUCE_SCATTER] > 0.0 && in[ZERO_REDUCE_SCATTER] * (n - 1) * M == on[ZERO_REDUCE_SCATTER] * (M - 1),
+                  "inter %g, intra %g", in[ZERO_REDUCE_SCATTER], on[ZERO_REDUCE_SCATTER]);
+        }
+    }
     {
         char what[160];
         snprintf(what, sizeof(what), "reduced gradients = the exact sum over ranks (%s reductions of %s gradients)",
@@ -397,9 +466,10 @@ int main(int argc, char** argv) {
         MPI_Allreduce(MPI_IN_PLACE, seen.data(), (int)total, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(MPI_IN_PLACE, &e, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         size_t once = 0;
-        for (size_t i = 0; i < total; i++) { once += seen[i] == 1; }
-        check("the ranks' ranges of the master cover the model once", once == total, "%g of %g", (double)once, (double)total);
-        check("every rank's range of the master equals the reference", e <= TOL_MASTER, "max err %g, tol %g", e, TOL_MASTER);
+        int groups = world_ / ((const ZeroDev*)z.impl)->world;  // MiCS: each group holds the whole model
+        for (size_t i = 0; i < total; i++) { once += seen[i] == groups; }
+        check("the ranks' ranges of the master cover the model once (per MiCS group)", once == total, "%g of %g", (double)once, (double)total);
+        check("every rank's range of the master equals the reference", e <= tol_master, "max err %g, tol %g", e, tol_master);
     }
 
     // offload: the gradient shards go out and the updated shards come in on streams of their
@@ -434,8 +504,8 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0) {
         printf("%s: %s stage %d offload %d dpu %d accum %d ranks %d prefetch %d persistence %lld max_live %lld clip %g resume %d "
-               "comm %s\n", all == 0 ? "ok" : "FAILED", PRECISION_MODE, stage, offload, dpu, accum, world_, prefetch, persistence,
-               max_live, clip, resume_at, zero_comm_dtype_name(comm));
+               "comm %s per_node %d mics %d hpz %d qw %d qg %d\n", all == 0 ? "ok" : "FAILED", PRECISION_MODE, stage, offload, dpu,
+               accum, world_, prefetch, persistence, max_live, clip, resume_at, zero_comm_dtype_name(comm), per_node, mics, hpz, qw, qg);
     }
     MPI_Finalize();
     return all == 0 ? 0 : 1;

@@ -6,7 +6,8 @@
 # gradients and the gathered master, and runs under the emulator's out-of-order scheduler and
 # race checker on three seeds. The bf16 build: the gradients reduced in fp32 equal the exact
 # sum over 3 and 4 ranks bit for bit (--communication-data-type fp32), in bf16 within bf16's
-# rounding at each hop.
+# rounding at each hop. Beyond one node: MiCS, hpZ, qwZ and qgZ on "nodes" of consecutive
+# ranks (-R), within bounds from the int8 blocks' error, their traffic checked by link.
 source "$(dirname "$0")/../e2e/lib.sh"
 EMU=./build/test_device_emu
 EMU16=./build/test_device_emu_bf16
@@ -70,6 +71,18 @@ for n in 3 4; do
         for m in fp32 bf16; do EMU_BIN=$EMU16 emu "$n" -z "$z" -a 2 -m "$m"; done
     done
 done
+# beyond one node (stage 3), 2 "nodes" of 2 ranks (-R 2): MiCS with a group a node (only the
+# replicas' all-reduce crosses), also without the host's synchronisation; hpZ inside the node;
+# qwZ and qgZ's two hops, with hpZ, and across a resume (the slices made stale by the load);
+# MiCS with both; one rank per node (qgZ's one hop, all across); the bf16 build with all three
+emu 4 -z 3 -R 2 -M 2 -a 2
+emu 4 -z 3 -R 2 -M 2 -n 3 -k 0
+emu 4 -z 3 -R 2 -H 2 -a 2
+emu 4 -z 3 -R 2 -W 1 -G 1 -a 2
+emu 4 -z 3 -R 2 -H 2 -W 1 -G 1 -n 4 -r 2
+emu 4 -z 3 -R 2 -M 2 -W 1 -G 1
+emu 3 -z 3 -R 1 -W 1 -G 1
+EMU_BIN=$EMU16 emu 4 -z 3 -R 2 -H 2 -W 1 -G 1 -a 2
 EMU_BIN=$EMU16 emu 3 -z 1 -o 1 -n 4 -m fp32
 EMU_BIN=$EMU16 emu 3 -z 1 -o 1 -p 1 -n 4 -m fp32
 EMU_BIN=$EMU16 emu 2 -z 2 -o 1 -n 4 -r 2 -m fp32

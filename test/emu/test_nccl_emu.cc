@@ -233,7 +233,7 @@ static void test_split(ncclComm_t comm, cudaStream_t s) {
 // counted under the collective it is a hop of, the call left to that collective
 static void test_zero_alltoall(void) {
     ZeroNccl zc;
-    if (zero_nccl_init(&zc, MPI_COMM_WORLD) != 0) { check(zero_errmsg(), 0); return; }
+    if (zero_nccl_init(&zc, MPI_COMM_WORLD, -1, NULL) != 0) { check(zero_errmsg(), 0); return; }
     const size_t n = 1041;  // zero_quant_bytes(1024): a quantised block of 1024 values
     std::vector<int8_t> out(n * world_), in(n * world_, 0);
     for (int p = 0; p < world_; p++) {
@@ -256,14 +256,42 @@ static void test_zero_alltoall(void) {
     zero_nccl_free(&zc);
 }
 
+// communicators of groups, each made from its own unique id (as zero3/nccl.cuh makes MiCS's
+// and hpZ's): the ranks of each parity, whose all-reduce sums only its own ranks
+static void test_groups(cudaStream_t s) {
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ % 2, rank_, &half);
+    int hr = 0, hw = 0;
+    MPI_Comm_rank(half, &hr);
+    MPI_Comm_size(half, &hw);
+    ncclUniqueId id;
+    if (hr == 0) { ncclGetUniqueId(&id); }
+    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, half);
+    ncclComm_t g = NULL;
+    int rc = ncclCommInitRank(&g, hw, id, hr);
+    check("ncclCommInitRank of a group from its own id", rc == ncclSuccess && g != NULL);
+    if (g == NULL) { MPI_Comm_free(&half); return; }
+    std::vector<float> one(2, (float)(rank_ + 1));
+    float* d = dev_of(one);
+    ncclAllReduce(d, d, 2, ncclFloat32, ncclSum, g, s);
+    std::vector<float> got = host_of(d, 2);
+    float want = 0.0f;  // the sum of rank + 1 over this parity's ranks
+    for (int r = rank_ % 2; r < world_; r += 2) { want += (float)(r + 1); }
+    check("a group's all-reduce sums its own ranks only", got[0] == want && got[1] == want);
+    cudaFree(d);
+    ncclCommDestroy(g);
+    MPI_Comm_free(&half);
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
-    ncclUniqueId id;
-    ncclGetUniqueId(&id);
+    ncclUniqueId id;  // (rank 0's, broadcast, as NCCL asks)
+    if (rank_ == 0) { ncclGetUniqueId(&id); }
+    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t comm;
-    ncclCommInitRank(&comm, world_, id, rank_);
+    if (ncclCommInitRank(&comm, world_, id, rank_) != ncclSuccess) { fprintf(stderr, "FAIL ncclCommInitRank\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
 
@@ -320,6 +348,7 @@ int main(int argc, char** argv) {
     test_p2p(comm, s);
     test_split(comm, s);
     test_zero_alltoall();
+    test_groups(s);
     ncclCommDestroy(comm);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
