@@ -464,33 +464,35 @@ if [ "$EMULATED" = 1 ]; then
             same_losses fp32 "dn${n}z$z" 2e-5 "device backend N=$n stage $z = single-rank stage 0"
         done
     done
-    # beyond one node (zero3/device.cuh): the 2 ranks taken as 2 nodes (--ranks-per-node 1).
+    # beyond one node (zero3/device.cuh): the 2 ranks taken as 2 nodes (--ranks-per-node 1),
+    # against dn2z3 above (the same run on one node: NCCL's collectives do the same sums).
     # hpZ (its group both ranks) gathers the same values from its slices: the losses of plain
     # ZeRO-3, bit for bit. MiCS (groups of 1, the replicas all-reducing across): equal to
     # fp32 rounding, and nothing but the replicas' all-reduce crosses. qwZ + qgZ: within 1%
-    # (test/e2e/test_topology.sh's argument), the crossing gathers about a quarter of fp32's
-    # (1 byte a value and a 4-byte scale per 256, against 4 bytes)
+    # (test/e2e/test_topology.sh's argument), the gathers about a quarter of fp32's bytes
+    # (1 byte a value and a 4-byte scale per 256, against 4 bytes), all of them crossing
     if [ -f "$tmp/dn2z3.json" ]; then
         B2="${RUN/-b 8/-b 4} -z 3 --zero-backend device $P0 --ranks-per-node 1"
-        gpu_mrun dn2z3n 2 $GPU32 $B2 || bad "device backend, 2 nodes: plain ZeRO-3 run"
-        gpu_mrun dn2hpz 2 $GPU32 $B2 --zero-hpz-partition-size 2 && same_losses dn2z3n dn2hpz 0 "device backend hpZ 2 = plain ZeRO-3, bit for bit" \
+        gpu_mrun dn2hpz 2 $GPU32 $B2 --zero-hpz-partition-size 2 && same_losses dn2z3 dn2hpz 0 "device backend hpZ 2 = plain ZeRO-3, bit for bit" \
             || bad "device backend hpZ run"
-        gpu_mrun dn2mics 2 $GPU32 $B2 --mics-shard-size 1 && same_losses dn2z3n dn2mics 1e-6 "device backend MiCS 1 = plain ZeRO-3" \
+        gpu_mrun dn2mics 2 $GPU32 $B2 --mics-shard-size 1 && same_losses dn2z3 dn2mics 1e-6 "device backend MiCS 1 = plain ZeRO-3" \
             || bad "device backend MiCS run"
         gpu_mrun dn2q 2 $GPU32 $B2 --zero-quantized-weights 1 --zero-quantized-gradients 1 || bad "device backend qwZ + qgZ run"
-        $PY - "$tmp/dn2z3n.json" "$tmp/dn2mics.json" "$tmp/dn2q.json" > "$tmp/dnet.log" 2>&1 <<'PYEOF'
+        $PY - "$tmp/dn2z3.json" "$tmp/dn2mics.json" "$tmp/dn2q.json" > "$tmp/dnet.log" 2>&1 <<'PYEOF'
 import json, sys
 plain, mics, q = (json.load(open(f)) for f in sys.argv[1:4])
 net = lambda r: r["comm"]["network"]
-assert net(plain)["nodes"] == 2 and net(plain)["ranks_per_node"] == 1, net(plain)
+assert net(mics)["nodes"] == 2 and net(mics)["ranks_per_node"] == 1, net(mics)
 inter = lambda r, k: net(r)["job_bytes_per_step"]["inter"][k]
+intra = lambda r, k: net(r)["job_bytes_per_step"]["intra"][k]
 assert inter(mics, "allgather") == 0 and inter(mics, "reduce_scatter") == 0 and inter(mics, "allreduce") > 0, net(mics)
-ag = inter(q, "allgather") / inter(plain, "allgather")
+assert intra(q, "allgather") == 0, net(q)
+ag = inter(q, "allgather") / intra(plain, "allgather")
 assert 0.2 < ag < 0.3, ag
 la = [s["loss"] for s in plain["steps"]]; lb = [s["loss"] for s in q["steps"]]
 d = max(abs(a - b) / abs(a) for a, b in zip(la, lb))
 assert len(la) == len(lb) and d <= 0.01, d
-print("qwZ + qgZ: losses within %.3g, crossing gathers %.3f of fp32's; MiCS: only the all-reduce crosses" % (d, ag))
+print("qwZ + qgZ: losses within %.3g, gathers %.3f of fp32's bytes, all crossing; MiCS: only the all-reduce crosses" % (d, ag))
 PYEOF
         if [ $? -eq 0 ]; then ok "device backend, 2 nodes: $(tail -1 "$tmp/dnet.log")"; else bad "device backend, 2 nodes: $(tail -1 "$tmp/dnet.log")"; fi
     fi
