@@ -52,6 +52,20 @@ __global__ void stale_shared_kernel(float* out) {
     if (threadIdx.x == 0) { word = 5.0f; }
 }
 
+// successive shuffles, each reading what its own round wrote (the emulator reuses the exchange
+// slots of every other round): a lane swap, a read across half warps, a butterfly sum, on two
+// warps of a block
+__global__ void shuffle_kernel(float* out) {
+    float v = (float)threadIdx.x;
+    float a = __shfl_xor_sync(0xffffffffu, v, 1);           // lane ^ 1
+    float b = __shfl_xor_sync(0xffffffffu, v + 1000.0f, 16);  // lane ^ 16, plus 1000
+    float c = __shfl_xor_sync(0xffffffffu, a, 2);           // (lane ^ 2) ^ 1
+    float sum = v;
+    for (int m = 16; m > 0; m >>= 1) { sum += __shfl_xor_sync(0xffffffffu, sum, m); }
+    out[threadIdx.x] = a + 10000.0f * (b - 1000.0f) + 1e8f * c + 0.0f * sum;
+    out[64 + threadIdx.x] = sum;
+}
+
 static int launch_error(void) { return (int)cudaGetLastError(); }
 
 static void limits(void) {
@@ -74,6 +88,18 @@ static void limits(void) {
     check("an opt-in over the device's limit refused",
           cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024) == cudaErrorInvalidValue);
     (void)cudaGetLastError();
+
+    float lanes[128];
+    shuffle_kernel<<<1, 64>>>(d);
+    cudaMemcpy(lanes, d, sizeof(lanes), cudaMemcpyDeviceToHost);
+    int shuffled = 1;
+    for (int t = 0; t < 64; t++) {
+        int w = t & ~31;
+        float want = (float)(t ^ 1) + 10000.0f * (float)(t ^ 16) + 1e8f * (float)((t ^ 2) ^ 1);
+        float want_sum = (float)(32 * w + 496);  // lanes w..w+31
+        shuffled &= lanes[t] == want && lanes[64 + t] == want_sum;
+    }
+    check("successive shuffles each see their own round's values (swap, halves, butterfly sum)", shuffled);
 
     float host[2];
     stale_shared_kernel<<<2, 32>>>(d);

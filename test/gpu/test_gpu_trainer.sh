@@ -13,7 +13,7 @@
 #                     loss (about 5.3); a wrong offset or scale moves it by > 1e-2.
 #   bf16 vs CPU       see the tolerance argument at that section
 #   recompute         -r 0 / 1 / 2 agree (fp32)
-#   vocabulary tiles  --vocab-tile 40 (fp32, with validation and sampling) = untiled
+#   vocabulary tiles  --vocab-tile 72 (fp32, with validation and sampling) = untiled
 #   accumulation      -b 4 -d 512 equals -b 8 (fp32)
 #   resume            a run resumed from a checkpoint repeats the uninterrupted losses
 #                     bit for bit (bf16: the compute copy is saved, the stochastic
@@ -142,15 +142,15 @@ for r in 0 2; do
 done
 
 # ---------------------------------------------------------------------------
-# vocabulary tiles: --vocab-tile 40 cuts Vp = 256 into 6 tiles of 40 and one of 16, the
-# tile [200, 240) mixing real and padding columns, [240, 256) padding only; validation and
-# sampling between the steps take the tiled forward's paths. fp32: the same expressions
-# as the untiled run, the softmax sum merged once more per tile (7 fp32 roundings) and dlnf
+# vocabulary tiles: --vocab-tile 72 cuts Vp = 256 into 3 tiles of 72 and one of 40, the
+# tile [144, 216) mixing real (V = 211) and padding columns, [216, 256) padding only;
+# validation and sampling between the steps take the tiled forward's paths. fp32: the same
+# expressions as the untiled run, the softmax sum merged once more per tile (4 fp32 roundings) and dlnf
 # summed over the tiles by cuBLASLt: ulp-level, so 1e-4 as for -r (a sum not rescaled or a
 # target from the wrong tile moves the loss by > 1e-2). An odd width is refused, naming it.
 expect_error "vocabulary tile not a multiple of 16 bytes" "--vocab-tile 30" $GPU32 $RUN --vocab-tile 30
-gpu_run vt40 $GPU32 $RUN --vocab-tile 40 -v 3 -m 1 -s 4 -g 8 || bad "fp32 run --vocab-tile 40"
-same_losses fp32 vt40 1e-4 "fp32 --vocab-tile 40 = untiled, with validation and sampling between the steps"
+gpu_run vt72 $GPU32 $RUN --vocab-tile 72 -v 3 -m 1 -s 4 -g 8 || bad "fp32 run --vocab-tile 72"
+same_losses fp32 vt72 1e-4 "fp32 --vocab-tile 72 = untiled, with validation and sampling between the steps"
 
 # ---------------------------------------------------------------------------
 # gradient accumulation: 2 micro-steps of 4 sequences = one batch of 8 (same tokens)
