@@ -846,12 +846,7 @@ static int zero_dev_stats(void* impl, ZeroStats* out) {
     const ZeroNccl* cs[3] = {&d->nccl, &d->rep, &d->hpz};
     memset(out->comm_bytes, 0, sizeof(out->comm_bytes));
     memset(out->link_bytes, 0, sizeof(out->link_bytes));
-    for (int i = 0; i < 3; i++) {
-        for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
-            out->comm_bytes[k] += cs[i]->bytes[k];
-            for (int l = 0; l < ZERO_NUM_LINKS; l++) { out->link_bytes[l][k] += cs[i]->link_bytes[l][k]; }
-        }
-    }
+    for (int i = 0; i < 3; i++) { zero_stats_add_traffic(out, cs[i]->bytes, cs[i]->link_bytes); }
     out->links_known = 1;
     out->nodes = d->nodes;
     out->ranks_per_node = d->per_node;
@@ -1100,10 +1095,10 @@ static int zero_dev_zeropp_init(ZeroDev* d) {
     for (int u = 0; u < p->num_units; u++) {
         size_t sh = p->units[u].shard;
         if (sh > largest_shard) { largest_shard = sh; }
-        size_t need = 0;
-        if (d->cfg.quantized_weights) { need = (size_t)d->world * zero_quant_bytes(sh); }
-        if (d->cfg.quantized_gradients && zero_nccl_rs_q_scratch(&d->nccl, sh) > need) { need = zero_nccl_rs_q_scratch(&d->nccl, sh); }
-        if (need > scratch) { scratch = need; }
+        size_t qw = d->cfg.quantized_weights ? (size_t)d->world * zero_quant_bytes(sh) : 0;
+        size_t qg = d->cfg.quantized_gradients ? zero_nccl_rs_q_scratch(&d->nccl, sh) : 0;
+        if (qw > scratch) { scratch = qw; }
+        if (qg > scratch) { scratch = qg; }
     }
     if (scratch > 0 && (d->qscratch = (unsigned char*)zero_dev_alloc(scratch, &d->bytes_buffers)) == NULL) { return -1; }
     if ((d->comm32 || d->cfg.quantized_gradients) && d->stage >= 2 &&

@@ -1373,10 +1373,7 @@ static int zero_host_stats(void* impl, ZeroStats* s) {
     memset(s->link_bytes, 0, sizeof(s->link_bytes));
     for (int i = 0; i < 3; i++) {
         s->wait_ms += cs[i]->wait_ms;
-        for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
-            s->comm_bytes[k] += cs[i]->bytes[k];
-            for (int l = 0; l < ZERO_NUM_LINKS; l++) { s->link_bytes[l][k] += cs[i]->link_bytes[l][k]; }
-        }
+        zero_stats_add_traffic(s, cs[i]->bytes, cs[i]->link_bytes);
     }
     s->links_known = 1;
     s->nodes = e->nodes;

@@ -143,6 +143,16 @@ typedef struct {
     size_t padded_total;                      // elements of the model with each unit padded
 } ZeroStats;
 
+// Adds one communicator's byte counters, per collective and split by link, into a rank's
+// stats: an engine sums its shard group's, MiCS replicas' and hpZ group's this way
+static inline void zero_stats_add_traffic(ZeroStats* s, const double bytes[ZERO_NUM_COLLECTIVES],
+                                          const double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES]) {
+    for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
+        s->comm_bytes[k] += bytes[k];
+        for (int l = 0; l < ZERO_NUM_LINKS; l++) { s->link_bytes[l][k] += link_bytes[l][k]; }
+    }
+}
+
 // An engine: the calls above, on its own state (impl).
 typedef struct {
     const char* name;  // the layout of its state: "host" (the host engine, staged or not) or "device"
