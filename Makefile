@@ -217,6 +217,11 @@ build/test_kernels2_gpu: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
 build/test_kernels2_gpu_fp32: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
 	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< -o $@ $(CUDA_LIBS)
 
+# what a GPU machine offers (CUDA, the GPUs, the cuBLAS(Lt) and NCCL the loader finds, and
+# from where): host code only, so no architecture; scripts/gpu_first_contact.sh runs it first
+build/gpu_probe: dev/gpu_probe.cu | build
+	$(NVCC) -O2 -std=c++17 $< -o $@ -lcublas -lcublasLt -lnccl
+
 # on a machine with a GPU: every kernel against the CPU ops, in fp32 and in bf16, then
 # the GPU trainer against PyTorch and the CPU trainer
 test-gpu: deps

@@ -38,7 +38,8 @@ fi
 require_gpu scripts/bench_gpu.sh
 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null \
     || die "$PY has no CUDA PyTorch (needed for the PyTorch baseline): pip install torch, or set PY"
-make train_gpt2_zero3
+# nothing here builds: on a GPU machine that cannot, the binary comes in scripts/gpu_bundle.sh's bundle
+[ -x ./train_gpt2_zero3 ] || die "./train_gpt2_zero3 is not built: make train_gpt2_zero3 (or scripts/gpu_bundle.sh exec DIR scripts/bench_gpu.sh)"
 mkdir -p "$OUT"
 rows="$OUT/rows.tsv"
 : > "$rows"
@@ -140,21 +141,14 @@ grep -q $'^gpt3\t.*\tok$' "$rows" || record gpt3 "none of these GPT-3 sizes trai
 
 echo
 "$PY" - "$rows" <<'PY'
-import json, sys
+import sys
+sys.path.insert(0, "dev")
+from report_figures import figures  # tokens/s and MFU of a report's kept steps
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-
-def figures(path, warm):
-    steps = json.load(open(path))["steps"][int(warm):]
-    secs = sum(s["ms"] for s in steps) / 1e3
-    toks = sum(s["tokens_per_s"] * s["ms"] / 1e3 for s in steps)
-    mfus = [s["mfu"] for s in steps if s.get("mfu") is not None]
-    # MFU is linear in tokens/s: the time-weighted mean is the MFU of the overall rate
-    mfu = sum(m * s["ms"] for m, s in zip(mfus, steps)) / (secs * 1e3) if len(mfus) == len(steps) else None
-    return toks / secs, mfu
 
 res = {}
 for group, label, path, warm, status in rows:
-    res[(group, label)] = figures(path, warm) if path else None
+    res[(group, label)] = figures(path, warm)[:2] if path else None
 
 def line(group, label, status, base=None, torch=None):
     f = res[(group, label)]

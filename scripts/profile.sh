@@ -3,7 +3,8 @@
 # CUDA API and kernel traces plus the trainer's NVTX ranges (step, forward, backward,
 # layer, optimizer), then prints `nsys stats` summaries (NVTX ranges, GPU kernels, CUDA
 # API calls, memory copies). The default run is small: GPT-2 124M (d12), B=16, T=1024,
-# 10 steps on tinyshakespeare (made by `make data` when missing), no validation or samples.
+# 10 steps on tinyshakespeare, no validation or samples. It builds nothing: make
+# train_gpt2_zero3 data first (or run it through scripts/gpu_bundle.sh exec).
 #
 #   scripts/profile.sh [trainer flags]   # appended to the defaults; later flags win,
 #                                        # e.g. scripts/profile.sh -e gpt3:c768 -t 2048 -b 4
@@ -36,9 +37,10 @@ if [ -z "$nsys_bin" ] || [ ! -x "$nsys_bin" ]; then
 fi
 require_gpu "scripts/profile.sh"
 
-make train_gpt2_zero3
+# nothing here builds: on a GPU machine that cannot, these come in scripts/gpu_bundle.sh's bundle
 data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
-if [ ! -f "$data" ]; then make data; fi
+[ -x ./train_gpt2_zero3 ] || die "./train_gpt2_zero3 is not built: make train_gpt2_zero3 (or scripts/gpu_bundle.sh exec DIR scripts/profile.sh)"
+[ -f "$data" ] || die "$data is missing: make data"
 
 args=(-e d12 -b 16 -t 1024 -x 10 -v 0 -s 0 -r 0 -i "$data" -j "$data" "$@")
 mkdir -p "$OUT_DIR"

@@ -40,9 +40,12 @@ run_suite() {
     fi
     passed=$((passed + p)); failed=$((failed + f))
     if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then broken+=("$name"); fi
-    # nothing run, and a SKIP line saying why: the suite could not run on this machine
+    # nothing run, and a SKIP line saying why: the suite could not run on this machine;
+    # some run, some SKIP lines: checks it could not make here, listed with the first
     if [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && line=$(grep -m1 -E '^SKIP [^:]+: ' "$log"); then
         skipped+=("$name (${line#SKIP *: })")
+    elif line=$(grep -m1 -E '^SKIP ' "$log"); then
+        skipped+=("$name: $(grep -c -E '^SKIP ' "$log") check(s), the first: ${line#SKIP }")
     fi
 }
 
@@ -107,6 +110,9 @@ if command -v "${NVCC:-nvcc}" > /dev/null; then
 else
     skipped+=("CUDA kernels compile (nvcc not found: install the CUDA toolkit)")
 fi
+# the first contact with a GPU rehearsed: the bundle set up on a namespace made bare, the
+# emulated binaries standing in, every step of scripts/gpu_first_contact.sh
+run_suite "GPU first contact, rehearsed" bash test/gpu/test_gpu_bundle.sh
 
 echo
 echo "seconds per suite (wall clock; $SECONDS s in all):"

@@ -3,6 +3,7 @@
 Reference GPT-2 in PyTorch (float64) for the C trainer's tests.
 
     /usr/bin/python3 test/e2e/ref_gpt2.py OUTDIR
+    python3 test/e2e/ref_gpt2.py --inputs-only OUTDIR   # model.bin and train.bin only, stdlib only
 
 Builds a small random GPT-2 (L=2, NH=4, C=64, maxT=64, V=211, Vp=256: odd V on purpose,
 so the padded vocabulary columns V..Vp-1 are exercised), computes on one batch (B=8,
@@ -53,13 +54,12 @@ ref.bin (little-endian):
   float64 err_grads[num_tensors]  per tensor, file order: wte, wpe, ln1w l=0..L-1, ...
   float64 err_step_loss[nsteps], err_step_norm[nsteps]
 """
+import array
 import math
 import os
+import random
 import struct
 import sys
-
-import numpy as np
-import torch
 
 REF_MAGIC = 20240917
 MODEL_MAGIC, MODEL_VERSION = 20240326, 3
@@ -75,6 +75,13 @@ SEED = 20240917
 KINDS = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 DECAY = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+# the scales of random_params: the embeddings 0.1 (logits = lnf @ wte^T then have std ~
+# sqrt(C) * 0.1 ~ 0.8: a loss a little above ln V), qkvw 0.125 (q.k / sqrt(hs) has std ~1:
+# attention neither uniform nor one-hot), the other matrices 0.1 (pre-GELU values of order 1:
+# both the linear and the curved part of GELU are used), biases 0.1, LayerNorm gains
+# 1 + 0.1 N(0,1)
+STD = {"wte": 0.1, "wpe": 0.1, "qkvw": 0.125, "attprojw": 0.1, "fcw": 0.1, "fcprojw": 0.1}
+GAINS = ("ln1w", "ln2w", "lnfw")
 
 
 def shapes():
@@ -88,20 +95,43 @@ def shapes():
     }
 
 
+def write_inputs_only(outdir):
+    """--inputs-only: model.bin and train.bin of the same shapes, scales and token range,
+    drawn with Python's own generator (other values than the full run's), and no ref.bin:
+    for the GPU tests that compare runs with each other where numpy or torch is missing
+    (test/gpu/test_gpu_trainer.sh then skips the PyTorch comparisons by name)"""
+    rng = random.Random(SEED)
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "model.bin"), "wb") as f:
+        f.write(array.array("i", [MODEL_MAGIC, MODEL_VERSION, MAXT, V, L, NH, C, VP] + [0] * 248).tobytes())
+        for k in KINDS:
+            n = math.prod(shapes()[k])
+            base = 1.0 if k in GAINS else 0.0
+            scale = 0.1 if k in GAINS else STD.get(k, 0.1)
+            f.write(array.array("f", (base + scale * rng.gauss(0.0, 1.0) for _ in range(n))).tobytes())
+    ntok = 4 * B * T + 1
+    with open(os.path.join(outdir, "train.bin"), "wb") as f:
+        f.write(array.array("i", [SHARD_MAGIC, SHARD_VERSION, ntok] + [0] * 253).tobytes())
+        f.write(array.array("H", (rng.randrange(V) for _ in range(ntok))).tobytes())
+    return 0
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--inputs-only"] and len(sys.argv) == 3:
+    sys.exit(write_inputs_only(sys.argv[2]))  # before numpy and torch are imported
+
+import numpy as np  # noqa: E402 (after the stdlib-only mode above)
+import torch        # noqa: E402
+
+
 def random_params(gen):
-    """float64 numpy arrays, already rounded to float32 values. Scales: the embeddings 0.1
-    (logits = lnf @ wte^T then have std ~ sqrt(C) * 0.1 ~ 0.8: a loss a little above
-    ln V), qkvw 0.125 (q.k / sqrt(hs) has std ~1: attention neither uniform nor one-hot),
-    the other matrices 0.1 (pre-GELU values of order 1: both the linear and the curved
-    part of GELU are used), biases 0.1, LayerNorm gains 1 + 0.1 N(0,1)."""
-    std = {"wte": 0.1, "wpe": 0.1, "qkvw": 0.125, "attprojw": 0.1, "fcw": 0.1, "fcprojw": 0.1}
+    """float64 numpy arrays, already rounded to float32 values, with the scales of STD"""
     out = {}
     for k, shp in shapes().items():
         x = gen.standard_normal(shp)
-        if k in ("ln1w", "ln2w", "lnfw"):
+        if k in GAINS:
             x = 1.0 + 0.1 * x
         else:
-            x = std.get(k, 0.1) * x  # biases (and anything else): 0.1
+            x = STD.get(k, 0.1) * x  # biases (and anything else): 0.1
         out[k] = x.astype(np.float32).astype(np.float64)
     return out
 

@@ -39,11 +39,13 @@ for s in scripts/*.sh; do
     [ "$s" = scripts/run_common.sh ] && continue
     if [ -x "$s" ] && git ls-files -s "$s" | grep -q '^100755'; then ok "executable: $s"; else bad "$s is not executable (chmod +x, and commit the mode)"; fi
 done
-if "$PY" -m py_compile dev/bench_torch_gpt2.py 2> "$tmp/err"; then ok "py_compile dev/bench_torch_gpt2.py"
-else bad "py_compile dev/bench_torch_gpt2.py: $(tail -1 "$tmp/err")"; fi
+for p in dev/bench_torch_gpt2.py dev/report_figures.py; do
+    if "$PY" -m py_compile "$p" 2> "$tmp/err"; then ok "py_compile $p"; else bad "py_compile $p: $(tail -1 "$tmp/err")"; fi
+done
 if command -v shellcheck > /dev/null; then
     new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh scripts/bench_comm.sh
-         test/e2e/netns_hosts.sh test/e2e/test_scripts.sh)
+         scripts/gpu_first_contact.sh test/e2e/netns_hosts.sh test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh
+         test/gpu/standin/nvidia-smi test/gpu/standin/compute-sanitizer)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
     else bad "shellcheck: $(grep -m1 -E '^In |SC[0-9]+' "$tmp/sc")"; fi
 fi
@@ -294,12 +296,12 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-# gpu_bundle.sh: refuses what it cannot do, with a message (its pack and run need the
-# network and a GPU machine; checked by hand, see the README)
+# gpu_bundle.sh: refuses what it cannot do, with a message (its pack and set-up are
+# rehearsed in test/gpu/test_gpu_bundle.sh)
 bash scripts/gpu_bundle.sh > "$tmp/gb" 2>&1; rc=$?
 if [ $rc -eq 2 ] && grep -q usage "$tmp/gb"; then ok "gpu_bundle.sh without a mode: usage, exit 2"; else bad "gpu_bundle.sh without a mode: exit $rc"; fi
 bash scripts/gpu_bundle.sh run "$tmp/none" > "$tmp/gb" 2>&1; rc=$?
-if [ $rc -eq 1 ] && grep -q "bundle.tar.xz not found" "$tmp/gb"; then ok "gpu_bundle.sh run without a bundle: says so, exit 1"
+if [ $rc -eq 1 ] && grep -q "bundle.tar.gz not found" "$tmp/gb"; then ok "gpu_bundle.sh run without a bundle: says so, exit 1"
 else bad "gpu_bundle.sh run without a bundle: exit $rc: $(head -1 "$tmp/gb")"; fi
 
 finish

@@ -12,7 +12,7 @@ if ! command -v "${NVCC:-nvcc}" > /dev/null; then
     exit 1
 fi
 for t in build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32 \
-         train_gpt2_zero3 train_gpt2_zero3_fp32; do
+         train_gpt2_zero3 train_gpt2_zero3_fp32 build/gpu_probe; do
     if make -s "$t" > "/tmp/cuda_build.$$" 2>&1 && [ ! -s "/tmp/cuda_build.$$" ]; then
         echo "PASS $t compiles without warnings"; pass=$((pass + 1))
     else

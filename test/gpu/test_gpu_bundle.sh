@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The first contact with a GPU, rehearsed without one (make test): scripts/gpu_bundle.sh
+# packs the emulated GPU binaries (test/emu) in place of the CUDA ones, with the CPU
+# trainer built for x86-64-v3, the real build/gpu_probe (it links cuBLAS, cuBLASLt and
+# NCCL) and Open MPI; then, in a copy of the source such as the device tool sends, inside
+# test/gpu/bare_machine.sh's mount namespace (Open MPI, libgomp, cJSON, liburing, OpenMP
+# OpenBLAS, ssh hidden; cuBLAS and NCCL only as CUDA 13's wheels lay them out; numpy not
+# importable), scripts/gpu_first_contact.sh runs every step with nvidia-smi and
+# compute-sanitizer stand-ins (test/gpu/standin) and make, apt and the compilers replaced
+# by programs that record being called. Checked:
+#   the bundle       gzip, the flags it was built with, libgomp and mpirun in it
+#   the set-up       cuBLAS, cuBLASLt and NCCL found in the wheels, the carried mpirun, no
+#                    library missing, numpy missing said by name
+#   the steps        every program starts; (c) the trainer suite runs, the PyTorch
+#                    comparisons skipped naming numpy; (d) mpirun -np 2 as root through
+#                    the carried Open MPI; (e), (f), (g) their runs and figures; a step that
+#                    hangs is stopped at its limit and the next steps still run; a step
+#                    without the time it needs is skipped; (b) the kernels' tests
+#   the results      summary.json with every step, DIR holding 3 files (the device tool
+#                    brings back 8), nothing built or installed
+# Ends with "N passed, N failed". Skipped by name without root, mount namespaces or nvcc.
+# shellcheck disable=SC2015,SC2154  # `check && ok || bad`: ok never fails; $tmp is lib.sh's
+source "$(dirname "$0")/../e2e/lib.sh"   # $tmp, ok/bad/skip/finish
+ROOT=$(pwd)
+if [ "$(id -u)" != 0 ] || ! unshare --mount true 2> /dev/null; then
+    echo "SKIP GPU bundle rehearsal: needs root and mount namespaces (unshare --mount)"; finish; exit 0
+fi
+if ! command -v "${NVCC:-nvcc}" > /dev/null; then
+    echo "SKIP GPU bundle rehearsal: nvcc not found (build/gpu_probe is a CUDA program)"; finish; exit 0
+fi
+for b in build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 build/test_kernels_emu build/test_kernels_emu_fp32 \
+         build/test_kernels2_emu build/test_kernels2_emu_fp32; do
+    [ -x "$b" ] || { bad "missing $b (make $b)"; finish; exit 1; }
+done
+
+# ---------------------------------------------------------------------------
+# pack, as a session would before its GPU call (-O1: the build's time, not its speed, counts here)
+M=$tmp/machine
+mkdir -p "$M"
+OPT_USED="-O1 -march=x86-64-v3"
+if PACK_EMULATED=1 PACK_OPT="$OPT_USED" scripts/gpu_bundle.sh pack "$M/.gpu" > "$tmp/pack.log" 2>&1; then
+    ok "gpu_bundle.sh pack (emulated stand-ins): $(tail -1 "$tmp/pack.log" | cut -d';' -f1)"
+else
+    bad "gpu_bundle.sh pack: $(tail -3 "$tmp/pack.log" | tr '\n' ' ')"; finish; exit 1
+fi
+listing=$(tar -tzf "$M/.gpu/bundle.tar.gz")
+[ ! -e "$M/.gpu/bundle.tar.xz" ] && grep -q "^built: make OPT='$OPT_USED' CUDA_ARCH='-gencode arch=compute_90" "$M/.gpu/info.txt" \
+    && ok "the bundle is gzip, built with the flags asked for (x86-64-v3, sm_90)" || bad "the bundle: $(cat "$M/.gpu/info.txt")"
+grep -qx './lib/libgomp.so.1' <<< "$listing" && grep -q '^./ompi/bin/mpirun$' <<< "$listing" \
+    && grep -q '^./tree/build/gpu_probe$' <<< "$listing" && ok "the bundle carries libgomp, Open MPI's mpirun and build/gpu_probe" \
+    || bad "the bundle lacks libgomp, mpirun or gpu_probe"
+
+# the machine's working tree: the source as git sees it, as the device tool copies it
+git ls-files -z -co --exclude-standard | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+    xargs -0 cp -a --parents -t "$M"
+# make, apt and the compilers: nothing run on the GPU machine may call them
+mkdir -p "$tmp/stubs"
+for p in make apt apt-get dpkg gcc cc g++ c++ nvcc clang mpicc; do
+    printf '#!/bin/sh\necho "%s $*" >> %s/called\nexit 1\n' "$p" "$tmp" > "$tmp/stubs/$p"
+    chmod +x "$tmp/stubs/$p"
+done
+
+# contact DIR NSDIR ENV...: scripts/gpu_first_contact.sh DIR on the bare machine
+contact() {
+    local dir=$1 ns=$2; shift 2
+    mkdir -p "$ns"
+    (cd "$M" && HIDE_PY_MODULES=numpy "$ROOT/test/gpu/bare_machine.sh" "$ns" \
+        env PATH="$tmp/stubs:$M/test/gpu/standin:$PATH" PY=/usr/bin/python3 FC_GPU_MIB=81559 \
+        FC_SANITIZER="$M/test/gpu/standin/compute-sanitizer" FC_TORCH_DEVICE=cpu "$@" \
+        scripts/gpu_first_contact.sh "$dir")
+}
+
+# the whole flow, scaled down: d2 for (f) and (g), the reference section for (c), one
+# sanitizer run, and step b made to hang past its 3-second limit
+contact "$tmp/fc" "$tmp/ns1" FC_BUDGET=900 FC_TEST_HANG=b FC_MAX_b=3 FC_MAX_c=300 FC_MAX_d=300 FC_MAX_f=300 FC_MAX_g=300 \
+    FC_C_SECTIONS=reference FC_E_RUNS=memcheck:cpu FC_F_MODEL=d2 FC_F_T=64 FC_F_BATCHES="16 8" FC_F_STEPS=2 FC_F_WARMUP=1 \
+    FC_G_MODEL=d2 FC_G_T=64 FC_G_BATCHES=4 FC_G_STEPS=2 FC_G_WARMUP=1 > "$tmp/fc.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ -f "$tmp/fc/summary.json" ] && ok "gpu_first_contact.sh ran to its end (exit 0, summary.json)" \
+    || bad "gpu_first_contact.sh: exit $rc, $(tail -3 "$tmp/fc.log" | tr '\n' ' ')"
+[ "$(cd "$tmp/fc" && echo *)" = "log logs.tar.gz summary.json" ] && ok "its directory holds summary.json, log and logs.tar.gz" \
+    || bad "its directory holds: $(cd "$tmp/fc" && echo *)"
+tar -tzf "$tmp/fc/logs.tar.gz" 2> /dev/null | grep -q '^logs/c_trainer.log$' && ok "logs.tar.gz has each step's logs" \
+    || bad "logs.tar.gz lacks logs/c_trainer.log"
+$PY - "$tmp/fc/summary.json" "$tmp/ns1" > "$tmp/check.log" 2>&1 <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1])); ns = sys.argv[2]
+st = {x["id"]: x for x in s["steps"]}
+def checks(i, r): return [c["what"] for c in st[i].get("checks", []) if c["result"] == r]
+def res(i): return st[i].get("results", {})
+def expect(cond, what):
+    print(("PASS " if cond else "FAIL ") + what)
+expect([x["id"] for x in s["steps"]] == list("abcdefg"), "summary: steps a-g in order")
+setup = "\n".join(s["bundle"]["setup"])
+expect(f"libcublas.so.13: {ns}/site/nvidia/cu13/lib/libcublas.so.13 (linked in)" in setup
+       and f"libcublasLt.so.13: {ns}/site/nvidia/cu13/lib/libcublasLt.so.13" in setup
+       and f"libnccl.so.2: {ns}/site/nvidia/nccl/lib/libnccl.so.2" in setup,
+       "set-up: cuBLAS, cuBLASLt and NCCL found in the wheel tree")
+expect("mpirun: the carried Open MPI" in setup and "gpu_bundle: missing:" not in setup, "set-up: the carried mpirun, no library missing")
+expect("python module missing: numpy" in setup, "set-up: numpy missing, by name")
+a = st["a"]
+fails = checks("a", "FAIL")
+expect(a["status"] == "failed" and len(fails) == 2 and fails[0].startswith("build/gpu_probe (exit 2)")
+       and "python module missing: numpy" in fails[1] and "every library the carried programs load was found" in checks("a", "PASS"),
+       "(a) no GPU and numpy missing, said by name; every library found")
+expect(res("a").get("probe.cublaslt", "").startswith("13.") and res("a").get("probe.nccl", "").startswith("2.")
+       and res("a").get("smi", "").startswith("NVIDIA H100"), "(a) the probe's cuBLASLt and NCCL versions, nvidia-smi's GPU")
+expect(st["b"]["status"] == "timeout" and st["b"]["seconds"] <= 3 + 10, "(b) a hanging step stopped at its limit")
+c = st["c"]
+expect(c["status"] == "ok" and any("numpy" in w for w in checks("c", "SKIP"))
+       and any(w.startswith("fp32 GPU losses = CPU losses") for w in checks("c", "PASS"))
+       and any(w.startswith("bf16 losses = CPU") for w in checks("c", "PASS")),
+       "(c) the trainer suite: the PyTorch comparisons skipped naming numpy, the rest passed")
+expect(st["d"]["status"] == "ok" and any(w.startswith("host backend N=2 stage 3 = single-rank") for w in checks("d", "PASS")),
+       "(d) mpirun -np 2 as root, carried Open MPI: 2 ranks = 1")
+expect(st["e"]["status"] == "ok" and checks("e", "PASS") == ["memcheck, offload cpu: no errors"], "(e) the sanitizer's run")
+f = res("f")
+expect(st["f"]["status"] == "ok" and f.get("B") == 16 and all((f.get(k) or 0) > 0 for k in ("z0.tokens_per_s", "z3.tokens_per_s", "torch.tokens_per_s")),
+       "(f) B chosen by the estimate, -z 0, -z 3 and PyTorch measured")
+g = res("g")
+expect(st["g"]["status"] == "ok" and all((g.get(k + ".tokens_per_s") or 0) > 0 for k in ("none", "cpu", "dpu")),
+       "(g) no offload, CPU offload, --dpu measured")
+expect(s["counts"] == {"ok": 5, "failed": 1, "timeout": 1, "skipped": 0, "not run": 0}, f"counts {s['counts']}")
+EOF
+grep -E '^(PASS|FAIL) ' "$tmp/check.log" | while IFS= read -r l; do echo "$l"; done
+pass=$((pass + $(grep -c '^PASS ' "$tmp/check.log"))); fail=$((fail + $(grep -c '^FAIL ' "$tmp/check.log")))
+grep -qE '^(PASS|FAIL) ' "$tmp/check.log" || bad "summary.json could not be checked: $(tail -2 "$tmp/check.log" | tr '\n' ' ')"
+for s in a b c d e f g; do grep -q "^=== \[$s\]" "$tmp/fc/log" || grep -q "^\[$s\] .*skipped" "$tmp/fc/log" || bad "log: no step $s"; done
+
+# step b's own runs (the first run hung it), and a step without the time it needs skipped
+contact "$tmp/fc2" "$tmp/ns2" FC_STEPS="a b g" FC_MIN_g=100000 > "$tmp/fc2.log" 2>&1
+if $PY - "$tmp/fc2/summary.json" <<'EOF' > "$tmp/check2.log" 2>&1
+import json, sys
+s = json.load(open(sys.argv[1]))
+st = {x["id"]: x for x in s["steps"]}
+b = [c["what"] for c in st["b"].get("checks", []) if c["result"] == "PASS"]
+assert st["b"]["status"] == "ok" and len(b) == 4 and all(w.endswith(" passed, 0 failed") for w in b), st["b"]
+assert st["g"]["status"] == "skipped" and "results" not in st["g"], st["g"]
+EOF
+then ok "(b) the 4 kernel tests (emulated) pass; a step without its minimum time is skipped"
+else bad "limits: $(tail -1 "$tmp/check2.log")"; fi
+
+[ ! -s "$tmp/called" ] && ok "nothing on the machine called make, apt or a compiler" || bad "called: $(sort -u "$tmp/called" | head -3 | tr '\n' ';')"
+finish
