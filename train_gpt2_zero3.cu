@@ -100,7 +100,7 @@ typedef struct {
     floatX* ln2;        // (L,B,T,C), or one layer when -r 2
     float* ln2_mean;    // (L,B,T) fp32
     float* ln2_rstd;    // (L,B,T) fp32
-    floatX* fch;        // (L,B,T,4C) pre-GELU (the matmul's aux output)
+    floatX* fch;        // (L,B,T,4C) pre-GELU (the matmul's aux output in bf16, its output in fp32)
     floatX* fch_gelu;   // (L,B,T,4C), or one layer when -r >= 1
     floatX* fcproj;     // (B,T,C) scratch
     floatX* residual3;  // (L,B,T,C)
@@ -311,7 +311,10 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         // residual2 = residual + attproj; ln2 = layernorm(residual2)
         fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT,
                                          residual, a->attproj, w.ln2w, w.ln2b, bt, C, s);
-        // fch_gelu = gelu(ln2 @ fcw^T + fcb), the pre-activation kept in fch
+        // fch_gelu = gelu(ln2 @ fcw^T + fcb), the pre-activation kept in fch: the CPU trainer's
+        // matmul_forward + gelu_forward in one call, the GELU in cuBLASLt's epilogue in bf16,
+        // and in fp32 by gelu_forward after the product, with llmc/gelu.h's formula (the
+        // epilogue's is undocumented, and fp32 is held to the CPU's rounding; llmc/matmul.cuh)
         matmul_forward(fch_gelu, ln2, w.fcw, w.fcb, bt, C, 4 * C, fch, 1, lt, ws, wsb, s);               // (B,T,4C)
         // fcproj is added to residual2 by the next unit (the next layer's ln1, or lnf)
         matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, bt, 4 * C, C, NULL, 0, lt, ws, wsb, s); // (B,T,C)
