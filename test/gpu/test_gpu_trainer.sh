@@ -223,7 +223,9 @@ fi
 # pooled per-unit gradient buffers and fp32 accumulators (2-3), the pooled gathers with
 # prefetch and persistent units (3). With one micro-step every stage computes the same
 # numbers as stage 0 (the accumulators hold bf16 values exactly; the rounding bits depend
-# on an element's place in the model), so the losses must be equal bit for bit.
+# on an element's place in the model; every unit starts on 256 bytes in every buffer, so
+# cuBLASLt picks the same algorithms: zero3/plan.h), so the losses must be equal bit for
+# bit.
 # This model's units (20480, 49984, 49984, 128 elements) are all below the default
 # persistence threshold (1e5), so stage 3 with the defaults gathers nothing: the runs
 # marked P0 set the threshold to 0, so that every unit goes through the pooled gathers.
