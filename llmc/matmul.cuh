@@ -39,7 +39,8 @@
  result, depends on those alignments: every unit starts on 256 bytes in every buffer of
  both engines at every stage (zero3/plan.h), so a tensor's alignment is its offset's in
  the unit, the same at every stage, and a run at stage 3 computes the products of a run
- at stage 0 bit for bit.
+ at stage 0 bit for bit (test/emu/cublasLt.h's algorithms sum in orders of their own, so
+ the emulated tests see it).
 
  Algorithm cache. The heuristic is a search on the host, and a step makes the same few
  products over and over (per layer shape, direction and alignment). Its answer depends only on the description of the problem: shapes,
