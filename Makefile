@@ -121,10 +121,10 @@ EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-
 build/test_device_emu build/test_device_emu_bf16: build/test_device_emu%: test/emu/test_device_emu.cc $(EMU_DEPS) | build
 	$(MPICXX) -O1 -g -fno-omit-frame-pointer $(EMU_FLAGS) $(if $(findstring bf16,$@),,-DENABLE_FP32) \
 	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
-# the emulator's own test (its limits, and races it must catch)
+# the emulator's own test (its limits, races it must catch, cuBLASLt's orders by alignment)
 build/test_emu: test/emu/test_emu.cc $(EMU_DEPS) | build
 	mkdir -p build/emu/test/emu && $(EMU_SED) $< > build/emu/test/emu/test_emu.cc
-	$(CXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. build/emu/test/emu/test_emu.cc -o $@
+	$(CXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(BLAS_CFLAGS) build/emu/test/emu/test_emu.cc -o $@ $(BLAS_LIBS)
 # the emulated NCCL's own test (bf16 rounded per hop of the ring; int8, send/recv groups, split;
 # zero3/nccl.cuh's all-to-all over it)
 build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build

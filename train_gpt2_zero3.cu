@@ -188,7 +188,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, ZeroInit in, int device_eng
     int rank = 0;
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     // every tensor must start 16-byte aligned for cuBLASLt and the vector loads: units
-    // start on 64 bytes (zero3/plan.h) and all sizes are multiples of C, so a C of a
+    // start on 256 bytes (zero3/plan.h) and all sizes are multiples of C, so a C of a
     // multiple of 8 (bf16) / 4 (fp32) ensures it
     if (((size_t)c->channels * sizeof(floatX)) % 16 != 0) {
         fprintf(stderr, "error: channels %d: the GPU trainer needs C to be a multiple of %zu\n",

@@ -171,7 +171,8 @@ static int tool_inspect_step(const char* dir, int step) {
             printf("step %d of %s\n", step, dir);
             printf("  world size   %d\n", h.world_size);
             printf("  ZeRO stage   %d\n", z.stage);
-            printf("  engine       %s\n", z.engine);
+            printf("  engine       %s (section version %d: shards padded to %zu bytes)\n", z.engine, z.version,
+                   zero_state_align_bytes(z.version));
             printf("  precision    %s (compute copy)\n", zero_state_precision(z.elem_bytes));
             printf("  parameters   %llu (%llu padded)\n", (unsigned long long)h.num_params, (unsigned long long)z.padded_total);
             printf("  step         %d\n", h.step);

@@ -32,7 +32,9 @@
  (checkpoint_load). At another world size or ZeRO stage (checkpoint_resume) each rank
  rebuilds the engine section its engine would have saved from the byte ranges it needs of
  every old rank's file (zero3/reshard.h), and the data position is converted when it can
- mean the same batches (checkpoint_convert_position). The backend (host or device layout)
+ mean the same batches (checkpoint_convert_position). An engine section of an older
+ version (version 1: shards padded to 64 bytes, zero3/checkpoint.h) goes the same way at
+ any layout: rebuilt in the current padding. The backend (host or device layout)
  and the precision must stay; everything else that cannot carry over is refused with a
  message that names both sides.
 */
@@ -704,7 +706,8 @@ static int checkpoint_convert_position(const char* path, const CheckpointHeader*
 }
 
 // Resumes this rank from the checkpoint of `step` in dir, whatever world size and ZeRO
-// stage saved it: at the same ranks, stage, -b and accumulation it is checkpoint_load;
+// stage saved it: at the same ranks, stage, -b and accumulation, from an engine section of
+// the current version, it is checkpoint_load;
 // otherwise this rank's engine section is rebuilt from the old ranks' files into a
 // temporary file in dir (unlinked at once; this rank's own state, never the model's
 // unless this rank holds all of it) and loaded from there, and the data position
@@ -715,7 +718,8 @@ static int checkpoint_resume(const char* dir, int step, const CheckpointHeader* 
     CheckpointSet s;
     if (checkpoint_set_open(&s, dir, step, c) != 0) { return -1; }
     const CheckpointHeader* h0 = &s.h[0];
-    if (h0->world_size == want->world_size && s.src.head.stage == stage && h0->B == want->B && h0->grad_accum == want->grad_accum) {
+    if (h0->world_size == want->world_size && s.src.head.stage == stage && h0->B == want->B && h0->grad_accum == want->grad_accum &&
+        s.src.head.version == ZERO_STATE_VERSION) {
         checkpoint_set_close(&s);
         return checkpoint_load(dir, step, want, z, got);
     }

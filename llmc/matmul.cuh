@@ -47,10 +47,16 @@
  Alignment. cuBLASLt's heuristic assumes every matrix 256-byte aligned unless the
  preference says otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES, default
  256), and an algorithm chosen under that assumption may fail or misread a matrix that is
- less aligned. The ZeRO engines hand out tensors inside flat unit buffers, aligned only to
- the unit and tensor offsets (64-128 bytes for some units of some models, e.g. every other
- block of d48), so each call tells the heuristic the alignment its pointers really have:
- the largest power of two dividing the address, at most 256.
+ less aligned. The ZeRO engines hand out tensors inside unit buffers, at their offsets
+ in the unit (e.g. a block's qkv weight after its two layernorm vectors, 4C bytes in at
+ bf16: 128 bytes past a 256-byte boundary at C = 96), so each call tells the heuristic the
+ alignment its pointers really have: the largest power of two dividing the address, at
+ most 256. The algorithm it picks, and with it the order of the sums and the bits of the
+ result, depends on those alignments: every unit starts on 256 bytes in every buffer of
+ both engines at every stage (zero3/plan.h), so a tensor's alignment is its offset's in
+ the unit, the same at every stage, and a run at stage 3 computes the products of a run
+ at stage 0 bit for bit (test/emu/cublasLt.h's algorithms sum in orders of their own, so
+ the emulated tests see it).
 
  Algorithm cache. The heuristic is a search on the host, and a step makes the same few
  products over and over (per layer shape, direction and alignment). Its answer depends only on the description of the problem: shapes,

@@ -2,7 +2,7 @@
  The engine's part of a checkpoint. Each rank's state file (the trainer writes its own
  header first: llmc/checkpoint.h) holds one engine section:
 
-   ZeroStateHeader   magic 20241125, version 1, which engine layout follows ("host":
+   ZeroStateHeader   magic 20241125, version 2, which engine layout follows ("host":
                      the host engine's, also the GPU trainer's host-staged backend;
                      "device": the device engine's), the stage, world size and rank, the
                      bytes of one element of the compute copy, the partition plan's
@@ -13,6 +13,13 @@
  precision and model: the shards of one partition mean nothing in another. Every
  mismatch is refused with a message that names both sides. A section for another world
  size or stage is rebuilt from the saved ones first (zero3/reshard.h).
+
+ The version names the partition plan's padding, which places every array's elements:
+ version 2, shards of a multiple of 256 bytes (zero3/plan.h); version 1, of 64 bytes (before
+ the GPU engines needed every unit on 256 bytes). A version-1 section is read through its
+ own plan, as a section of another layout (zero_state_align_bytes, zero3/reshard.h): an
+ engine's own load accepts only the current version, so an old section is never read
+ with the new offsets.
 */
 #ifndef ZERO3_CHECKPOINT_H
 #define ZERO3_CHECKPOINT_H
@@ -25,7 +32,7 @@
 #include "zero3/plan.h"     // ZeroPlan: the totals
 
 #define ZERO_STATE_MAGIC 20241125
-#define ZERO_STATE_VERSION 1
+#define ZERO_STATE_VERSION 2
 
 typedef struct {
     int32_t magic, version;
@@ -60,12 +67,17 @@ static int zero_state_write_header(FILE* fp, const ZeroStateHeader* h) {
 
 static const char* zero_state_precision(int elem_bytes) { return elem_bytes == 2 ? "bf16" : elem_bytes == 4 ? "fp32" : "?"; }
 
-// reads a section's header into *h, checking only that it is one (magic, version); the
-// engine's name comes back NUL-terminated
+// the shard alignment (zero3/plan.h) of a section of `version`: 256 bytes (2), 64 (1), 0 unknown
+static size_t zero_state_align_bytes(int version) {
+    return version == ZERO_STATE_VERSION ? ZERO_PLAN_ALIGN_BYTES : version == 1 ? 64 : 0;
+}
+
+// reads a section's header into *h, checking only that it is one (magic, a version whose
+// plan is known: this one or 1); the engine's name comes back NUL-terminated
 static int zero_state_read_raw(FILE* fp, ZeroStateHeader* h) {
     if (fread(h, sizeof(*h), 1, fp) != 1) { return zero_error("zero: the engine's state is missing or truncated"); }
-    if (h->magic != ZERO_STATE_MAGIC || h->version != ZERO_STATE_VERSION) {
-        return zero_error("zero: not an engine state of this version (magic %d, version %d; expected %d, %d)",
+    if (h->magic != ZERO_STATE_MAGIC || zero_state_align_bytes(h->version) == 0) {
+        return zero_error("zero: not an engine state of a known version (magic %d, version %d; expected %d, version 1 or %d)",
                           h->magic, h->version, ZERO_STATE_MAGIC, ZERO_STATE_VERSION);
     }
     h->engine[sizeof(h->engine) - 1] = '\0';
@@ -76,6 +88,11 @@ static int zero_state_read_raw(FILE* fp, ZeroStateHeader* h) {
 static int zero_state_read_header(FILE* fp, const ZeroStateHeader* want) {
     ZeroStateHeader h;
     if (zero_state_read_raw(fp, &h) != 0) { return -1; }
+    if (h.version != want->version) {
+        return zero_error("zero: the state is of version %d (shards padded to %zu bytes); this engine reads version %d (%zu "
+                          "bytes) directly, an older one only through resharding (zero3/reshard.h)", h.version,
+                          zero_state_align_bytes(h.version), want->version, zero_state_align_bytes(want->version));
+    }
     if (strcmp(h.engine, want->engine) != 0 || h.stage != want->stage || h.world != want->world || h.rank != want->rank ||
         h.elem_bytes != want->elem_bytes) {
         return zero_error("zero: the state was saved by the %s engine at ZeRO stage %d, rank %d of %d, %s compute copy; "

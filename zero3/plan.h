@@ -7,18 +7,31 @@
  is reduce-scattered whole afterwards, so each unit is one flat buffer.
 
  Layout of one unit of numel elements on world ranks:
-   padded = numel rounded up to a multiple of world * align_elems, align_elems = 64 / elem_bytes
-   shard  = padded / world            (a multiple of align_elems: 64 bytes)
+   padded = numel rounded up to a multiple of world * align_elems, align_elems = 256 / elem_bytes
+   shard  = padded / world            (a multiple of align_elems: 256 bytes)
    rank r owns unit elements [r*shard, (r+1)*shard); elements >= numel are padding (zeros)
  Every shard has the same size because collectives (all-gather, reduce-scatter) want
- equal counts, and a multiple of 64 bytes so that, with 64-byte aligned buffers, every
- shard starts on a cache line / vector boundary and ranks never share a cache line.
- Padding is minimal: padded - numel < world * align_elems.
+ equal counts, and a multiple of 256 bytes (ZERO_PLAN_ALIGN_BYTES) so that, in buffers
+ that start 256-byte aligned (cudaMalloc's), every unit and every shard starts on 256
+ bytes, whichever buffer holds it:
+   - cuBLASLt picks its algorithm from the alignment of each pointer, up to 256 bytes
+     (llmc/matmul.cuh tells it), and algorithms differ in their summation order. The GPU
+     engines hand a unit's tensors out of a flat buffer of every unit at stages 0-2 and
+     out of a buffer of the unit alone at stage 3 (its gradient from stage 2): with
+     every unit on 256 bytes in both, a tensor is as aligned at every stage, on every
+     backend and world size (its offset inside the unit decides), so the products, and
+     the runs, are bit for bit the same. At 64 bytes a unit could sit 64 bytes past a
+     boundary at stage 0 and on one at stage 3.
+   - shards start on a cache line / vector boundary, and ranks never share a cache line.
+ Padding is minimal for that: padded - numel < world * align_elems, under world * 256
+ bytes a unit (at most world * 192 bytes a unit more than with 64-byte shards).
 
  Two flat buffers are described by the offsets:
    full buffer  (every unit, padded, back to back): unit u starts at units[u].full_offset
    shard buffer (a rank's shard of every unit):     unit u's shard at units[u].shard_offset
- Both offsets are in elements; multiplied by elem_bytes they are multiples of 64 too.
+ Both offsets are in elements; multiplied by elem_bytes they are multiples of 256 too.
+ (Checkpoint sections record the alignment through their version, zero3/checkpoint.h:
+ those of 64-byte plans are read through zero_plan_init_aligned.)
 
  Only the arithmetic lives here: no memory for parameters, no communication.
 */
@@ -32,8 +45,10 @@
 #include "zero3/util.h"    // zero_error: the 0 / -1 error convention
 
 // the most ranks a plan accepts: far beyond any real run, and it keeps
-// world * align_elems (<= 2^20 * 64) from overflowing
+// world * align_elems (<= 2^20 * 256) from overflowing
 #define ZERO_PLAN_MAX_WORLD 1048576
+// every shard a multiple of this many bytes, so every unit and shard offset too (see above)
+#define ZERO_PLAN_ALIGN_BYTES 256
 
 typedef struct {
     size_t numel;         // real elements of the unit
@@ -46,7 +61,7 @@ typedef struct {
 typedef struct {
     int num_units, world, rank;
     size_t elem_bytes;    // 4 for fp32, 2 for bf16
-    size_t align_elems;   // 64 / elem_bytes
+    size_t align_elems;   // ZERO_PLAN_ALIGN_BYTES / elem_bytes (the plans of old checkpoints: 64 / elem_bytes)
     ZeroUnit* units;      // (num_units)
     size_t numel_total;   // sum of numel
     size_t padded_total;  // sum of padded
@@ -62,10 +77,11 @@ static inline void zero_plan_free(ZeroPlan* p) {
 }
 
 // Builds the plan for num_units units of unit_numel[u] elements of elem_bytes bytes each,
-// split over world ranks, seen from rank. p is overwritten (a previous plan in it must be
-// freed first). Returns 0, or -1 with p zeroed and one zero_error line.
-static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_units, int world, int rank,
-                                 size_t elem_bytes) {
+// split over world ranks, seen from rank, with shards of a multiple of align_bytes (64, 128
+// or 256; ZERO_PLAN_ALIGN_BYTES but for an old checkpoint's plan). p is overwritten (a previous plan in it must be freed first).
+// Returns 0, or -1 with p zeroed and one zero_error line.
+static inline int zero_plan_init_aligned(ZeroPlan* p, const size_t* unit_numel, int num_units, int world, int rank,
+                                         size_t elem_bytes, size_t align_bytes) {
     if (p == NULL) { return zero_error("zero_plan_init: plan pointer is NULL"); }
     memset(p, 0, sizeof(*p));  // so that every failure below leaves a plan zero_plan_free accepts
     if (world < 1 || world > ZERO_PLAN_MAX_WORLD) {
@@ -81,8 +97,11 @@ static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_
     if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8) {
         return zero_error("zero_plan_init: elem_bytes %zu must be 1, 2, 4 or 8", elem_bytes);
     }
-    size_t align_elems = 64 / elem_bytes;
-    // every padded size is a multiple of this quantum; <= 2^20 * 64, no overflow
+    if (align_bytes != 64 && align_bytes != 128 && align_bytes != 256) {
+        return zero_error("zero_plan_init: alignment %zu bytes must be 64, 128 or 256", align_bytes);
+    }
+    size_t align_elems = align_bytes / elem_bytes;
+    // every padded size is a multiple of this quantum; <= 2^20 * 256, no overflow
     size_t quantum = (size_t)world * align_elems;
 
     ZeroUnit* units = (ZeroUnit*)calloc((size_t)num_units, sizeof(ZeroUnit));
@@ -130,6 +149,12 @@ static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_
     p->padded_total = padded_total;
     p->shard_total = shard_total;
     return 0;
+}
+
+// The plan of this version: shards of a multiple of ZERO_PLAN_ALIGN_BYTES (see above).
+static inline int zero_plan_init(ZeroPlan* p, const size_t* unit_numel, int num_units, int world, int rank,
+                                 size_t elem_bytes) {
+    return zero_plan_init_aligned(p, unit_numel, num_units, world, rank, elem_bytes, ZERO_PLAN_ALIGN_BYTES);
 }
 
 // The part of the element range [begin, end) of unit u (unpadded unit-local offsets,

@@ -28,7 +28,7 @@
  of being quantised into a plausible number.
 
  Layout of a quantised run of n floats: blocks one after the other, each 4 + n_b bytes.
- Every run this engine quantises has n a multiple of 16 (a shard: 64 bytes of floats), so
+ Every run this engine quantises has n a multiple of 64 (a shard: 256 bytes of floats), so
  every block starts 4-byte aligned when the run does.
 */
 #ifndef ZERO3_QUANT_H

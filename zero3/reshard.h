@@ -16,11 +16,13 @@
    device   master, m, v as the host's; the compute copy full at stages 0-2, sharded at 3
 
  (zero_host_save and zero_dev_save write exactly these; offload moves where an engine
- keeps its arrays, never what it saves.) Element i < numel of unit u of an array is the
- same value whatever the layout: in a full array at full_offset + i, in a sharded one in
- rank i / shard's file at shard_offset + i % shard. Padding is zero everywhere (AdamW
- leaves zero parameters with zero gradients at zero), so the new padding is written as
- zeros.
+ keeps its arrays, never what it saves.) The plan is the one of the section's version
+ (zero3/checkpoint.h): a version-1 section, of 64-byte shards, is read through its own
+ plan and rewritten in the current one, even at the same world size and stage.
+ Element i < numel of unit u of an array is the same value whatever the layout: in a
+ full array at full_offset + i, in a sharded one in rank i / shard's file at
+ shard_offset + i % shard. Padding is zero everywhere (AdamW leaves zero parameters with
+ zero gradients at zero), so the new padding is written as zeros.
 
  The copy goes range by range through one bounded buffer, reading only the byte ranges
  it needs from the old files (fseeko): the memory is that buffer, whatever the model.
@@ -46,6 +48,7 @@ typedef struct { int sharded; size_t elem_bytes; } ZeroStateArray;
 // One rank's section layout: the plan (seen from its rank), the arrays in payload order.
 typedef struct {
     const char* engine;     // "host" or "device": a literal
+    int version;            // the section's format (zero3/checkpoint.h): its plan's alignment
     int stage, num_arrays;
     ZeroStateArray arrays[ZERO_STATE_MAX_ARRAYS];
     ZeroPlan plan;
@@ -53,23 +56,32 @@ typedef struct {
 
 static void zero_state_layout_free(ZeroStateLayout* l) { zero_plan_free(&l->plan); }
 
-// The layout of the section `engine` writes at `stage` for rank `rank` of `world`, with a
-// compute copy of elem_bytes (the plan's element size: its padding depends on it). Returns
-// 0, or -1 with an unknown engine or stage, or a bad plan.
-static int zero_state_layout_init(ZeroStateLayout* l, const size_t* unit_numel, int num_units, const char* engine,
-                                  int stage, int world, int rank, int elem_bytes) {
+// The layout of the section of `version` that `engine` writes at `stage` for rank `rank`
+// of `world`, with a compute copy of elem_bytes (the plan's element size: its padding
+// depends on it). Returns 0, or -1 with an unknown engine, stage or version, or a bad plan.
+static int zero_state_layout_init_version(ZeroStateLayout* l, const size_t* unit_numel, int num_units, const char* engine,
+                                          int stage, int world, int rank, int elem_bytes, int version) {
     memset(l, 0, sizeof(*l));
+    size_t align_bytes = zero_state_align_bytes(version);
+    if (align_bytes == 0) { return zero_error("zero: engine state version %d is not one this build reads", version); }
     int host = strcmp(engine, "host") == 0, device = strcmp(engine, "device") == 0;
     if (!host && !device) { return zero_error("zero: unknown engine layout '%s' (expected host or device)", engine); }
     if (stage < 0 || stage > 3) { return zero_error("zero: ZeRO stage %d is not 0-3", stage); }
     if (elem_bytes != 2 && elem_bytes != 4) { return zero_error("zero: a compute copy of %d bytes per element is neither fp32 nor bf16", elem_bytes); }
     if (host && elem_bytes != 4) { return zero_error("zero: the host engine's state is fp32, not %d bytes per element", elem_bytes); }
     l->engine = host ? "host" : "device";
+    l->version = version;
     l->stage = stage;
     for (int i = 0; i < 3; i++) { l->arrays[i] = (ZeroStateArray){stage > 0, sizeof(float)}; }
     l->num_arrays = 3;
     if (device) { l->arrays[l->num_arrays++] = (ZeroStateArray){stage == 3, (size_t)elem_bytes}; }
-    return zero_plan_init(&l->plan, unit_numel, num_units, world, rank, (size_t)elem_bytes);
+    return zero_plan_init_aligned(&l->plan, unit_numel, num_units, world, rank, (size_t)elem_bytes, align_bytes);
+}
+
+// the layout of the section this build's engines write
+static int zero_state_layout_init(ZeroStateLayout* l, const size_t* unit_numel, int num_units, const char* engine,
+                                  int stage, int world, int rank, int elem_bytes) {
+    return zero_state_layout_init_version(l, unit_numel, num_units, engine, stage, world, rank, elem_bytes, ZERO_STATE_VERSION);
 }
 
 static size_t zero_state_array_elems(const ZeroStateLayout* l, int i) {
@@ -87,7 +99,9 @@ static size_t zero_state_payload_bytes(const ZeroStateLayout* l) { return zero_s
 
 // the header of the section this layout describes
 static ZeroStateHeader zero_state_layout_header(const ZeroStateLayout* l) {
-    return zero_state_header(l->engine, l->stage, &l->plan, (int)l->plan.elem_bytes, zero_state_payload_bytes(l));
+    ZeroStateHeader h = zero_state_header(l->engine, l->stage, &l->plan, (int)l->plan.elem_bytes, zero_state_payload_bytes(l));
+    h.version = l->version;
+    return h;
 }
 
 // The sections every rank of one run saved: their files, positioned past the headers.
@@ -127,7 +141,8 @@ static int zero_state_source_init(ZeroStateSource* s, FILE** fp, const char* con
         s->payload[q] = ftello(fp[q]);
         if (q == 0) {
             s->head = h;
-            if (zero_state_layout_init(&s->layout, unit_numel, num_units, h.engine, h.stage, h.world, 0, h.elem_bytes) != 0) {
+            if (zero_state_layout_init_version(&s->layout, unit_numel, num_units, h.engine, h.stage, h.world, 0, h.elem_bytes,
+                                               h.version) != 0) {
                 char why[sizeof(zero_errbuf)];
                 snprintf(why, sizeof(why), "%s", zero_errmsg());
                 zero_state_source_free(s);
@@ -140,15 +155,16 @@ static int zero_state_source_init(ZeroStateSource* s, FILE** fp, const char* con
         }
         ZeroStateHeader want = zero_state_layout_header(&s->layout);
         want.rank = q;
-        if (strcmp(h.engine, want.engine) != 0 || h.stage != want.stage || h.world != want.world || h.rank != q ||
-            h.elem_bytes != want.elem_bytes || h.numel_total != want.numel_total || h.padded_total != want.padded_total ||
+        if (h.version != want.version || strcmp(h.engine, want.engine) != 0 || h.stage != want.stage ||
+            h.world != want.world || h.rank != q || h.elem_bytes != want.elem_bytes || h.numel_total != want.numel_total || h.padded_total != want.padded_total ||
             h.shard_total != want.shard_total || h.payload_bytes != want.payload_bytes) {
             zero_state_source_free(s);
-            return zero_error("%s: its engine section (%s engine, stage %d, rank %d of %d, %s, %llu parameters, %llu bytes) "
-                              "does not belong with rank 0's (%s engine, stage %d, %d ranks, %s, %llu parameters, %llu bytes) "
-                              "for this model", names[q], h.engine, h.stage, h.rank, h.world, zero_state_precision(h.elem_bytes),
-                              (unsigned long long)h.numel_total, (unsigned long long)h.payload_bytes, want.engine, want.stage,
-                              want.world, zero_state_precision(want.elem_bytes), (unsigned long long)want.numel_total,
+            return zero_error("%s: its engine section (version %d, %s engine, stage %d, rank %d of %d, %s, %llu parameters, "
+                              "%llu bytes) does not belong with rank 0's (version %d, %s engine, stage %d, %d ranks, %s, %llu "
+                              "parameters, %llu bytes) for this model", names[q], h.version, h.engine, h.stage, h.rank, h.world,
+                              zero_state_precision(h.elem_bytes), (unsigned long long)h.numel_total,
+                              (unsigned long long)h.payload_bytes, want.version, want.engine, want.stage, want.world,
+                              zero_state_precision(want.elem_bytes), (unsigned long long)want.numel_total,
                               (unsigned long long)want.payload_bytes);
         }
     }

@@ -5,7 +5,8 @@
 
  The host engine gathers, releases, reduces and updates on the host over MPI, exactly as
  in the CPU trainer, whose tests cover that logic. The GPU holds a floatX copy of every
- unit and of its gradient, padded to 64 bytes:
+ unit and of its gradient, each unit on 256 bytes as in the device engine (zero3/plan.h:
+ cuBLASLt sees a tensor at the same alignment on either backend):
    fetch    uploads the engine's fp32 unit, converted on the GPU, whenever it may differ
             from the copy: at every fetch at stage 3 (the engine gathered it), once per
             step otherwise (the step changed it)
@@ -30,7 +31,7 @@
 typedef struct {
     ZeroHost* host;            // the engine, on the host
     cudaStream_t stream;       // the model's stream: the copies are ordered with its kernels
-    ZeroPlan plan;             // the device copies: every unit padded to 64 bytes, one rank
+    ZeroPlan plan;             // the device copies: every unit padded to 256 bytes, one rank
     floatX* params;            // (padded_total) the parameters the kernels read
     floatX* grads;             // (padded_total) the gradients the kernels accumulate into
     int* fresh;                // (num_units) the device copy equals the engine's (until the next step)
@@ -165,7 +166,7 @@ static const ZeroOps zero_staged_ops = {
     zero_staged_step, zero_staged_flush, zero_staged_stats, zero_staged_save, zero_staged_load, zero_staged_master_shard, zero_staged_free,
 };
 
-// the host engine, and the GPU's copies: whole floatX units padded to 64 bytes, zeroed,
+// the host engine, and the GPU's copies: whole floatX units padded to 256 bytes, zeroed,
 // and the staging; ordered on in->stream, the model's
 static int zero_staged_init(void* impl, const ZeroInit* in) {
     ZeroStaged* e = (ZeroStaged*)impl;

@@ -139,7 +139,7 @@ fi
 # ---------------------------------------------------------------------------
 # memory: N=4 stage 3 on d4, -x 0 without a checkpoint (start-up only). Each rank's bound,
 # from the model's shape (numpy, zero3/plan.h's padding: each unit to a multiple of
-# 4 ranks x 16 floats) and the report's activations:
+# 4 ranks x 64 floats) and the report's activations:
 #   16 S     its fp32 shard of every unit (S elements) four times: parameters, gradients, m, v
 #   4 U      one unit gathered (U: the largest padded unit, wte's), the most start-up holds
 #   A        the activations (the report's "activations")
@@ -155,7 +155,7 @@ import sys, json
 d, rep = sys.argv[1], json.load(open(sys.argv[2]))
 C, L, V, Vp, maxT, N = 256, 4, 50257, 50304, 1024, 4
 units = [Vp*C + maxT*C] + [12*C*C + 13*C] * L + [2*C]
-q = N * 16
+q = N * 64
 padded = [(u + q - 1) // q * q for u in units]
 S, U = sum(p // N for p in padded), max(padded)
 failed = False

@@ -11,6 +11,9 @@
 #   refusals    another -t, another global batch, shuffled chunks of another size, a missing
 #               rank's file: a message that says why, a non-zero exit, the checkpoint's
 #               files unchanged and no temporary left
+#   version 1   engine sections of 64-byte shards (before the 256-byte plan) resumed at
+#               their layout and at another, bit for bit as version 2's; another version,
+#               or a header that does not match the layout, refused
 #   tool        consolidate equals the trainer's model file byte for byte (fp32 from 2 ranks
 #               at stage 1 and 2 ranks at stage 3, bf16 from 4 ranks at stage 3);
 #               extract-optimizer's m and v equal the state file of a 1-rank stage-0
@@ -94,6 +97,88 @@ expect_error "a missing rank's state file" "state_00000003_00001.bin (rank 1 of 
     $BIN $M -b 8 --shuffle 1 -x 6 -o "$tmp/miss_ck" -y 1
 
 # ---------------------------------------------------------------------------
+# a checkpoint of engine sections of version 1 (shards padded to 64 bytes, before the
+# 256-byte plan of zero3/plan.h): w2to1's old checkpoint (2 ranks, stage 1) rewritten here
+# in that layout, with an earlier version's empty marker. Its units pad differently (a
+# block of 49984 floats: 1562 x 32 at 2 ranks of 64-byte shards, 391 x 128 at 256), so a
+# resume that took the old offsets for the new would misread every unit after the first.
+# Read through its own plan and rebuilt in the current one (zero3/reshard.h), at the same
+# layout it gives the losses of the same checkpoint in version 2, and at 1 rank stage 0
+# those of w2to1's resume, bit for bit (and checkpoint_tool reads it too); a version it
+# cannot know is refused by number, a version-1 layout under a version-2 header as not
+# belonging together.
+to_version1() {  # to_version1 SRC_DIR DST_DIR STEP WORLD: the host engine's sections, rewritten
+    $PY - "$@" "$tmp/model.bin" <<'EOF'
+import sys, struct, numpy as np
+src, dst, step, world, model = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+maxT, V, L, NH, C, Vp = np.fromfile(model, np.int32, 8)[2:8].tolist()
+units = [Vp * C + maxT * C] + [12 * C * C + 13 * C] * L + [2 * C]
+pad = lambda n, q: -(-n // q) * q
+def plan(quantum):  # (padded, shard) of every unit: quantum = world x align_bytes / 4
+    return [(pad(n, quantum), pad(n, quantum) // world) for n in units]
+new, old = plan(world * 64), plan(world * 16)
+files = [open(f"{src}/state_{step:08d}_{r:05d}.bin", "rb").read() for r in range(world)]
+HDR, ZH = 88, 72
+heads = [struct.unpack("<ii16siiiiQQQQ", f[HDR:HDR + ZH]) for f in files]
+magic, version, engine, stage = heads[0][:4]
+assert version == 2 and engine.rstrip(b"\0") == b"host", heads[0]
+sharded = stage > 0
+size = sum(s if sharded else p for p, s in new)
+arrays = [[np.frombuffer(f, np.float32, size, HDR + ZH + 4 * size * a) for f in files] for a in range(3)]
+def unit_values(a, u):  # the unit's real elements, from the new layout
+    p, s = new[u]
+    if not sharded:
+        at = sum(pp for pp, _ in new[:u])
+        return arrays[a][0][at:at + units[u]]
+    at = sum(ss for _, ss in new[:u])
+    return np.concatenate([arrays[a][r][at:at + s] for r in range(world)])[:units[u]]
+for r in range(world):
+    out = []
+    for a in range(3):
+        for u in range(len(units)):
+            p, s = old[u]
+            full = np.zeros(p, np.float32); full[:units[u]] = unit_values(a, u)
+            out.append(full[r * s:(r + 1) * s] if sharded else full)
+    payload = np.concatenate(out).tobytes()
+    h = list(heads[r]); h[1] = 1
+    h[8], h[9], h[10] = sum(p for p, _ in old), sum(s for _, s in old), len(payload)
+    with open(f"{dst}/state_{step:08d}_{r:05d}.bin", "wb") as f:
+        f.write(files[r][:HDR] + struct.pack("<ii16siiiiQQQQ", *h) + payload)
+EOF
+}
+# set_version FILE V: the engine section's version field rewritten
+set_version() { $PY -c "
+import sys, struct; f = open(sys.argv[1], 'r+b'); f.seek(88 + 4); f.write(struct.pack('<i', int(sys.argv[2])))" "$1" "$2"; }
+rm -rf "$tmp/v1" "$tmp/v2"; mkdir -p "$tmp/v1" "$tmp/v2"
+cp "$tmp/ref_ck"/* "$tmp/v2/"
+cp "$tmp/ref_ck/model_00000003.bin" "$tmp/v1/"; : > "$tmp/v1/DONE_00000003"
+if to_version1 "$tmp/ref_ck" "$tmp/v1" 3 2; then
+    cp -r "$tmp/v1" "$tmp/v1b"
+    V1="$M -b 4 -z 1 --shuffle 1 -x 6 -n 3 -y 1"
+    if run v2same 2 $V1 -o "$tmp/v2" && run v1same 2 $V1 -o "$tmp/v1" && grep -q "resumed from .* at step 3" "$tmp/v1same.log"; then
+        losses "$tmp/v2same.json" > "$tmp/f"; losses "$tmp/v1same.json" > "$tmp/r"; d=$(maxdiff "$tmp/f" "$tmp/r")
+        within "$d" 0 && ok "version-1 sections resumed at their layout = the version-2 checkpoint's resume, bit for bit" \
+            || bad "version-1 resume at 2 ranks: max diff $d"
+    else bad "the resumes of the version-1 and version-2 checkpoints at 2 ranks"; fi
+    if run v1to1 1 $M -b 8 -z 0 --shuffle 1 -x 6 -n 3 -o "$tmp/v1b" -y 1 && [ -f "$tmp/w2to1_res.json" ]; then
+        losses "$tmp/w2to1_res.json" > "$tmp/f"; losses "$tmp/v1to1.json" > "$tmp/r"; d=$(maxdiff "$tmp/f" "$tmp/r")
+        within "$d" 0 && ok "version-1 sections resumed at 1 rank stage 0 = version 2's (w2to1), bit for bit" \
+            || bad "version-1 resume at 1 rank: max diff $d"
+    else bad "the version-1 checkpoint resumed on 1 rank"; fi
+    $TOOL consolidate "$tmp/v1b" 3 "$tmp/v1.bin" > "$tmp/v1tool.log" 2>&1 && cmp -s "$tmp/v1.bin" "$tmp/v1b/model_00000003.bin" \
+        && ok "consolidate of the version-1 sections equals their model file" || bad "consolidate of the version-1 sections differs"
+    rm -rf "$tmp/v1c"; mkdir -p "$tmp/v1c"; cp "$tmp/v1b"/*_00000003* "$tmp/v1c/"
+    for r in 0 1; do set_version "$tmp/v1c/state_00000003_0000$r.bin" 3; done
+    expect_error "an engine section of an unknown version" "not an engine state of a known version (magic 20241125, version 3" \
+        $MPIRUN -np 2 $BIN $V1 -o "$tmp/v1c"
+    for r in 0 1; do set_version "$tmp/v1c/state_00000003_0000$r.bin" 2; done
+    expect_error "a version-1 layout under a version-2 header" "its engine section (version 2, host engine, stage 1, rank 0 of 2" \
+        $MPIRUN -np 2 $BIN $V1 -o "$tmp/v1c"
+else
+    bad "rewriting w2to1's checkpoint in version 1's layout"
+fi
+
+# ---------------------------------------------------------------------------
 # the tool
 $TOOL consolidate "$tmp/w2to1" 3 "$tmp/c.bin" > /dev/null && cmp -s "$tmp/c.bin" "$tmp/w2to1/model_00000003.bin" \
     && ok "consolidate (2 ranks, stage 1) equals model_S.bin" || bad "consolidate of 2 ranks at stage 1 differs from model_S.bin"
@@ -105,8 +190,8 @@ if run bf16 4 $M -b 2 -d 256 -z 3 --shuffle 0 -x 7 -n 7 -o "$tmp/bf" -y 1 --save
         && ok "consolidate --bf16 (4 ranks, stage 3) equals the bf16 model_S.bin" || bad "consolidate --bf16 differs"
 else bad "the bf16 run"; fi
 # m and v of a 1-rank stage-0 checkpoint (w2to1's step 6), read straight from its state
-# file (host layout: params, m, v, each the padded model, units padded to 16 floats) and
-# put in llm.c's kind-major order here, against extract-optimizer
+# file (host layout: params, m, v, each the padded model, units padded to 64 floats: 256
+# bytes) and put in llm.c's kind-major order here, against extract-optimizer
 $TOOL extract-optimizer "$tmp/w2to1" 6 "$tmp/opt.bin" > /dev/null
 $PY - "$tmp/w2to1/state_00000006_00000.bin" "$tmp/opt.bin" <<'EOF' && ok "extract-optimizer equals the 1-rank state's m and v" || bad "extract-optimizer"
 import sys, numpy as np
@@ -117,15 +202,15 @@ units = [[("wte", Vp*C), ("wpe", maxT*C)]] + [[(k, n) for k, n in block] for _ i
 kinds = ["wte", "wpe"] + [k for k, _ in block] + ["lnfw", "lnfb"]
 raw = open(sys.argv[1], "rb").read()
 off = 88 + 72   # CheckpointHeader, ZeroStateHeader
-padded = sum(-(-sum(n for _, n in u) // 16) * 16 for u in units)
+padded = sum(-(-sum(n for _, n in u) // 64) * 64 for u in units)
 numel = sum(n for u in units for _, n in u)
 def kind_major(arr):   # unit-major padded -> kind-major unpadded
     parts, at = {}, 0
     for li, u in enumerate(units):
         o = at
         for k, n in u: parts.setdefault(k, []).append(arr[o:o+n]); o += n
-        assert not arr[o:at + -(-sum(n for _, n in u) // 16) * 16].any(), "padding is not zero"
-        at += -(-sum(n for _, n in u) // 16) * 16
+        assert not arr[o:at + -(-sum(n for _, n in u) // 64) * 64].any(), "padding is not zero"
+        at += -(-sum(n for _, n in u) // 64) * 64
     return np.concatenate([p for k in kinds for p in parts[k]])
 m = np.frombuffer(raw, np.float32, padded, off + 4*padded); v = np.frombuffer(raw, np.float32, padded, off + 8*padded)
 out = open(sys.argv[2], "rb").read()
@@ -142,9 +227,9 @@ if run s1 2 $M -b 4 -z 1 -x 6 -n 6 -o "$tmp/s1" && run s3 2 $M -b 4 -z 3 -x 6 -n
         || bad "extract-optimizer: stages 1 and 3 differ"
 else bad "the stage 1 / stage 3 runs"; fi
 $TOOL inspect "$tmp/w3to2" 3 > "$tmp/insp" 2>&1
-grep -q "world size   3" "$tmp/insp" && grep -q "ZeRO stage   3" "$tmp/insp" && grep -q "rank 2 .*data position: epoch 0, shard 0, batch 6" "$tmp/insp" \
+grep -q "world size   3" "$tmp/insp" && grep -q "ZeRO stage   3" "$tmp/insp" && grep -q "section version 2: shards padded to 256 bytes" "$tmp/insp" && grep -q "rank 2 .*data position: epoch 0, shard 0, batch 6" "$tmp/insp" \
     && grep -q "step        3  complete    3 state files" "$tmp/insp" && grep -q "step        6  complete    2 state files" "$tmp/insp" \
-    && ok "inspect: steps, world size, stage, data position" || bad "inspect: $(cat "$tmp/insp")"
+    && ok "inspect: steps, world size, stage, section version, data position" || bad "inspect: $(cat "$tmp/insp")"
 expect_error "inspect: a step not there" "state_00000004_00000.bin" $TOOL inspect "$tmp/w3to2" 4
 expect_error "consolidate: no checkpoint" "DONE_00000009" $TOOL consolidate "$tmp/w3to2" 9 "$tmp/x.bin"
 

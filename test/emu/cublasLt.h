@@ -21,6 +21,17 @@
  cublasLtMatmul refuses (CUBLAS_STATUS_NOT_SUPPORTED) a pointer less aligned than its
  algorithm assumes, where the real library may fail or misread. emu_lt_heuristic_calls
  counts the heuristic's calls (the tests read it).
+ Algorithms sum in their own order, as the real ones do. cuBLASLt's heuristic picks its
+ kernel from the problem and the alignments it may assume, and kernels of other tilings,
+ vector widths or split-K sum the k products in other orders: the same data at other
+ alignments gives other bits (each kernel deterministic). Here every distinct tuple of the
+ four alignments is its own algorithm (id: their log2s, the digits of a number in base 9;
+ a NULL algorithm is the 256-byte one), which splits the k dimension at a point of its
+ own, k1 = 1 + hash(id) mod (k - 1), and adds the two fp32 partial products (op(A)'s
+ columns [0, k1) times op(B)'s rows [0, k1), then [k1, k)): stricter than any real
+ library (which might pick one kernel for 64 and 256 bytes), so that a run which hands
+ cuBLASLt a tensor at another alignment than another run shows it in its bits, while one
+ algorithm gives the same bits at every call. test_emu checks both.
 */
 #ifndef EMU_CUBLASLT_H
 #define EMU_CUBLASLT_H
@@ -108,7 +119,48 @@ static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmul
     }
     return CUBLAS_STATUS_INVALID_VALUE;
 }
-// one algorithm, which assumes the preference's alignments
+// the algorithm of the four alignments (bytes, powers of two): log2 of each, capped at 8
+// (256 bytes), the digits of a number in base 9
+static inline int emu_lt_algo_id(const uint32_t align[4]) {
+    int id = 0;
+    for (int i = 0; i < 4; i++) {
+        int lg = 0;
+        while (lg < 8 && (align[i] >> (lg + 1)) != 0) { lg++; }
+        id = id * 9 + lg;
+    }
+    return id;
+}
+
+// where algorithm `id` splits a product's k dimension: 1..k-1 (0: no split, k < 2), a
+// hash of the id (splitmix64's finaliser), so that near alignments split far apart
+static inline uint64_t emu_lt_split(int id, uint64_t k) {
+    if (k < 2) { return 0; }
+    uint64_t h = ((uint64_t)id + 1) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    return 1 + h % (k - 1);
+}
+
+// prod (m,n) column-major = op(A) op(B) in algorithm id's order: the fp32 products over
+// k's [0, k1) and [k1, k), added (each through emu_cublas_product, OpenBLAS's sgemm)
+static inline void emu_lt_product(int id, cublasOperation_t ta, cublasOperation_t tb, uint64_t m, uint64_t n, uint64_t k,
+                                  const void* A, cudaDataType at, int64_t lda, const void* B, cudaDataType bt, int64_t ldb,
+                                  std::vector<float>& prod) {
+    uint64_t k1 = emu_lt_split(id, k);
+    emu_cublas_product(ta, tb, (int)m, (int)n, (int)(k1 == 0 ? k : k1), A, at, (int)lda, B, bt, (int)ldb, prod);
+    if (k1 == 0) { return; }
+    // op(A)'s columns from k1: A's columns (not transposed) or rows (transposed); op(B)'s
+    // rows from k1: B's rows or columns
+    size_t ea = at == CUDA_R_32F ? 4 : 2, eb = bt == CUDA_R_32F ? 4 : 2;
+    const char* a2 = (const char*)A + (ta == CUBLAS_OP_N ? k1 * (uint64_t)lda : k1) * ea;
+    const char* b2 = (const char*)B + (tb == CUBLAS_OP_N ? k1 : k1 * (uint64_t)ldb) * eb;
+    std::vector<float> rest;
+    emu_cublas_product(ta, tb, (int)m, (int)n, (int)(k - k1), a2, at, (int)lda, b2, bt, (int)ldb, rest);
+    for (size_t i = 0; i < prod.size(); i++) { prod[i] += rest[i]; }
+}
+
+// the algorithm of the preference's alignments (it assumes them, and sums in its order)
 static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
                                                             cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                                             cublasLtMatmulPreference_t pref, int requested,
@@ -117,6 +169,7 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cu
     if (requested < 1) { return CUBLAS_STATUS_INVALID_VALUE; }
     memset(out, 0, sizeof(*out));
     memcpy(out->algo.min_align, pref->min_align, sizeof(pref->min_align));
+    out->algo.id = emu_lt_algo_id(pref->min_align);
     *found = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -154,6 +207,8 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     // queued on the stream with what it reads and writes; the descriptors are copied (the
     // caller may destroy them at once), alpha and beta read now (host pointer mode)
     float al = *(const float*)alpha, be = *(const float*)beta;
+    static const uint32_t default_align[4] = {256, 256, 256, 256};
+    int algo_id = algo != NULL ? algo->id : emu_lt_algo_id(default_align);
     EmuLtDesc dd = *d;
     EmuLtLayout a_l = *la, b_l = *lb, c_l = *lc, d_l = *ld;
     auto span = [](const EmuLtLayout& l) { return l.cols == 0 ? 0 : ((l.cols - 1) * (uint64_t)l.ld + l.rows) * (l.type == CUDA_R_32F ? 4 : 2); };
@@ -163,7 +218,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     if (has_aux) { acc.push_back(emu_range(d->aux, ((n - 1) * (uint64_t)d->aux_ld + m) * (ld->type == CUDA_R_32F ? 4 : 2), 1)); }
     emu_stream_declared(stream, "cublasLtMatmul", acc, [=]() {
         std::vector<float> prod;
-        emu_cublas_product(dd.ta, dd.tb, (int)m, (int)n, (int)k, A, a_l.type, (int)a_l.ld, B, b_l.type, (int)b_l.ld, prod);
+        emu_lt_product(algo_id, dd.ta, dd.tb, m, n, k, A, a_l.type, a_l.ld, B, b_l.type, b_l.ld, prod);
         for (uint64_t j = 0; j < n; j++) {
             for (uint64_t i = 0; i < m; i++) {
                 float v = al * prod[i + j * m] + (be != 0.0f ? be * emu_cublas_load(C, c_l.type, i + j * (uint64_t)c_l.ld) : 0.0f);

@@ -15,6 +15,8 @@
  (the test's own "kernels" are work on the compute stream). Its AdamW
  launchers are computed directly (test/emu/adamw_host.cuh, included below in place of
  zero3/adamw.cuh); the real kernels are checked, emulated, by build/test_kernels2_emu.
+ Every unit's parameters and gradient are handed out on 256 bytes (zero3/plan.h), whatever
+ the stage and world size: cuBLASLt then sees a tensor at the same alignment at every stage.
 
  The model is GPT-2's units, tensors and schedules (llmc/trainer.h's gpt2_engine_model)
  at a tiny size. Each micro-step walks the training schedule as the GPU trainer does,
@@ -53,6 +55,7 @@
 #include <stdlib.h>           // atoi, atof
 #include <string.h>           // strcmp
 #include <math.h>             // fabs, sin
+#include <stdint.h>           // uintptr_t: where the units are handed out
 #include <mpi.h>              // MPI_Init, the ranks
 #include <vector>             // the reference's arrays
 #include "llmc/trainer.h"     // gpt2_engine_model: GPT-2's units, tensors and schedules
@@ -208,6 +211,9 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> P(1, init);
     std::vector<float> rm(total, 0.0f), rv(total, 0.0f);
     double max_fetch_err = 0.0, max_first_err = 0.0;
+    // units handed out off a 256-byte boundary (parameters or gradients): cuBLASLt would see
+    // their tensors at other alignments than at another stage (zero3/plan.h)
+    long off_boundary = 0, handed_out = 0;
     std::vector<float> grad(total);
     // what this rank's gradient buffers held at each reduction, summed over the step's
     // micro-steps in double (exact), unit-major like the parameters; and the magnitudes
@@ -234,6 +240,8 @@ int main(int argc, char** argv) {
             int u = sched[k];
             void* pv = NULL;
             if (zero_fetch(&z, u, &pv) != 0) { return -1; }
+            off_boundary += (uintptr_t)pv % 256 != 0;
+            handed_out++;
             // the layer's "kernels": work on the compute stream, as the trainer's are
             const floatX* p = (const floatX*)pv;
             const float* want = vis.data() + unit_start[u];
@@ -249,6 +257,8 @@ int main(int argc, char** argv) {
             if (train && k >= fwd_len) {  // the backward's use of u: its gradient
                 void* gv = NULL;
                 if (zero_grad(&z, u, &gv) != 0) { return -1; }
+                off_boundary += (uintptr_t)gv % 256 != 0;
+                handed_out++;
                 g = (floatX*)gv;
                 int r = rank_;
                 emu_stream_work(compute, "the test's backward of a unit", [=]() {
@@ -400,6 +410,8 @@ int main(int argc, char** argv) {
     // micro-steps in another order; offload's SIMD AdamW within a few ulps of the scalar one)
     check("first step's fetches equal the initial parameters", max_first_err <= tol_first, "max err %g, tol %g", max_first_err, tol_first);
     check("every fetch equals the reference parameters", max_fetch_err <= tol_fetch, "max err %g, tol %g", max_fetch_err, tol_fetch);
+    check("every unit's parameters and gradient handed out on 256 bytes", off_boundary == 0, "%g of %g off a boundary",
+          (double)off_boundary, (double)handed_out);
     check("norm of the mean gradient", max_norm_err <= tol_norm, "max rel err %g, tol %g", max_norm_err, tol_norm);
     // the quantised modes did quantise (exact values would pass the bounds above too)
     if (qw && world_ > 1 && sizeof(floatX) == 4) {

@@ -1,7 +1,8 @@
 /*
  The emulator's own test (test/emu/cuda_runtime.h, emu_device.h): what it must refuse, and
  the races it must catch, each shown to bite.
-   test_emu            the limits and the runtime's answers; prints PASS/FAIL lines, then
+   test_emu            the limits and the runtime's answers, and cuBLASLt's algorithms summing
+                       in an order of their alignments; prints PASS/FAIL lines, then
                        "N passed, N failed"
    test_emu RACE-CASE  one deliberate ordering bug, which must stop the run with the checker's
                        message (test/emu/test_emu.sh runs each and checks the message);
@@ -15,7 +16,9 @@
 #include <stdlib.h>        // setenv
 #include <pthread.h>       // the "thread" case: a second host thread beside the GPU
 #include <atomic>          // ...and its stop flag
+#include <vector>          // the matmul's operands and results
 #include <cuda_runtime.h>  // test/emu's
+#include <cublasLt.h>      // test/emu's: its algorithms' summation orders
 
 static int passed = 0, failed = 0;
 static void check(const char* what, int ok) {
@@ -154,6 +157,98 @@ static void limits(void) {
     cudaFree(d);
 }
 
+// One cuBLASLt product D (m,n) = op(A)^T (m,k) B (k,n) in fp32 (the forward's transposes),
+// A at a_dev (k,m) and B at b_dev, through the algorithm the heuristic picks for the
+// pointers' alignments (as llmc/matmul.cuh tells it; the rest 256). Returns the cuBLASLt
+// status; the algorithm's id in *id.
+static int lt_product(cublasLtHandle_t lt, const float* a_dev, const float* b_dev, float* d_dev, int m, int n, int k,
+                      uint32_t align_a, int* id) {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasOperation_t t = CUBLAS_OP_T;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t));
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, k, m, k);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    int st = (int)cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &res, &found);
+    *id = res.algo.id;
+    float one = 1.0f, zero = 0.0f;
+    if (st == 0) { st = (int)cublasLtMatmul(lt, desc, &one, a_dev, la, b_dev, lb, &zero, d_dev, ld, d_dev, ld, &res.algo, NULL, 0, 0); }
+    cudaDeviceSynchronize();
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+    return st;
+}
+
+// The emulated cuBLASLt's algorithms sum in orders of their own (test/emu/cublasLt.h): the
+// same operands at 64 and at 256 bytes give other bits, as on the GPU where the heuristic
+// picks another kernel, and at one alignment the same bits, wherever the pointer is; both
+// the true product to fp32 rounding. (The ZeRO engines' bit-identical comparisons across
+// stages rest on this: without it the emulator cannot tell them apart.)
+static void lt_alignment(void) {
+    const int m = 48, n = 40, k = 256;
+    std::vector<float> a((size_t)k * m), b((size_t)k * n);
+    uint32_t x = 12345;  // an LCG's top 24 bits: uniform in [-0.5, 0.5)
+    for (float& v : a) { x = x * 1664525u + 1013904223u; v = (float)(x >> 8) / 16777216.0f - 0.5f; }
+    for (float& v : b) { x = x * 1664525u + 1013904223u; v = (float)(x >> 8) / 16777216.0f - 0.5f; }
+    // A twice, at a 256-byte boundary and 64 bytes past another one; B and D at boundaries
+    float *a_buf, *a2_buf, *b_dev, *d_dev;
+    cudaMalloc(&a_buf, a.size() * sizeof(float) + 256);
+    cudaMalloc(&a2_buf, a.size() * sizeof(float) + 256);
+    cudaMalloc(&b_dev, b.size() * sizeof(float));
+    cudaMalloc(&d_dev, (size_t)m * n * sizeof(float));
+    float* a256 = a_buf;
+    float* a256b = a2_buf;
+    float* a64 = a2_buf + 16;
+    cudaMemcpy(a256, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(b_dev, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice);
+    cublasLtHandle_t lt;
+    cublasLtCreate(&lt);
+    std::vector<float> d256((size_t)m * n), d256b(d256.size()), d256r(d256.size()), d64(d256.size());
+    int id256, id256b, id64, st = 0;
+    st |= lt_product(lt, a256, b_dev, d_dev, m, n, k, 256, &id256);
+    cudaMemcpy(d256.data(), d_dev, d256.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    st |= lt_product(lt, a256, b_dev, d_dev, m, n, k, 256, &id256);
+    cudaMemcpy(d256r.data(), d_dev, d256.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaMemcpy(a256b, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice);
+    st |= lt_product(lt, a256b, b_dev, d_dev, m, n, k, 256, &id256b);
+    cudaMemcpy(d256b.data(), d_dev, d256.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaMemcpy(a64, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice);
+    st |= lt_product(lt, a64, b_dev, d_dev, m, n, k, 64, &id64);
+    cudaMemcpy(d64.data(), d_dev, d256.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    check("cuBLASLt: the products ran", st == 0);
+    check("cuBLASLt: the heuristic picks another algorithm for A at 64 bytes than at 256", id64 != id256 && id256 == id256b);
+    int differ = 0;
+    double err = 0.0;
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < m; i++) {
+            double ref = 0.0;
+            for (int p = 0; p < k; p++) { ref += (double)a[(size_t)i * k + p] * b[(size_t)j * k + p]; }
+            size_t e = (size_t)i + (size_t)j * m;
+            differ += memcmp(&d64[e], &d256[e], sizeof(float)) != 0;
+            double de = fabs(d64[e] - ref) > fabs(d256[e] - ref) ? fabs(d64[e] - ref) : fabs(d256[e] - ref);
+            if (de > err) { err = de; }
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "cuBLASLt: A at 64 bytes gives other bits than at 256 (%d of %d elements differ)", differ, m * n);
+    check(what, differ > 0);
+    check("cuBLASLt: one algorithm gives the same bits at every call and at another 256-byte address",
+          memcmp(d256.data(), d256r.data(), d256.size() * sizeof(float)) == 0 &&
+          memcmp(d256.data(), d256b.data(), d256.size() * sizeof(float)) == 0);
+    snprintf(what, sizeof(what), "cuBLASLt: both orders are the product to fp32 rounding (max |error| %.2g <= 1e-5)", err);
+    check(what, err <= 1e-5);
+    cublasLtDestroy(lt);
+    cudaFree(a_buf); cudaFree(a2_buf); cudaFree(b_dev); cudaFree(d_dev);
+}
+
 // the "thread" case's second host thread (as --dpu's CPU Adam): adds into `p` until stopped
 struct HostWork { float* p; std::atomic<int> stop; };
 static void* host_work_main(void* arg) {
@@ -240,6 +335,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     limits();
+    lt_alignment();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -277,7 +277,11 @@ if section stages; then
 # pooled per-unit gradient buffers and fp32 accumulators (2-3), the pooled gathers with
 # prefetch and persistent units (3). With one micro-step every stage computes the same
 # numbers as stage 0 (the accumulators hold bf16 values exactly; the rounding bits depend
-# on an element's place in the model), so the losses must be equal bit for bit.
+# on an element's place in the model; every unit starts on 256 bytes in every buffer, so
+# cuBLASLt picks the same algorithms: zero3/plan.h), so the losses must be equal bit for
+# bit. (Emulated, cuBLASLt's algorithms sum in orders of their own, test/emu/cublasLt.h:
+# with 64-byte shards block 1 of this model sits 128 bytes past a boundary at stages 0-2,
+# on one in stage 3's buffers, and stage 3 in bf16 and the 3 -> 1 resume below differ.)
 # This model's units (20480, 49984, 49984, 128 elements) are all below the default
 # persistence threshold (1e5), so stage 3 with the defaults gathers nothing: the runs
 # marked P0 set the threshold to 0, so that every unit goes through the pooled gathers.

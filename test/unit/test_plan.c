@@ -3,9 +3,12 @@
 
  The invariants are checked for every world size 1..1024 on a mix of unit sizes (1,
  primes, sizes that divide the padding quantum and sizes that do not, a GPT-2 d12-like
- unit list, and 1e11-element units to catch overflow), for every elem_bytes. A few plans
- are compared against numbers computed by hand, and every error path is checked for -1
- and a message naming the bad value.
+ unit list, and 1e11-element units to catch overflow), for every elem_bytes: among them
+ that every unit's full_offset and shard_offset, and every rank's shard inside the full
+ buffer, start on 256 bytes (what keeps a tensor equally aligned for cuBLASLt at every
+ stage, zero3/plan.h). The version-1 plan of old checkpoints (64-byte shards) keeps its
+ own invariants and numbers. A few plans are compared against numbers computed by hand,
+ and every error path is checked for -1 and a message naming the bad value.
 
  Millions of conditions are checked, so they go through CHECK, which only calls into
  Criterion when one fails: a passing cr_assert costs far more than the test itself.
@@ -22,10 +25,18 @@
 // ----------------------------------------------------------------------------
 // unit sizes
 
-// small sizes: 1, primes, multiples of the 16/32/64-element alignment quanta and their neighbours
+// small sizes: 1, primes, multiples of the 16/32/64/128/256-element alignment quanta and their neighbours
 static const size_t small_units[] = {
     1, 2, 3, 7, 13, 15, 16, 17, 31, 32, 48, 63, 64, 65, 97, 127, 128, 1000, 1021, 1024, 4096,
-    4099, 65521, 65536, 65537, 999983, 1048576,
+    4099, 65521, 65536, 65537, 999983, 1048576, 255, 256, 257, 383, 384, 385,
+};
+
+// GPT-2 d48 (C = 1600, Vp 50304): a block is 61481600 bytes in bf16, an odd multiple of 128,
+// so with 64-byte shards every other block starts 128 bytes past a 256-byte boundary
+static const size_t gpt2_d48_units[] = {
+    50304 * 1600 + 1024 * 1600,
+    30740800, 30740800, 30740800, 30740800, 30740800, 30740800,
+    3200,
 };
 
 // GPT-2 d12 with the vocabulary padded to 50304: embedding (wte + wpe), 12 blocks, final layernorm
@@ -109,16 +120,17 @@ static void check_tensor_tiling(const ZeroPlan* p, int u, int ntensors, uint64_t
     }
 }
 
-// Every invariant of a plan built from numel[0..n) for world and elem_bytes.
-// with_ranges: also walk tensor ranges over all ranks (the costly part).
-static void check_plan(const size_t* numel, int n, int world, size_t elem_bytes, int with_ranges) {
+// Every invariant of a plan built from numel[0..n) for world and elem_bytes, with shards
+// of a multiple of align_bytes. with_ranges: also walk tensor ranges over all ranks (the
+// costly part).
+static void check_plan_aligned(const size_t* numel, int n, int world, size_t elem_bytes, int with_ranges, size_t align_bytes) {
     ZeroPlan p;
     int rank = world - 1 - (world / 3);  // some rank other than 0 most of the time
-    int rc = zero_plan_init(&p, numel, n, world, rank, elem_bytes);
+    int rc = zero_plan_init_aligned(&p, numel, n, world, rank, elem_bytes, align_bytes);
     CHECK(rc == 0, "world %d elem_bytes %zu: init failed: %s", world, elem_bytes, zero_errmsg());
     CHECK(p.num_units == n && p.world == world && p.rank == rank && p.elem_bytes == elem_bytes,
           "world %d: header fields wrong", world);
-    CHECK(p.align_elems == 64 / elem_bytes, "world %d: align_elems %zu", world, p.align_elems);
+    CHECK(p.align_elems == align_bytes / elem_bytes, "world %d: align_elems %zu", world, p.align_elems);
 
     size_t quantum = (size_t)world * p.align_elems;
     size_t numel_sum = 0, padded_sum = 0, shard_sum = 0;
@@ -131,18 +143,19 @@ static void check_plan(const size_t* numel, int n, int world, size_t elem_bytes,
         CHECK(unit->padded >= unit->numel, "world %d unit %d: padded %zu < numel %zu", world, u, unit->padded, unit->numel);
         CHECK(unit->padded - unit->numel < quantum, "world %d unit %d: padded %zu not minimal for numel %zu",
               world, u, unit->padded, unit->numel);
-        // equal shards, each a multiple of 64 bytes
+        // equal shards, each a multiple of align_bytes
         CHECK(unit->shard * (size_t)world == unit->padded, "world %d unit %d: shard %zu * world != padded %zu",
               world, u, unit->shard, unit->padded);
-        CHECK((unit->shard * elem_bytes) % 64 == 0, "world %d unit %d: shard %zu elements of %zu bytes not 64-byte multiple",
-              world, u, unit->shard, elem_bytes);
-        // offsets are prefix sums, so 64-byte aligned too
+        CHECK((unit->shard * elem_bytes) % align_bytes == 0, "world %d unit %d: shard %zu elements of %zu bytes not a "
+              "%zu-byte multiple", world, u, unit->shard, elem_bytes, align_bytes);
+        // offsets are prefix sums, so aligned too
         CHECK(unit->full_offset == padded_sum, "world %d unit %d: full_offset %zu, expected %zu",
               world, u, unit->full_offset, padded_sum);
         CHECK(unit->shard_offset == shard_sum, "world %d unit %d: shard_offset %zu, expected %zu",
               world, u, unit->shard_offset, shard_sum);
-        CHECK((unit->full_offset * elem_bytes) % 64 == 0 && (unit->shard_offset * elem_bytes) % 64 == 0,
-              "world %d unit %d: offsets not 64-byte aligned", world, u);
+        CHECK((unit->full_offset * elem_bytes) % align_bytes == 0 && (unit->shard_offset * elem_bytes) % align_bytes == 0,
+              "world %d unit %d: offsets %zu, %zu of %zu-byte elements not %zu-byte aligned", world, u, unit->full_offset,
+              unit->shard_offset, elem_bytes, align_bytes);
         numel_sum += unit->numel;
         padded_sum += unit->padded;
         shard_sum += unit->shard;
@@ -184,6 +197,11 @@ static void check_plan(const size_t* numel, int n, int world, size_t elem_bytes,
     zero_plan_free(&p);
 }
 
+// the plan of this version: 256-byte shards
+static void check_plan(const size_t* numel, int n, int world, size_t elem_bytes, int with_ranges) {
+    check_plan_aligned(numel, n, world, elem_bytes, with_ranges, ZERO_PLAN_ALIGN_BYTES);
+}
+
 // ----------------------------------------------------------------------------
 // sweeps over every world 1..1024
 
@@ -221,17 +239,65 @@ Test(plan, single_units_every_world) {
     }
 }
 
+// the version-1 plan (64-byte shards, the checkpoints of before): the same invariants at 64
+Test(plan, version1_plan_every_world) {
+    for (int e = 0; e < COUNT(all_elem_bytes); e++) {
+        for (int world = 1; world <= 1024; world++) {
+            check_plan_aligned(small_units, COUNT(small_units), world, all_elem_bytes[e], 1, 64);
+            check_plan_aligned(gpt2_units, COUNT(gpt2_units), world, all_elem_bytes[e], 0, 64);
+        }
+    }
+}
+
+// What cuBLASLt is handed (llmc/matmul.cuh): a unit's tensors from a flat buffer of every
+// unit at stages 0-2 (full_offset; a rank's shard at full_offset + r * shard, stages 1-2's
+// in-place gathers) or of the unit alone at stage 3 (offset 0), the shards from the shard
+// buffer (shard_offset). Every one of these on 256 bytes, for GPT-2 d12 and d48 and odd
+// units, 1-byte to 8-byte elements and worlds from 1 to 1000: then a tensor's alignment is
+// its offset's inside its unit at every stage. The version-1 plan of d48 in bf16 has a
+// block 128 bytes past a boundary, the case this rules out.
+Test(plan, every_offset_on_256_bytes) {
+    const int worlds[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 64, 100, 1000};
+    const struct { const size_t* numel; int n; } models[] = {
+        {gpt2_units, COUNT(gpt2_units)}, {gpt2_d48_units, COUNT(gpt2_d48_units)}, {small_units, COUNT(small_units)},
+    };
+    for (int m = 0; m < COUNT(models); m++) {
+        for (int e = 0; e < COUNT(all_elem_bytes); e++) {
+            for (int w = 0; w < COUNT(worlds); w++) {
+                size_t eb = all_elem_bytes[e];
+                ZeroPlan p;
+                CHECK(zero_plan_init(&p, models[m].numel, models[m].n, worlds[w], 0, eb) == 0, "%s", zero_errmsg());
+                for (int u = 0; u < p.num_units; u++) {
+                    const ZeroUnit* unit = &p.units[u];
+                    CHECK(unit->full_offset * eb % 256 == 0 && unit->shard_offset * eb % 256 == 0 && unit->shard * eb % 256 == 0,
+                          "model %d, %zu-byte elements, world %d, unit %d: full_offset %zu, shard_offset %zu, shard %zu",
+                          m, eb, worlds[w], u, unit->full_offset, unit->shard_offset, unit->shard);
+                    for (int r = 0; r < worlds[w]; r++) {
+                        size_t at = (unit->full_offset + (size_t)r * unit->shard) * eb;
+                        CHECK(at % 256 == 0, "model %d, world %d, unit %d: rank %d's shard at byte %zu", m, worlds[w], u, r, at);
+                    }
+                }
+                zero_plan_free(&p);
+            }
+        }
+    }
+    ZeroPlan p;
+    cr_assert_eq(zero_plan_init_aligned(&p, gpt2_d48_units, COUNT(gpt2_d48_units), 1, 0, 2, 64), 0, "%s", zero_errmsg());
+    cr_assert_eq(p.units[2].full_offset * 2 % 256, 128, "d48, 64-byte plan: block 1 at byte %zu", p.units[2].full_offset * 2);
+    zero_plan_free(&p);
+}
+
 // the largest world accepted, checked without the per-rank range walk's 1M-rank loops per range
 Test(plan, max_world) {
     ZeroPlan p;
     size_t n[] = {1, (size_t)100000000000ULL};
     cr_assert_eq(zero_plan_init(&p, n, 2, ZERO_PLAN_MAX_WORLD, ZERO_PLAN_MAX_WORLD - 1, 4), 0, "%s", zero_errmsg());
-    // 1: quantum 2^20 * 16 = 2^24, so padded 2^24 and shard 16
-    cr_assert_eq(p.units[0].padded, (size_t)1 << 24);
-    cr_assert_eq(p.units[0].shard, 16);
-    // 1e11 / 2^24 = 5960.46... -> 5961 blocks: 5961 * 16777216 = 100008984576
-    cr_assert_eq(p.units[1].padded, (size_t)100008984576ULL);
-    cr_assert_eq(p.units[1].shard, (size_t)100008984576ULL / ZERO_PLAN_MAX_WORLD);
+    // 1: quantum 2^20 * 64 = 2^26, so padded 2^26 and shard 64
+    cr_assert_eq(p.units[0].padded, (size_t)1 << 26);
+    cr_assert_eq(p.units[0].shard, 64);
+    // 1e11 / 2^26 = 1490.12... -> 1491 blocks: 1491 * 67108864 = 100059316224
+    cr_assert_eq(p.units[1].padded, (size_t)100059316224ULL);
+    cr_assert_eq(p.units[1].shard, (size_t)100059316224ULL / ZERO_PLAN_MAX_WORLD);
     cr_assert_eq(zero_plan_shard_numel(&p, 0, 0), 1);
     cr_assert_eq(zero_plan_shard_numel(&p, 0, 1), 0);
     zero_plan_free(&p);
@@ -240,62 +306,80 @@ Test(plan, max_world) {
 // ----------------------------------------------------------------------------
 // values computed by hand
 
-Test(plan, hand_computed_fp32_world3) {
-    /*
-     units {1000, 1, 1536}, world 3, fp32: align_elems = 64/4 = 16, quantum = 3*16 = 48
-       1000: ceil(1000/48) = 21 -> padded 1008, shard 336, full_offset 0,    shard_offset 0
-          1: ceil(1/48)    = 1  -> padded   48, shard  16, full_offset 1008, shard_offset 336
-       1536: 1536/48       = 32 -> padded 1536, shard 512, full_offset 1056, shard_offset 352
-     totals: numel 2537, padded 2592, shard 864 (= 2592 / 3)
-     real elements of unit 0: rank 0: 336, rank 1: 336, rank 2: 1000 - 672 = 328
-     tensor [300, 700) of unit 0: rank 0 [300, 336), rank 1 [0, 336) (unit 336..672), rank 2 [0, 28) (unit 672..700)
-    */
+// units {1000, 1, 1536} on 3 ranks in fp32, seen from rank 1, against numbers computed by hand
+typedef struct {
+    size_t align_bytes;      // the plan's shard alignment
+    size_t unit[3][4];       // per unit: padded, shard, full_offset, shard_offset
+    size_t padded_total, shard_total;
+    size_t real[3];          // real elements of unit 0's shard on ranks 0, 1, 2
+    size_t tensor_end;       // the tensor [300, tensor_end) of unit 0 ...
+    size_t part[3][2];       // ... is [lo, hi) of rank r's shard
+} HandPlan;
+
+static void check_hand_plan(const HandPlan* h) {
     ZeroPlan p;
     size_t n[] = {1000, 1, 1536};
-    cr_assert_eq(zero_plan_init(&p, n, 3, 3, 1, 4), 0, "%s", zero_errmsg());
-    cr_assert_eq(p.align_elems, 16);
-    size_t expect[3][4] = {{1008, 336, 0, 0}, {48, 16, 1008, 336}, {1536, 512, 1056, 352}};
+    cr_assert_eq(zero_plan_init_aligned(&p, n, 3, 3, 1, 4, h->align_bytes), 0, "%s", zero_errmsg());
+    cr_assert_eq(p.align_elems, h->align_bytes / 4);
     for (int u = 0; u < 3; u++) {
-        cr_assert_eq(p.units[u].padded, expect[u][0], "unit %d padded %zu", u, p.units[u].padded);
-        cr_assert_eq(p.units[u].shard, expect[u][1], "unit %d shard %zu", u, p.units[u].shard);
-        cr_assert_eq(p.units[u].full_offset, expect[u][2], "unit %d full_offset", u);
-        cr_assert_eq(p.units[u].shard_offset, expect[u][3], "unit %d shard_offset", u);
+        cr_assert_eq(p.units[u].padded, h->unit[u][0], "unit %d padded %zu", u, p.units[u].padded);
+        cr_assert_eq(p.units[u].shard, h->unit[u][1], "unit %d shard %zu", u, p.units[u].shard);
+        cr_assert_eq(p.units[u].full_offset, h->unit[u][2], "unit %d full_offset", u);
+        cr_assert_eq(p.units[u].shard_offset, h->unit[u][3], "unit %d shard_offset", u);
     }
     cr_assert_eq(p.numel_total, 2537);
-    cr_assert_eq(p.padded_total, 2592);
-    cr_assert_eq(p.shard_total, 864);
-    cr_assert_eq(zero_plan_shard_numel(&p, 0, 0), 336);
-    cr_assert_eq(zero_plan_shard_numel(&p, 0, 1), 336);
-    cr_assert_eq(zero_plan_shard_numel(&p, 0, 2), 328);
+    cr_assert_eq(p.padded_total, h->padded_total);
+    cr_assert_eq(p.shard_total, h->shard_total);
+    for (int r = 0; r < 3; r++) { cr_assert_eq(zero_plan_shard_numel(&p, 0, r), h->real[r], "rank %d", r); }
     cr_assert_eq(zero_plan_shard_numel(&p, 1, 0), 1);
     cr_assert_eq(zero_plan_shard_numel(&p, 1, 1), 0);
-    size_t lo, hi;
-    cr_assert_eq(zero_plan_shard_range(&p, 0, 0, 300, 700, &lo, &hi), 1);
-    cr_assert(lo == 300 && hi == 336, "rank 0: [%zu, %zu)", lo, hi);
-    cr_assert_eq(zero_plan_shard_range(&p, 0, 1, 300, 700, &lo, &hi), 1);
-    cr_assert(lo == 0 && hi == 336, "rank 1: [%zu, %zu)", lo, hi);
-    cr_assert_eq(zero_plan_shard_range(&p, 0, 2, 300, 700, &lo, &hi), 1);
-    cr_assert(lo == 0 && hi == 28, "rank 2: [%zu, %zu)", lo, hi);
+    size_t lo, hi, s0 = h->unit[0][1];
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(zero_plan_shard_range(&p, 0, r, 300, h->tensor_end, &lo, &hi), 1);
+        cr_assert(lo == h->part[r][0] && hi == h->part[r][1], "rank %d: [%zu, %zu)", r, lo, hi);
+    }
     // a tensor entirely inside rank 0's shard is empty on the others
-    cr_assert_eq(zero_plan_shard_range(&p, 0, 1, 0, 336, &lo, &hi), 0);
-    cr_assert_eq(zero_plan_shard_range(&p, 0, 0, 0, 336, &lo, &hi), 1);
-    cr_assert(lo == 0 && hi == 336);
+    cr_assert_eq(zero_plan_shard_range(&p, 0, 1, 0, s0, &lo, &hi), 0);
+    cr_assert_eq(zero_plan_shard_range(&p, 0, 0, 0, s0, &lo, &hi), 1);
+    cr_assert(lo == 0 && hi == s0);
     zero_plan_free(&p);
+}
+
+Test(plan, hand_computed_fp32_world3) {
+    /*
+     units {1000, 1, 1536}, world 3, fp32: align_elems = 256/4 = 64, quantum = 3*64 = 192
+       1000: ceil(1000/192) = 6 -> padded 1152, shard 384, full_offset 0,    shard_offset 0
+          1: ceil(1/192)    = 1 -> padded  192, shard  64, full_offset 1152, shard_offset 384
+       1536: 1536/192       = 8 -> padded 1536, shard 512, full_offset 1344, shard_offset 448
+     totals: numel 2537, padded 2880, shard 960 (= 2880 / 3)
+     real elements of unit 0: rank 0: 384, rank 1: 384, rank 2: 1000 - 768 = 232
+     tensor [300, 800) of unit 0: rank 0 [300, 384), rank 1 [0, 384) (unit 384..768), rank 2 [0, 32) (unit 768..800)
+     The version-1 plan (64-byte shards): align_elems = 64/4 = 16, quantum = 3*16 = 48
+       1000 -> padded 1008, shard 336, offsets 0, 0; 1 -> 48, 16, 1008, 336; 1536 -> 1536, 512, 1056, 352
+     totals padded 2592, shard 864; real elements of unit 0: 336, 336, 328;
+     tensor [300, 700): rank 0 [300, 336), rank 1 [0, 336), rank 2 [0, 28)
+    */
+    HandPlan h = {256, {{1152, 384, 0, 0}, {192, 64, 1152, 384}, {1536, 512, 1344, 448}}, 2880, 960, {384, 384, 232},
+                  800, {{300, 384}, {0, 384}, {0, 32}}};
+    check_hand_plan(&h);
+    HandPlan v1 = {64, {{1008, 336, 0, 0}, {48, 16, 1008, 336}, {1536, 512, 1056, 352}}, 2592, 864, {336, 336, 328},
+                   700, {{300, 336}, {0, 336}, {0, 28}}};
+    check_hand_plan(&v1);
 }
 
 Test(plan, hand_computed_bf16_vs_fp32) {
     /*
      numel 1000, world 3:
-       fp32: align 16, quantum 48: padded 1008, shard 336 (336*4 = 1344 = 21*64 bytes)
-       bf16: align 32, quantum 96: ceil(1000/96) = 11 -> padded 1056, shard 352 (352*2 = 704 = 11*64 bytes)
-       fp8-like (1 byte): align 64, quantum 192: ceil(1000/192) = 6 -> padded 1152, shard 384
-       fp64: align 8, quantum 24: ceil(1000/24) = 42 -> padded 1008, shard 336 (336*8 = 2688 = 42*64 bytes)
+       fp32: align 64, quantum 192: ceil(1000/192) = 6 -> padded 1152, shard 384 (384*4 = 1536 = 6*256 bytes)
+       bf16: align 128, quantum 384: ceil(1000/384) = 3 -> padded 1152, shard 384 (384*2 = 768 = 3*256 bytes)
+       fp8-like (1 byte): align 256, quantum 768: ceil(1000/768) = 2 -> padded 1536, shard 512
+       fp64: align 32, quantum 96: ceil(1000/96) = 11 -> padded 1056, shard 352 (352*8 = 2816 = 11*256 bytes)
      numel 1536, world 5 (final layernorm of d12):
-       fp32: quantum 80: ceil(1536/80) = 20 -> padded 1600, shard 320; rank 4 holds 1536 - 1280 = 256 real
+       fp32: quantum 320: ceil(1536/320) = 5 -> padded 1600, shard 320; rank 4 holds 1536 - 1280 = 256 real
     */
     ZeroPlan p;
     size_t n = 1000;
-    size_t eb[4] = {4, 2, 1, 8}, align[4] = {16, 32, 64, 8}, padded[4] = {1008, 1056, 1152, 1008}, shard[4] = {336, 352, 384, 336};
+    size_t eb[4] = {4, 2, 1, 8}, align[4] = {64, 128, 256, 32}, padded[4] = {1152, 1152, 1536, 1056}, shard[4] = {384, 384, 512, 352};
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(zero_plan_init(&p, &n, 1, 3, 0, eb[i]), 0, "%s", zero_errmsg());
         cr_assert_eq(p.align_elems, align[i], "elem_bytes %zu: align %zu", eb[i], p.align_elems);
@@ -314,18 +398,27 @@ Test(plan, hand_computed_bf16_vs_fp32) {
 
 Test(plan, gpt2_d12_world8_fp32) {
     /*
-     quantum 8*16 = 128; every d12 unit divides it, so no padding at all:
-       embedding 39419904 = 128 * 307968 -> shard 4927488
-       block      7087872 = 128 * 55374  -> shard 885984
-       lnf           1536 = 128 * 12     -> shard 192
-     padded_total = 39419904 + 12*7087872 + 1536 = 124475904, shard_total = 15559488
+     quantum 8*64 = 512 (256-byte shards):
+       embedding 39419904 = 512 * 76992              -> no padding, shard 4927488
+       block      7087872 = 512 * 13843.5 -> 7088128 -> 256 elements of padding, shard 886016
+       lnf           1536 = 512 * 3                  -> shard 192
+     padded_total = 39419904 + 12*7088128 + 1536 = 124478976 (3072 elements, 12 KiB, over
+     numel), shard_total = 15559872. The version-1 plan (quantum 8*16 = 128) pads nothing:
+     block shard 885984, padded_total 124475904, shard_total 15559488.
     */
     ZeroPlan p;
     cr_assert_eq(zero_plan_init(&p, gpt2_units, COUNT(gpt2_units), 8, 0, 4), 0, "%s", zero_errmsg());
     cr_assert_eq(p.units[0].shard, 4927488);
-    cr_assert_eq(p.units[1].shard, 885984);
+    cr_assert_eq(p.units[1].padded, 7088128);
+    cr_assert_eq(p.units[1].shard, 886016);
     cr_assert_eq(p.units[13].shard, 192);
     cr_assert_eq(p.numel_total, 124475904);
+    cr_assert_eq(p.padded_total, 124478976);
+    cr_assert_eq(p.shard_total, 15559872);
+    cr_assert_eq(p.units[13].shard_offset, 4927488 + 12 * 886016);
+    zero_plan_free(&p);
+    cr_assert_eq(zero_plan_init_aligned(&p, gpt2_units, COUNT(gpt2_units), 8, 0, 4, 64), 0, "%s", zero_errmsg());
+    cr_assert_eq(p.units[1].shard, 885984);
     cr_assert_eq(p.padded_total, 124475904);
     cr_assert_eq(p.shard_total, 15559488);
     cr_assert_eq(p.units[13].shard_offset, 4927488 + 12 * 885984);
@@ -385,6 +478,21 @@ Test(plan, errors_elem_bytes) {
     expect_init_error(n, 1, 2, 0, 0, "elem_bytes 0", NULL);
     expect_init_error(n, 1, 2, 0, 3, "elem_bytes 3", NULL);
     expect_init_error(n, 1, 2, 0, 16, "elem_bytes 16", NULL);
+}
+
+Test(plan, errors_align_bytes) {
+    size_t n[] = {1000};
+    size_t bad[] = {0, 32, 100, 512};
+    for (int i = 0; i < 4; i++) {
+        ZeroPlan p;
+        memset(&p, 0xAB, sizeof(p));
+        cr_assert_eq(zero_plan_init_aligned(&p, n, 1, 2, 0, 4, bad[i]), -1);
+        char want[64];
+        snprintf(want, sizeof(want), "alignment %zu bytes must be 64, 128 or 256", bad[i]);
+        cr_assert_not_null(strstr(zero_errmsg(), want), "%s", zero_errmsg());
+        cr_assert_null(p.units);
+        zero_plan_free(&p);
+    }
 }
 
 Test(plan, errors_overflow) {

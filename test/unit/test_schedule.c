@@ -155,14 +155,14 @@ Test(schedule, reduce_window_is_first_in_first_out) {
     ZeroConfig c;
     zero_config_defaults(&c);
     c.stage = 2;
-    c.reduce_bucket_size = 900;  // padded sizes at one rank of fp32: 1008, 400, 400, 16
+    c.reduce_bucket_size = 960;  // padded sizes at one rank of fp32 (256-byte shards): 1024, 448, 448, 64
     Fixture f;
     fixture(&f, &c);
     cr_assert_eq(zero_schedule_reduce_full(&f.s, 1), 0, "an empty window always takes one");
     zero_schedule_reduce_started(&f.s, 1);
-    cr_assert_eq(zero_schedule_reduce_full(&f.s, 2), 0, "400 + 400 <= 900");
+    cr_assert_eq(zero_schedule_reduce_full(&f.s, 2), 0, "448 + 448 <= 960");
     zero_schedule_reduce_started(&f.s, 2);
-    cr_assert_eq(zero_schedule_reduce_full(&f.s, 3), 0, "800 + 16 <= 900");
+    cr_assert_eq(zero_schedule_reduce_full(&f.s, 3), 0, "896 + 64 <= 960");
     zero_schedule_reduce_started(&f.s, 3);
     cr_assert_eq(zero_schedule_reduce_full(&f.s, 0), 1);
     cr_assert_eq(zero_schedule_reduce_oldest(&f.s), 1);
@@ -208,7 +208,7 @@ Test(schedule, use_checks_name_the_unit) {
     fixture_free(&f);
 }
 
-// The two blocks (400 elements each) are the only units of their size that are not
+// The two blocks (400 elements each, padded to 448) are the only units of their size that are not
 // persistent. Without prefetch and without reuse one is gathered at a time; prefetching
 // gathers the next while the current is in use, and keeping them from the forward to the
 // backward (reuse within the default distance) holds both.
@@ -220,10 +220,10 @@ Test(schedule, peak_counts_the_buffers_a_size_needs) {
             c.max_reuse_distance = reuse;
             Fixture f;
             fixture(&f, &c);
-            int peak = zero_schedule_peak(&f.s, 400);
+            int peak = zero_schedule_peak(&f.s, 448);
             cr_assert_eq(peak, depth == 0 && reuse == 0 ? 1 : 2, "depth %d reuse %lld: %d", depth, reuse, peak);
-            cr_assert_eq(zero_schedule_peak(&f.s, 1008), 1, "the embedding: one buffer");
-            cr_assert_eq(zero_schedule_peak(&f.s, 16), 0, "the final norm is persistent: no pooled buffer");
+            cr_assert_eq(zero_schedule_peak(&f.s, 1024), 1, "the embedding: one buffer");
+            cr_assert_eq(zero_schedule_peak(&f.s, 64), 0, "the final norm is persistent: no pooled buffer");
             // the walk leaves the schedule as it found it
             cr_assert(f.s.state[0] == ZERO_UNIT_NOT_LIVE && f.s.state[1] == ZERO_UNIT_NOT_LIVE && f.s.state[3] == ZERO_UNIT_LIVE);
             cr_assert(f.s.live == 10.0 && f.s.in_flight == 0.0);
@@ -236,6 +236,6 @@ Test(schedule, peak_counts_the_buffers_a_size_needs) {
     c.max_live_parameters = 800;
     Fixture f;
     fixture(&f, &c);
-    cr_assert_eq(zero_schedule_peak(&f.s, 400), 1);
+    cr_assert_eq(zero_schedule_peak(&f.s, 448), 1);
     fixture_free(&f);
 }
