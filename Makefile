@@ -33,7 +33,7 @@ LLMC_HEADERS = $(wildcard llmc/*.h) $(wildcard zero3/*.h)
 TRAIN_DATA   = dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 TOKENIZER    = dev/data/gpt2_tokenizer.bin
 
-.PHONY: all deps demo test clean data bench test-gpu
+.PHONY: all deps demo test clean data bench test-gpu check-headers
 .DELETE_ON_ERROR:
 
 all: train_gpt2_zero3_cpu tokenize checkpoint_tool
@@ -221,6 +221,12 @@ build/test_kernels2_gpu_fp32: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | bu
 # from where): host code only, so no architecture; scripts/gpu_first_contact.sh runs it first
 build/gpu_probe: dev/gpu_probe.cu | build
 	$(NVCC) -O2 -std=c++17 $< -o $@ -lcublas -lcublasLt -lnccl
+
+# the emulator's stand-in headers (test/emu) against the real CUDA, cuBLAS(Lt), NCCL, bf16, cub
+# and NVTX headers: enumerator values, constants, types, members and signatures (needs nvcc;
+# make test runs it)
+check-headers:
+	bash test/emu/test_headers.sh
 
 # on a machine with a GPU: every kernel against the CPU ops, in fp32 and in bf16, then
 # the GPU trainer against PyTorch and the CPU trainer

@@ -9,7 +9,8 @@
 #
 #   test/unit  one building block each: Criterion tests, the MPI collectives driver
 #   test/e2e   the trainers end to end: PyTorch reference, ranks, stages, offload, scripts
-#   test/emu   the CUDA code run on the CPU (a CUDA runtime, cuBLAS and NCCL stand-ins)
+#   test/emu   the CUDA code run on the CPU (a CUDA runtime, cuBLAS and NCCL stand-ins), and
+#              the stand-ins' declarations against the real headers (needs nvcc)
 #   test/gpu   the GPU's own tests (make test-gpu); here only whether they compile
 set -u
 cd "$(dirname "$0")/.."
@@ -105,6 +106,8 @@ done
 run_suite "GPU trainer (emulated on the CPU)" env EMU_SEED=1 GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
     MAX_RANKS=2 bash test/gpu/test_gpu_trainer.sh
 run_suite "GPU trainer under other schedules" env EMU_SEEDS=2 bash test/emu/test_trainer_seeds.sh
+# the stand-in headers against the real ones (SKIP without nvcc: it names itself as skipped)
+run_suite "stand-in headers against CUDA's" bash test/emu/test_headers.sh
 if command -v "${NVCC:-nvcc}" > /dev/null; then
     run_suite "CUDA kernels compile" bash test/gpu/test_cuda_build.sh
 else

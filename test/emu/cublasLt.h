@@ -41,14 +41,15 @@
 #include <string.h>         // memcpy
 #include "cublas_v2.h"      // cublasStatus_t, cublasOperation_t, cudaDataType, cublasComputeType_t
 
+// (cuBLASLt's values, as every enumerator here: test/emu/test_headers.sh compares them)
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
     CUBLASLT_EPILOGUE_GELU_AUX = 160, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164
 } cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 10,
-    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 11
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12
 } cublasLtMatmulDescAttributes_t;
 typedef enum {  // cuBLASLt's values
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,

@@ -27,6 +27,10 @@
  from a query included, as the real runtime does); cudaPeekAtLastError keeps it. Copies
  check their kind against where the pointers live.
 
+ What these headers declare for the project's code (every name not the emulator's own emu_*)
+ is CUDA's, value for value and signature for signature: test/emu/test_headers.sh compares
+ them with the real headers wherever nvcc is installed.
+
  It finds indexing, partitioning, barrier and stream-ordering mistakes, and checks the
  arithmetic against the CPU ops; it does not model memory ordering between threads beyond
  the barriers, warp-synchronous code without a barrier, timing, or the hardware's speed.
@@ -74,8 +78,11 @@ struct dim3 {
     unsigned x, y, z;
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
+struct uint3 { unsigned x, y, z; };
 struct alignas(16) float4 { float x, y, z, w; };
-extern dim3 blockIdx, threadIdx, blockDim, gridDim;  // defined once, by the test (EMU_DEFINE_GLOBALS)
+// defined once, by the test (EMU_DEFINE_GLOBALS); const on a GPU, set here by the launcher
+extern uint3 blockIdx, threadIdx;
+extern dim3 blockDim, gridDim;
 
 #define __global__
 #define __device__
@@ -150,7 +157,7 @@ static inline void emu_fail(const char* what) {
 static EMU_NO_TRACK inline void emu_set_thread(int t) {
     // (a 1-D block, nearly every kernel's, needs no divisions: they cost as much as the switch)
     if (blockDim.y == 1 && blockDim.z == 1) { threadIdx.x = (unsigned)t; threadIdx.y = threadIdx.z = 0; return; }
-    threadIdx = dim3((unsigned)t % blockDim.x, ((unsigned)t / blockDim.x) % blockDim.y, (unsigned)t / (blockDim.x * blockDim.y));
+    threadIdx = uint3{(unsigned)t % blockDim.x, ((unsigned)t / blockDim.x) % blockDim.y, (unsigned)t / (blockDim.x * blockDim.y)};
 }
 
 // a fiber stops at a barrier and hands control back to the block's scheduler
@@ -253,14 +260,18 @@ static EMU_NO_TRACK inline void emu_run_block(int n, void (*body)(void*), void* 
 static EMU_NO_TRACK inline void __syncthreads(void) { emu_wait(EMU_AT_BLOCK); }
 static EMU_NO_TRACK inline void __syncwarp(unsigned = 0xffffffffu) { emu_wait(EMU_AT_WARP); }
 
-template <typename T> static inline EMU_NO_TRACK T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+// width (a power of two up to 32) cuts the warp into groups of that many lanes: a lane whose
+// partner (lane ^ lane_mask) is in a later group gets its own value back, as on a GPU
+template <typename T> static inline EMU_NO_TRACK T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
     static_assert(sizeof(T) <= 8, "shuffle of a type over 8 bytes");
+    if (width < 1 || width > 32 || (width & (width - 1)) != 0) { emu_fail("__shfl_xor_sync's width is not a power of two up to 32"); }
     int t = emu_block.cur;
     unsigned long long* slots = emu_block.xchg[emu_block.xchg_turn[t]];
     emu_block.xchg_turn[t] ^= 1;
     memcpy(&slots[t], &v, sizeof(T));
     __syncwarp();
-    int src = (t & ~31) | ((t & 31) ^ lane_mask);
+    int lane = t & 31, group_end = (lane & (32 - width)) | (31 & (width - 1)), partner = lane ^ lane_mask;
+    int src = (t & ~31) | (partner > group_end ? lane : partner);
     if (src >= emu_block.n) { emu_fail("shuffle from a lane past the block's end"); }
     T r;
     memcpy(&r, &slots[src], sizeof(T));
@@ -341,7 +352,7 @@ template <typename... P> struct EmuLaunch {
             for (unsigned bz = 0; bz < bound.grid.z; bz++) {
                 for (unsigned by = 0; by < bound.grid.y; by++) {
                     for (unsigned bx = 0; bx < bound.grid.x; bx++) {
-                        blockIdx = dim3(bx, by, bz);
+                        blockIdx = uint3{bx, by, bz};
                         void* sm = NULL;
                         if (bound.smem > 0) { sm = malloc(bound.smem); memset(sm, 0xff, bound.smem); }
                         for (const EmuSharedVar& v : emu_shared_vars) { memset(v.p, 0xff, v.n); }
@@ -402,7 +413,11 @@ static inline cudaError_t cudaMallocHost(void** p, size_t n) {
     *p = emu_alloc(n, EMU_MEM_PINNED);
     return *p != NULL ? cudaSuccess : emu_ret(cudaErrorMemoryAllocation);
 }
-template <typename T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
+// (flags: cudaHostAlloc's; every pinned allocation here is the same)
+template <typename T> static inline cudaError_t cudaMallocHost(T** p, size_t n, unsigned flags = 0) {
+    if ((flags & ~7u) != 0) { return emu_ret(cudaErrorInvalidValue); }  // Portable | Mapped | WriteCombined
+    return cudaMallocHost((void**)p, n);
+}
 // cudaFree and cudaFreeHost wait for the whole device first, as they do on a GPU
 static inline cudaError_t cudaFree(void* p) {
     if (p == NULL) { return cudaSuccess; }
@@ -585,7 +600,8 @@ static inline const char* cudaGetErrorString(cudaError_t e) {
 
 // the globals above, in the one file that defines EMU_DEFINE_GLOBALS before including
 #ifdef EMU_DEFINE_GLOBALS
-dim3 blockIdx, threadIdx, blockDim, gridDim;
+uint3 blockIdx, threadIdx;
+dim3 blockDim, gridDim;
 void* emu_dynamic_smem = NULL;
 EmuBlock emu_block;
 #endif

@@ -69,6 +69,17 @@ __global__ void shuffle_kernel(float* out) {
     out[64 + threadIdx.x] = sum;
 }
 
+// shuffles within groups of `width` lanes: a butterfly sum over groups of 8, and lane ^ 16 at
+// width 16, which a lane of the first half reads from a later group (its own value, as CUDA
+// documents) and one of the second half from an earlier one (its partner's)
+__global__ void shuffle_width_kernel(float* out) {
+    float v = (float)threadIdx.x;
+    float sum = v;
+    for (int m = 4; m > 0; m >>= 1) { sum += __shfl_xor_sync(0xffffffffu, sum, m, 8); }
+    out[threadIdx.x] = sum;
+    out[64 + threadIdx.x] = __shfl_xor_sync(0xffffffffu, v, 16, 16);
+}
+
 static int launch_error(void) { return (int)cudaGetLastError(); }
 
 static void limits(void) {
@@ -103,6 +114,16 @@ static void limits(void) {
         shuffled &= lanes[t] == want && lanes[64 + t] == want_sum;
     }
     check("successive shuffles each see their own round's values (swap, halves, butterfly sum)", shuffled);
+    shuffle_width_kernel<<<1, 64>>>(d);
+    cudaMemcpy(lanes, d, sizeof(lanes), cudaMemcpyDeviceToHost);
+    int grouped = 1;
+    for (int t = 0; t < 64; t++) {
+        int g = t & ~7;  // lanes g..g+7
+        float want_other = (t & 16) ? (float)(t ^ 16) : (float)t;
+        grouped &= lanes[t] == (float)(8 * g + 28) && lanes[64 + t] == want_other;
+    }
+    check("shuffles within groups of width lanes (sums over 8; lane ^ 16 at width 16: a later group gives the lane's own value)",
+          grouped);
 
     float host[2];
     stale_shared_kernel<<<2, 32>>>(d);
