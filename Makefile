@@ -202,7 +202,8 @@ bench: deps
 NVCC      ?= nvcc
 GPU_CC    := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
 CUDA_ARCH ?= $(if $(GPU_CC),-arch=sm_$(GPU_CC),-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90)
-NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -I. -D_GNU_SOURCE -Xcompiler -fopenmp $(BLAS_CFLAGS)
+# (--threads 0: the architectures compiled side by side, one per core)
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -I. -D_GNU_SOURCE -Xcompiler -fopenmp $(BLAS_CFLAGS)
 # nvcc passes linker options with -Xlinker, not -Wl
 CUDA_LIBS  = -lcublas -lcublasLt -lnccl $(if $(BLAS_DIR),-L$(BLAS_DIR) -Xlinker -rpath=$(BLAS_DIR) -lopenblas,$(BLAS_LIBS))
 CUDA_HEADERS = $(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) $(LLMC_HEADERS)

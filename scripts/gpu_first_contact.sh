@@ -30,7 +30,8 @@
 #
 # Knobs (make test's rehearsal, test/gpu/test_gpu_bundle.sh, scales everything down with
 # them): FC_BUDGET, FC_STEPS ("a b c d e f g"), FC_MAX_<step> and FC_MIN_<step> (a step's
-# time limit, and the time it must have left to start), FC_C_SECTIONS, FC_KERNEL_TIMEOUT,
+# time limit, and the time it must have left to start), FC_C_SECTIONS, FC_KERNEL_TESTS,
+# FC_KERNEL_TIMEOUT,
 # FC_SANITIZER (the compute-sanitizer binary), FC_E_RUNS ("memcheck:none memcheck:cpu
 # racecheck:none racecheck:cpu": tool and optimizer offload), FC_E_RUN_MAX (60 s a run),
 # FC_F_MODEL FC_F_T
@@ -76,6 +77,7 @@ gpu_mib() {  # the GPU's memory in MiB: the probe's, nvidia-smi's, or FC_GPU_MIB
 batch_that_fits() {
     local model=$1 t=$2 bs=$3 r=$4 mib b est
     mib=$(gpu_mib)
+    [ "$mib" -gt 0 ] || { echo "the GPU's memory is not known (no GPU found?)" >&2; return 1; }
     for b in $bs; do
         est=$(./train_gpt2_zero3 -e "$model" -b "$b" -t "$t" -r "$r" --estimate 1:1 2>&1)
         if awk -v mib="$mib" '
@@ -134,7 +136,7 @@ step_a() {  # the machine
 
 step_b() {  # the kernels' tests
     local t out rc
-    for t in build/test_kernels_gpu_fp32 build/test_kernels_gpu build/test_kernels2_gpu_fp32 build/test_kernels2_gpu; do
+    for t in ${FC_KERNEL_TESTS:-build/test_kernels_gpu_fp32 build/test_kernels_gpu build/test_kernels2_gpu_fp32 build/test_kernels2_gpu}; do
         out=$WORK/logs/b_${t##*/}.log
         echo "--- $t"
         timeout -k 5 "${FC_KERNEL_TIMEOUT:-90}" "./$t" > "$out" 2>&1; rc=$?
@@ -184,8 +186,8 @@ step_e() {  # compute-sanitizer
 step_f() {  # throughput at d12, and PyTorch
     local model=${FC_F_MODEL:-d12} t=${FC_F_T:-1024} n=${FC_F_STEPS:-20} w=${FC_F_WARMUP:-5} r=${FC_F_RECOMPUTE:-1}
     local b z compile=1 shp
-    b=$(batch_that_fits "$model" "$t" "${FC_F_BATCHES:-128 96 64 48 32 16 8}" "$r") \
-        || { check FAIL "no batch size of ${FC_F_BATCHES:-128 96 64 48 32 16 8} fits $(gpu_mib) MiB"; return; }
+    b=$(batch_that_fits "$model" "$t" "${FC_F_BATCHES:-128 96 64 48 32 16 8}" "$r" 2> "$WORK/fit.err") \
+        || { check FAIL "no batch size of ${FC_F_BATCHES:-128 96 64 48 32 16 8} fits $(gpu_mib) MiB $(cat "$WORK/fit.err")"; return; }
     kv B "$b"; kv T "$t"; kv model "$model"; kv recompute "$r"
     for z in 0 3; do
         if ours "f_z$z" "$(time_for 10)" -e "$model" -b "$b" -t "$t" -r "$r" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 -z "$z"; then
@@ -213,8 +215,8 @@ step_f() {  # throughput at d12, and PyTorch
 
 step_g() {  # d48, with and without CPU optimizer offload
     local model=${FC_G_MODEL:-d48} t=${FC_G_T:-1024} n=${FC_G_STEPS:-6} w=${FC_G_WARMUP:-2} b cfg name
-    b=$(batch_that_fits "$model" "$t" "${FC_G_BATCHES:-16 8 4}" 1) \
-        || { check FAIL "no batch size of ${FC_G_BATCHES:-16 8 4} fits $(gpu_mib) MiB"; return; }
+    b=$(batch_that_fits "$model" "$t" "${FC_G_BATCHES:-16 8 4}" 1 2> "$WORK/fit.err") \
+        || { check FAIL "no batch size of ${FC_G_BATCHES:-16 8 4} fits $(gpu_mib) MiB $(cat "$WORK/fit.err")"; return; }
     kv B "$b"; kv T "$t"; kv model "$model"
     for cfg in "none:-z 0" "cpu:-z 2 --offload-optimizer cpu" "dpu:-z 2 --offload-optimizer cpu --dpu 1"; do
         name=${cfg%%:*}
@@ -345,6 +347,9 @@ run_step() {
     STEP_DEADLINE=$(( t0 + limit )) timeout -k 5 "$limit" bash "$0" --step "$id" "$DIR" > "$WORK/logs/$id.log" 2>&1
     rc=$?
     case $rc in 0) status=ok ;; 124|137) status=timeout ;; *) status=failed ;; esac
+    # a step that could check nothing here (every check a SKIP) was skipped
+    if [ "$status" = ok ] && grep -q '^SKIP' "$WORK/steps/$id.checks" 2> /dev/null \
+        && ! grep -qE '^(PASS|FAIL)' "$WORK/steps/$id.checks"; then status=skipped; fi
     echo "$status $(( $(date +%s) - t0 )) $limit" > "$WORK/steps/$id.status"
     cat "$WORK/logs/$id.log" >> "$DIR/log"
     printf '[%s] %-52s %s (%d s)%s\n' "$id" "$title" "$status" "$(( $(date +%s) - t0 ))" \
