@@ -3,20 +3,23 @@
  docs/FORMATS.md):
 
    ./checkpoint_tool inspect DIR [STEP]
-       the steps present, complete (DONE_S) or not; for STEP (default: the latest) the
-       world size, ZeRO stage, engine, precision, parameters, batch settings and each
-       rank's data position
-   ./checkpoint_tool consolidate DIR STEP OUT.bin [--bf16]
+       the steps present: complete (DONE_S a manifest), or incomplete, or what is wrong with
+       the marker; for STEP (default: the newest complete one) the world size, ZeRO stage,
+       engine, precision, parameters, batch settings and each rank's data position
+   ./checkpoint_tool consolidate DIR STEP OUT.bin [--bf16] [--allow-unverified]
        an llm.c model file (version 3 fp32, or 5 bf16) from the fp32 master in the ranks'
        state files, whatever world size and stage wrote them (not a copy of model_S.bin)
-   ./checkpoint_tool extract-optimizer DIR STEP OUT
+   ./checkpoint_tool extract-optimizer DIR STEP OUT [--allow-unverified]
        AdamW's fp32 m and v of the whole model in llm.c's parameter order (the format is
        below and in docs/FORMATS.md)
-   ./checkpoint_tool verify DIR [STEP]
-       every file of STEP (default: every complete checkpoint) against the sizes and
+   ./checkpoint_tool verify DIR [STEP] [--allow-unverified]
+       every file of STEP (default: every checkpoint with a marker) against the sizes and
        CRC32C of its manifest, DONE_S; exits 1 when any fails
 
- consolidate and extract-optimizer verify the checkpoint first and refuse a damaged one.
+ consolidate and extract-optimizer verify the checkpoint first and refuse a damaged one,
+ and one whose marker is empty (no checksums: an earlier version's, or one cut short)
+ unless --allow-unverified. Their output goes neither into DIR nor over any file of the
+ checkpoint (compared by device and inode, so a hard link elsewhere counts).
 
  Both writers go unit by unit: one unit of one array in memory at a time, read from the
  byte ranges of the ranks' files that hold it and written at its tensors' places in the
@@ -29,9 +32,10 @@
 #include <stdlib.h>           // malloc, free, strtol, qsort
 #include <string.h>           // strcmp, memset
 #include <dirent.h>           // opendir: the steps present
-#include "llmc/checkpoint.h"  // CheckpointHeader, CheckpointSet, checkpoint_state_path, the manifest's checks
+#include <sys/stat.h>         // lstat: whether a step has a marker at all
+#include "llmc/checkpoint.h"  // CheckpointHeader, CheckpointSet, checkpoint_state_path; llmc/manifest.h's checks and names
 #include "llmc/gpt2.h"        // GPT2Config, TensorRange, gpt2_fwrite_header, gpt2_file_offset, gpt2_fwrite_bf16
-#include "llmc/utils.h"       // llmc_error, AtomicFile
+#include "llmc/utils.h"       // llmc_error, AtomicFile, llmc_input_add, path_in_dir: no output over the checkpoint read
 #include "zero3/reshard.h"    // zero_state_read_range: one unit of one array from the ranks' files
 
 // extract-optimizer's file: this header, then m (numel fp32), then v (numel fp32), each in
@@ -82,10 +86,27 @@ static int tool_write_array(const CheckpointSet* s, const GPT2Config* c, int arr
     return rc;
 }
 
+// Opens the checkpoint of `step` for a writer of OUT: the model's shape (c) and the state
+// files (s), every one of its files recorded as an input, so that OUT may replace none of
+// them (atomic_open's output_check, by device and inode), and OUT refused inside DIR
+// itself. Returns 0, or -1 with llmc_errmsg() and nothing left open.
+static int tool_open(const char* dir, int step, const char* out, GPT2Config* c, CheckpointSet* s) {
+    if (path_in_dir(out, dir)) {
+        return llmc_error("refusing to write %s: it is in the checkpoint directory %s being read (write it elsewhere)", out, dir);
+    }
+    if (tool_config(dir, step, c) != 0 || checkpoint_set_open(s, dir, step, c) != 0) { return -1; }
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
+    int rc = llmc_input_add(path, "the checkpoint read");
+    for (int q = 0; q < s->world && rc == 0; q++) { rc = llmc_input_add(s->names[q], "the checkpoint read"); }
+    if (rc != 0) { checkpoint_set_close(s); }
+    return rc;
+}
+
 static int tool_consolidate(const char* dir, int step, const char* out, int bf16) {
     GPT2Config c;
     CheckpointSet s;
-    if (tool_config(dir, step, &c) != 0 || checkpoint_set_open(&s, dir, step, &c) != 0) { return -1; }
+    if (tool_open(dir, step, out, &c, &s) != 0) { return -1; }
     AtomicFile f;
     int version = bf16 ? GPT2_MODEL_VERSION_BF16 : GPT2_MODEL_VERSION_FP32;
     int rc = atomic_open(&f, out);
@@ -104,7 +125,7 @@ static int tool_consolidate(const char* dir, int step, const char* out, int bf16
 static int tool_extract_optimizer(const char* dir, int step, const char* out) {
     GPT2Config c;
     CheckpointSet s;
-    if (tool_config(dir, step, &c) != 0 || checkpoint_set_open(&s, dir, step, &c) != 0) { return -1; }
+    if (tool_open(dir, step, out, &c, &s) != 0) { return -1; }
     size_t n = gpt2_num_params(&c);
     OptimizerFileHeader h = {OPTIMIZER_FILE_MAGIC, OPTIMIZER_FILE_VERSION, step, 0, n};
     AtomicFile f;
@@ -122,7 +143,8 @@ static int tool_extract_optimizer(const char* dir, int step, const char* out) {
 
 static int tool_int_compare(const void* a, const void* b) { return (*(const int*)a > *(const int*)b) - (*(const int*)a < *(const int*)b); }
 
-// the steps that have any file in dir, sorted, into *steps (malloc'd); their count, or -1
+// the steps that have any file in dir (named exactly as a checkpoint's, checkpoint_name_parse),
+// sorted, into *steps (malloc'd); their count, or -1
 static int tool_steps(const char* dir, int** steps) {
     DIR* d = opendir(dir);
     if (d == NULL) { return llmc_error("cannot open checkpoint directory %s: %s", dir, strerror(errno)); }
@@ -130,9 +152,8 @@ static int tool_steps(const char* dir, int** steps) {
     int* out = (int*)malloc(cap * sizeof(int));
     struct dirent* e;
     while (out != NULL && (e = readdir(d)) != NULL) {
-        int st, r;
-        if (sscanf(e->d_name, "state_%8d_%5d.bin", &st, &r) != 2 && sscanf(e->d_name, "DONE_%8d", &st) != 1 &&
-            sscanf(e->d_name, "model_%8d.bin", &st) != 1) { continue; }
+        int st, r, tmp;
+        if (checkpoint_name_parse(e->d_name, &st, &r, &tmp) == CHECKPOINT_FILE_NONE || tmp) { continue; }
         int seen = 0;
         for (int i = 0; i < n; i++) { seen |= out[i] == st; }
         if (seen) { continue; }
@@ -187,12 +208,19 @@ static int tool_inspect_step(const char* dir, int step) {
     return 0;
 }
 
+// The steps of dir, each with its marker's state: complete (a manifest: verify checks its
+// files), incomplete (no marker), or what is wrong with the marker (not a file, empty,
+// damaged); then STEP's headers, by default the newest complete one's.
 static int tool_inspect(const char* dir, int step) {
     int* steps = NULL;
     int n = tool_steps(dir, &steps);
     if (n < 0) { return -1; }
-    if (n == 0) { free(steps); return llmc_error("no checkpoint in %s", dir); }
+    if (n == 0) {
+        free(steps);
+        return llmc_error("no checkpoint in %s: no file named DONE_SSSSSSSS, model_SSSSSSSS.bin or state_SSSSSSSS_RRRRR.bin", dir);
+    }
     char path[4096];
+    int newest_complete = -1;
     for (int i = 0; i < n; i++) {
         int ranks = 0;
         for (;; ranks++) {
@@ -200,25 +228,35 @@ static int tool_inspect(const char* dir, int step) {
             if (!tool_exists(path)) { break; }
         }
         snprintf(path, sizeof(path), "%s/DONE_%08d", dir, steps[i]);
-        int done = tool_exists(path);
+        struct stat st;
+        int marker = lstat(path, &st) == 0;
+        CheckpointManifest m;
+        int complete = marker && checkpoint_manifest_read(dir, steps[i], 0, &m) == 0;
+        if (complete) { checkpoint_manifest_free(&m); newest_complete = steps[i]; }
+        char why[sizeof(llmc_errbuf)];
+        snprintf(why, sizeof(why), "%s", llmc_errmsg());
         snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, steps[i]);
-        printf("step %8d  %-10s  %d state files%s\n", steps[i], done ? "complete" : "incomplete", ranks,
+        printf("step %8d  %-10s  %d state files%s\n", steps[i], complete ? "complete" : marker ? "bad marker" : "incomplete", ranks,
                tool_exists(path) ? ", model file" : ", no model file");
+        if (marker && !complete) { printf("               %s\n", why); }
     }
-    if (step < 0) { step = steps[n - 1]; }
     free(steps);
-    return tool_inspect_step(dir, step);
+    if (step < 0 && newest_complete < 0) {
+        return llmc_error("no complete checkpoint in %s (see above); name a STEP to inspect its state files", dir);
+    }
+    return tool_inspect_step(dir, step < 0 ? newest_complete : step);
 }
 
-// Checks every file of the checkpoint of `step` against its manifest (llmc/checkpoint.h).
-// Returns 0, or -1 with llmc_errmsg() naming the first file or line that fails. An earlier
-// version's empty marker has nothing to check: a warning, and 0.
-static int tool_verify_step(const char* dir, int step, int verbose) {
+// Checks every file of the checkpoint of `step` against its manifest (llmc/manifest.h).
+// Returns 0, or -1 with llmc_errmsg() naming the first file or line that fails. An empty
+// marker is refused, unless allow_unverified: then a warning that nothing was checked, and 0.
+static int tool_verify_step(const char* dir, int step, int verbose, int allow_unverified) {
     CheckpointManifest m;
-    if (checkpoint_manifest_read(dir, step, &m) != 0) { return -1; }
+    if (checkpoint_manifest_read(dir, step, allow_unverified, &m) != 0) { return -1; }
     int rc = checkpoint_manifest_check(dir, &m, 0, 1);
     if (m.version == 0) {
-        fprintf(stderr, "warning: the checkpoint at step %d of %s has no checksums (an earlier version wrote it)\n", step, dir);
+        fprintf(stderr, "warning: the checkpoint at step %d of %s has no checksums (an earlier version wrote it): taken "
+                "unverified (--allow-unverified)\n", step, dir);
     } else if (rc == 0 && verbose) {
         uint64_t bytes = 0;
         for (int i = 0; i < m.nfiles; i++) { bytes += m.files[i].size; }
@@ -229,15 +267,15 @@ static int tool_verify_step(const char* dir, int step, int verbose) {
     return rc;
 }
 
-// verify DIR [STEP]: one step, or every complete one; every failure printed, -1 if any
-static int tool_verify(const char* dir, int step) {
-    if (step >= 0) { return tool_verify_step(dir, step, 1); }
+// verify DIR [STEP]: one step, or every one with a marker; every failure printed, -1 if any
+static int tool_verify(const char* dir, int step, int allow_unverified) {
+    if (step >= 0) { return tool_verify_step(dir, step, 1, allow_unverified); }
     int* steps;
     int n = checkpoint_steps(dir, &steps);
     if (n == 0) { return llmc_error("no complete checkpoint (no DONE marker) in %s", dir); }
     int failed = 0;
     for (int i = n - 1; i >= 0; i--) {
-        if (tool_verify_step(dir, steps[i], 1) != 0) {
+        if (tool_verify_step(dir, steps[i], 1, allow_unverified) != 0) {
             printf("step %8d  FAILED: %s\n", steps[i], llmc_errmsg());
             failed++;
         }
@@ -249,9 +287,11 @@ static int tool_verify(const char* dir, int step) {
 
 static void usage(void) {
     fprintf(stderr, "usage: checkpoint_tool inspect DIR [STEP]\n"
-                    "       checkpoint_tool consolidate DIR STEP OUT.bin [--bf16]\n"
-                    "       checkpoint_tool extract-optimizer DIR STEP OUT\n"
-                    "       checkpoint_tool verify DIR [STEP]\n");
+                    "       checkpoint_tool consolidate DIR STEP OUT.bin [--bf16] [--allow-unverified]\n"
+                    "       checkpoint_tool extract-optimizer DIR STEP OUT [--allow-unverified]\n"
+                    "       checkpoint_tool verify DIR [STEP] [--allow-unverified]\n"
+                    "--allow-unverified takes a checkpoint whose DONE marker is empty (an earlier version's, without\n"
+                    "checksums) unverified; without it such a checkpoint is refused\n");
 }
 
 // a step argument: a non-negative integer
@@ -264,18 +304,27 @@ static int parse_step(const char* s, int* step) {
 }
 
 int main(int argc, char** argv) {
-    if (argc < 3) { usage(); return 2; }
-    const char* cmd = argv[1];
-    const char* dir = argv[2];
+    // the options anywhere after the command, the rest positional: CMD DIR [STEP] [OUT]
+    const char* arg[4];
+    int nargs = 0, bf16 = 0, allow = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bf16")) { bf16 = 1; }
+        else if (!strcmp(argv[i], "--allow-unverified")) { allow = 1; }
+        else if (nargs == 4 || (argv[i][0] == '-' && argv[i][1] == '-')) { usage(); return 2; }
+        else { arg[nargs++] = argv[i]; }
+    }
+    if (nargs < 2) { usage(); return 2; }
+    const char* cmd = arg[0];
+    const char* dir = arg[1];
     int step = -1, rc;
-    if (!strcmp(cmd, "inspect") && (argc == 3 || argc == 4)) {
-        rc = argc == 4 && parse_step(argv[3], &step) != 0 ? -1 : tool_inspect(dir, step);
-    } else if (!strcmp(cmd, "consolidate") && (argc == 5 || (argc == 6 && !strcmp(argv[5], "--bf16")))) {
-        rc = parse_step(argv[3], &step) != 0 || tool_verify_step(dir, step, 0) != 0 ? -1 : tool_consolidate(dir, step, argv[4], argc == 6);
-    } else if (!strcmp(cmd, "extract-optimizer") && argc == 5) {
-        rc = parse_step(argv[3], &step) != 0 || tool_verify_step(dir, step, 0) != 0 ? -1 : tool_extract_optimizer(dir, step, argv[4]);
-    } else if (!strcmp(cmd, "verify") && (argc == 3 || argc == 4)) {
-        rc = argc == 4 && parse_step(argv[3], &step) != 0 ? -1 : tool_verify(dir, step);
+    if (!strcmp(cmd, "inspect") && nargs <= 3 && !bf16 && !allow) {
+        rc = nargs == 3 && parse_step(arg[2], &step) != 0 ? -1 : tool_inspect(dir, step);
+    } else if (!strcmp(cmd, "consolidate") && nargs == 4) {
+        rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_consolidate(dir, step, arg[3], bf16);
+    } else if (!strcmp(cmd, "extract-optimizer") && nargs == 4 && !bf16) {
+        rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_extract_optimizer(dir, step, arg[3]);
+    } else if (!strcmp(cmd, "verify") && nargs <= 3 && !bf16) {
+        rc = nargs == 3 && parse_step(arg[2], &step) != 0 ? -1 : tool_verify(dir, step, allow);
     } else {
         usage();
         return 2;

@@ -30,7 +30,9 @@
  from anywhere; --encoder and --vocab are used exactly as given.
 
  Outputs are written to OUT.tmp and renamed, and the tmp file is removed on any
- error, so OUT is either complete or absent.
+ error, so OUT is either complete or absent. No output replaces an input (IN.txt, the
+ vocabulary files; compared by device and inode) or the other output: refused before
+ anything is read.
 
  build (from the repo root):
    gcc -O2 -Wall -Wextra -I. dev/tokenize.c -o tokenize $(pkg-config --cflags --libs libpcre2-8 libcjson)
@@ -45,7 +47,8 @@
 #include <errno.h>           // errno for the messages
 #include <limits.h>          // PATH_MAX
 #include <unistd.h>          // access, readlink, getcwd
-#include "llmc/utils.h"      // llmc_error, llmcCheck, mallocCheck
+#include <sys/stat.h>        // stat: VAL.bin and TRAIN.bin the same file
+#include "llmc/utils.h"      // llmc_error, llmcCheck, mallocCheck; llmc_input_add, output_check, path_in_dir: no output over an input
 #include "llmc/tokenizer.h"  // Bpe: bpe_init, bpe_encode, bpe_write_tokenizer_file
 
 #define SHARD_MAGIC 20240520
@@ -191,6 +194,31 @@ static int sections_encode(Bpe* bpe, const char* text, size_t size, const char* 
     return 0;
 }
 
+// Before anything is read: no output replaces an input (the text, --encoder, --vocab,
+// compared by device and inode, so another name for the same file counts: atomic_open's
+// output_check), or the other output (VAL.bin and TRAIN.bin one file: the second would
+// replace the first). outputs[1] may be NULL. Returns 0, or -1 with llmc_errmsg() naming both.
+static int outputs_check(const char* text, const char* encoder, const char* vocab, const char* outputs[2]) {
+    if (llmc_input_add(text, "IN.txt") != 0 || llmc_input_add(encoder, "--encoder") != 0 || llmc_input_add(vocab, "--vocab") != 0) {
+        return -1;
+    }
+    for (int i = 0; i < 2 && outputs[i] != NULL; i++) {
+        if (output_check(outputs[i]) != 0) { return -1; }
+    }
+    if (outputs[1] == NULL) { return 0; }
+    char dir0[4096];
+    path_dir(outputs[0], dir0, sizeof(dir0));
+    const char* base0 = strrchr(outputs[0], '/') != NULL ? strrchr(outputs[0], '/') + 1 : outputs[0];
+    const char* base1 = strrchr(outputs[1], '/') != NULL ? strrchr(outputs[1], '/') + 1 : outputs[1];
+    struct stat a, b;
+    int linked = stat(outputs[0], &a) == 0 && stat(outputs[1], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    if (linked || (strcmp(base0, base1) == 0 && path_in_dir(outputs[1], dir0))) {
+        return llmc_error("VAL.bin %s and TRAIN.bin %s are the same file: the second would replace the first", outputs[0],
+                          outputs[1]);
+    }
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -264,6 +292,8 @@ int main(int argc, char** argv) {
     }
     const char* encoder_path = encoder_arg != NULL ? encoder_arg : encoder_found;
     const char* vocab_path = vocab_arg != NULL ? vocab_arg : vocab_found;
+    const char* outputs[2] = {tokenizer_out != NULL ? tokenizer_out : positional[1], val_tokens_arg != NULL ? positional[2] : NULL};
+    if (outputs_check(tokenizer_out == NULL ? positional[0] : NULL, encoder_path, vocab_path, outputs) != 0) { die(llmc_errmsg()); }
     Bpe bpe;
     if (bpe_init(&bpe, encoder_path, vocab_path) != 0) { die(llmc_errmsg()); }
 

@@ -36,7 +36,8 @@ typedef struct {
     int gen_T;                   // -g  tokens per sample
     int checkpoint_every;        // -n  0: no checkpoints
     int resume;                  // -y  1: resume from the latest checkpoint in -o
-    int keep_checkpoints;        // --keep-checkpoints K  after each save, only the K newest complete ones stay; 0: all
+    int keep_checkpoints;        // --keep-checkpoints K  after each save, only the K newest verified ones stay; 0: all
+    int allow_unverified;        // --allow-unverified 1  -y 1 may take an empty DONE marker (an earlier version's) unverified
     int recompute;               // -r  0: keep all, 1: recompute GELU, 2: + layernorms
     int overfit_single_batch;    // -a
     uint64_t seed;               // --seed        init and shuffling
@@ -81,6 +82,7 @@ static void args_defaults(TrainConfig* c) {
     c->checkpoint_every = 0;
     c->resume = 0;
     c->keep_checkpoints = 0;
+    c->allow_unverified = 0;
     c->recompute = 1;
     c->zero_backend = "auto";
     c->attention = "cublas";
@@ -171,8 +173,10 @@ static void args_usage(FILE* f, const char* program) {
         "  --dpu 0|1                          GPU trainer with --offload-optimizer cpu: the CPU Adam of step i runs while the\n"
         "                                     GPU computes step i+1 on the parameters of step i-1 (ZeRO-Offload's delayed\n"
         "                                     parameter update; default 0)\n"
-        "  --keep-checkpoints <K>             after each checkpoint, remove all but the K newest complete ones (default\n"
-        "                                     0: keep every one)\n"
+        "  --keep-checkpoints <K>             after each checkpoint, remove all but the K newest that pass their checks\n"
+        "                                     (the damaged ones are moved to -o's damaged_STEP; default 0: keep every one)\n"
+        "  --allow-unverified 0|1             -y 1 may resume from a checkpoint whose DONE marker is empty, as versions\n"
+        "                                     before checksums wrote it, unverified (default 0: such a one is skipped)\n"
         "  --save-bf16 0|1                    checkpoints write the model file as llm.c's bf16 version 5, the one llm.c's\n"
         "                                     GPU trainer reads (default 0: fp32 version 3)\n"
         "  --collective-timeout <s>           a rank blocked in a collective for s seconds (another rank stopped or stuck)\n"
@@ -291,6 +295,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(name, "--dpu")) { rc = args_int(name, val, 0, 1, &v); c->dpu = (int)v; }
         else if (!strcmp(name, "--collective-timeout")) { rc = args_float(name, val, 0.0f, 1e6f, &c->collective_timeout); }
         else if (!strcmp(name, "--keep-checkpoints")) { rc = args_int(name, val, 0, 1L << 30, &v); c->keep_checkpoints = (int)v; }
+        else if (!strcmp(name, "--allow-unverified")) { rc = args_int(name, val, 0, 1, &v); c->allow_unverified = (int)v; }
         else if (!strcmp(name, "--save-bf16")) { rc = args_int(name, val, 0, 1, &v); c->save_bf16 = (int)v; }
         else if (!strcmp(name, "--attention")) {
             if (strcmp(val, "cublas") && strcmp(val, "flash")) {

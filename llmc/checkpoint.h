@@ -13,20 +13,12 @@
                    are complete and on disk
 
  Every file is written whole or not at all (AtomicFile: fsync'ed, renamed, its directory
- fsync'ed), and a checkpoint without its DONE marker is never resumed from. The manifest
- is text, versioned and checksummed:
-
-   train_gpt2_zero3 checkpoint manifest 1
-   step 8
-   world 2
-   file model_00000008.bin 29360384 1f0e8c3a     (name, size in bytes, CRC32C in hex)
-   file state_00000008_00000.bin 14680832 9c1d33e0
-   file state_00000008_00001.bin 14680832 02ab7d51
-   crc32c 5d0c8e11                               (of every byte above this line)
-
- A resume verifies every file against it first (the ranks share the work) and falls back
- to the newest checkpoint that passes, saying why the newer ones failed. An empty DONE_S
- is a checkpoint of an earlier version, without checksums: resumed, with a warning.
+ fsync'ed), and a checkpoint without its DONE marker is never resumed from. The marker is
+ the checkpoint's manifest, every file's size and CRC32C (llmc/manifest.h, which also says
+ which markers are trusted). A resume verifies every file against it first (the ranks
+ share the work) and falls back to the newest checkpoint that passes, saying why the newer
+ ones failed (checkpoint_find_valid). --keep-checkpoints counts only checkpoints that pass
+ too, and sets the damaged ones aside (checkpoint_prune).
 
  A resume at the same number of ranks and stage reads its own rank's file
  (checkpoint_load). At another world size or ZeRO stage (checkpoint_resume) each rank
@@ -46,19 +38,16 @@
 #include <string.h>           // memset
 #include <errno.h>            // errno
 #include <limits.h>           // LONG_MAX: the payload's size before it is added to an offset; INT_MAX: no rank failed
-#include <dirent.h>           // opendir: the DONE markers
-#include <sys/stat.h>         // fstat: the manifest's size
 #include <unistd.h>           // unlink: the resharded section's temporary file; ftruncate, fsync, close: the model file
 #include <fcntl.h>            // open: the model file's temporary, on the ranks other than 0
 #include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
 #include <stdlib.h>           // malloc
 #include "llmc/utils.h"       // llmc_error, AtomicFile
-#include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
+#include "llmc/manifest.h"    // the DONE marker: checkpoint_manifest_write, checkpoint_verify, checkpoint_retire, checkpoint_steps
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
 #include "zero3/watchdog.h"   // zero_watch_enter/leave: the save's agreements and the checksums' gather told to --collective-timeout's watchdog
-#include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
 #include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
 #include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
 
@@ -75,247 +64,6 @@ typedef struct {
     int32_t B, T, shuffle, grad_accum;
     uint64_t seed;
 } CheckpointHeader;
-
-#define CHECKPOINT_MANIFEST_VERSION 1
-#define CHECKPOINT_MANIFEST_TITLE "train_gpt2_zero3 checkpoint manifest"
-
-typedef struct {
-    char name[64];     // a file in the checkpoint's directory, no '/'
-    uint64_t size;
-    uint32_t crc;
-} ManifestFile;
-
-typedef struct {
-    int version;       // CHECKPOINT_MANIFEST_VERSION, or 0: an empty DONE_S of an earlier version
-    int step, world, nfiles;
-    ManifestFile* files;  // (nfiles): the model file, then state file of rank 0, 1, ...
-} CheckpointManifest;
-
-static void checkpoint_manifest_free(CheckpointManifest* m) {
-    free(m->files);
-    memset(m, 0, sizeof(*m));
-}
-
-// the steps with a DONE marker in dir, newest first, into *steps (malloc'ed; the caller
-// frees it); returns how many, 0 when none or dir cannot be read
-static int checkpoint_steps(const char* dir, int** steps) {
-    *steps = NULL;
-    DIR* d = opendir(dir);
-    if (d == NULL) { return 0; }
-    int n = 0, cap = 0;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int s;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &s, &tail) != 1 || s < 0 || strlen(e->d_name) != 13) { continue; }
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            int* grown = (int*)realloc(*steps, cap * sizeof(int));
-            if (grown == NULL) { break; }
-            *steps = grown;
-        }
-        (*steps)[n++] = s;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++) {  // newest first (insertion sort: a run keeps few)
-        int v = (*steps)[i], j = i - 1;
-        for (; j >= 0 && (*steps)[j] < v; j--) { (*steps)[j + 1] = (*steps)[j]; }
-        (*steps)[j + 1] = v;
-    }
-    return n;
-}
-
-// Parses the manifest text (len bytes, NUL-terminated; modified in place) of `path` into
-// m, whose files the caller frees whatever the result. Returns 0, or -1 with llmc_errmsg()
-// naming the marker and the first thing wrong.
-static int checkpoint_manifest_parse(const char* path, char* text, size_t len, int step, CheckpointManifest* m) {
-    if (strlen(text) != len) { return llmc_error("checkpoint manifest %s: a NUL byte at offset %zu", path, strlen(text)); }
-    // the last line is "crc32c X" over every byte before it
-    if (text[len - 1] != '\n') { return llmc_error("checkpoint manifest %s: truncated (no final newline)", path); }
-    text[len - 1] = '\0';
-    char* last = strrchr(text, '\n');
-    unsigned crc_want;
-    char extra;
-    if (last == NULL || sscanf(last + 1, "crc32c %8x%c", &crc_want, &extra) != 1) {
-        return llmc_error("checkpoint manifest %s: no checksum line at its end (truncated or not a manifest)", path);
-    }
-    uint32_t crc = crc32c_update(0, text, (size_t)(last + 1 - text));
-    if (crc != crc_want) {
-        return llmc_error("checkpoint manifest %s: checksum %08x, but its contents give %08x (the marker is damaged)", path,
-                          crc_want, crc);
-    }
-    *last = '\0';
-    int line_no = 0;
-    for (char* line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
-        line_no++;
-        int v, consumed = 0;
-        if (line_no == 1) {
-            if (sscanf(line, CHECKPOINT_MANIFEST_TITLE " %d%n", &v, &consumed) != 1 || line[consumed] != '\0' ||
-                v != CHECKPOINT_MANIFEST_VERSION) {
-                return llmc_error("checkpoint manifest %s: line 1 is \"%.80s\", expected \"%s %d\"", path, line,
-                                  CHECKPOINT_MANIFEST_TITLE, CHECKPOINT_MANIFEST_VERSION);
-            }
-            m->version = v;
-        } else if (line_no == 2) {
-            if (sscanf(line, "step %d%n", &m->step, &consumed) != 1 || line[consumed] != '\0' || m->step != step) {
-                return llmc_error("checkpoint manifest %s: line 2 is \"%.80s\", expected \"step %d\"", path, line, step);
-            }
-        } else if (line_no == 3) {
-            if (sscanf(line, "world %d%n", &m->world, &consumed) != 1 || line[consumed] != '\0' || m->world < 1 ||
-                m->world > ZERO_PLAN_MAX_WORLD) {
-                return llmc_error("checkpoint manifest %s: line 3 is \"%.80s\", expected \"world N\" with N in [1, %d]", path,
-                                  line, ZERO_PLAN_MAX_WORLD);
-            }
-            m->files = (ManifestFile*)calloc((size_t)m->world + 1, sizeof(ManifestFile));
-            if (m->files == NULL) { return llmc_error("checkpoint manifest %s: out of memory", path); }
-        } else {
-            ManifestFile f;
-            unsigned long long size;
-            unsigned c;
-            if (m->nfiles == m->world + 1) {
-                return llmc_error("checkpoint manifest %s: more files than a world of %d ranks writes (line %d)", path, m->world,
-                                  line_no);
-            }
-            if (sscanf(line, "file %63s %llu %8x%n", f.name, &size, &c, &consumed) != 3 || line[consumed] != '\0' ||
-                strchr(f.name, '/') != NULL || f.name[0] == '.') {
-                return llmc_error("checkpoint manifest %s: line %d is \"%.80s\", expected \"file NAME SIZE CRC32C\"", path,
-                                  line_no, line);
-            }
-            f.size = size;
-            f.crc = c;
-            m->files[m->nfiles++] = f;
-        }
-    }
-    if (line_no < 3 || m->nfiles != m->world + 1) {
-        return llmc_error("checkpoint manifest %s: lists %d files; a world of %d ranks writes %d", path, m->nfiles, m->world,
-                          m->world + 1);
-    }
-    return 0;
-}
-
-// Reads and checks DONE_S of dir: its title and version, its own checksum, the step it
-// names, every line's form, file names without '/'. Returns 0, or -1 with llmc_errmsg()
-// naming the marker and the first thing wrong. An empty marker (an earlier version's)
-// gives version 0 and no files.
-static int checkpoint_manifest_read(const char* dir, int step, CheckpointManifest* m) {
-    memset(m, 0, sizeof(*m));
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("cannot read checkpoint manifest %s: %s", path, strerror(errno)); }
-    enum { MAX_TEXT = 1 << 24 };  // 16 MiB: some 200k ranks' lines
-    struct stat st;
-    size_t cap = fstat(fileno(fp), &st) == 0 && st.st_size < MAX_TEXT ? (size_t)st.st_size : MAX_TEXT;
-    char* text = (char*)malloc(cap + 2);
-    size_t len = text != NULL ? fread(text, 1, cap + 1, fp) : 0;  // one more: a file grown meanwhile shows
-    fclose(fp);
-    if (text == NULL) { return llmc_error("checkpoint manifest %s: out of memory", path); }
-    int rc = 0;
-    if (len > cap) {
-        rc = llmc_error("checkpoint manifest %s: larger than %zu bytes (at most %d)", path, cap, MAX_TEXT);
-    } else if (len == 0) {
-        m->step = step;  // an earlier version's marker
-    } else {
-        text[len] = '\0';
-        rc = checkpoint_manifest_parse(path, text, len, step, m);
-    }
-    free(text);
-    if (rc != 0) { checkpoint_manifest_free(m); }
-    return rc;
-}
-
-// Checks the files i = first, first + stride, ... of the manifest against their sizes and
-// checksums (so that the ranks of a job share the reading: first = rank, stride =
-// world). Returns 0, or -1 with llmc_errmsg() naming the first file that fails.
-static int checkpoint_manifest_check(const char* dir, const CheckpointManifest* m, int first, int stride) {
-    for (int i = first; i < m->nfiles; i += stride) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
-        uint32_t crc;
-        uint64_t size;
-        if (crc32c_file(path, &crc, &size) != 0) {
-            return llmc_error("checkpoint at step %d: cannot read %s: %s", m->step, path, strerror(errno));
-        }
-        if (size != m->files[i].size) {
-            return llmc_error("checkpoint at step %d: %s has %llu bytes; its manifest says %llu (truncated or replaced)", m->step,
-                              path, (unsigned long long)size, (unsigned long long)m->files[i].size);
-        }
-        if (crc != m->files[i].crc) {
-            return llmc_error("checkpoint at step %d: %s fails its checksum (CRC32C %08x; its manifest says %08x): the file is "
-                              "damaged", m->step, path, crc, m->files[i].crc);
-        }
-    }
-    return 0;
-}
-
-// Writes DONE_S: the manifest of the world + 1 files whose sizes and checksums are given,
-// through AtomicFile (fsync'ed, and its directory). Returns 0 or -1 with llmc_errmsg().
-static int checkpoint_manifest_write(const char* dir, int step, int world, const uint64_t* size_crc) {
-    size_t cap = 256 + (size_t)(world + 1) * 96;
-    char* text = (char*)malloc(cap);
-    if (text == NULL) { return llmc_error("checkpoint at step %d: out of memory for the manifest", step); }
-    size_t len = (size_t)snprintf(text, cap, CHECKPOINT_MANIFEST_TITLE " %d\nstep %d\nworld %d\n", CHECKPOINT_MANIFEST_VERSION,
-                                  step, world);
-    for (int i = 0; i <= world; i++) {
-        char name[64];
-        if (i == 0) { snprintf(name, sizeof(name), "model_%08d.bin", step); }
-        else { snprintf(name, sizeof(name), "state_%08d_%05d.bin", step, i - 1); }
-        len += (size_t)snprintf(text + len, cap - len, "file %s %llu %08x\n", name, (unsigned long long)size_crc[2 * i],
-                                (unsigned)size_crc[2 * i + 1]);
-    }
-    len += (size_t)snprintf(text + len, cap - len, "crc32c %08x\n", crc32c_update(0, text, len));
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
-    AtomicFile f;
-    int rc = atomic_open(&f, path);
-    if (rc == 0) { rc = atomic_commit(&f, fwrite(text, 1, len, f.fp) == len); }
-    free(text);
-    return rc;
-}
-
-// The size and checksum of a file just written, as two uint64 (the manifest's pair).
-static int checkpoint_file_sum(const char* path, uint64_t* pair) {
-    uint32_t crc;
-    if (crc32c_file(path, &crc, &pair[0]) != 0) { return llmc_error("cannot read back %s: %s", path, strerror(errno)); }
-    pair[1] = crc;
-    return 0;
-}
-
-// Removes the complete checkpoints of dir beyond the `keep` newest (keep 0: none removed):
-// the DONE marker first, so that a checkpoint half removed is never complete, then the
-// files its manifest lists (an earlier version's empty marker: the model file and every
-// rank's state file by name). Rank 0 calls it after a save; returns 0, or -1 with
-// llmc_errmsg() naming what could not be removed.
-static int checkpoint_prune(const char* dir, int keep, int world_now) {
-    if (keep <= 0) { return 0; }
-    int* steps;
-    int n = checkpoint_steps(dir, &steps);
-    int rc = 0;
-    for (int i = keep; i < n && rc == 0; i++) {
-        CheckpointManifest m;
-        int have = checkpoint_manifest_read(dir, steps[i], &m) == 0;
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/DONE_%08d", dir, steps[i]);
-        if (remove(path) != 0) { rc = llmc_error("--keep-checkpoints: cannot remove %s: %s", path, strerror(errno)); break; }
-        fsync_parent_dir(path);
-        if (have && m.version > 0) {
-            for (int f = 0; f < m.nfiles; f++) {
-                snprintf(path, sizeof(path), "%s/%s", dir, m.files[f].name);
-                if (remove(path) != 0 && errno != ENOENT) { rc = llmc_error("--keep-checkpoints: cannot remove %s: %s", path, strerror(errno)); }
-            }
-        } else {  // without a manifest (or a damaged one): the files by the names this run writes
-            snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, steps[i]);
-            remove(path);
-            for (int r = 0; r < world_now; r++) {
-                snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, steps[i], r);
-                remove(path);
-            }
-        }
-        if (have) { checkpoint_manifest_free(&m); }
-    }
-    free(steps);
-    return rc;
-}
 
 // Agrees on the outcome of one stage of a save, which every rank makes with its own `ok`:
 // when any rank failed, every rank returns -1 with llmc_errmsg() naming the first rank that
@@ -464,43 +212,98 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
     return checkpoint_agree(ok, h->rank, h->step);
 }
 
-// Rank 0's part of a resume: finds the newest checkpoint of dir whose manifest and files
-// all pass their checks, every rank checking its share of the files (collective: every
-// rank calls it). Prints, from rank 0, why each newer one was passed over and a warning
-// for a checkpoint without checksums. Returns its step, -1 when dir holds no complete
-// checkpoint, or -2 when it holds some but none passes (the messages say why).
-static int checkpoint_find_valid(const char* dir, int rank, int world) {
+// The steps with a DONE marker in dir, newest first, as rank 0 lists them, on every rank
+// (collective): into *steps (malloc'ed, the caller frees it). Returns how many, or -1 when
+// a collective failed.
+static int checkpoint_steps_shared(const char* dir, int rank, int** steps) {
+    int n = rank == 0 ? checkpoint_steps(dir, steps) : 0;
+    if (rank != 0) { *steps = NULL; }
+    zero_watch_enter("broadcast of the checkpoints present", -1);
+    int rc = MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc == MPI_SUCCESS && n > 0 && rank != 0) { *steps = (int*)malloc(n * sizeof(int)); }
+    if (rc == MPI_SUCCESS && n > 0) { rc = *steps == NULL ? MPI_ERR_NO_MEM : MPI_Bcast(*steps, n, MPI_INT, 0, MPI_COMM_WORLD); }
+    zero_watch_leave();
+    if (rc != MPI_SUCCESS) { free(*steps); *steps = NULL; return -1; }
+    return n;
+}
+
+// checkpoint_verify by every rank of the job, each checking its share of the files
+// (collective). Every rank returns the same: CHECKPOINT_VERIFIED, CHECKPOINT_UNVERIFIED
+// (an empty marker, allowed), or CHECKPOINT_BAD_FILE when anything failed, having printed
+// why: the marker's fault from rank 0 (every rank read the same), a file's from the rank
+// that read it.
+static int checkpoint_verify_shared(const char* dir, int step, int rank, int world, int allow_unverified) {
+    int rc = checkpoint_verify(dir, step, rank, world, allow_unverified);
+    if (rc == CHECKPOINT_BAD_MARKER && rank == 0) { fprintf(stderr, "warning: %s\n", llmc_errmsg()); }
+    if (rc == CHECKPOINT_BAD_FILE) { fprintf(stderr, "warning: rank %d: %s\n", rank, llmc_errmsg()); }
+    int worst = rc < 0 ? 1 : 0;
+    zero_watch_enter("all-reduce of a checkpoint's verification", -1);
+    int mrc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    zero_watch_leave();
+    return worst || mrc != MPI_SUCCESS ? CHECKPOINT_BAD_FILE : rc;
+}
+
+// A resume's search (collective: every rank calls it): the newest checkpoint of dir whose
+// manifest and files all pass their checks, every rank checking its share of the files.
+// Prints, from rank 0, why each newer one was passed over, and a warning for an empty
+// marker taken unverified (allow_unverified). Returns its step, -1 when dir holds no DONE
+// marker, or -2 when it holds some but none passes (the messages say why).
+static int checkpoint_find_valid(const char* dir, int rank, int world, int allow_unverified) {
     int* steps = NULL;
-    int n = rank == 0 ? checkpoint_steps(dir, &steps) : 0;
-    if (MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) { free(steps); return -2; }
-    if (n == 0) { free(steps); return -1; }
-    if (rank != 0) { steps = (int*)malloc(n * sizeof(int)); }
-    if (steps == NULL || MPI_Bcast(steps, n, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) { free(steps); return -2; }
+    int n = checkpoint_steps_shared(dir, rank, &steps);
+    if (n <= 0) { free(steps); return n == 0 ? -1 : -2; }
     int found = -2;
     for (int i = 0; i < n && found == -2; i++) {
-        CheckpointManifest m;
-        int have = checkpoint_manifest_read(dir, steps[i], &m) == 0;
-        int bad = !have;
-        if (!have && rank == 0) { fprintf(stderr, "warning: %s\n", llmc_errmsg()); }  // every rank read the same marker
-        if (have && checkpoint_manifest_check(dir, &m, rank, world) != 0) {
-            fprintf(stderr, "warning: rank %d: %s\n", rank, llmc_errmsg());
-            bad = 1;
-        }
-        int any = bad;
-        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        if (!any) {
+        int rc = checkpoint_verify_shared(dir, steps[i], rank, world, allow_unverified);
+        if (rc != CHECKPOINT_BAD_FILE) {
             found = steps[i];
-            if (rank == 0 && m.version == 0) {
-                printf("warning: the checkpoint at step %d has no checksums (an earlier version wrote it): resumed unverified\n", steps[i]);
+            if (rank == 0 && rc == CHECKPOINT_UNVERIFIED) {
+                printf("warning: the checkpoint at step %d has no checksums (an earlier version wrote it): resumed unverified "
+                       "(--allow-unverified 1)\n", steps[i]);
             }
         } else if (rank == 0) {
             printf("warning: the checkpoint at step %d in %s fails its checks (see above)%s\n", steps[i], dir,
                    i + 1 < n ? "; trying the one before it" : "");
         }
-        if (have) { checkpoint_manifest_free(&m); }
     }
     free(steps);
     return found;
+}
+
+// --keep-checkpoints K after the save of step `saved` (collective: every rank calls it).
+// Only checkpoints that pass their checks count: `saved` (its checksums were just read
+// back from its files), then the others newest first, verified by the ranks together,
+// until K are kept; every checkpoint after those is removed, marker first. One that fails
+// its checks before then is set aside into DIR/damaged_S and said so, never kept in the
+// place of a good one; an empty marker taken unverified (allow_unverified) is left where
+// it is, uncounted. The ranks read at most the K - 1 kept checkpoints besides `saved`.
+// Returns 0, or -1 with llmc_errmsg() naming what could not be removed or moved (rank 0).
+static int checkpoint_prune(const char* dir, int keep, int saved, int allow_unverified, int rank, int world) {
+    if (keep <= 0) { return 0; }
+    int* steps = NULL;
+    int n = checkpoint_steps_shared(dir, rank, &steps);
+    if (n < 0) { return llmc_error("--keep-checkpoints: a collective between the ranks failed"); }
+    int kept = 1, rc = 0;  // `saved`, first
+    char aside[4200];
+    for (int i = 0; i < n; i++) {
+        if (steps[i] == saved) { continue; }
+        int damaged = 0;  // else beyond the K kept: removed
+        if (kept < keep) {
+            int verdict = checkpoint_verify_shared(dir, steps[i], rank, world, allow_unverified);
+            if (verdict == CHECKPOINT_VERIFIED) { kept++; continue; }
+            if (verdict == CHECKPOINT_UNVERIFIED) { continue; }
+            damaged = 1;
+        }
+        if (rank != 0) { continue; }
+        if (checkpoint_retire(dir, steps[i], damaged, aside, sizeof(aside)) != 0) {
+            rc = llmc_error("--keep-checkpoints: %s", llmc_errmsg());
+        } else if (aside[0] != '\0') {
+            printf("warning: --keep-checkpoints: the checkpoint at step %d in %s %s: moved to %s, not counted\n", steps[i], dir,
+                   damaged ? "fails its checks (see above)" : "has a marker that is no file", aside);
+        }
+    }
+    free(steps);
+    return rc;
 }
 
 // Reads this rank's state file of `step` into the engine and *got (the sampler and the

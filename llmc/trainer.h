@@ -28,6 +28,7 @@
 #include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead; sigaction: SIGTERM, SIGUSR1
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
+#include <dirent.h>           // opendir: -o's files, against the inputs
 #include <fcntl.h>            // open: main.log appended without following a link
 #include <mpi.h>              // ranks, the checks across ranks
 #include <cjson/cJSON.h>      // the --report JSON
@@ -306,6 +307,35 @@ static void trainer_check_ranks(const Trainer* t) {
     }
 }
 
+// An input of the run that is also a file of -o under a name the run writes or removes
+// there (a checkpoint's model, state or marker file, their temporaries, main.log; by device
+// and inode, so -e given through a link or another name counts) would be replaced by a
+// checkpoint or removed by --keep-checkpoints: refused before anything is written.
+// Returns 0, or -1 with llmc_errmsg() naming the file, and the input's flag and path.
+static int trainer_inputs_outside_output(const char* out) {
+    DIR* d = opendir(out);
+    if (d == NULL) { return llmc_error("cannot read %s: %s", out, strerror(errno)); }
+    int rc = 0;
+    struct dirent* e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        int step, rank, tmp;
+        if (checkpoint_name_parse(e->d_name, &step, &rank, &tmp) == CHECKPOINT_FILE_NONE && strcmp(e->d_name, "main.log") != 0) {
+            continue;
+        }
+        char path[4400];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", out, e->d_name);
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && output_input_check(path, &st) != 0) {
+            char why[sizeof(llmc_errbuf)];
+            snprintf(why, sizeof(why), "%s", llmc_errmsg());
+            rc = llmc_error("%s: a checkpoint would replace it or --keep-checkpoints remove it (copy the input out of %s)",
+                            why, out);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 // Where the run will write, checked before it starts, after its inputs are known (so that
 // no output replaces one): -o a directory every rank can create files in, its main.log
 // (rank 0) no link, FIFO or input; --report's directory writable and its path neither
@@ -321,7 +351,7 @@ static void trainer_check_outputs(Trainer* t) {
     const char* flag = NULL;
     if (!bad && tc->output_dir != NULL) {
         flag = "-o";
-        bad = output_dir_check(tc->output_dir) != 0;
+        bad = output_dir_check(tc->output_dir) != 0 || trainer_inputs_outside_output(tc->output_dir) != 0;
         snprintf(path, sizeof(path), "%s/main.log", tc->output_dir);
         if (!bad && t->rank == 0) { bad = output_check(path) != 0; }
     }
@@ -940,7 +970,7 @@ static CheckpointHeader trainer_checkpoint_header(const Trainer* t, int step) {
 static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, int* skipped) {
     const TrainConfig* tc = &t->tc;
     if (!tc->resume) { return 0; }
-    int latest = checkpoint_find_valid(tc->output_dir, t->rank, t->world);
+    int latest = checkpoint_find_valid(tc->output_dir, t->rank, t->world, tc->allow_unverified);
     if (latest == -1) {
         if (t->rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc->output_dir); }
         return 0;
@@ -953,8 +983,10 @@ static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, in
     }
     CheckpointHeader want = trainer_checkpoint_header(t, latest), got;
     memset(&got, 0, sizeof(got));
+    // -a 1 trains on the first batch at every step: the loader stays at its start, where the
+    // uninterrupted run took it (the saved position is the batch after it)
     if (checkpoint_resume(tc->output_dir, latest, &want, tc->zero.stage, &t->config, m->zero, &got) != 0 ||
-        dataloader_set_state(&t->train, &got.loader) != 0) {
+        (!tc->overfit_single_batch && dataloader_set_state(&t->train, &got.loader) != 0)) {
         trainer_fail(t->rank);
     }
     sample_rng->state = got.sample_rng;
@@ -1018,10 +1050,10 @@ static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int 
     int version = tc->save_bf16 ? GPT2_MODEL_VERSION_BF16 : GPT2_MODEL_VERSION_FP32;
     // a failure is every rank's (checkpoint_agree), with one message naming the rank
     if (checkpoint_save(tc->output_dir, &h, m->zero, &t->config, version) != 0) { die_all(t->rank, llmc_errmsg()); }
-    if (t->rank == 0) {
-        printf("saved checkpoint at step %d in %s\n", step, tc->output_dir);
-        // only now, the new one complete, may older ones go
-        if (checkpoint_prune(tc->output_dir, tc->keep_checkpoints, t->world) != 0) { fprintf(stderr, "warning: %s\n", llmc_errmsg()); }
+    if (t->rank == 0) { printf("saved checkpoint at step %d in %s\n", step, tc->output_dir); }
+    // only now, the new one complete, may older ones go (the ranks verify those kept together)
+    if (checkpoint_prune(tc->output_dir, tc->keep_checkpoints, step, tc->allow_unverified, t->rank, t->world) != 0) {
+        fprintf(stderr, "warning: %s\n", llmc_errmsg());
     }
 }
 

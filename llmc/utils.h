@@ -14,7 +14,7 @@
 #include <stdio.h>   // FILE, fopen, fread, fwrite, fprintf, vsnprintf
 #include <stdlib.h>  // malloc, exit
 #include <stdarg.h>  // va_list for llmc_error
-#include <string.h>  // strerror
+#include <string.h>  // strerror, strdup, strcmp
 #include <errno.h>   // errno
 #include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile; a directory, to fsync it
 #include <unistd.h>  // fsync, close, unlink
@@ -111,7 +111,7 @@ typedef struct {
 // The files a run reads (-e, the shards, the tokenizer, --ds-config), by device and inode:
 // an output given the same file under another name (a link, "./x", a typo of -o) would
 // destroy what the run, or the next one, reads.
-typedef struct { dev_t dev; ino_t ino; char what[32]; } LlmcInput;
+typedef struct { dev_t dev; ino_t ino; char what[32]; char* path; } LlmcInput;
 static LlmcInput* llmc_inputs;
 static int llmc_num_inputs;
 
@@ -123,7 +123,10 @@ static inline int llmc_input_add(const char* path, const char* what) {
     LlmcInput* grown = (LlmcInput*)realloc(llmc_inputs, (llmc_num_inputs + 1) * sizeof(LlmcInput));
     if (grown == NULL) { return llmc_error("out of memory recording the input %s", path); }
     llmc_inputs = grown;
-    LlmcInput* in = &llmc_inputs[llmc_num_inputs++];
+    LlmcInput* in = &llmc_inputs[llmc_num_inputs];
+    in->path = strdup(path);
+    if (in->path == NULL) { return llmc_error("out of memory recording the input %s", path); }
+    llmc_num_inputs++;
     in->dev = st.st_dev;
     in->ino = st.st_ino;
     snprintf(in->what, sizeof(in->what), "%s", what);
@@ -140,6 +143,19 @@ static inline const char* llmc_file_kind(mode_t m) {
     return "not a regular file";
 }
 
+// 0 when the file at PATH (st: its lstat) is no input of this run; else -1, llmc_errmsg()
+// naming PATH, the flag that gave the input and, when it was given under another name, that
+static inline int output_input_check(const char* path, const struct stat* st) {
+    for (int i = 0; i < llmc_num_inputs; i++) {
+        if (llmc_inputs[i].dev == st->st_dev && llmc_inputs[i].ino == st->st_ino) {
+            int other = strcmp(llmc_inputs[i].path, path) != 0;
+            return llmc_error("refusing to replace %s: it is an input of this run (%s)%s%s", path, llmc_inputs[i].what,
+                              other ? ", the same file as " : "", other ? llmc_inputs[i].path : "");
+        }
+    }
+    return 0;
+}
+
 // 0 when an output may go to PATH: nothing is there, or a regular file that is no input of
 // this run. Else -1, llmc_errmsg() naming PATH and why: a rename over a symlink, a FIFO or
 // a device replaces what someone put there on purpose, and one over an input destroys it.
@@ -150,12 +166,7 @@ static inline int output_check(const char* path) {
         return llmc_error("cannot check the output %s: %s", path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode)) { return llmc_error("refusing to replace %s: it is %s", path, llmc_file_kind(st.st_mode)); }
-    for (int i = 0; i < llmc_num_inputs; i++) {
-        if (llmc_inputs[i].dev == st.st_dev && llmc_inputs[i].ino == st.st_ino) {
-            return llmc_error("refusing to replace %s: it is an input of this run (%s)", path, llmc_inputs[i].what);
-        }
-    }
-    return 0;
+    return output_input_check(path, &st);
 }
 
 // 0 when DIR is a directory this process can create files in (tried: permissions alone do
@@ -202,13 +213,28 @@ static inline int atomic_open(AtomicFile* f, const char* path) {
     return 0;
 }
 
+// the directory part of PATH into dir (n bytes): "." for a bare name, "/" for a name in the root
+static inline void path_dir(const char* path, char* dir, size_t n) {
+    snprintf(dir, n, "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash == NULL) { snprintf(dir, n, "."); } else if (slash == dir) { slash[1] = '\0'; } else { *slash = '\0'; }
+}
+
+// 1 when PATH names an entry of the directory DIR, their directories compared by device
+// and inode (so "./x", "d/../d/x" or a symlink to DIR count); 0 when not, or when either
+// directory cannot be found. No output may be written into a directory being read.
+static inline int path_in_dir(const char* path, const char* dir) {
+    char parent[4096];
+    path_dir(path, parent, sizeof(parent));
+    struct stat a, b;
+    return stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 // fsyncs the directory holding path, so that a rename into it survives a power cut (the
 // file's own fsync does not cover its directory entry). Returns 0, or -1 with errno.
 static inline int fsync_parent_dir(const char* path) {
     char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash == NULL) { snprintf(dir, sizeof(dir), "."); } else if (slash == dir) { slash[1] = '\0'; } else { *slash = '\0'; }
+    path_dir(path, dir, sizeof(dir));
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) { return -1; }
     int rc = fsync(fd);

@@ -150,7 +150,14 @@ run_main() {
     fi
     local done_file
     done_file=$(printf '%s/DONE_%08d' "$out" "$steps")
-    if [ -f "$done_file" ]; then echo "$done_file exists: this run is complete"; return 0; fi
+    # complete only when the final checkpoint verifies: an empty or damaged marker is not one
+    # (the trainer then resumes from the newest checkpoint that passes its checks)
+    if [ -e "$done_file" ] || [ -L "$done_file" ]; then
+        if ./checkpoint_tool verify "$out" "$steps" > /dev/null 2>&1; then
+            echo "$done_file verifies: this run is complete"; return 0
+        fi
+        echo "$done_file is there but does not verify (./checkpoint_tool verify $out $steps says why): resuming"
+    fi
 
     local tries=0
     while true; do

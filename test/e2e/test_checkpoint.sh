@@ -6,10 +6,15 @@
 #                 manifest: the resume names the file and falls back to the newest
 #                 checkpoint that passes, with losses equal to the last bit to a run
 #                 straight through; when none passes, a clear error
-#   old marker    an empty DONE_S (earlier versions) resumes with a warning
-#   keep          --keep-checkpoints K leaves the K newest complete checkpoints
+#   unverified    a DONE_S that is empty or a directory is no complete checkpoint: the
+#                 resume falls back past it; --allow-unverified 1 takes an empty one
+#                 (earlier versions wrote those) unverified, with a warning
+#   keep          --keep-checkpoints K leaves the K newest checkpoints that pass their
+#                 checks: the one just saved stays, a damaged newer one is set aside
 #   tool          ./checkpoint_tool verify: every file against the manifest; consolidate
-#                 refuses a damaged checkpoint
+#                 refuses a damaged or unverified checkpoint, and an output in the
+#                 checkpoint's directory or over one of its files; inspect names junk
+#   inputs        a run whose -e is a file of -o that a checkpoint would replace is refused
 #   durability    every file is fsync'ed before the marker that makes it count (strace)
 #   partitioned   the model file, every rank writing its part, is byte for byte the one
 #                 checkpoint_tool writes offline and the one every other world size, stage
@@ -121,6 +126,33 @@ expect_error "checkpoint_tool verify names the damaged file" "state_00000004_000
 expect_error "checkpoint_tool consolidate refuses a damaged checkpoint" "model_00000004.bin fails its checksum" \
     ./checkpoint_tool consolidate "$tmp/flip_model" 4 "$tmp/cons.bin"
 [ ! -e "$tmp/cons.bin" ] && ok "nothing written from the damaged checkpoint" || bad "consolidate wrote from a damaged checkpoint"
+fresh tool_empty; : > "$tmp/tool_empty/DONE_00000004"
+expect_error "checkpoint_tool consolidate refuses an empty marker" "DONE_00000004 is empty" \
+    ./checkpoint_tool consolidate "$tmp/tool_empty" 4 "$tmp/cons.bin"
+./checkpoint_tool consolidate "$tmp/tool_empty" 4 "$tmp/cons.bin" --allow-unverified > /dev/null 2> "$tmp/err" && cmp -s "$tmp/cons.bin" "$tmp/ck/model_00000004.bin" \
+    && grep -q "has no checksums" "$tmp/err" && ok "--allow-unverified: consolidate takes it, with a warning" || bad "consolidate --allow-unverified: $(cat "$tmp/err")"
+
+# no output of the tool replaces a file of the checkpoint it reads: none inside its
+# directory, none over one of its files under another name (a hard link); nothing changes
+(cd "$tmp/ck" && md5sum * > "$tmp/ck.md5")
+expect_error "extract-optimizer into the checkpoint's directory" \
+    "refusing to write $tmp/ck/model_00000004.bin: it is in the checkpoint directory $tmp/ck being read" \
+    ./checkpoint_tool extract-optimizer "$tmp/ck" 4 "$tmp/ck/model_00000004.bin"
+expect_error "consolidate into the checkpoint's directory, another spelling" "it is in the checkpoint directory $tmp/ck being read" \
+    ./checkpoint_tool consolidate "$tmp/ck" 4 "$tmp/ck/../ck/new.bin"
+ln "$tmp/ck/state_00000004_00000.bin" "$tmp/state_link.bin"
+expect_error "extract-optimizer over a hard link of a state file" \
+    "refusing to replace $tmp/state_link.bin: it is an input of this run (the checkpoint read), the same file as $tmp/ck/state_00000004_00000.bin" \
+    ./checkpoint_tool extract-optimizer "$tmp/ck" 4 "$tmp/state_link.bin"
+(cd "$tmp/ck" && md5sum -c --quiet "$tmp/ck.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/ck" | wc -l)" = 9 ] \
+    && ok "the checkpoint read is as it was, nothing added" || bad "the tool changed $tmp/ck: $(ls "$tmp/ck" | tr '\n' ' ')"
+# inspect on junk: names that only look like a checkpoint's are none (no "step -1")
+mkdir -p "$tmp/junk"; for f in DONE_-1 DONE_-0000001 state_-0000001_00000.bin model_12.bin DONE_000000012 notes.txt; do echo junk > "$tmp/junk/$f"; done
+expect_error "inspect on a directory of junk" "no checkpoint in $tmp/junk: no file named DONE_SSSSSSSS" ./checkpoint_tool inspect "$tmp/junk"
+grep -q "step .*-" "$tmp/out" && bad "inspect listed a negative step: $(head -2 "$tmp/out" | tr '\n' ' ')" || ok "inspect lists no step of a junk name"
+echo junk > "$tmp/junk/DONE_00000003"
+expect_error "inspect: a junk marker is no complete checkpoint" "DONE_00000003: no checksum line at its end" ./checkpoint_tool inspect "$tmp/junk"
+grep -q "step        3  bad marker" "$tmp/out" && ok "inspect says the marker of step 3 is bad" || bad "inspect of a junk marker: $(head -3 "$tmp/out" | tr '\n' ' ')"
 
 # nothing passes: a clear error, and nothing removed or rewritten
 fresh none; flip "$tmp/none/state_00000004_00000.bin" -10; flip "$tmp/none/state_00000002_00001.bin" -10
@@ -130,10 +162,16 @@ ls -l --time-style=+%s.%N "$tmp/none" | grep -v main.log > "$tmp/none.after"
 grep -v main.log "$tmp/none.before" | cmp -s - "$tmp/none.after" && ok "the damaged checkpoints are left as they were" \
     || bad "the failed resume changed the directory: $(diff "$tmp/none.before" "$tmp/none.after" | tr '\n' ' ')"
 
-# an earlier version's empty marker: resumed, with a warning, from step 4
+# a marker with nothing to verify against is no complete checkpoint: an empty one (an
+# earlier version's, or one cut short) and a directory of that name are passed over
+fresh empty; : > "$tmp/empty/DONE_00000004"
+resume_check empty "DONE_00000004 is empty: it has no checksums"
+fresh dirmark; rm "$tmp/dirmark/DONE_00000004"; mkdir "$tmp/dirmark/DONE_00000004"
+resume_check dirmark "DONE_00000004 is a directory, not a manifest"
+# --allow-unverified 1: an earlier version's empty marker resumed, with a warning, from step 4
 fresh old; : > "$tmp/old/DONE_00000004"
-run old 2 $R -x 6 -o "$tmp/old" -y 1 && grep -q "has no checksums" "$tmp/old.log" && grep -q "resumed from .* at step 4" "$tmp/old.log" \
-    && ok "an empty DONE marker of an earlier version resumes, with a warning" || bad "old marker: $(grep -m2 -E 'warning|error|resumed' "$tmp/old.log" | tr '\n' ' ')"
+run old 2 $R -x 6 -o "$tmp/old" -y 1 --allow-unverified 1 && grep -q "has no checksums" "$tmp/old.log" && grep -q "resumed from .* at step 4" "$tmp/old.log" \
+    && ok "--allow-unverified 1: an empty DONE marker of an earlier version resumes, with a warning" || bad "old marker: $(grep -m2 -E 'warning|error|resumed' "$tmp/old.log" | tr '\n' ' ')"
 
 # ---------------------------------------------------------------------------
 # --keep-checkpoints 2: after steps 1..5, only 4 and 5 remain, whole; nothing else left
@@ -142,6 +180,36 @@ want="DONE_00000004 DONE_00000005 main.log model_00000004.bin model_00000005.bin
 got=$(ls "$tmp/keep" | tr '\n' ' ' | sed 's/ $//')
 [ "$got" = "$want" ] && ok "--keep-checkpoints 2 leaves the two newest checkpoints and nothing of the older ones" || bad "--keep-checkpoints 2 left: $got"
 expect_error "--keep-checkpoints takes a count" "--keep-checkpoints" $BIN $R -x 1 --keep-checkpoints -1
+# the newest checkpoint (4) damaged: the resume goes back to 2 and saves 3. Only checkpoints
+# that pass count: K = 2 keeps 3 and 2 and sets 4 aside, named; K = 1 keeps the one just
+# saved. (Counting markers, 4 stayed and the good ones went: at K = 1, even the new 3.)
+keep_damaged() {  # keep_damaged K WANT: resumes the damaged copy with --keep-checkpoints K
+    local k=$1 want=$2 name=keepd$1
+    fresh "$name"; flip "$tmp/$name/state_00000004_00001.bin" -4096
+    run "$name" 2 $R -x 3 -n 3 -o "$tmp/$name" -y 1 --keep-checkpoints "$k" > /dev/null
+    local got; got=$(cd "$tmp/$name" && ls | grep -v main.log | tr '\n' ' ' | sed 's/ $//')
+    if [ "$got" = "$want" ] && grep -q "resumed from .* at step 2" "$tmp/$name.log" \
+        && ./checkpoint_tool verify "$tmp/$name" > /dev/null 2>&1; then
+        ok "--keep-checkpoints $k with the newest damaged: left $got, every one verifies"
+    else
+        bad "--keep-checkpoints $k with the newest damaged: left $got; $(grep -m2 -E 'warning: --keep|error' "$tmp/$name.log" | tr '\n' ' ')"
+    fi
+}
+keep_damaged 2 "DONE_00000002 DONE_00000003 damaged_00000004 model_00000002.bin model_00000003.bin state_00000002_00000.bin state_00000002_00001.bin state_00000003_00000.bin state_00000003_00001.bin"
+grep -qF "warning: --keep-checkpoints: the checkpoint at step 4 in $tmp/keepd2 fails its checks (see above): moved to $tmp/keepd2/damaged_00000004" "$tmp/keepd2.log" \
+    && [ "$(ls "$tmp/keepd2/damaged_00000004" | tr '\n' ' ')" = "DONE_00000004 model_00000004.bin state_00000004_00000.bin state_00000004_00001.bin " ] \
+    && ok "the damaged checkpoint is named and set aside whole into damaged_00000004" || bad "the damaged checkpoint set aside: $(ls "$tmp/keepd2/damaged_00000004" 2>&1 | tr '\n' ' ')"
+keep_damaged 1 "DONE_00000003 model_00000003.bin state_00000003_00000.bin state_00000003_00001.bin"
+
+# a model file of -o as -e: the checkpoint of its step would replace it, --keep-checkpoints
+# remove it; refused before anything is written, however -e names it
+fresh in_out; ln -s "$tmp/in_out/model_00000002.bin" "$tmp/in_out_link.bin"
+(cd "$tmp/in_out" && md5sum * > "$tmp/in_out.md5")
+expect_error "-e a checkpoint file of -o" \
+    "refusing to replace $tmp/in_out/model_00000002.bin: it is an input of this run (-e), the same file as $tmp/in_out_link.bin: a checkpoint would replace it" \
+    $MPIRUN -np 2 $BIN $R -e "$tmp/in_out_link.bin" -x 4 -n 1 -o "$tmp/in_out" --keep-checkpoints 1
+(cd "$tmp/in_out" && md5sum -c --quiet "$tmp/in_out.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/in_out" | wc -l)" = 9 ] \
+    && ok "nothing in -o written or removed" || bad "-o changed: $(ls "$tmp/in_out" | tr '\n' ' ')"
 
 # ---------------------------------------------------------------------------
 # the partitioned model file: every rank writes its own ranges of each unit. A small model

@@ -4,7 +4,8 @@
 #   llmc/    the kernels, the CPU ops, the model and the trainer glue: the model's code
 #            (ops, kernels, gpt2.h, data, tokenizer) includes nothing of zero3/; only the
 #            glue that drives an engine does (args.h: the ZeRO flags, trainer.h and
-#            checkpoint.h: the engine, cuda_common.cuh: the compute precision floatX)
+#            checkpoint.h: the engine, manifest.h: the bound on ranks, cuda_common.cuh:
+#            the compute precision floatX)
 #   dev/     tools and benchmarks over both; the trainers at the top over both
 # so no folder reaches back up, and none is in a circle with another. Ends with
 # "N passed, N failed".
@@ -16,7 +17,7 @@ includes() { grep -H -o '^#include "[^"]*"' "$@" | sed -E 's/:#include "(.*)"$/ 
 bad_zero3=$(includes zero3/*.h zero3/*.cuh | awk '$2 !~ /^zero3\//')
 if [ -z "$bad_zero3" ]; then ok "zero3/ includes only zero3/"; else bad "zero3/ reaches outside itself: $bad_zero3"; fi
 
-glue="llmc/args.h llmc/trainer.h llmc/checkpoint.h llmc/cuda_common.cuh"
+glue="llmc/args.h llmc/trainer.h llmc/checkpoint.h llmc/manifest.h llmc/cuda_common.cuh"
 bad_llmc=$(includes llmc/*.h llmc/*.cuh | while read -r f inc; do
     case "$inc" in zero3/*) case " $glue " in *" $f "*) ;; *) echo "$f -> $inc" ;; esac ;; esac
 done)

@@ -210,5 +210,32 @@ check_fails "--val-tokens with one output" "$tmp/split" --val-tokens 10 test/e2e
 check_fails "--sections empty" "$tmp/sec.bin" --sections '' test/e2e/data/tricky.txt "$tmp/sec.bin"
 check_fails "--sections unknown escape" "$tmp/sec.bin" --sections '\q' test/e2e/data/tricky.txt "$tmp/sec.bin"
 
+# no output replaces an input (the text, the vocabulary: by device and inode, so a hard
+# link counts) or the other output; refused before anything is read, the file as it was
+# check_kept NAME FILE NEEDLE ARGS...: ./tokenize ARGS fails naming NEEDLE, FILE unchanged
+check_kept() {
+    local name=$1 file=$2 needle=$3
+    shift 3
+    local before; before=$(md5sum < "$file")
+    ./tokenize "$@" >/dev/null 2>"$tmp/err"
+    local rc=$?
+    if [ $rc -ne 0 ] && grep -qF -- "$needle" "$tmp/err" && [ "$(md5sum < "$file")" = "$before" ] && ! compgen -G "$tmp/*.tmp" > /dev/null; then
+        pass "$name: exit $rc, $(head -n1 "$tmp/err"), $(basename "$file") unchanged"
+    else
+        fail "$name: exit $rc, $(head -n1 "$tmp/err")"
+    fi
+}
+cp test/e2e/data/tricky.txt "$tmp/in.txt"
+ln "$tmp/in.txt" "$tmp/in_link.txt"
+check_kept "the output is the input" "$tmp/in.txt" "refusing to replace $tmp/in.txt: it is an input of this run (IN.txt)" \
+    "$tmp/in.txt" "$tmp/in.txt"
+check_kept "the output is a hard link of the input" "$tmp/in.txt" "it is an input of this run (IN.txt), the same file as $tmp/in.txt" \
+    "$tmp/in.txt" "$tmp/in_link.txt"
+cp dev/data/gpt2/vocab.bpe "$tmp/vocab.bpe"
+check_kept "--tokenizer-file over --vocab" "$tmp/vocab.bpe" "it is an input of this run (--vocab)" \
+    --vocab "$tmp/vocab.bpe" --tokenizer-file "$tmp/vocab.bpe"
+check_fails "VAL.bin and TRAIN.bin the same file" "$tmp/same" --val-tokens 10 "$tmp/in.txt" "$tmp/same.bin" "$tmp/./same.bin"
+grep -qF "are the same file" "$tmp/err" && pass "VAL.bin and TRAIN.bin the same file: named so" || fail "VAL = TRAIN: $(head -n1 "$tmp/err")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -138,21 +138,24 @@ done
 # Checkpoints: 6 steps straight vs 3 steps, stop, resume to 6. Shuffling on, so the
 # dataloader position and epoch order must be restored too; equal to the last bit.
 # The stop is made with -x 3, so the schedule must not depend on -x: warmup then a
-# constant learning rate (a cosine's shape follows -x).
-resume_test() {
-    local n=$1 run="$BIN"
+# constant learning rate (a cosine's shape follows -x). With -a 1 (overfit the first
+# batch) the resumed steps train on that batch again, as the straight run does (the saved
+# position is the batch after it: resumed there, the losses went up).
+resume_test() {  # resume_test N [FLAGS]
+    local n=$1 extra=${2:-} run="$BIN"
     [ "$n" -gt 1 ] && run="$MPIRUN -np $n $BIN"
-    local R="$SMALL -b 2 --shuffle 1 -k constant -u 2 -c 0.1"
-    $run $R -x 6 --report "$tmp/full$n.json" > "$tmp/full$n.log" 2>&1
-    $run $R -x 3 -o "$tmp/part$n" -n 3 > "$tmp/part$n.log" 2>&1
-    $run $R -x 6 -o "$tmp/part$n" -n 3 -y 1 --report "$tmp/res$n.json" > "$tmp/res$n.log" 2>&1
-    if ! grep -q "resumed from" "$tmp/res$n.log"; then bad "resume N=$n: did not resume ($(tail -2 "$tmp/res$n.log" | tr '\n' ' '))"; return; fi
-    losses "$tmp/full$n.json" | tail -3 > "$tmp/f"; losses "$tmp/res$n.json" > "$tmp/r"
-    if [ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r"; then ok "resume at N=$n is bit-identical ($(wc -l < "$tmp/r") steps)"
-    else bad "resume at N=$n differs: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r")"; fi
+    local R="$SMALL -b 2 --shuffle 1 -k constant -u 2 -c 0.1 $extra" id=$n${extra// /}
+    $run $R -x 6 --report "$tmp/full$id.json" > "$tmp/full$id.log" 2>&1
+    $run $R -x 3 -o "$tmp/part$id" -n 3 > "$tmp/part$id.log" 2>&1
+    $run $R -x 6 -o "$tmp/part$id" -n 3 -y 1 --report "$tmp/res$id.json" > "$tmp/res$id.log" 2>&1
+    if ! grep -q "resumed from" "$tmp/res$id.log"; then bad "resume N=$n${extra:+ $extra}: did not resume ($(tail -2 "$tmp/res$id.log" | tr '\n' ' '))"; return; fi
+    losses "$tmp/full$id.json" | tail -3 > "$tmp/f"; losses "$tmp/res$id.json" > "$tmp/r"
+    if [ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r"; then ok "resume at N=$n${extra:+ $extra} is bit-identical ($(wc -l < "$tmp/r") steps)"
+    else bad "resume at N=$n${extra:+ $extra} differs: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r")"; fi
 }
 resume_test 1
 resume_test 2
+resume_test 1 "-a 1"
 ls "$tmp/part1"/*.tmp > /dev/null 2>&1 && bad "temporary checkpoint files left behind" || ok "no temporary files left in the checkpoint directory"
 
 # A checkpoint that cannot be written (here a file-size limit, as on a full disk) is a

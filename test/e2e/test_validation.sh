@@ -77,7 +77,7 @@ expect_error "ds-config: wrong type"        "train_micro_batch_size_per_gpu" $BI
 
 # checkpoint state files: cut short, and a header field out of range. The checkpoint's
 # manifest would name the damage first: an empty DONE marker, as an earlier version wrote
-# it, resumes unverified, so the state file's own checks are what is left
+# it, resumes unverified with --allow-unverified 1, so the state file's own checks are what is left
 if $BIN $M -x 2 -n 2 -o "$tmp/ck" > "$tmp/ck.log" 2>&1 && [ -f "$tmp/ck/DONE_00000002" ]; then
     : > "$tmp/ck/DONE_00000002"
     st="$tmp/ck/state_00000002_00000.bin"
@@ -85,11 +85,11 @@ if $BIN $M -x 2 -n 2 -o "$tmp/ck" > "$tmp/ck.log" 2>&1 && [ -f "$tmp/ck/DONE_000
     size=$(stat -c %s "$st")
     head -c $((size - 8)) "$tmp/state.bak" > "$st"
     expect_error "checkpoint: state file cut short" "state_00000002_00000.bin is $((size - 8)) bytes but its headers describe $size" \
-        $BIN $M -x 4 -o "$tmp/ck" -y 1
+        $BIN $M -x 4 -o "$tmp/ck" -y 1 --allow-unverified 1
     # B (int32 at byte 64 of CheckpointHeader) set to 0
     cp "$tmp/state.bak" "$st"
     printf '\x00\x00\x00\x00' | dd of="$st" bs=1 seek=64 conv=notrunc status=none
-    expect_error "checkpoint: header out of range" "state_00000002_00000.bin: header out of range" $BIN $M -x 4 -o "$tmp/ck" -y 1
+    expect_error "checkpoint: header out of range" "state_00000002_00000.bin: header out of range" $BIN $M -x 4 -o "$tmp/ck" -y 1 --allow-unverified 1
 else
     bad "writing a checkpoint for the state-file tests ($(tail -1 "$tmp/ck.log"))"
 fi
