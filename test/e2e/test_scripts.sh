@@ -12,7 +12,8 @@
 #   overrides     the environment reaches the command (data, output, micro batch, extra
 #                 flags, NVMe path); bad values stop with a message
 #   GPU scripts   profile.sh, bench_gpu.sh and a real run stop with a message on a machine
-#                 without a GPU; dev/bench_torch_gpt2.py refuses to run without CUDA, runs
+#                 without a GPU; a run script stops at once only when its final checkpoint
+#                 verifies (an empty marker is no finished run: on nvidia-smi's stand-in); dev/bench_torch_gpt2.py refuses to run without CUDA, runs
 #                 a small model on the CPU, and counts FLOPs like the trainers' reports
 #   benchmarks    bench_infinity.sh and bench_comm.sh run on d2 (bench_comm.sh on two
 #                 network-namespace hosts: skipped by name where they cannot be made)
@@ -219,6 +220,24 @@ if [ "$have_gpu" = 0 ]; then
     expect_error "profile.sh without a GPU" "no NVIDIA GPU" env NSYS=/bin/true OUT_DIR="$tmp/p" bash scripts/profile.sh
     expect_error "profile.sh without nsys" "nsys" env NSYS="$tmp/no-nsys" bash scripts/profile.sh
     expect_error "bench_torch_gpt2.py without CUDA" "no CUDA device" "$PY" dev/bench_torch_gpt2.py --steps 2 --warmup 0
+fi
+
+# a finished run is one whose final checkpoint verifies: then the script stops at once;
+# an empty (or damaged) final marker is no finished run, and the trainer is started to
+# resume (here /bin/false, on nvidia-smi's stand-in: it fails, as the script then says)
+TS=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
+if $BIN -e d2 -i $TS -j $TS -t 32 -b 2 -v 0 -s 0 -x 1 -n 1 -o "$tmp/fin" > "$tmp/fin.log" 2>&1; then
+    fin() { env PATH="$PWD/test/gpu/standin:$PATH" TRAINER=/bin/false MAX_STEPS=1 OUT_DIR="$tmp/fin" TRAIN_DATA=$TS VAL_DATA=$TS \
+        bash scripts/run_gpt2_124M.sh; }
+    if fin > "$tmp/out" 2>&1 && grep -q "DONE_00000001 verifies: this run is complete" "$tmp/out"; then
+        ok "run script: a final checkpoint that verifies is a finished run"
+    else
+        bad "run script on a finished run: $(tail -1 "$tmp/out")"
+    fi
+    : > "$tmp/fin/DONE_00000001"
+    expect_error "run script: an empty final marker is no finished run" "DONE_00000001 is there but does not verify" fin
+else
+    bad "a checkpoint for the run script's finished run: $(tail -1 "$tmp/fin.log")"
 fi
 
 # the PyTorch baseline: runs on the CPU (eager, fp32) and learns nothing from random tokens:
