@@ -19,8 +19,8 @@
    - a request must not be restarted while it is still in flight.
  The blocking variants are the nonblocking ones followed by a wait, on purpose: MPI may
  pick a different algorithm (and so a different floating-point summation order) for
- MPI_Reduce_scatter_block than for MPI_Ireduce_scatter_block, and the engine must get
- bit-identical results whichever variant a code path uses.
+ MPI_Allreduce than for MPI_Iallreduce, and the engine must get bit-identical results
+ whichever variant a code path uses.
 
  Progress (important for overlap): Open MPI 4.1 has no asynchronous progress thread for
  host-memory nonblocking collectives. A started collective advances only while this
@@ -35,18 +35,42 @@
 
  Large counts: MPI counts are int. Counts are split into chunks of at most
  ZERO_COMM_CHUNK elements (default 2^30; a test may #define a tiny value before the
- include to exercise the chunked path). One nonblocking collective holds at most 16
- chunk requests, so a per-rank block (all-gather, reduce-scatter) or an all-reduce
- buffer may have at most 16 * ZERO_COMM_CHUNK elements (64 GiB of floats by default);
- more is refused with an error. Chunked layouts:
+ include to exercise the chunked path). One nonblocking all-gather, or an all-reduce
+ left to MPI (below), holds at most 16 chunk requests, so its per-rank block (all-gather)
+ or buffer (all-reduce) may have at most 16 * ZERO_COMM_CHUNK elements (64 GiB of floats
+ by default); more is refused with an error. Chunked layouts:
    - all-reduce: plain contiguous pieces.
-   - all-gather / reduce-scatter: the buffer is world blocks of `count` floats, block r
-     belonging to rank r. Chunk k takes elements [k*C, k*C+n) of every block. It is
-     described by a derived datatype of n contiguous floats whose extent is resized to
-     count floats, so "element r" of that type starting at buf + k*C is exactly rank r's
-     piece. MPI's predefined MPI_SUM is not defined on derived datatypes, so the
-     chunked reduce-scatter uses our own commutative float-sum operator (MPI_Op_create),
-     which walks the derived type's layout; the unchunked path uses MPI_FLOAT + MPI_SUM.
+   - all-gather: the buffer is world blocks of `count` floats, block r belonging to rank
+     r. Chunk k takes elements [k*C, k*C+n) of every block. It is described by a derived
+     datatype of n contiguous floats whose extent is resized to count floats, so
+     "element r" of that type starting at buf + k*C is exactly rank r's piece.
+ The reductions in pieces (below) have one piece of at most ZERO_COMM_CHUNK elements a
+ block in flight at a time, so no such limit.
+
+ [Note: reduce-scatter in pieces] Open MPI's MPI_Ireduce_scatter_block (libnbc) reduces
+ the whole buffer up a binomial tree to rank 0 and then scatters it: every rank mallocs
+ two temporaries of the whole buffer (a whole unit) and the ranks that receive fill them
+ (at 4 ranks: rank 0 two units, rank 2 one, ranks 1 and 3 none); its in-place
+ MPI_Iallreduce reduces the same way through one (ranks 0 and 2 of 4). Measured on d12 at
+ 4 ranks, stage 3: rank 0's peak resident memory 315 MB above rank 1's, two of the 150 MiB
+ embedding unit; none of it in the engine's accounting, and no MCA parameter chooses
+ another algorithm. So on a flat span (one node, one rank per node, uneven nodes) the
+ reduce-scatter is ours: piece k takes elements [k*n, k*n+n') of every block (the derived
+ type above, n' = min(n, what is left)); an all-to-all sends each rank its piece of its
+ block, into a staging buffer of world * n floats; the world parts are summed in libnbc's
+ binomial order (part i += part i + d, for i a multiple of 2d, d = 1, 2, 4, ...), so every
+ element is the same sum, bit for bit, as MPI_Ireduce_scatter_block's; and the next piece
+ starts. An all-reduce of a multiple of the world is the same reduce-scatter in place
+ (block r summed on rank r, the same binomial order as Open MPI's in-place
+ MPI_Iallreduce, bit for bit) and then an all-gather in place, which needs no temporary.
+ n (zero_rs_piece) keeps the staging within ZERO_COMM_PIECE_BYTES, so what a reduction
+ holds besides its buffers is world * n floats, the same on every rank:
+ zero_rs_stage_elems, which the caller may pass in (the host engine takes it from its
+ pool and counts it; --estimate counts it with the engine's buffers) or leave to the
+ comm's kept scratch. Each rank sends (world-1)/world of the buffer per reduce-scatter,
+ what the byte counters below model. A reduction of several phases (pieces, the
+ all-gather) is a collective in phases ([Note: phases]): its first phase starts at the
+ call on `comm`, the later ones on `later`, in queue order.
 
  Byte counters (per rank, what a ring algorithm would send; they are a model of the
  traffic, not a measurement of what Open MPI's chosen algorithm sent):
@@ -66,9 +90,8 @@
  on (zero_comm_node: MPI's shared-memory split, or --ranks-per-node's consecutive groups)
  and classifies the communicator's span:
    - one node:          flat collectives as above; every byte counted intra-node;
-   - one rank per node: every byte crosses; the reduce-scatter is an all-to-all of the
-                        blocks plus a local sum, so that what crosses is exactly
-                        (k-1) blocks per rank whatever algorithm MPI picks;
+   - one rank per node: every byte crosses; the reduce-scatter is in pieces as on one
+                        node, so that what crosses is exactly (k-1) blocks per rank;
    - M nodes of n ranks each, ranks node-major (rank = node * n + local): hierarchical.
      All-gather: across nodes among the ranks of one local index, then inside the node
      (in place, through strided datatypes). Reduce-scatter: an all-to-all inside the node
@@ -96,9 +119,10 @@
  must start the later phases in the same order. Rule kept here: a first phase starts at
  the call, on communicators reserved for first phases; later phases start only for the
  oldest multi-phase collective still running (the comm's queue head), on communicators
- reserved for later phases. The queue is in call order, the same on every rank, so the
- later phases start in the same order everywhere. Every wait of this comm polls the queue
- while it waits, so a rank blocked here still starts the phases the others wait on.
+ reserved for later phases (a flat span's pieces: `later`, a duplicate of `comm`). The
+ queue is in call order, the same on every rank, so the later phases start in the same
+ order everywhere. Every wait of this comm polls the queue while it waits, so a rank
+ blocked here still starts the phases the others wait on.
 */
 #ifndef ZERO3_COMM_H
 #define ZERO3_COMM_H
@@ -114,6 +138,9 @@
 
 #ifndef ZERO_COMM_CHUNK
 #define ZERO_COMM_CHUNK ((size_t)1 << 30)  // elements per MPI call, must be 1..INT_MAX
+#endif
+#ifndef ZERO_COMM_PIECE_BYTES
+#define ZERO_COMM_PIECE_BYTES ((size_t)16 << 20)  // a flat reduce-scatter's staging at most ([Note: reduce-scatter in pieces])
 #endif
 
 #define ZERO_COMM_MAX_REQS 16  // the size of ZeroRequest.reqs
@@ -137,6 +164,7 @@ typedef struct {
     int nodes, per_node;  // M nodes; n ranks on each (hierarchical span; 1 and world otherwise)
     int node, local;      // this rank's node index (0..M-1) and index on it
     MPI_Comm sub[ZERO_NUM_SUBS];  // hierarchical span: inside the node and across nodes, first and later phases
+    MPI_Comm later;       // flat spans: a duplicate of comm for a reduce-scatter's later pieces ([Note: phases])
     double bytes[ZERO_NUM_COLLECTIVES];   // cumulative bytes per collective kind, counted as above
     double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];  // the same, split: inside a node, between nodes
     long calls[ZERO_NUM_COLLECTIVES];
@@ -157,21 +185,17 @@ struct ZeroRequest {
     const float* send;     // reduce-scatter: the caller's input (world blocks)
     float* out;            // reduce-scatter: the caller's output (one block)
     size_t count;          // elements per rank block (all-reduce: the whole buffer)
+    size_t piece;          // a reduce-scatter in pieces: elements of each block per piece (phase); 0 otherwise
     size_t qb;             // quantised: bytes of one rank block
-    float* f;              // fp32 scratch (owned while live)
+    float* f;              // fp32 scratch (owned while live, unless the caller's: then fbytes is 0)
     unsigned char* q;      // byte scratch (owned while live)
-    size_t scratch;        // bytes of f and q together
-    size_t fbytes;         // bytes of f
+    size_t scratch;        // bytes of f and q together, owned
+    size_t fbytes;         // bytes of f, owned
     ZeroRequest* next;     // the comm's queue
 };
 
 // ----------------------------------------------------------------------------
 // internals
-
-// the float-sum operator for the chunked reduce-scatter, shared by every ZeroComm of
-// this translation unit: created by the first zero_comm_init, freed by the last free
-static MPI_Op zero_comm_sum_op_handle = MPI_OP_NULL;
-static int zero_comm_sum_op_users = 0;
 
 // names for messages
 static inline const char* zero_comm_kind_name(int kind) {
@@ -187,23 +211,6 @@ static inline int zero_comm_mpi_error(const char* what, int code) {
     if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) { len = 0; }
     msg[len] = '\0';
     return zero_error("zero comm: %s failed: %s (MPI error %d)", what, len ? msg : "unknown error", code);
-}
-
-// MPI user function: inout += in, elementwise, for `len` elements of a datatype made of
-// contiguous floats (from lower bound 0) with any extent: MPI_FLOAT itself, or the
-// resized chunk type. The datatype tells how many floats an element holds and how far
-// apart the elements are, so the gaps between ranks' pieces are never touched.
-static void zero_comm_sum_floats(void* in, void* inout, int* len, MPI_Datatype* dtype) {
-    int size = 0;
-    MPI_Aint lb = 0, extent = 0;
-    MPI_Type_size(*dtype, &size);
-    MPI_Type_get_extent(*dtype, &lb, &extent);
-    size_t nfloat = (size_t)size / sizeof(float);
-    for (int i = 0; i < *len; i++) {
-        const float* a = (const float*)((const char*)in + (size_t)i * (size_t)extent);
-        float* b = (float*)((char*)inout + (size_t)i * (size_t)extent);
-        for (size_t j = 0; j < nfloat; j++) { b[j] += a[j]; }
-    }
 }
 
 // the length of the chunk that starts at off (< total): at most ZERO_COMM_CHUNK, so an int
@@ -284,7 +291,7 @@ static inline int zero_comm_finish_blocking(ZeroComm* c, ZeroRequest* r, double 
 
 static inline int zero_comm_init(ZeroComm* c, MPI_Comm comm) {
     memset(c, 0, sizeof(*c));
-    c->comm = MPI_COMM_NULL;
+    c->comm = c->later = MPI_COMM_NULL;
     for (int i = 0; i < ZERO_NUM_SUBS; i++) { c->sub[i] = MPI_COMM_NULL; }
     int up = 0;
     MPI_Initialized(&up);
@@ -294,14 +301,13 @@ static inline int zero_comm_init(ZeroComm* c, MPI_Comm comm) {
     rc = MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) { rc = MPI_Comm_rank(c->comm, &c->rank); }
     if (rc == MPI_SUCCESS) { rc = MPI_Comm_size(c->comm, &c->world); }
-    if (rc == MPI_SUCCESS && zero_comm_sum_op_users == 0) {
-        rc = MPI_Op_create(zero_comm_sum_floats, 1, &zero_comm_sum_op_handle);  // 1: commutative
-    }
+    if (rc == MPI_SUCCESS && c->world > 1) { rc = MPI_Comm_dup(c->comm, &c->later); }  // (collective: every rank has the same world)
+    if (rc == MPI_SUCCESS && c->world > 1) { rc = MPI_Comm_set_errhandler(c->later, MPI_ERRORS_RETURN); }
     if (rc != MPI_SUCCESS) {
+        if (c->later != MPI_COMM_NULL) { MPI_Comm_free(&c->later); }
         MPI_Comm_free(&c->comm);
         return zero_comm_mpi_error("communicator setup at init", rc);
     }
-    zero_comm_sum_op_users++;
     c->span = ZERO_SPAN_NODE;
     c->nodes = 1; c->per_node = c->world; c->node = 0; c->local = c->rank;
     return 0;
@@ -403,19 +409,18 @@ static inline void zero_comm_free(ZeroComm* c) {
         for (ZeroRequest* r = c->head; r != NULL; r = r->next) {
             if (r->n > 0) { MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE); }
             r->n = 0; r->live = 0;
-            free(r->f); free(r->q); r->f = NULL; r->q = NULL;
+            if (r->fbytes > 0) { free(r->f); }  // (not the caller's staging)
+            free(r->q); r->f = NULL; r->q = NULL;
         }
         c->head = c->tail = NULL;
         for (int i = 0; i < 4; i++) { free(c->keep[i].p); c->keep[i].p = NULL; }
         for (int i = 0; i < ZERO_NUM_SUBS; i++) {
             if (c->sub[i] != MPI_COMM_NULL && c->sub[i] != 0) { MPI_Comm_free(&c->sub[i]); }
         }
+        if (c->later != MPI_COMM_NULL && c->later != 0) { MPI_Comm_free(&c->later); }
         MPI_Comm_free(&c->comm);
-        if (--zero_comm_sum_op_users == 0 && zero_comm_sum_op_handle != MPI_OP_NULL) {
-            MPI_Op_free(&zero_comm_sum_op_handle);
-        }
     }
-    c->comm = MPI_COMM_NULL;
+    c->comm = c->later = MPI_COMM_NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -445,8 +450,9 @@ static inline int zero_phase_sub(const ZeroComm* c, const ZeroRequest* r, int ph
 // k parts it receives into `out`, in rank order (the same order every run). The
 // reduce-scatter's hops: hierarchical, inside the node (k = n, P = M blocks: the M
 // blocks this local index will own pieces of) then across (k = M, P = one block);
-// otherwise one hop over the world. The all-reduce's first phase: inside the node, parts
-// of 1/n of the buffer. `h` (the f scratch's tail) holds a first hop's sums.
+// otherwise (quantised, on a flat span) one hop over the world. The all-reduce's first
+// phase: inside the node, parts of 1/n of the buffer. `h` (the f scratch's tail) holds a
+// first hop's sums.
 static inline void zero_hop(const ZeroComm* c, const ZeroRequest* r, int ph, int* k, size_t* P, float** out, float* h) {
     if (r->op == ZERO_OP_AR) { *k = c->per_node; *P = r->count / (size_t)c->per_node; *out = h; return; }
     if (c->span == ZERO_SPAN_HIER && ph == 0) { *k = c->per_node; *P = (size_t)c->nodes * r->count; *out = h; return; }
@@ -467,8 +473,86 @@ static inline int zero_phase_fits(const char* what, size_t elems) {
     return 0;
 }
 
+// [Note: reduce-scatter in pieces] elements of each rank block per piece: the staging of
+// world * n floats within ZERO_COMM_PIECE_BYTES (n a multiple of 64 floats, at least 64:
+// 256-byte parts), an MPI count, and at most the block
+static inline size_t zero_rs_piece(int world, size_t count) {
+    size_t n = ZERO_COMM_PIECE_BYTES / ((size_t)(world > 1 ? world : 1) * sizeof(float)) / 64 * 64;
+    if (n < 64) { n = 64; }
+    if (n > (size_t)ZERO_COMM_CHUNK) { n = (size_t)ZERO_COMM_CHUNK; }
+    return n < count ? n : count;
+}
+
+// the staging (floats) of a reduce-scatter of world blocks of `count` on a flat span: what
+// it holds besides its input and output, the same on every rank (0 at one rank: a copy)
+static inline size_t zero_rs_stage_elems(int world, size_t count) {
+    return world > 1 ? (size_t)world * zero_rs_piece(world, count) : 0;
+}
+
+// the staging zero_reduce_scatter takes from its caller on this comm (0: none; a
+// hierarchical span's hops stage their own)
+static inline size_t zero_comm_rs_stage(const ZeroComm* c, size_t count) {
+    return c->span == ZERO_SPAN_HIER ? 0 : zero_rs_stage_elems(c->world, count);
+}
+
+// the pieces of a reduce-scatter in pieces (an all-reduce's phases: these, then its all-gather)
+static inline int zero_pieces(const ZeroRequest* r) { return (int)((r->count + r->piece - 1) / r->piece); }
+
+// the elements [*off, *off + *n) of every block that the current piece moves
+static inline void zero_piece_at(const ZeroRequest* r, size_t* off, size_t* n) {
+    *off = (size_t)r->phase * r->piece;
+    *n = r->count - *off < r->piece ? r->count - *off : r->piece;
+}
+
+// starts a piece: an all-to-all of every block's piece, each rank getting its own block's
+// world parts in the staging (f), part q from rank q. An all-reduce's last phase: the
+// all-gather of the summed blocks, in place.
+static inline int zero_piece_start(ZeroComm* c, ZeroRequest* r) {
+    size_t off, n;
+    zero_piece_at(r, &off, &n);
+    MPI_Comm comm = r->phase == 0 ? c->comm : c->later;   // [Note: phases]
+    int rc;
+    if (r->phase == zero_pieces(r)) {
+        rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->buf, (int)r->count, MPI_FLOAT, comm, &r->reqs[0]);
+        if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Iallgather (all-reduce, its all-gather)", rc); }
+        zero_comm_count(c, r->kind, -1, (double)(c->world - 1) * (double)(r->count * sizeof(float)));
+        r->n = 1;
+        return 0;
+    }
+    if (n == r->count) {   // one piece: the blocks themselves
+        rc = MPI_Ialltoall(r->send, (int)n, MPI_FLOAT, r->f, (int)n, MPI_FLOAT, comm, &r->reqs[0]);
+    } else {
+        MPI_Datatype t;
+        if (zero_comm_chunk_type("reduce-scatter piece type", (int)n, r->count, &t) != 0) { return -1; }
+        rc = MPI_Ialltoall(r->send + off, 1, t, r->f, (int)n, MPI_FLOAT, comm, &r->reqs[0]);
+        MPI_Type_free(&t);
+    }
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Ialltoall (reduce-scatter, a piece)", rc); }
+    zero_comm_count(c, r->kind, -1, (double)(c->world - 1) * (double)(n * sizeof(float)));
+    r->n = 1;
+    return 0;
+}
+
+// a piece's world parts summed in libnbc's binomial order (round by round, part i takes
+// part i + d for i a multiple of 2d: the sums of MPI_Ireduce_scatter_block, bit for bit),
+// into this rank's output
+static inline void zero_piece_post(ZeroComm* c, ZeroRequest* r) {
+    if (r->phase == zero_pieces(r)) { return; }   // an all-reduce's all-gather
+    size_t off, n;
+    zero_piece_at(r, &off, &n);
+    for (int d = 1; d < c->world; d *= 2) {
+        for (int i = 0; i + d < c->world; i += 2 * d) {
+            float* a = r->f + (size_t)i * n;
+            const float* b = r->f + (size_t)(i + d) * n;
+            for (size_t j = 0; j < n; j++) { a[j] += b[j]; }
+        }
+    }
+    memcpy(r->out + off, r->f, n * sizeof(float));
+}
+
 // starts the request's current phase
 static inline int zero_phase_start(ZeroComm* c, ZeroRequest* r) {
+    if (r->piece > 0) { return zero_piece_start(c, r); }
     int ph = r->phase, sub = zero_phase_sub(c, r, ph);
     MPI_Comm comm = sub < 0 ? c->comm : c->sub[sub];
     int M = c->nodes, n = c->per_node;
@@ -563,6 +647,7 @@ static inline int zero_phase_start(ZeroComm* c, ZeroRequest* r) {
 
 // the local work after a phase: a hop's sums, a quantised gather's dequantisation
 static inline void zero_phase_post(ZeroComm* c, ZeroRequest* r) {
+    if (r->piece > 0) { zero_piece_post(c, r); return; }
     int ph = r->phase;
     if (r->op == ZERO_OP_AG) {
         if (r->quant && ph == r->nphases - 1) {
@@ -624,10 +709,10 @@ static inline void zero_scratch_put(ZeroComm* c, void* p, size_t bytes) {
     free(p);
 }
 
-// a finished request's scratch goes back to the comm
+// a finished request's scratch goes back to the comm (the caller's staging to no one)
 static inline void zero_phases_done(ZeroComm* c, ZeroRequest* r) {
     c->scratch_bytes -= (double)r->scratch;
-    zero_scratch_put(c, r->f, r->fbytes);
+    if (r->fbytes > 0) { zero_scratch_put(c, r->f, r->fbytes); }
     zero_scratch_put(c, r->q, r->scratch - r->fbytes);
     r->f = NULL; r->q = NULL;
     r->scratch = 0; r->fbytes = 0;
@@ -663,15 +748,19 @@ static inline int zero_comm_progress(ZeroComm* c) {
     return 0;
 }
 
-// sets up a collective in phases and starts its first; a blocking call (req NULL) waits
+// sets up a collective in phases (of pieces, with r->piece set) and starts its first;
+// `given`: the caller's fp32 staging, or NULL for fbytes of the comm's scratch
 static inline int zero_comm_wait(ZeroComm* c, ZeroRequest* req);  // below
-static inline int zero_phases_begin(ZeroComm* c, ZeroRequest* r, int op, int quant, size_t fbytes, size_t qbytes) {
+static inline int zero_phases_begin(ZeroComm* c, ZeroRequest* r, int op, int quant, size_t fbytes, size_t qbytes, float* given) {
     r->op = op; r->quant = quant; r->phase = 0; r->next = NULL; r->n = 0;
-    if (c->span == ZERO_SPAN_HIER) { r->nphases = op == ZERO_OP_AR ? 3 : 2; } else { r->nphases = 1; }
-    r->f = (float*)zero_scratch_get(c, fbytes);
+    if (r->piece > 0) { r->nphases = zero_pieces(r) + (op == ZERO_OP_AR); }
+    else if (c->span == ZERO_SPAN_HIER) { r->nphases = op == ZERO_OP_AR ? 3 : 2; } else { r->nphases = 1; }
+    if (given != NULL) { fbytes = 0; }
+    r->f = given != NULL ? given : (float*)zero_scratch_get(c, fbytes);
     r->q = (unsigned char*)zero_scratch_get(c, qbytes);
     if ((fbytes && r->f == NULL) || (qbytes && r->q == NULL)) {
-        free(r->f); free(r->q); r->f = NULL; r->q = NULL;
+        if (given == NULL) { free(r->f); }
+        free(r->q); r->f = NULL; r->q = NULL;
         return zero_error("zero comm: out of memory for %.0f bytes of %s staging", (double)(fbytes + qbytes), zero_comm_kind_name(r->kind));
     }
     r->fbytes = fbytes;
@@ -700,7 +789,7 @@ static inline ZeroRequest* zero_comm_begin(ZeroComm* c, ZeroRequest* req, ZeroRe
     if (req == NULL) { local->unit = -1; }
     r->n = 0;
     r->kind = kind;
-    r->op = ZERO_OP_PLAIN; r->live = 0; r->quant = 0; r->f = NULL; r->q = NULL; r->scratch = 0; r->fbytes = 0; r->next = NULL;
+    r->op = ZERO_OP_PLAIN; r->live = 0; r->quant = 0; r->piece = 0; r->f = NULL; r->q = NULL; r->scratch = 0; r->fbytes = 0; r->next = NULL;
     c->calls[kind]++;
     return r;
 }
@@ -712,7 +801,7 @@ static inline int zero_allgather(ZeroComm* c, float* buf, size_t count, ZeroRequ
     if (c->world == 1 || count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
     if (c->span == ZERO_SPAN_HIER) {
         r->buf = buf; r->count = count;
-        if (zero_phases_begin(c, r, ZERO_OP_AG, 0, 0, 0) != 0) { return -1; }
+        if (zero_phases_begin(c, r, ZERO_OP_AG, 0, 0, 0, NULL) != 0) { return -1; }
         return req ? 0 : zero_comm_wait(c, r);
     }
     int nchunks = zero_comm_nchunks("all-gather", count);
@@ -736,7 +825,12 @@ static inline int zero_allgather(ZeroComm* c, float* buf, size_t count, ZeroRequ
     return req ? 0 : zero_comm_finish_blocking(c, r, t0);
 }
 
-static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* recv, size_t count, ZeroRequest* req) {
+// world blocks of `count` floats in `send` (block r for rank r), summed over the ranks
+// into this rank's `recv` (count floats). On a flat span in pieces ([Note: reduce-scatter
+// in pieces]) through `stage`, zero_comm_rs_stage(c, count) floats of the caller's that
+// it holds until the collective completes, or NULL: the comm's own scratch; a
+// hierarchical span stages its own hops and takes none.
+static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* recv, size_t count, float* stage, ZeroRequest* req) {
     double t0 = MPI_Wtime();
     ZeroRequest local;
     ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_REDUCE_SCATTER);
@@ -745,36 +839,26 @@ static inline int zero_reduce_scatter(ZeroComm* c, const float* send, float* rec
         memcpy(recv, send, count * sizeof(float));  // the sum over one rank is its own block
         return req ? 0 : zero_comm_finish_blocking(c, r, t0);
     }
-    if (c->span == ZERO_SPAN_HIER || c->span == ZERO_SPAN_CROSS) {   // hops of all-to-all and sums
-        r->send = send; r->out = recv; r->count = count;
-        size_t fb = (size_t)c->world * count * sizeof(float) + (c->span == ZERO_SPAN_HIER ? (size_t)c->nodes * count * sizeof(float) : 0);
-        if (zero_phases_begin(c, r, ZERO_OP_RS, 0, fb, 0) != 0) { return -1; }
-        return req ? 0 : zero_comm_wait(c, r);
+    r->send = send; r->out = recv; r->count = count;
+    size_t fb;
+    if (c->span == ZERO_SPAN_HIER) {   // hops of all-to-all and sums
+        fb = ((size_t)c->world + (size_t)c->nodes) * count * sizeof(float);
+        stage = NULL;
+    } else {
+        r->piece = zero_rs_piece(c->world, count);
+        fb = zero_rs_stage_elems(c->world, count) * sizeof(float);
     }
-    int nchunks = zero_comm_nchunks("reduce-scatter", count);
-    if (nchunks < 0) { return -1; }
-    for (int k = 0; k < nchunks; k++) {
-        size_t off = (size_t)k * (size_t)ZERO_COMM_CHUNK;
-        int n = zero_comm_chunk_len(count, off);
-        int rc;
-        if (nchunks == 1) {
-            rc = MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, c->comm, &r->reqs[r->n]);
-        } else {
-            // the recv piece is n contiguous floats at recv + off: one element of the same
-            // type (its stretched extent only spaces elements, and there is one)
-            MPI_Datatype piece;
-            if (zero_comm_chunk_type("reduce-scatter chunk type", n, count, &piece) != 0) { zero_comm_abandon(r); return -1; }
-            rc = MPI_Ireduce_scatter_block(send + off, recv + off, 1, piece, zero_comm_sum_op_handle, c->comm, &r->reqs[r->n]);
-            MPI_Type_free(&piece);
-        }
-        if (rc != MPI_SUCCESS) { zero_comm_abandon(r); return zero_comm_mpi_error("MPI_Ireduce_scatter_block (reduce-scatter)", rc); }
-        r->n++;
-    }
-    zero_comm_count(c, ZERO_REDUCE_SCATTER, -1, (double)(c->world - 1) * (double)count * sizeof(float));
-    return req ? 0 : zero_comm_finish_blocking(c, r, t0);
+    if (zero_phases_begin(c, r, ZERO_OP_RS, 0, fb, 0, stage) != 0) { return -1; }
+    return req ? 0 : zero_comm_wait(c, r);
 }
 
-static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, ZeroRequest* req) {
+// `count` floats in `buf` summed over the ranks, in place. On a flat span with `count` a
+// multiple of the world, the reduce-scatter in pieces ([Note: reduce-scatter in pieces]:
+// `stage` as there; each rank sums block `rank`, in the binomial order of Open MPI's
+// in-place MPI_Iallreduce, bit for bit) and an all-gather of the blocks in place; a
+// hierarchical span's phases ("Nodes"); otherwise MPI's own all-reduce, which holds a
+// temporary of the buffer on the ranks that receive (Open MPI: ranks 0 and 2 of 4).
+static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, float* stage, ZeroRequest* req) {
     double t0 = MPI_Wtime();
     ZeroRequest local;
     ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_ALLREDUCE);
@@ -782,7 +866,14 @@ static inline int zero_allreduce(ZeroComm* c, float* buf, size_t count, ZeroRequ
     if (c->span == ZERO_SPAN_HIER && count % (size_t)c->per_node == 0) {
         r->buf = buf; r->count = count;
         size_t fb = (count + count / (size_t)c->per_node) * sizeof(float);
-        if (zero_phases_begin(c, r, ZERO_OP_AR, 0, fb, 0) != 0) { return -1; }
+        if (zero_phases_begin(c, r, ZERO_OP_AR, 0, fb, 0, NULL) != 0) { return -1; }
+        return req ? 0 : zero_comm_wait(c, r);
+    }
+    if (c->span != ZERO_SPAN_HIER && count % (size_t)c->world == 0 && count / (size_t)c->world <= (size_t)INT_MAX) {
+        size_t b = count / (size_t)c->world;
+        r->buf = buf; r->send = buf; r->out = buf + (size_t)c->rank * b; r->count = b;
+        r->piece = zero_rs_piece(c->world, b);
+        if (zero_phases_begin(c, r, ZERO_OP_AR, 0, zero_rs_stage_elems(c->world, b) * sizeof(float), 0, stage) != 0) { return -1; }
         return req ? 0 : zero_comm_wait(c, r);
     }
     int nchunks = zero_comm_nchunks("all-reduce", count);
@@ -807,7 +898,7 @@ static inline int zero_allgather_q(ZeroComm* c, float* buf, size_t count, ZeroRe
     ZeroRequest* r = zero_comm_begin(c, req, &local, ZERO_ALLGATHER);
     if (count == 0) { return req ? 0 : zero_comm_finish_blocking(c, r, t0); }
     r->buf = buf; r->count = count; r->qb = zero_quant_bytes(count);
-    if (zero_phases_begin(c, r, ZERO_OP_AG, 1, 0, (size_t)c->world * r->qb) != 0) { return -1; }
+    if (zero_phases_begin(c, r, ZERO_OP_AG, 1, 0, (size_t)c->world * r->qb, NULL) != 0) { return -1; }
     return req ? 0 : zero_comm_wait(c, r);
 }
 
@@ -821,7 +912,7 @@ static inline int zero_reduce_scatter_q(ZeroComm* c, const float* send, float* r
     r->send = send; r->out = recv; r->count = count;
     size_t fb = c->span == ZERO_SPAN_HIER ? (size_t)c->nodes * count * sizeof(float) : 0;
     size_t qb = 2 * (size_t)c->world * zero_quant_bytes(count);
-    if (zero_phases_begin(c, r, ZERO_OP_RS, 1, fb, qb) != 0) { return -1; }
+    if (zero_phases_begin(c, r, ZERO_OP_RS, 1, fb, qb, NULL) != 0) { return -1; }
     return req ? 0 : zero_comm_wait(c, r);
 }
 

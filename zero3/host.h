@@ -101,6 +101,7 @@ typedef struct {
     // reduce-scatters at stages 1-3, all-reduces at stage 0
     ZeroRequest* red_req;   // (num_units)
     float** red_recv;       // (num_units) stages 2-3: the received shard, added into the accumulator
+    float** red_stage;      // (num_units) the reduction's staging (zero_red_stage), from the pool
 
     // AdamW state: full at stage 0, shards otherwise
     float* m;
@@ -334,12 +335,23 @@ static int zero_host_grad(void* impl, int u, void** out) {
 
 static int zero_grad_nvme_add(ZeroHost* e, int u, const float* got);  // below, with the NVMe tier
 
+// Whether a configuration's reductions (stage 0's all-reduces, the reduce-scatters of
+// stages 1-3) are staged through a buffer of the pool: zero3/comm.h's [Note: reduce-scatter
+// in pieces] (qgZ's stage their own). The engine's size is zero_comm_rs_stage's of the
+// unit's shard, --estimate's zero_rs_stage_elems'.
+static int zero_red_staged(const ZeroConfig* cfg) { return !cfg->quantized_gradients; }
+static size_t zero_red_stage(const ZeroHost* e, int u) {
+    return zero_red_staged(&e->cfg) ? zero_comm_rs_stage(&e->comm, e->plan.units[u].shard) : 0;
+}
+
 // completes the oldest reduction in flight (stages 2-3: adds it into the accumulator, in
 // memory or in the swap file)
 static int zero_reduce_complete_one(ZeroHost* e) {
     int u = zero_schedule_reduce_oldest(&e->sched);
     ZeroUnit* pu = &e->plan.units[u];
     if (zero_comm_wait(&e->comm, &e->red_req[u]) != 0) { return -1; }
+    zero_buf_put(e, e->red_stage[u], zero_red_stage(e, u));
+    e->red_stage[u] = NULL;
     int copy_out = e->host_grads != NULL && e->sched.last_micro;  // offload: the shard goes to the host now
     if (e->stage >= 2) {
         const float* got = e->red_recv[u];
@@ -381,18 +393,20 @@ static int zero_host_reduce(void* impl, int u) {
     }
     ZeroUnit* pu = &e->plan.units[u];
     zero_schedule_reduce_started(s, u);
+    size_t se = zero_red_stage(e, u);
+    if (se > 0 && (e->red_stage[u] = (float*)zero_buf_get(e, se, 0)) == NULL) { return -1; }
     if (e->stage == 0) {
-        return zero_allreduce(&e->comm, e->full_grads + pu->full_offset, pu->padded, &e->red_req[u]);
+        return zero_allreduce(&e->comm, e->full_grads + pu->full_offset, pu->padded, e->red_stage[u], &e->red_req[u]);
     }
     if (e->stage == 1) {
         return zero_reduce_scatter(&e->comm, e->full_grads + pu->full_offset, e->shard_grads + pu->shard_offset,
-                                   pu->shard, &e->red_req[u]);
+                                   pu->shard, e->red_stage[u], &e->red_req[u]);
     }
     float* recv = (float*)zero_buf_get(e, pu->shard, 0);
     if (recv == NULL) { return -1; }
     e->red_recv[u] = recv;
     if (e->cfg.quantized_gradients) { return zero_reduce_scatter_q(&e->comm, e->grad_buf[u], recv, pu->shard, &e->red_req[u]); }
-    return zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, &e->red_req[u]);
+    return zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, e->red_stage[u], &e->red_req[u]);
 }
 
 // Ends a pass: every use must have been made; stage 3 releases what the pass kept. A
@@ -723,7 +737,7 @@ static int zero_host_step(void* impl, const ZeroStep* st) {
         }
         // MiCS: each group reduced its own ranks' gradients; the second hop sums them over
         // the groups (the ranks holding the same shards), once per step (stage 3, no offload)
-        if (e->rep.world > 1 && zero_allreduce(&e->rep, e->shard_grads, e->plan.shard_total, NULL) != 0) { return -1; }
+        if (e->rep.world > 1 && zero_allreduce(&e->rep, e->shard_grads, e->plan.shard_total, NULL, NULL) != 0) { return -1; }
         if (e->shard_grads == NULL) {
             sumsq = e->grad_sumsq;
         } else {
@@ -1045,7 +1059,8 @@ static int zero_host_init(void* impl, const ZeroInit* in) {
     e->grad_buf = (float**)calloc(num_units, sizeof(float*));
     e->red_req = (ZeroRequest*)calloc(num_units, sizeof(ZeroRequest));
     e->red_recv = (float**)calloc(num_units, sizeof(float*));
-    if (!e->tensors || !e->unit_buf || !e->unit_req || !e->grad_buf || !e->red_req || !e->red_recv) {
+    e->red_stage = (float**)calloc(num_units, sizeof(float*));
+    if (!e->tensors || !e->unit_buf || !e->unit_req || !e->grad_buf || !e->red_req || !e->red_recv || !e->red_stage) {
         return zero_error("zero: out of memory for the engine's tables");
     }
     memcpy(e->tensors, model->tensors, model->num_tensors * sizeof(ZeroTensor));
@@ -1098,10 +1113,11 @@ static void zero_host_free(void* impl) {
         if (e->unit_buf != NULL) { free(e->unit_buf[u]); }
         if (e->grad_buf != NULL) { free(e->grad_buf[u]); }
         if (e->red_recv != NULL) { free(e->red_recv[u]); }
+        if (e->red_stage != NULL) { free(e->red_stage[u]); }
     }
     free(e->full_params); free(e->shard_params); free(e->full_grads); free(e->shard_grads);
     free(e->m); free(e->v);
-    free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv);
+    free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv); free(e->red_stage);
     for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
     free(e->segs); free(e->host_grads); free(e->host_master); free(e->grad_in_file);
     free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
@@ -1228,8 +1244,9 @@ typedef struct {
     int pool_count[ZERO_EST_POOL_SIZES];
 } ZeroHostEstimate;
 
-// the pool by size: what zero_buf_get/put hold; a size's allocation is the most held at once
-typedef struct { size_t* elems; int* held; int* most; int n; } ZeroPoolWalk;
+// the pool by size: what zero_buf_get/put hold; a size's allocation is the most held at once.
+// stage: the engine's; red_stage: (num_units) a unit's reduction's staging (zero_red_stage)
+typedef struct { size_t* elems; int* held; int* most; int n; int stage; const size_t* red_stage; } ZeroPoolWalk;
 
 static void zero_pool_walk(ZeroPoolWalk* w, size_t elems, int delta) {
     int i = 0;
@@ -1239,24 +1256,32 @@ static void zero_pool_walk(ZeroPoolWalk* w, size_t elems, int delta) {
     if (w->held[i] > w->most[i]) { w->most[i] = w->held[i]; }
 }
 
-// a reduction starts as zero_host_reduce starts one at stages 2-3: the window behind first
-static void zero_walk_reduce(ZeroSchedule* s, const ZeroPlan* p, ZeroPoolWalk* w, int u) {
-    while (zero_schedule_reduce_full(s, u)) {
-        int v = zero_schedule_reduce_oldest(s);
+// the oldest reduction completes as zero_reduce_complete_one completes it
+static void zero_walk_reduced(ZeroSchedule* s, const ZeroPlan* p, ZeroPoolWalk* w) {
+    int v = zero_schedule_reduce_oldest(s);
+    if (w->red_stage[v] > 0) { zero_pool_walk(w, w->red_stage[v], -1); }
+    if (w->stage >= 2) {
         zero_pool_walk(w, p->units[v].shard, -1);    // red_recv
         zero_pool_walk(w, p->units[v].padded, -1);   // grad_buf
     }
+}
+
+// a reduction starts as zero_host_reduce starts one: the window behind first
+static void zero_walk_reduce(ZeroSchedule* s, const ZeroPlan* p, ZeroPoolWalk* w, int u) {
+    while (zero_schedule_reduce_full(s, u)) { zero_walk_reduced(s, p, w); }
     zero_schedule_reduce_started(s, u);
-    zero_pool_walk(w, p->units[u].shard, 1);
+    if (w->red_stage[u] > 0) { zero_pool_walk(w, w->red_stage[u], 1); }
+    if (w->stage >= 2) { zero_pool_walk(w, p->units[u].shard, 1); }
 }
 
 // Walks a training pass and a forward one as the engine makes them (begin; per use: fetch
 // and its prefetch, the gradient at the unit's last use of a training pass, release, its
-// reduce; end), counting the pool's buffers by size (stages 2-3). The model's calls are
+// reduce; end), counting the pool's buffers by size. The model's calls are
 // taken to be the trainer's: a unit's gradient is opened at its last use and reduced after
 // its release, except the pass's first unit (the input embedding: the encoder's backward
 // adds to it last), reduced at the end.
-static int zero_host_walk(ZeroSchedule* s, const ZeroPlan* p, int stage, ZeroPoolWalk* w) {
+static int zero_host_walk(ZeroSchedule* s, const ZeroPlan* p, ZeroPoolWalk* w) {
+    int stage = w->stage;
     int* ahead = (int*)malloc(((size_t)s->prefetch_depth + 1) * sizeof(int));
     if (ahead == NULL) { return zero_error("zero estimate: out of memory"); }
     for (int u = 0; s->gathers && u < s->num_units; u++) {
@@ -1279,13 +1304,10 @@ static int zero_host_walk(ZeroSchedule* s, const ZeroPlan* p, int stage, ZeroPoo
             }
             if (last && stage >= 2) { zero_pool_walk(w, p->units[u].padded, 1); }
             if (zero_schedule_release(s, u) == 1) { zero_pool_walk(w, p->units[u].padded, -1); zero_schedule_freed(s, u); }
-            if (last && stage >= 2 && u != unit[0]) { zero_walk_reduce(s, p, w, u); }
+            if (last && u != unit[0]) { zero_walk_reduce(s, p, w, u); }
         }
-        if (pass == ZERO_PASS_TRAIN && stage >= 2) { zero_walk_reduce(s, p, w, unit[0]); }
-        for (int v; (v = zero_schedule_reduce_oldest(s)) >= 0;) {
-            zero_pool_walk(w, p->units[v].shard, -1);
-            zero_pool_walk(w, p->units[v].padded, -1);
-        }
+        if (pass == ZERO_PASS_TRAIN) { zero_walk_reduce(s, p, w, unit[0]); }
+        while (s->red_count > 0) { zero_walk_reduced(s, p, w); }
         for (int u = 0; s->gathers && u < s->num_units; u++) {
             if (!s->persistent[u] && s->state[u] != ZERO_UNIT_NOT_LIVE) { zero_pool_walk(w, p->units[u].padded, -1); zero_schedule_freed(s, u); }
         }
@@ -1302,9 +1324,10 @@ static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int
     // every declaration before the first goto: the header is also compiled as C++
     ZeroPlan p;
     ZeroSchedule s;
-    ZeroPoolWalk w = {NULL, NULL, NULL, 0};
-    int* on_host = NULL;
     int rc = -1, stage = cfg->stage, nu = model->num_units, nvme_opt = cfg->offload_optimizer == ZERO_OFFLOAD_NVME;
+    ZeroPoolWalk w = {NULL, NULL, NULL, 0, stage, NULL};
+    size_t* red_stage = NULL;
+    int* on_host = NULL;
     size_t max_shard = 0, max_padded = 0, file_bytes = 0;
     const double f = sizeof(float);
     double params, grads, opt_elems, moments, cpu;
@@ -1318,20 +1341,24 @@ static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int
         max_shard = p.units[u].shard > max_shard ? p.units[u].shard : max_shard;
         max_padded = p.units[u].padded > max_padded ? p.units[u].padded : max_padded;
     }
-    w.elems = (size_t*)calloc(2 * (size_t)nu, sizeof(size_t));
-    w.held = (int*)calloc(2 * (size_t)nu, sizeof(int));
-    w.most = (int*)calloc(2 * (size_t)nu, sizeof(int));
+    w.elems = (size_t*)calloc(3 * (size_t)nu, sizeof(size_t));   // sizes: a unit's padded, shard and staging
+    w.held = (int*)calloc(3 * (size_t)nu, sizeof(int));
+    w.most = (int*)calloc(3 * (size_t)nu, sizeof(int));
     on_host = (int*)calloc((size_t)nu, sizeof(int));
-    if (w.elems == NULL || w.held == NULL || w.most == NULL || on_host == NULL) { zero_error("zero estimate: out of memory"); goto done; }
+    red_stage = (size_t*)calloc((size_t)nu, sizeof(size_t));
+    if (w.elems == NULL || w.held == NULL || w.most == NULL || on_host == NULL || red_stage == NULL) { zero_error("zero estimate: out of memory"); goto done; }
+    for (int u = 0; u < nu && zero_red_staged(cfg); u++) { red_stage[u] = zero_rs_stage_elems(world, p.units[u].shard); }
+    w.red_stage = red_stage;
     params = stage < 3 ? (double)p.padded_total : (double)zero_param_placement(&p, &s, cfg, on_host, &file_bytes);
     grads = (stage < 2 ? (double)p.padded_total : 0.0) + (stage >= 1 && !nvme_opt ? (double)p.shard_total : 0.0);
     opt_elems = stage == 0 ? (double)p.padded_total : (double)p.shard_total;
     moments = nvme_opt ? 0.0 : 2.0 * opt_elems;
     cpu = cfg->offload_optimizer == ZERO_OFFLOAD_CPU ? 2.0 * (double)p.shard_total : 0.0;  // gradients, master
     if (stage == 3 && cfg->hpz_partition_size > 1) { params += (double)p.padded_total / cfg->hpz_partition_size; }  // hpZ's slices
-    // (the hierarchical and quantised collectives' staging, which runs only across nodes, is not counted)
+    // (the reductions' staging is in the walk, as on a flat span; the scratch of the
+    // hierarchical hops across nodes, which take none of it, and of qwZ and qgZ is not counted)
     out->states = (params + grads + moments + cpu) * f;
-    if (zero_host_walk(&s, &p, stage, &w) != 0) { goto done; }
+    if (zero_host_walk(&s, &p, &w) != 0) { goto done; }
     for (int i = 0; i < w.n; i++) {
         out->buffers += (double)w.most[i] * (double)w.elems[i] * f;
         for (int k = 0; k < ZERO_EST_POOL_SIZES; k++) {  // insert among the largest sizes
@@ -1352,7 +1379,7 @@ static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int
     out->unit = (double)max_padded * f;
     rc = 0;
 done:
-    free(w.elems); free(w.held); free(w.most); free(on_host);
+    free(w.elems); free(w.held); free(w.most); free(on_host); free(red_stage);
     zero_schedule_free(&s);
     zero_plan_free(&p);
     return rc;

@@ -104,10 +104,11 @@ losses "$tmp/full.json" | tail -3 > "$tmp/f"; losses "$tmp/res.json" > "$tmp/r" 
 [ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "resume with NVMe-held optimizer state and parameters is bit-identical" || bad "NVMe resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
 
 # --estimate knows the engine: for a run's own configuration, the host engine's bytes per rank
-# (states, the pool of units and gradients at its largest, NVMe buffers) equal the report's
-# accounting of the same run, and the activations the trainer's, to the byte
+# (states, the pool of units, gradients and reduce-scatter staging at its largest, NVMe
+# buffers) equal the report's accounting of the same run, and the activations the
+# trainer's, to the byte
 for c in "1 -z 3" "2 -z 3 --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 --sub-group-size 3000 --reduce-bucket-size 2e5" \
-         "2 -z 2 --offload-optimizer cpu" "2 -z 3 --prefetch 1 --max-reuse-distance 0 --param-persistence-threshold 0"; do
+         "2 -z 2 --offload-optimizer cpu" "2 -z 3 --prefetch 1 --max-reuse-distance 0 --param-persistence-threshold 0" "2 -z 1" "2 -z 0"; do
     n=${c%% *}; flags=${c#* }
     run est $n $STD -b 4 -x 2 $flags --nvme-path "$tmp/nvme" \
         && $MPIRUN -np 1 $BIN $STD -b 4 -x 2 $flags --nvme-path "$tmp/nvme" --estimate 1:$n > "$tmp/est.txt" 2>&1 \

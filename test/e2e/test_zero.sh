@@ -10,6 +10,7 @@
 #   report      optimizer (stage >= 1), gradient (>= 2) and parameter (3) bytes per rank
 #               are the shard sizes, 1/N of the padded model; stage 3 without reuse moves
 #               exactly 1.5x the bytes of stage 0
+#   memory      d4 on 4 ranks at stage 3: every rank's peak RSS and heap within --estimate's
 #   config      --ds-config equals the same flags, flags override it, unknown keys warn;
 #               bad values, mismatched ranks, a batch the world size does not divide fail
 # Ends with "N passed, N failed".
@@ -145,6 +146,37 @@ for m in r["memory"]["per_rank"]:
     assert 0 < m["buffers"] <= (3 + 2) * largest + 2 * largest / 4, (m["buffers"], largest)
     assert m["params"] == full / 4, m["params"]
 EOF
+# memory as measured: d4 (GPT-2 widths, 4 layers) on 4 ranks at stage 3 with small windows,
+# 2 steps. Each rank's peak resident memory over the steps (the kernel's VmHWM, the report's
+# kernel.per_rank) within --estimate's peak per rank + 32 MiB for the process's own (Open
+# MPI, OpenBLAS, the program: 19 MB measured), and its peak heap (build/alloc_peak.so)
+# within the estimate + 8 MiB (3.7 MiB measured). Open MPI's MPI_Ireduce_scatter_block,
+# which the reduce-scatters were before zero3/comm.h's [Note: reduce-scatter in pieces],
+# mallocs two whole units on every rank (each rank's heap 96 MiB past its bound) and fills
+# both on rank 0 (its RSS 92 MiB past this bound) and one on rank 2 (39 MiB past)
+PEAK=${PEAK:-build/alloc_peak.so}
+MEM="-e d4 -i $tmp/train.bin -j $tmp/train.bin -b 1 -t 32 -v 0 -s 0 -x 2 -z 3 --reduce-bucket-size 1e6 --max-reuse-distance 0 --prefetch 1"
+rm -rf "$tmp/peak"; mkdir -p "$tmp/peak"
+if [ ! -f "$PEAK" ]; then
+    bad "memory as measured: $PEAK is not built (make $PEAK)"
+elif $MPIRUN -np 1 $BIN $MEM --estimate 1:4 > "$tmp/mem_est.txt" 2>&1 \
+        && $MPIRUN -np 4 -x ALLOC_PEAK_DIR="$tmp/peak" -x LD_PRELOAD="$PWD/$PEAK" $BIN $MEM --report "$tmp/mem.json" > "$tmp/mem.log" 2>&1; then
+    $PY - "$tmp/mem.json" "$tmp/mem_est.txt" "$tmp/peak" <<'EOF' && ok "memory as measured: every rank's peak RSS and heap within --estimate's" || bad "memory as measured: a rank's peak exceeds --estimate's (see above)"
+import json, re, sys
+r = json.load(open(sys.argv[1])); text = open(sys.argv[2]).read()
+est = float(re.search(r"peak_bytes_per_rank=([0-9.e+]+)", text).group(1))
+MiB, failed = 2**20, False
+for k in r["kernel"]["per_rank"]:
+    rss = k["peak_rss_steps"]
+    heap = int(dict(l.split() for l in open(f"{sys.argv[3]}/rank_{k['rank']}.txt"))["peak_live_bytes"])
+    print(f"  rank {k['rank']}: peak RSS {rss / MiB:.1f} MiB (bound {(est + 32 * MiB) / MiB:.1f}), peak heap {heap / MiB:.1f} MiB "
+          f"(bound {(est + 8 * MiB) / MiB:.1f}), --estimate {est / MiB:.1f} MiB: RSS / estimate {rss / est:.3f}")
+    failed |= rss <= 0 or rss > est + 32 * MiB or heap > est + 8 * MiB
+sys.exit(1 if failed else 0)
+EOF
+else
+    bad "memory as measured: the d4 run ($(grep -m1 -i error "$tmp/mem.log" "$tmp/mem_est.txt"))"
+fi
 # communication: stage 3 with no reuse and nothing persistent gathers every unit twice
 # (forward, backward) and reduce-scatters it once: 3 x vs stage 0's ring all-reduce 2 x
 run c0 2 $STD -b 12 -z 0 || bad "comm run stage 0"

@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
         float* recv = alloc_floats(n);
         fill_send(send, n, R, W);
         for (size_t i = 0; i < n; i++) recv[i] = -7.0f;
-        rc = zero_reduce_scatter(&c, send, recv, n, NULL);
+        rc = zero_reduce_scatter(&c, send, recv, n, NULL, NULL);
         snprintf(name, sizeof name, "reduce-scatter blocking, count %zu (input left intact)", n);
         check(name, rc == 0 && check_reduce_scatter(recv, n, R, W) && check_send_intact(send, n, R, W));
         free(send); free(recv);
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
         if (n > MAX_OK_COUNT) continue;
         float* buf = alloc_floats(n);
         fill_allreduce(buf, n, R);
-        rc = zero_allreduce(&c, buf, n, NULL);
+        rc = zero_allreduce(&c, buf, n, NULL, NULL);
         snprintf(name, sizeof name, "all-reduce blocking, count %zu", n);
         check(name, rc == 0 && check_allreduce(buf, n, W));
         free(buf);
@@ -152,10 +152,10 @@ int main(int argc, char** argv) {
         int ok = zero_allgather(&c, ag, n, &q) == 0 && zero_comm_wait(&c, &q) == 0 && check_allgather(ag, n, W);
         check("all-gather nonblocking, count 13", ok);
         fill_send(send, n, R, W);
-        ok = zero_reduce_scatter(&c, send, recv, n, &q) == 0 && zero_comm_wait(&c, &q) == 0 && check_reduce_scatter(recv, n, R, W);
+        ok = zero_reduce_scatter(&c, send, recv, n, NULL, &q) == 0 && zero_comm_wait(&c, &q) == 0 && check_reduce_scatter(recv, n, R, W);
         check("reduce-scatter nonblocking, count 13", ok);
         fill_allreduce(ar, n, R);
-        ok = zero_allreduce(&c, ar, n, &q) == 0 && zero_comm_wait(&c, &q) == 0 && check_allreduce(ar, n, W);
+        ok = zero_allreduce(&c, ar, n, NULL, &q) == 0 && zero_comm_wait(&c, &q) == 0 && check_allreduce(ar, n, W);
         check("all-reduce nonblocking, count 13", ok);
         ok = q.n == 0 && zero_comm_wait(&c, &q) == 0;
         check("wait on an already completed request is a no-op", ok);
@@ -177,8 +177,8 @@ int main(int argc, char** argv) {
         fill_allreduce(d, nd, R);
         int ok = zero_allgather(&c, a, na, &qa) == 0;
         ok &= zero_allgather(&c, b, nb, &qb) == 0;
-        ok &= zero_reduce_scatter(&c, send, recv, nc, &qc) == 0;
-        ok &= zero_allreduce(&c, d, nd, &qd) == 0;
+        ok &= zero_reduce_scatter(&c, send, recv, nc, NULL, &qc) == 0;
+        ok &= zero_allreduce(&c, d, nd, NULL, &qd) == 0;
         ok &= zero_comm_wait(&c, &qd) == 0;   // last started, first completed
         ok &= check_allreduce(d, nd, W);
         int done = 0;
@@ -204,12 +204,69 @@ int main(int argc, char** argv) {
             send[j] = (float)((s >> 8) & 0xFFFF) / 977.0f - 31.3f;
         }
         ZeroRequest q = {0};
-        int ok = zero_reduce_scatter(&c, send, r1, n, NULL) == 0;
-        ok &= zero_reduce_scatter(&c, send, r2, n, NULL) == 0;
-        ok &= zero_reduce_scatter(&c, send, r3, n, &q) == 0 && zero_comm_wait(&c, &q) == 0;
+        int ok = zero_reduce_scatter(&c, send, r1, n, NULL, NULL) == 0;
+        ok &= zero_reduce_scatter(&c, send, r2, n, NULL, NULL) == 0;
+        ok &= zero_reduce_scatter(&c, send, r3, n, NULL, &q) == 0 && zero_comm_wait(&c, &q) == 0;
         ok &= memcmp(r1, r2, n * sizeof(float)) == 0 && memcmp(r1, r3, n * sizeof(float)) == 0;
         check("reduce-scatter bitwise repeatable (blocking twice, nonblocking) on non-integer data", ok);
         free(send); free(r1); free(r2); free(r3);
+    }
+
+    // --- the reduce-scatter in pieces ([Note: reduce-scatter in pieces]): the caller's
+    // staging, bounded, the only memory it takes; each element summed in the binomial order
+    // (part i += part i + d, i a multiple of 2d) on non-integer data, bit for bit; two in
+    // flight waited for in reverse order
+    {
+        size_t counts[2] = {111, 1000};   // several pieces each in the ZERO_COMM_CHUNK=7 build
+        size_t big = (size_t)1 << 32;     // a block of 16 GiB: its staging is still within the bound
+        int ok = zero_comm_rs_stage(&c, big) <= ZERO_COMM_PIECE_BYTES / sizeof(float) &&
+                 zero_comm_rs_stage(&c, 5) == (W > 1 ? (size_t)W * 5 : 0);
+        ZeroComm k;
+        ok &= zero_comm_init(&k, MPI_COMM_WORLD) == 0;
+        float *send[2], *recv[2], *stage[2];
+        ZeroRequest q[2];
+        memset(q, 0, sizeof(q));
+        for (int t = 0; t < 2; t++) {
+            size_t n = counts[t];
+            send[t] = alloc_floats((size_t)W * n); recv[t] = alloc_floats(n);
+            stage[t] = alloc_floats(zero_comm_rs_stage(&k, n));
+            for (size_t j = 0; j < (size_t)W * n; j++) { send[t][j] = (float)(j % 7919) * 0.37f / (float)(R + 3) - 1.7f; }
+            ok &= zero_reduce_scatter(&k, send[t], recv[t], n, stage[t], &q[t]) == 0;
+        }
+        for (int t = 1; t >= 0; t--) { ok &= zero_comm_wait(&k, &q[t]) == 0 && !q[t].live && q[t].f == NULL; }
+        ok &= k.scratch_peak == 0 && k.head == NULL;   // nothing of the comm's own
+        for (int t = 0; t < 2; t++) {
+            size_t n = counts[t];
+            float* part = alloc_floats((size_t)W);
+            for (size_t i = 0; i < n; i++) {
+                size_t j = (size_t)R * n + i;
+                for (int p = 0; p < W; p++) { part[p] = (float)(j % 7919) * 0.37f / (float)(p + 3) - 1.7f; }
+                for (int d = 1; d < W; d *= 2) {
+                    for (int p = 0; p + d < W; p += 2 * d) { part[p] += part[p + d]; }
+                }
+                ok &= memcmp(&recv[t][i], &part[0], sizeof(float)) == 0;
+            }
+            free(part); free(send[t]); free(recv[t]); free(stage[t]);
+        }
+        check("reduce-scatter in pieces: the caller's bounded staging only, binomial-order sums bit for bit, 2 in flight", ok);
+        // the all-reduce of a multiple of the world: the same pieces, then an all-gather
+        size_t n = 1000, m = (size_t)W * n;
+        float* ar = alloc_floats(m);
+        float* st = alloc_floats(zero_comm_rs_stage(&k, n));
+        float* part = alloc_floats((size_t)W);
+        ZeroRequest qa = {0};
+        for (size_t j = 0; j < m; j++) { ar[j] = (float)(j % 7919) * 0.37f / (float)(R + 3) - 1.7f; }
+        ok = zero_allreduce(&k, ar, m, st, &qa) == 0 && zero_comm_wait(&k, &qa) == 0 && k.scratch_peak == 0;
+        for (size_t j = 0; j < m; j++) {
+            for (int p = 0; p < W; p++) { part[p] = (float)(j % 7919) * 0.37f / (float)(p + 3) - 1.7f; }
+            for (int d = 1; d < W; d *= 2) {
+                for (int p = 0; p + d < W; p += 2 * d) { part[p] += part[p + d]; }
+            }
+            ok &= memcmp(&ar[j], &part[0], sizeof(float)) == 0;
+        }
+        free(ar); free(st); free(part);
+        zero_comm_free(&k);
+        check("all-reduce in pieces: the caller's staging only, binomial-order sums bit for bit on every rank", ok);
     }
 
     // --- scalars
@@ -251,7 +308,7 @@ int main(int argc, char** argv) {
         // count 0 is valid and leaves nothing to wait for
         float dummy = 5.0f;
         ok = zero_allgather(&c, &dummy, 0, &q) == 0 && q.n == 0 && zero_comm_wait(&c, &q) == 0 && dummy == 5.0f;
-        ok &= zero_allreduce(&c, &dummy, 0, NULL) == 0 && dummy == 5.0f;
+        ok &= zero_allreduce(&c, &dummy, 0, NULL, NULL) == 0 && dummy == 5.0f;
         check("count 0: nothing sent, nothing to wait for", ok);
     }
 
@@ -271,8 +328,8 @@ int main(int argc, char** argv) {
         fill_allreduce(ar, 12, R);
         ok &= zero_allgather(&k, ag, 10, NULL) == 0;
         ok &= zero_allgather(&k, ag, 10, &q) == 0 && zero_comm_wait(&k, &q) == 0;   // 2 calls
-        ok &= zero_reduce_scatter(&k, send, recv, 6, &q) == 0 && zero_comm_wait(&k, &q) == 0;
-        ok &= zero_allreduce(&k, ar, 12, NULL) == 0;
+        ok &= zero_reduce_scatter(&k, send, recv, 6, NULL, &q) == 0 && zero_comm_wait(&k, &q) == 0;
+        ok &= zero_allreduce(&k, ar, 12, NULL, NULL) == 0;
         ok &= zero_allreduce_scalars(&k, sc, 3) == 0;
         ok &= zero_broadcast(&k, bb, 100, 0) == 0;
         double w = W;
@@ -316,11 +373,13 @@ int main(int argc, char** argv) {
         check("scalar all-reduce of a negative count returns -1", rc == -1);
 
         // more than 16 chunks is refused before the buffer is touched (NULL is never read);
-        // at world 1 all-gather and all-reduce are no-ops and succeed
+        // at world 1 all-gather and all-reduce are no-ops and succeed. (The all-reduce of MPI's
+        // own: 17 x 7 divides by no world 2..4, and 17 x 2^30 / world is past an MPI count,
+        // so it is not the one in pieces, which has no such limit.)
         size_t too_many = 17 * (size_t)ZERO_COMM_CHUNK;
         int want = (W == 1) ? 0 : -1;
         ok = zero_allgather(&c, NULL, too_many, NULL) == want;
-        ok &= zero_allreduce(&c, NULL, too_many, NULL) == want;
+        ok &= zero_allreduce(&c, NULL, too_many, NULL, NULL) == want;
         if (W > 1) ok &= strstr(zero_errmsg(), "chunks") != NULL;
         if (R == 0 && W > 1) printf("     message: %s\n", zero_errmsg());
         check("more than 16 chunks: refused with a message (world > 1)", ok);
@@ -373,10 +432,10 @@ int main(int argc, char** argv) {
             float* ar = alloc_floats((size_t)W * n);
             fill_send(send, n, R, W); fill_allreduce(ar, (size_t)W * n, R);
             ok &= zero_allgather(&k, ag[0], n, &rq[0]) == 0;
-            ok &= zero_reduce_scatter(&k, send, recv, n, &rq[1]) == 0;
+            ok &= zero_reduce_scatter(&k, send, recv, n, NULL, &rq[1]) == 0;
             ok &= zero_allgather(&k, ag[1], n, &rq[2]) == 0;
-            ok &= zero_allreduce(&k, ar, (size_t)W * n, &rq[3]) == 0;
-            ok &= zero_reduce_scatter(&k, send, recv2, n, &rq[4]) == 0;
+            ok &= zero_allreduce(&k, ar, (size_t)W * n, NULL, &rq[3]) == 0;
+            ok &= zero_reduce_scatter(&k, send, recv2, n, NULL, &rq[4]) == 0;
             ok &= zero_allgather(&k, ag[2], n, &rq[5]) == 0;
             for (int i = 5; i >= 0; i--) { ok &= zero_comm_wait(&k, &rq[i]) == 0; }
             for (int i = 0; i < 3; i++) { ok &= check_allgather(ag[i], n, W); }
@@ -396,9 +455,9 @@ int main(int argc, char** argv) {
             memcpy(before, k.link_bytes, sizeof(before));
             float* buf = alloc_floats((size_t)W * n); float* send = alloc_floats((size_t)W * n); float* recv = alloc_floats(n);
             fill_allgather(buf, n, R, W); fill_send(send, n, R, W);
-            ok = zero_allgather(&k, buf, n, NULL) == 0 && zero_reduce_scatter(&k, send, recv, n, NULL) == 0;
+            ok = zero_allgather(&k, buf, n, NULL) == 0 && zero_reduce_scatter(&k, send, recv, n, NULL, NULL) == 0;
             fill_allreduce(buf, (size_t)W * n, R);
-            ok &= zero_allreduce(&k, buf, (size_t)W * n, NULL) == 0;
+            ok &= zero_allreduce(&k, buf, (size_t)W * n, NULL, NULL) == 0;
             double B = (double)n * sizeof(float), intra[3], inter[3];
             int a[3] = {ZERO_ALLGATHER, ZERO_REDUCE_SCATTER, ZERO_ALLREDUCE};
             for (int i = 0; i < 3; i++) {
