@@ -49,10 +49,11 @@
 #include <dirent.h>           // opendir: the DONE markers
 #include <sys/stat.h>         // fstat: the manifest's size
 #include <unistd.h>           // unlink: the resharded section's temporary file; ftruncate, fsync, close: the model file
-#include <fcntl.h>            // open: the model file's temporary, on the ranks other than 0
+#include <fcntl.h>            // O_WRONLY, O_RDONLY: the files opened through common/file.h
 #include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
 #include <stdlib.h>           // malloc
 #include "llmc/utils.h"       // llmc_error, AtomicFile
+#include "common/file.h"      // file_open, file_fopen: checkpoint files opened without blocking on a FIFO or a device
 #include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState
@@ -201,8 +202,9 @@ static int checkpoint_manifest_read(const char* dir, int step, CheckpointManifes
     memset(m, 0, sizeof(*m));
     char path[4096];
     snprintf(path, sizeof(path), "%s/DONE_%08d", dir, step);
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("cannot read checkpoint manifest %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp == NULL) { return llmc_error("cannot read checkpoint manifest %s: %s", path, why); }
     enum { MAX_TEXT = 1 << 24 };  // 16 MiB: some 200k ranks' lines
     struct stat st;
     size_t cap = fstat(fileno(fp), &st) == 0 && st.st_size < MAX_TEXT ? (size_t)st.st_size : MAX_TEXT;
@@ -233,8 +235,9 @@ static int checkpoint_manifest_check(const char* dir, const CheckpointManifest* 
         snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
         uint32_t crc;
         uint64_t size;
-        if (crc32c_file(path, &crc, &size) != 0) {
-            return llmc_error("checkpoint at step %d: cannot read %s: %s", m->step, path, strerror(errno));
+        const char* why = NULL;
+        if (crc32c_file(path, &crc, &size, &why) != 0) {
+            return llmc_error("checkpoint at step %d: cannot read %s: %s", m->step, path, why);
         }
         if (size != m->files[i].size) {
             return llmc_error("checkpoint at step %d: %s has %llu bytes; its manifest says %llu (truncated or replaced)", m->step,
@@ -276,7 +279,8 @@ static int checkpoint_manifest_write(const char* dir, int step, int world, const
 // The size and checksum of a file just written, as two uint64 (the manifest's pair).
 static int checkpoint_file_sum(const char* path, uint64_t* pair) {
     uint32_t crc;
-    if (crc32c_file(path, &crc, &pair[0]) != 0) { return llmc_error("cannot read back %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    if (crc32c_file(path, &crc, &pair[0], &why) != 0) { return llmc_error("cannot read back %s: %s", path, why); }
     pair[1] = crc;
     return 0;
 }
@@ -362,6 +366,7 @@ static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2
     snprintf(f.tmp, sizeof(f.tmp), "%s.tmp", path);  // atomic_open's name, for the other ranks
     int ok = 1, fd = -1;
     float* buf = NULL;
+    const char* why = NULL;  // before the gotos (the header is also compiled as C++)
     if (rank == 0) {
         ok = atomic_open(&f, path) == 0;
         if (ok && (!gpt2_fwrite_header(f.fp, c, version) || fflush(f.fp) != 0 ||
@@ -376,14 +381,13 @@ static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2
         if (n > largest) { largest = n; }
     }
     buf = ok ? (float*)malloc((largest > 0 ? largest : 1) * sizeof(float)) : NULL;
-    fd = rank == 0 ? fileno(f.fp) : open(f.tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    fd = rank == 0 ? fileno(f.fp) : file_open(f.tmp, O_WRONLY | O_NOFOLLOW, 0, FILE_REGULAR, &why);
     if (!ok) {
         llmc_error("%s: %s", path, zero_errmsg());
     } else if (buf == NULL) {
         llmc_error("out of memory for one unit's range of the master (%zu parameters) to write %s", largest, path); ok = 0;
     } else if (fd < 0) {
-        llmc_error("cannot open %s, which rank 0 created: %s (-o must be a directory every rank shares)", f.tmp,
-                   strerror(errno));
+        llmc_error("cannot open %s, which rank 0 created: %s (-o must be a directory every rank shares)", f.tmp, why);
         ok = 0;
     }
     for (int u = 0; ok && u < gpt2_num_units(c); u++) {
@@ -509,8 +513,9 @@ static int checkpoint_find_valid(const char* dir, int rank, int world) {
 static int checkpoint_load(const char* dir, int step, const CheckpointHeader* want, Zero* z, CheckpointHeader* got) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, want->rank);
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, why); }
     CheckpointHeader h;
     int rc = -1;
     if (fread(&h, sizeof(h), 1, fp) != 1) {
@@ -621,8 +626,9 @@ static int checkpoint_set_open(CheckpointSet* s, const char* dir, int step, cons
     char path[4096];
     CheckpointHeader h0;
     checkpoint_state_path(path, sizeof(path), dir, step, 0);
-    FILE* fp0 = fopen(path, "rb");
-    if (fp0 == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* fp0 = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp0 == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, why); }
     if (checkpoint_read_header(fp0, path, 0, step, gpt2_num_params(c), &h0) != 0) { fclose(fp0); return -1; }
     s->world = h0.world_size;
     s->num_units = gpt2_num_units(c);
@@ -643,9 +649,9 @@ static int checkpoint_set_open(CheckpointSet* s, const char* dir, int step, cons
         s->names[q] = strdup(path);
         if (s->names[q] == NULL) { checkpoint_set_close(s); return llmc_error("out of memory"); }
         if (q == 0) { continue; }
-        s->fp[q] = fopen(path, "rb");
+        s->fp[q] = file_fopen(path, O_RDONLY, 0, "rb", &why);
         if (s->fp[q] == NULL) {
-            llmc_error("cannot read checkpoint state %s (rank %d of the %d that saved step %d): %s", path, q, s->world, step, strerror(errno));
+            llmc_error("cannot read checkpoint state %s (rank %d of the %d that saved step %d): %s", path, q, s->world, step, why);
             checkpoint_set_close(s);
             return -1;
         }

@@ -19,6 +19,7 @@
 #include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile; a directory, to fsync it
 #include <unistd.h>  // fsync, close, unlink
 #include <sys/stat.h> // lstat, stat: what is at an output's path, st_dev/st_ino of the inputs
+#include "common/file.h" // file_kind: the words for what a file is (its file_open opens every input)
 
 // ----------------------------------------------------------------------------
 // error messages of library code: one line, kept per thread
@@ -130,15 +131,8 @@ static inline int llmc_input_add(const char* path, const char* what) {
     return 0;
 }
 
-// what a non-regular file is, for the messages
-static inline const char* llmc_file_kind(mode_t m) {
-    if (S_ISLNK(m)) { return "a symlink"; }
-    if (S_ISDIR(m)) { return "a directory"; }
-    if (S_ISFIFO(m)) { return "a FIFO"; }
-    if (S_ISSOCK(m)) { return "a socket"; }
-    if (S_ISCHR(m) || S_ISBLK(m)) { return "a device"; }
-    return "not a regular file";
-}
+// what a non-regular file is, for the messages (common/file.h's words)
+static inline const char* llmc_file_kind(mode_t m) { return file_kind(m); }
 
 // 0 when an output may go to PATH: nothing is there, or a regular file that is no input of
 // this run. Else -1, llmc_errmsg() naming PATH and why: a rename over a symlink, a FIFO or
