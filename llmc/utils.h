@@ -131,9 +131,6 @@ static inline int llmc_input_add(const char* path, const char* what) {
     return 0;
 }
 
-// what a non-regular file is, for the messages (common/file.h's words)
-static inline const char* llmc_file_kind(mode_t m) { return file_kind(m); }
-
 // 0 when an output may go to PATH: nothing is there, or a regular file that is no input of
 // this run. Else -1, llmc_errmsg() naming PATH and why: a rename over a symlink, a FIFO or
 // a device replaces what someone put there on purpose, and one over an input destroys it.
@@ -143,7 +140,7 @@ static inline int output_check(const char* path) {
         if (errno == ENOENT) { return 0; }
         return llmc_error("cannot check the output %s: %s", path, strerror(errno));
     }
-    if (!S_ISREG(st.st_mode)) { return llmc_error("refusing to replace %s: it is %s", path, llmc_file_kind(st.st_mode)); }
+    if (!S_ISREG(st.st_mode)) { return llmc_error("refusing to replace %s: it is %s", path, file_kind(st.st_mode)); }
     for (int i = 0; i < llmc_num_inputs; i++) {
         if (llmc_inputs[i].dev == st.st_dev && llmc_inputs[i].ino == st.st_ino) {
             return llmc_error("refusing to replace %s: it is an input of this run (%s)", path, llmc_inputs[i].what);
@@ -181,7 +178,7 @@ static inline int atomic_open(AtomicFile* f, const char* path) {
     if (fd < 0 && errno == EEXIST) {
         struct stat st;
         if (lstat(f->tmp, &st) == 0 && !S_ISREG(st.st_mode)) {
-            return llmc_error("refusing to replace %s: it is %s", f->tmp, llmc_file_kind(st.st_mode));
+            return llmc_error("refusing to replace %s: it is %s", f->tmp, file_kind(st.st_mode));
         }
         if (unlink(f->tmp) == 0) { fd = open(f->tmp, flags, 0666); }
     }
