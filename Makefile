@@ -29,7 +29,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(BLAS_CFLAGS)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(BLAS_LIBS) -lm
 CRIT_FLAGS = $(shell pkg-config --cflags --libs criterion 2>/dev/null)
 
-LLMC_HEADERS = $(wildcard llmc/*.h) $(wildcard zero3/*.h)
+LLMC_HEADERS = $(wildcard llmc/*.h) $(wildcard zero3/*.h) $(wildcard common/*.h)
 TRAIN_DATA   = dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 TOKENIZER    = dev/data/gpt2_tokenizer.bin
 
@@ -50,7 +50,7 @@ train_gpt2_zero3_cpu: train_gpt2_zero3.c $(LLMC_HEADERS)
 checkpoint_tool: dev/checkpoint_tool.c $(LLMC_HEADERS)
 	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 
-tokenize: dev/tokenize.c llmc/tokenizer.h llmc/utils.h
+tokenize: dev/tokenize.c llmc/tokenizer.h llmc/utils.h common/file.h
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
 
 # tinyshakespeare token shards and the tokenizer file, made by our own tokenizer
@@ -177,7 +177,7 @@ build/alloc_peak.so: test/e2e/alloc_peak.c | build
 	$(CC) -O2 -Wall -Wextra -shared -fPIC $< -o $@
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
-             build/test_cpu_adam build/test_nvme
+             build/test_cpu_adam build/test_nvme build/test_file
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
 

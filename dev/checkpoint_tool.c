@@ -32,10 +32,12 @@
 #include <stdlib.h>           // malloc, free, strtol, qsort
 #include <string.h>           // strcmp, memset
 #include <dirent.h>           // opendir: the steps present
-#include <sys/stat.h>         // lstat: whether a step has a marker at all
+#include <fcntl.h>            // O_RDONLY
+#include <sys/stat.h>         // lstat: whether a step has a marker at all; stat: which files of a step are there
 #include "llmc/checkpoint.h"  // CheckpointHeader, CheckpointSet, checkpoint_state_path; llmc/manifest.h's checks and names
 #include "llmc/gpt2.h"        // GPT2Config, TensorRange, gpt2_fwrite_header, gpt2_file_offset, gpt2_fwrite_bf16
 #include "llmc/utils.h"       // llmc_error, AtomicFile, llmc_input_add, path_in_dir: no output over the checkpoint read
+#include "common/file.h"      // file_fopen: checkpoint files opened without blocking on a FIFO or a device
 #include "zero3/reshard.h"    // zero_state_read_range: one unit of one array from the ranks' files
 
 // extract-optimizer's file: this header, then m (numel fp32), then v (numel fp32), each in
@@ -52,8 +54,9 @@ static int tool_config(const char* dir, int step, GPT2Config* c) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, step);
     int32_t h[256];
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("cannot read %s (its header gives the model's shape): %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp == NULL) { return llmc_error("cannot read %s (its header gives the model's shape): %s", path, why); }
     size_t got = fread(h, sizeof(int32_t), 256, fp);
     fclose(fp);
     if (got != 256 || h[0] != GPT2_MODEL_MAGIC) { return llmc_error("%s is not an llm.c model file (no 1024-byte header with magic %d)", path, GPT2_MODEL_MAGIC); }
@@ -167,19 +170,23 @@ static int tool_steps(const char* dir, int** steps) {
     return n;
 }
 
-static int tool_exists(const char* path) { FILE* fp = fopen(path, "rb"); if (fp != NULL) { fclose(fp); } return fp != NULL; }
+// a regular file is there (stat, not an open: a FIFO of that name would block it)
+static int tool_exists(const char* path) { struct stat st; return stat(path, &st) == 0 && S_ISREG(st.st_mode); }
 
 // one step's headers, rank by rank, with no need of the model's shape
 static int tool_inspect_step(const char* dir, int step) {
     char path[4096];
     CheckpointHeader h0;
     ZeroStateHeader z0;
+    memset(&h0, 0, sizeof(h0));  // set at q == 0, which GCC cannot always tell
+    memset(&z0, 0, sizeof(z0));
     for (int q = 0, world = 1; q < world; q++) {
         CheckpointHeader h;
         ZeroStateHeader z;
         checkpoint_state_path(path, sizeof(path), dir, step, q);
-        FILE* fp = fopen(path, "rb");
-        if (fp == NULL) { return llmc_error("cannot read %s (rank %d of %d): %s", path, q, world, strerror(errno)); }
+        const char* why = NULL;
+        FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+        if (fp == NULL) { return llmc_error("cannot read %s (rank %d of %d): %s", path, q, world, why); }
         int ok = fread(&h, sizeof(h), 1, fp) == 1 && h.magic == CHECKPOINT_MAGIC && h.version == CHECKPOINT_VERSION;
         int zok = ok && zero_state_read_raw(fp, &z) == 0;
         fclose(fp);

@@ -40,7 +40,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE          // memmem (the Makefile defines it already)
 #endif
-#include <stdio.h>           // printf, fprintf, fwrite
+#include <stdio.h>           // printf, fprintf, fwrite; fopen: the text to tokenize
 #include <stdlib.h>          // free, exit, strtoull
 #include <string.h>          // strcmp, strlen, strerror, memmem
 #include <stdint.h>          // uint16_t, int32_t
@@ -307,7 +307,14 @@ int main(int argc, char** argv) {
     const char* in_path = positional[0];
     char* text;
     size_t size;
-    if (tokenizer_slurp(in_path, &text, &size) != 0) { bpe_free(&bpe); die(llmc_errmsg()); }
+    // plain fopen: the text may come through a pipe (./tokenize <(zcat a.txt.gz) a.bin)
+    FILE* in = fopen(in_path, "rb");
+    if (in == NULL) {
+        snprintf(msg, sizeof(msg), "%s: cannot open: %s", in_path, strerror(errno));
+        bpe_free(&bpe);
+        die(msg);
+    }
+    if (tokenizer_slurp_stream(in, in_path, &text, &size) != 0) { bpe_free(&bpe); die(llmc_errmsg()); }
     uint16_t* tokens;
     size_t n;
     int rc = sep != NULL ? sections_encode(&bpe, text, size, sep, sep_len, &tokens, &n)

@@ -55,6 +55,7 @@ typedef struct {
     int dpu;                     // --dpu 0|1  GPU trainer, optimizer offload: delay the update one step (ZeRO-Offload's DPU)
     int save_bf16;               // --save-bf16 0|1  checkpoints' model files as llm.c's bf16 version 5
     float collective_timeout;    // --collective-timeout S  a blocking collective longer than S seconds ends the job; 0: never
+    int stop_grace;              // --stop-grace S  a stop signal not taken up at a step boundary within S seconds ends the process; 0: never
     ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
     int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
     char warnings[4096];         // the JSON's unknown and no-effect keys, settings without effect: printed by rank 0
@@ -97,6 +98,7 @@ static void args_defaults(TrainConfig* c) {
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
     c->collective_timeout = 300.0f;
+    c->stop_grace = 60;
     zero_config_defaults(&c->zero);
 }
 
@@ -182,6 +184,10 @@ static void args_usage(FILE* f, const char* program) {
         "  --collective-timeout <s>           a rank blocked in a collective for s seconds (another rank stopped or stuck)\n"
         "                                     ends the job, naming the collective, the step and the ranks that did not\n"
         "                                     arrive (default 300, 0 = never)\n"
+        "  --stop-grace <s>                   SIGTERM, SIGINT or SIGUSR1 stops the run at its next step boundary (with a\n"
+        "                                     checkpoint in -o); a process that does not get there within s seconds, or\n"
+        "                                     gets a second signal, ends at once, saying what it was doing (default 60,\n"
+        "                                     0 = only a second signal)\n"
         "  --estimate <nodes:gpus>  print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit\n"
         "  -h, --help          this message\n");
 }
@@ -294,6 +300,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(name, "--vocab-tile")) { rc = args_int(name, val, 0, 1L << 30, &v); c->vocab_tile = (int)v; }
         else if (!strcmp(name, "--dpu")) { rc = args_int(name, val, 0, 1, &v); c->dpu = (int)v; }
         else if (!strcmp(name, "--collective-timeout")) { rc = args_float(name, val, 0.0f, 1e6f, &c->collective_timeout); }
+        else if (!strcmp(name, "--stop-grace")) { rc = args_int(name, val, 0, 1000000, &v); c->stop_grace = (int)v; }
         else if (!strcmp(name, "--keep-checkpoints")) { rc = args_int(name, val, 0, 1L << 30, &v); c->keep_checkpoints = (int)v; }
         else if (!strcmp(name, "--allow-unverified")) { rc = args_int(name, val, 0, 1, &v); c->allow_unverified = (int)v; }
         else if (!strcmp(name, "--save-bf16")) { rc = args_int(name, val, 0, 1, &v); c->save_bf16 = (int)v; }

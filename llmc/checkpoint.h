@@ -39,11 +39,12 @@
 #include <errno.h>            // errno
 #include <limits.h>           // LONG_MAX: the payload's size before it is added to an offset; INT_MAX: no rank failed
 #include <unistd.h>           // unlink: the resharded section's temporary file; ftruncate, fsync, close: the model file
-#include <fcntl.h>            // open: the model file's temporary, on the ranks other than 0
+#include <fcntl.h>            // O_WRONLY, O_RDONLY: the files opened through common/file.h
 #include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
 #include <stdlib.h>           // malloc
 #include "llmc/utils.h"       // llmc_error, AtomicFile
 #include "llmc/manifest.h"    // the DONE marker: checkpoint_manifest_write, checkpoint_verify, checkpoint_retire, checkpoint_steps
+#include "common/file.h"      // file_open, file_fopen: checkpoint files opened without blocking on a FIFO or a device
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
@@ -110,6 +111,7 @@ static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2
     snprintf(f.tmp, sizeof(f.tmp), "%s.tmp", path);  // atomic_open's name, for the other ranks
     int ok = 1, fd = -1;
     float* buf = NULL;
+    const char* why = NULL;  // before the gotos (the header is also compiled as C++)
     if (rank == 0) {
         ok = atomic_open(&f, path) == 0;
         if (ok && (!gpt2_fwrite_header(f.fp, c, version) || fflush(f.fp) != 0 ||
@@ -124,14 +126,13 @@ static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2
         if (n > largest) { largest = n; }
     }
     buf = ok ? (float*)malloc((largest > 0 ? largest : 1) * sizeof(float)) : NULL;
-    fd = rank == 0 ? fileno(f.fp) : open(f.tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    fd = rank == 0 ? fileno(f.fp) : file_open(f.tmp, O_WRONLY | O_NOFOLLOW, 0, FILE_REGULAR, &why);
     if (!ok) {
         llmc_error("%s: %s", path, zero_errmsg());
     } else if (buf == NULL) {
         llmc_error("out of memory for one unit's range of the master (%zu parameters) to write %s", largest, path); ok = 0;
     } else if (fd < 0) {
-        llmc_error("cannot open %s, which rank 0 created: %s (-o must be a directory every rank shares)", f.tmp,
-                   strerror(errno));
+        llmc_error("cannot open %s, which rank 0 created: %s (-o must be a directory every rank shares)", f.tmp, why);
         ok = 0;
     }
     for (int u = 0; ok && u < gpt2_num_units(c); u++) {
@@ -312,8 +313,9 @@ static int checkpoint_prune(const char* dir, int keep, int saved, int allow_unve
 static int checkpoint_load(const char* dir, int step, const CheckpointHeader* want, Zero* z, CheckpointHeader* got) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/state_%08d_%05d.bin", dir, step, want->rank);
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, why); }
     CheckpointHeader h;
     int rc = -1;
     if (fread(&h, sizeof(h), 1, fp) != 1) {
@@ -424,8 +426,9 @@ static int checkpoint_set_open(CheckpointSet* s, const char* dir, int step, cons
     char path[4096];
     CheckpointHeader h0;
     checkpoint_state_path(path, sizeof(path), dir, step, 0);
-    FILE* fp0 = fopen(path, "rb");
-    if (fp0 == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* fp0 = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp0 == NULL) { return llmc_error("cannot read checkpoint state %s: %s", path, why); }
     if (checkpoint_read_header(fp0, path, 0, step, gpt2_num_params(c), &h0) != 0) { fclose(fp0); return -1; }
     s->world = h0.world_size;
     s->num_units = gpt2_num_units(c);
@@ -446,9 +449,9 @@ static int checkpoint_set_open(CheckpointSet* s, const char* dir, int step, cons
         s->names[q] = strdup(path);
         if (s->names[q] == NULL) { checkpoint_set_close(s); return llmc_error("out of memory"); }
         if (q == 0) { continue; }
-        s->fp[q] = fopen(path, "rb");
+        s->fp[q] = file_fopen(path, O_RDONLY, 0, "rb", &why);
         if (s->fp[q] == NULL) {
-            llmc_error("cannot read checkpoint state %s (rank %d of the %d that saved step %d): %s", path, q, s->world, step, strerror(errno));
+            llmc_error("cannot read checkpoint state %s (rank %d of the %d that saved step %d): %s", path, q, s->world, step, why);
             checkpoint_set_close(s);
             return -1;
         }

@@ -15,10 +15,11 @@
 
 #include <stddef.h>   // size_t
 #include <stdint.h>   // uint32_t, uint64_t
-#include <string.h>   // memcpy: unaligned 8-byte loads
-#include <stdio.h>    // FILE, fopen, fread: a file's checksum
+#include <string.h>   // memcpy: unaligned 8-byte loads; strerror
+#include <stdio.h>    // FILE, fread: a file's checksum
 #include <stdlib.h>   // malloc: the read buffer
-#include <errno.h>    // errno
+#include <errno.h>    // errno, ENOMEM, EIO
+#include "common/file.h"  // file_fopen: opened without blocking on a FIFO or a device
 #if defined(__x86_64__)
 #include <nmmintrin.h>  // _mm_crc32_u8, _mm_crc32_u64: SSE4.2's crc32 instruction
 #endif
@@ -68,14 +69,14 @@ static uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
     return ~crc32c_soft(crc, p, n);
 }
 
-// The checksum and size of the file at path, read in 4 MiB pieces. Returns 0, or -1
-// with errno set (the caller names the file).
-static int crc32c_file(const char* path, uint32_t* crc, uint64_t* size) {
+// The checksum and size of the regular file at path, read in 4 MiB pieces. Returns 0,
+// or -1 with *why saying what went wrong (the caller names the file).
+static int crc32c_file(const char* path, uint32_t* crc, uint64_t* size, const char** why) {
     enum { PIECE = 4 << 20 };
     unsigned char* buf = (unsigned char*)malloc(PIECE);
-    if (buf == NULL) { errno = ENOMEM; return -1; }
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { int e = errno; free(buf); errno = e; return -1; }
+    if (buf == NULL) { *why = strerror(ENOMEM); return -1; }
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", why);  // a FIFO named like a checkpoint file is refused, never waited on
+    if (fp == NULL) { free(buf); return -1; }
     uint32_t c = 0;
     uint64_t total = 0;
     size_t got;
@@ -86,7 +87,7 @@ static int crc32c_file(const char* path, uint32_t* crc, uint64_t* size) {
     int err = ferror(fp) ? (errno != 0 ? errno : EIO) : 0;
     fclose(fp);
     free(buf);
-    if (err != 0) { errno = err; return -1; }
+    if (err != 0) { *why = strerror(err); return -1; }
     *crc = c;
     *size = total;
     return 0;

@@ -40,10 +40,11 @@
 #include <limits.h>     // INT_MAX: rng_permute works on int indices
 #include <errno.h>      // errno, EINTR
 #include <glob.h>       // glob, globfree, GLOB_NOMATCH
-#include <fcntl.h>      // open, O_RDONLY, O_CLOEXEC
+#include <fcntl.h>      // O_RDONLY
 #include <unistd.h>     // pread, close
-#include <sys/stat.h>   // fstat, S_ISREG: the file size checked against the header
+#include <sys/stat.h>   // fstat: the file size checked against the header
 #include "llmc/utils.h" // llmc_error: one-line error messages, return -1
+#include "common/file.h" // file_open: a shard that is a FIFO or a device is refused, never waited on
 #include "llmc/rand.h"  // Rng, rng_init, rng_u64, rng_permute: the shared deterministic RNG
 
 #define DATALOADER_MAGIC 20240520
@@ -147,19 +148,16 @@ static inline void dataloader_compute_order(DataLoader* dl, uint64_t epoch) {
 
 // opens shard f, checks its header against its size; fills *ntok. The fd is closed.
 static inline int dataloader_check_shard(const char* path, size_t* ntok) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char* why = NULL;
+    int fd = file_open(path, O_RDONLY, 0, FILE_REGULAR, &why);  // a regular file: a FIFO a glob matched is no shard
     if (fd < 0) {
-        return llmc_error("dataloader: cannot open shard %s: %s", path, strerror(errno));
+        return llmc_error("dataloader: cannot open shard %s: %s", path, why);
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return llmc_error("dataloader: cannot stat shard %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return llmc_error("dataloader: shard %s is not a regular file", path);
     }
     long long size = (long long)st.st_size;
     if (size < DATALOADER_HEADER_BYTES) {
@@ -403,9 +401,10 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     size_t token_offset = chunk * dl->global_tokens + (size_t)dl->rank * bt;  // in tokens, within the shard
     if (dl->fd < 0 || dl->fd_shard != f) {
         if (dl->fd >= 0) { close(dl->fd); dl->fd = -1; }
-        dl->fd = open(dl->shard_paths[f], O_RDONLY | O_CLOEXEC);
+        const char* why = NULL;
+        dl->fd = file_open(dl->shard_paths[f], O_RDONLY, 0, FILE_REGULAR, &why);
         if (dl->fd < 0) {
-            return llmc_error("dataloader: cannot open shard %s: %s", dl->shard_paths[f], strerror(errno));
+            return llmc_error("dataloader: cannot open shard %s: %s", dl->shard_paths[f], why);
         }
         dl->fd_shard = f;
     }

@@ -26,10 +26,11 @@
 #include <string.h>   // strcmp, strncmp, memcpy
 #include <math.h>     // sqrtf, isfinite
 #include <errno.h>    // errno: the reason a read or write failed
-#include <fcntl.h>    // open: a model file for partitioned reads
+#include <fcntl.h>    // O_RDONLY: a model file for partitioned reads
 #include <unistd.h>   // pread, pwrite, close: each rank's parts of a model file
 #include <sys/stat.h> // fstat: the model file's size
 #include "llmc/utils.h"  // llmc_error, AtomicFile
+#include "common/file.h" // file_open: a model file that is a FIFO or a device is refused, never waited on
 #include "llmc/rand.h"   // rng_normal_at: counter-based samples for init
 
 #define GPT2_MODEL_MAGIC 20240326
@@ -349,8 +350,9 @@ static int gpt2_source_open(GPT2Source* s, const char* path) {
     long expected;
     memset(s, 0, sizeof(*s));
     s->path = path;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0) { return llmc_error("cannot open model file %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    s->fd = file_open(path, O_RDONLY, 0, FILE_REGULAR, &why);
+    if (s->fd < 0) { return llmc_error("cannot open model file %s: %s", path, why); }
     if (pread(s->fd, header, sizeof(header), 0) != (ssize_t)sizeof(header)) {
         llmc_error("model file %s is truncated: shorter than its 1024-byte header", path);
         goto fail;

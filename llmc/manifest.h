@@ -30,14 +30,16 @@
 #ifndef LLMC_MANIFEST_H
 #define LLMC_MANIFEST_H
 
-#include <stdio.h>            // snprintf, sscanf, fopen, fread
+#include <stdio.h>            // snprintf, sscanf, fread
+#include <fcntl.h>            // O_RDONLY: the marker opened through common/file.h
 #include <stdint.h>           // uint32_t, uint64_t
 #include <stdlib.h>           // malloc, calloc, realloc, free
 #include <string.h>           // strlen, strcmp, strtok, memset
 #include <errno.h>            // errno: the messages; EEXIST, ENOENT
 #include <dirent.h>           // opendir, readdir: the markers and a step's files
 #include <sys/stat.h>         // lstat: a marker must be a regular file; mkdir: the damaged ones' directory
-#include "llmc/utils.h"       // llmc_error, llmc_file_kind, AtomicFile, fsync_parent_dir
+#include "llmc/utils.h"       // llmc_error, AtomicFile, fsync_parent_dir
+#include "common/file.h"      // file_fopen, file_kind: the marker opened without blocking on a FIFO
 #include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
 #include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
 
@@ -227,10 +229,11 @@ static int checkpoint_manifest_read(const char* dir, int step, int allow_unverif
     if (lstat(path, &st) != 0) { return llmc_error("cannot read checkpoint manifest %s: %s", path, strerror(errno)); }
     if (!S_ISREG(st.st_mode)) {
         return llmc_error("checkpoint marker %s is %s, not a manifest: the checkpoint is not complete", path,
-                          llmc_file_kind(st.st_mode));
+                          file_kind(st.st_mode));
     }
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("cannot read checkpoint manifest %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);  // a FIFO put there since the lstat is refused, not waited on
+    if (fp == NULL) { return llmc_error("cannot read checkpoint manifest %s: %s", path, why); }
     enum { MAX_TEXT = 1 << 24 };  // 16 MiB: some 200k ranks' lines
     size_t cap = fstat(fileno(fp), &st) == 0 && st.st_size < MAX_TEXT ? (size_t)st.st_size : MAX_TEXT;
     char* text = (char*)malloc(cap + 2);
@@ -263,8 +266,9 @@ static int checkpoint_manifest_check(const char* dir, const CheckpointManifest* 
         snprintf(path, sizeof(path), "%s/%s", dir, m->files[i].name);
         uint32_t crc;
         uint64_t size;
-        if (crc32c_file(path, &crc, &size) != 0) {
-            return llmc_error("checkpoint at step %d: cannot read %s: %s", m->step, path, strerror(errno));
+        const char* why = NULL;
+        if (crc32c_file(path, &crc, &size, &why) != 0) {
+            return llmc_error("checkpoint at step %d: cannot read %s: %s", m->step, path, why);
         }
         if (size != m->files[i].size) {
             return llmc_error("checkpoint at step %d: %s has %llu bytes; its manifest says %llu (truncated or replaced)", m->step,
@@ -325,7 +329,8 @@ static int checkpoint_manifest_write(const char* dir, int step, int world, const
 // The size and checksum of a file just written, as two uint64 (the manifest's pair).
 static int checkpoint_file_sum(const char* path, uint64_t* pair) {
     uint32_t crc;
-    if (crc32c_file(path, &crc, &pair[0]) != 0) { return llmc_error("cannot read back %s: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    if (crc32c_file(path, &crc, &pair[0], &why) != 0) { return llmc_error("cannot read back %s: %s", path, why); }
     pair[1] = crc;
     return 0;
 }

@@ -38,11 +38,12 @@
 #include <cjson/cJSON.h>  // cJSON_Parse: reading encoder.json
 #include <stdint.h>       // uint8_t, uint16_t, uint32_t, uint64_t
 #include <stddef.h>       // size_t
-#include <stdio.h>        // FILE, fopen, fread, fwrite
+#include <stdio.h>        // FILE, fread, fwrite
 #include <stdlib.h>       // malloc, realloc, calloc, free
 #include <string.h>       // memcpy, memcmp, strlen, strerror
 #include <errno.h>        // errno for the messages
 #include "llmc/utils.h"   // llmc_error: the 0 / -1 error convention; AtomicFile
+#include "common/file.h"  // file_fopen: the tokenizer, encoder.json and vocab.bpe opened without waiting on a FIFO
 
 #define TOKENIZER_MAGIC 20240328
 #define TOKENIZER_VERSION 2
@@ -60,13 +61,11 @@ static inline void tokenizer_write_u32le(unsigned char* p, uint32_t v) {
     p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
 }
 
-// reads a whole file into a malloc'd buffer (plus one NUL so text can be used as a C
-// string); 0 or -1 with a message naming the path
-static inline int tokenizer_slurp(const char* path, char** data, size_t* size) {
+// reads all of the stream fp (closed here) into a malloc'd buffer (plus one NUL so text
+// can be used as a C string); 0 or -1 with a message naming `path`, where it came from
+static inline int tokenizer_slurp_stream(FILE* fp, const char* path, char** data, size_t* size) {
     *data = NULL;
     *size = 0;
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { return llmc_error("%s: cannot open: %s", path, strerror(errno)); }
     size_t cap = 1 << 16, n = 0;
     char* buf = (char*)malloc(cap + 1);
     if (buf == NULL) { fclose(fp); return llmc_error("%s: out of memory", path); }
@@ -90,6 +89,15 @@ static inline int tokenizer_slurp(const char* path, char** data, size_t* size) {
     *data = buf;
     *size = n;
     return 0;
+}
+
+// the same for the regular file at path (file_fopen: a FIFO or a device is refused, never
+// waited on; the text ./tokenize reads may be a pipe, through tokenizer_slurp_stream)
+static inline int tokenizer_slurp(const char* path, char** data, size_t* size) {
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp == NULL) { *data = NULL; *size = 0; return llmc_error("%s: cannot open: %s", path, why); }
+    return tokenizer_slurp_stream(fp, path, data, size);
 }
 
 // ----------------------------------------------------------------------------

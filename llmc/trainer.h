@@ -25,14 +25,16 @@
 #include <string.h>           // strstr, memset
 #include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
 #include <limits.h>           // LLONG_MAX: no non-finite parameter on a rank
-#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead; sigaction: SIGTERM, SIGUSR1
+#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
 #include <dirent.h>           // opendir: -o's files, against the inputs
-#include <fcntl.h>            // open: main.log appended without following a link
+#include <fcntl.h>            // O_APPEND, O_NOFOLLOW: main.log appended without following a link
 #include <mpi.h>              // ranks, the checks across ranks
 #include <cjson/cJSON.h>      // the --report JSON
 #include "llmc/utils.h"       // llmc_error, AtomicFile
+#include "common/file.h"      // file_open: main.log opened without blocking on a FIFO
+#include "llmc/job.h"         // the launcher's check, -o's lock, the stop signals, job_doing
 #include "llmc/args.h"        // TrainConfig, args_parse
 #include "llmc/gpt2.h"        // model files, descriptors, init, the units
 #include "llmc/dataloader.h"  // DataLoader
@@ -114,31 +116,17 @@ static void log_line(const char* dir, int rank, const char* fmt, int step, float
     if (dir == NULL || rank != 0) { return; }
     char path[4096];
     snprintf(path, sizeof(path), "%s/main.log", dir);
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    const char* why = NULL;  // file_open's reason, or the write's
+    int fd = file_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW, 0666, FILE_REGULAR, &why);
     FILE* fp = fd >= 0 ? fdopen(fd, "a") : NULL;
     int ok = fp != NULL && fprintf(fp, fmt, step, value) > 0;
-    int err = errno;
-    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; err = errno; }
+    if (!ok && fd >= 0) { why = strerror(errno); }
+    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; why = strerror(errno); }
     if (fp == NULL && fd >= 0) { close(fd); }
     if (!ok) {
-        fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(err));
+        fprintf(stderr, "error: cannot write %s: %s\n", path, why);
         trainer_abort();
     }
-}
-
-// SIGTERM or SIGUSR1 (a scheduler's preemption notice) received: its number, acted on at
-// the next step boundary (trainer_run: a checkpoint, then a clean exit). The handler also
-// removes this rank's swap files by name (the open files stay usable): if the signal is
-// mpirun ending the job after another rank failed, a SIGKILL follows and nothing else would.
-static volatile sig_atomic_t trainer_stop_signal;
-
-static void trainer_on_signal(int sig) {
-    trainer_stop_signal = sig;
-    nvme_remove_all();
-}
-
-static const char* trainer_signal_name(int sig) {
-    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
 
 static float allreduce_mean(float x, int world, const char* what) {
@@ -168,31 +156,30 @@ typedef struct {
 
 // Start-up: line-buffered stdout, SIGXFSZ ignored (a write past a file-size limit fails
 // with EFBIG and is reported), MPI, the flags (-h prints the usage for `program` and
-// exits; a bad flag stops every rank), the --ds-config warnings from rank 0, and this
-// rank's threads: the node's cores split among its ranks unless OMP_NUM_THREADS says.
+// exits; a bad flag stops every rank), the launcher's word against MPI's (llmc/job.h),
+// the stop signals, the --ds-config warnings from rank 0, and this rank's threads: the
+// node's cores split among its ranks unless OMP_NUM_THREADS says.
 static void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
     memset(t, 0, sizeof(*t));
     t->source.fd = -1;  // no model file open
     setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
     signal(SIGXFSZ, SIG_IGN);
+    JobLauncher launcher;
+    job_launcher_read(&launcher);  // before MPI_Init, which sets some of the variables for a singleton
     mpiCheck(MPI_Init(argc, argv));
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &t->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &t->world));
-    // after MPI_Init, so that these are ours; SA_RESETHAND: a second signal ends the rank
-    // at once, for whoever will not wait for the checkpoint
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = trainer_on_signal;
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
     int rc = args_parse(&t->tc, *argc, *argv);
     if (rc == 1) {
         if (t->rank == 0) { args_usage(stdout, program); }
         MPI_Finalize();
         exit(EXIT_SUCCESS);
     }
+    if (job_launcher_check(&launcher, t->world) != 0) { die_all(t->rank, llmc_errmsg()); }
+    // after MPI_Init, so that these are ours: a first SIGTERM, SIGINT or SIGUSR1 stops the
+    // run at its next step boundary (trainer_run), a second one or --stop-grace ends it
+    // at once; the swap files go with either (nvme_remove_all only unlinks)
+    job_signals_install(t->rank, t->tc.stop_grace, nvme_remove_all);
     if (rc != 0 || llmc_input_add(t->tc.ds_config, "--ds-config") != 0) { die_all(t->rank, llmc_errmsg()); }
     if (zero_watchdog_start(t->tc.collective_timeout, MPI_COMM_WORLD) != 0) { die_all(t->rank, zero_errmsg()); }
     if (t->rank == 0 && t->tc.warnings[0] != '\0') { fputs(t->tc.warnings, stderr); }
@@ -212,6 +199,7 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
 // the engine asks t->source for each rank's shards (trainer_fill). Checks -t against the model.
 static void trainer_model(Trainer* t) {
     const TrainConfig* tc = &t->tc;
+    job_doing("opening the model %s", tc->model);
     if (access(tc->model, F_OK) == 0) {
         if (gpt2_source_open(&t->source, tc->model) != 0 || llmc_input_add(tc->model, "-e") != 0) {
             die_all(t->rank, llmc_errmsg());
@@ -410,10 +398,18 @@ static void trainer_setup(Trainer* t) {
             snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s: %s", tc->output_dir, strerror(err));
             die_all(rank, msg);
         }
+        // one job per directory: rank 0 locks it before anything of the run reads or writes
+        // there (a second job is refused naming the first; llmc/job.h); -o not a directory
+        // is trainer_check_outputs' to say
+        job_doing("locking the output directory %s", tc->output_dir);
+        bad = rank == 0 && stat(tc->output_dir, &st) == 0 && S_ISDIR(st.st_mode) ? job_lock_dir(tc->output_dir) != 0 : 0;
+        mpiWatched("broadcast of the output directory's lock", MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (bad) { die_all(rank, llmc_errmsg()); }
     } else if (tc->checkpoint_every > 0 || tc->resume) {
         die_all(rank, "flags -n and -y need an output directory: add -o DIR");
     }
 
+    job_doing("opening the data (-i %s, -j %s) and the tokenizer", tc->train_pattern, tc->val_pattern);
     int shuffle = tc->shuffle && !tc->overfit_single_batch;
     if (dataloader_init(&t->train, tc->train_pattern, tc->B, tc->T, rank, t->world, shuffle, tc->seed) != 0) { trainer_fail(rank); }
     // every token id read from here on is checked against the model's vocabulary
@@ -453,6 +449,7 @@ static void trainer_setup(Trainer* t) {
 }
 
 static void trainer_finish(Trainer* t) {
+    job_doing("ending the run");
     if (t->have_tokenizer) { tokenizer_free(&t->tokenizer); }
     if (t->loaders_ready) { dataloader_free(&t->train); }
     if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }
@@ -598,6 +595,7 @@ static int trainer_fill(void* ctx, int u, size_t begin, size_t n, float* out) {
 // what an engine for this run is built from: the ZeRO configuration, AdamW's betas and
 // eps, every rank, the initial parameters from t->source (model: gpt2_engine_model's)
 static ZeroInit trainer_engine(Trainer* t, const ZeroModel* model) {
+    job_doing("building the engine (this rank's shards of the model)");
     ZeroInit in;
     memset(&in, 0, sizeof(in));
     in.cfg = &t->tc.zero;
@@ -970,6 +968,7 @@ static CheckpointHeader trainer_checkpoint_header(const Trainer* t, int step) {
 static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, int* skipped) {
     const TrainConfig* tc = &t->tc;
     if (!tc->resume) { return 0; }
+    job_doing("resuming from %s (checking its checkpoints)", tc->output_dir);
     int latest = checkpoint_find_valid(tc->output_dir, t->rank, t->world, tc->allow_unverified);
     if (latest == -1) {
         if (t->rank == 0) { printf("no checkpoint in %s: starting from step 0\n", tc->output_dir); }
@@ -1037,6 +1036,7 @@ static int trainer_params_finite(const Trainer* t, const TrainerModel* m, char* 
 
 static void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int skipped, const Rng* sample_rng) {
     const TrainConfig* tc = &t->tc;
+    job_doing("saving the checkpoint of step %d in %s", step, tc->output_dir);
     char why[160], msg[4400];
     if (!trainer_params_finite(t, m, why, sizeof(why))) {
         snprintf(msg, sizeof(msg), "refusing to write the checkpoint of step %d: %s, not finite; the checkpoints already in "
@@ -1095,18 +1095,24 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         int last_step = step == t->max_steps;
         // a signal on any rank stops every rank at this step: one int per step
         zero_watch_step(step + 1);
-        int stop = trainer_stop_signal;
+        job_doing("at the boundary of step %d (agreeing whether to stop)", step);
+        int stop = job_stop_signal();
         mpiWatched("all-reduce of the stop signal", MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+        if (stop) { job_stop_seen(); }  // taken up: --stop-grace no longer runs
         // --dpu: the last update is still running; the final evaluation, samples and
         // checkpoint see it applied
         if (last_step) { zeroCheck(zero_flush(m->zero)); }
         if (tc->val_every > 0 && (step % tc->val_every == 0 || last_step)) {
+            job_doing("validating at step %d", step);
             float val_loss = trainer_validate(t, m);
             if (rank == 0) { printf("val loss %f\n", val_loss); }
             log_line(tc->output_dir, rank, "s:%d tel:%f\n", step, val_loss);
             vals[nvals++] = (ValRecord){step, val_loss};
         }
-        if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) { trainer_sample(t, m, &sample_rng); }
+        if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) {
+            job_doing("sampling at step %d", step);
+            trainer_sample(t, m, &sample_rng);
+        }
         int saved = 0;
         // -x 0 -n N: the checkpoint of step 0, the initial model (a run of no steps saves it)
         if (tc->checkpoint_every > 0 && (step > start_step || t->max_steps == 0) && (step % tc->checkpoint_every == 0 || last_step)) {
@@ -1118,14 +1124,15 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
             // where a -n checkpoint of this step would be, so that -y 1 continues the same run;
             // a resumed run signalled before its first step has its checkpoint already
             if (tc->output_dir == NULL) {
-                if (rank == 0) { printf("received %s at step %d: no checkpoint without -o, exiting\n", trainer_signal_name(stop), step); }
+                if (rank == 0) { printf("received %s at step %d: no checkpoint without -o, exiting\n", job_signal_name(stop), step); }
             } else {
                 if (!saved && !(step == start_step && start_step > 0)) { trainer_checkpoint(t, m, step, skipped, &sample_rng); }
-                if (rank == 0) { printf("received %s: saved checkpoint at step %d in %s, exiting\n", trainer_signal_name(stop), step, tc->output_dir); }
+                if (rank == 0) { printf("received %s: saved checkpoint at step %d in %s, exiting\n", job_signal_name(stop), step, tc->output_dir); }
             }
             break;
         }
 
+        job_doing("training step %d", step + 1);
         if (m->range_push != NULL) { m->range_push("step"); }
         ZeroStats before;
         zeroCheck(zero_stats(m->zero, &before));
@@ -1179,6 +1186,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     }
     int stopped = skipped_in_a_row > tc->max_skipped_steps;
     traffic.steps = nsteps;
+    job_doing("writing the report and the memory figures");
 
     // the report: memory peaks over the whole run (gathered again: the working set grows
     // during the steps), and the training steps' traffic per step

@@ -19,6 +19,7 @@
 #include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile; a directory, to fsync it
 #include <unistd.h>  // fsync, close, unlink
 #include <sys/stat.h> // lstat, stat: what is at an output's path, st_dev/st_ino of the inputs
+#include "common/file.h" // file_kind: the words for what a file is (its file_open opens every input)
 
 // ----------------------------------------------------------------------------
 // error messages of library code: one line, kept per thread
@@ -133,16 +134,6 @@ static inline int llmc_input_add(const char* path, const char* what) {
     return 0;
 }
 
-// what a non-regular file is, for the messages
-static inline const char* llmc_file_kind(mode_t m) {
-    if (S_ISLNK(m)) { return "a symlink"; }
-    if (S_ISDIR(m)) { return "a directory"; }
-    if (S_ISFIFO(m)) { return "a FIFO"; }
-    if (S_ISSOCK(m)) { return "a socket"; }
-    if (S_ISCHR(m) || S_ISBLK(m)) { return "a device"; }
-    return "not a regular file";
-}
-
 // 0 when the file at PATH (st: its lstat) is no input of this run; else -1, llmc_errmsg()
 // naming PATH, the flag that gave the input and, when it was given under another name, that
 static inline int output_input_check(const char* path, const struct stat* st) {
@@ -165,7 +156,7 @@ static inline int output_check(const char* path) {
         if (errno == ENOENT) { return 0; }
         return llmc_error("cannot check the output %s: %s", path, strerror(errno));
     }
-    if (!S_ISREG(st.st_mode)) { return llmc_error("refusing to replace %s: it is %s", path, llmc_file_kind(st.st_mode)); }
+    if (!S_ISREG(st.st_mode)) { return llmc_error("refusing to replace %s: it is %s", path, file_kind(st.st_mode)); }
     return output_input_check(path, &st);
 }
 
@@ -198,7 +189,7 @@ static inline int atomic_open(AtomicFile* f, const char* path) {
     if (fd < 0 && errno == EEXIST) {
         struct stat st;
         if (lstat(f->tmp, &st) == 0 && !S_ISREG(st.st_mode)) {
-            return llmc_error("refusing to replace %s: it is %s", f->tmp, llmc_file_kind(st.st_mode));
+            return llmc_error("refusing to replace %s: it is %s", f->tmp, file_kind(st.st_mode));
         }
         if (unlink(f->tmp) == 0) { fd = open(f->tmp, flags, 0666); }
     }

@@ -53,7 +53,7 @@
 #ifndef ZERO3_CONFIG_H
 #define ZERO3_CONFIG_H
 
-#include <stdio.h>         // FILE, fopen, fread, snprintf, vsnprintf
+#include <stdio.h>         // FILE, fread, snprintf, vsnprintf
 #include <stdarg.h>        // va_list for the warning appender
 #include <stddef.h>        // offsetof: the flag and key tables point into ZeroConfig
 #include <stdint.h>        // uint64_t for the configuration hash
@@ -65,6 +65,7 @@
 #include <math.h>          // NAN, isnan, isfinite (macros only: no -lm needed)
 #include <cjson/cJSON.h>   // cJSON_ParseWithOpts and the tree walk for --ds-config
 #include "zero3/util.h"     // zero_error: the library error convention
+#include "common/file.h"    // file_fopen: a FIFO or a device as --ds-config is refused, never waited on
 
 typedef enum { ZERO_OFFLOAD_NONE = 0, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME } ZeroOffload;
 // the type gradients are reduced in: the model's (unset), or named
@@ -666,8 +667,9 @@ static inline void zero_json_position(const char* text, size_t pos, int* line, i
 
 // reads the whole file into a NUL-terminated buffer; -1 with a message naming it
 static inline int zero_read_file(const char* path, char** out) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) { return zero_error("--ds-config %s: cannot open: %s", path, strerror(errno)); }
+    const char* why = NULL;
+    FILE* f = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (f == NULL) { return zero_error("--ds-config %s: cannot open: %s", path, why); }
     size_t cap = 4096, len = 0;
     char* buf = (char*)malloc(cap);
     while (buf != NULL) {

@@ -2,13 +2,14 @@
  NVMe tier of ZeRO-Infinity: an io_uring swapper that moves optimizer/parameter shards
  between host buffers and one swap file per rank.
 
- File: DIR/zero3_rank%05d.swp, created with mode 0600, opened O_RDWR | O_DIRECT, locked
- (a POSIX write lock over the whole file: a second job on the same --nvme-path is refused
- with the holder's pid, before anything is truncated), emptied when an earlier run left it
- (a stale file, reported on stderr), removed at nvme_close and by nvme_remove_all (the
- trainer's failure and signal paths), and preallocated to `bytes` (rounded up to 4 KiB) with fallocate, so that a
- full disk shows up at nvme_open (ENOSPC, naming the path) and not halfway through a
- training step. A filesystem without fallocate gets a sparse file (ftruncate) instead.
+ File: DIR/zero3_rank%05d.swp, created with mode 0600, opened O_RDWR | O_DIRECT through
+ common/file.h's file_open (a FIFO or a device of that name is refused, unopened and left
+ alone), locked (file_lock: a POSIX write lock over the whole file: a second job on the
+ same --nvme-path is refused with the holder's pid, before anything is truncated),
+ emptied when an earlier run left it (a stale file, reported on stderr), removed at
+ nvme_close and by nvme_remove_all (the trainer's failure and signal paths), and
+ preallocated to `bytes` (rounded up to 4 KiB) with fallocate, so that a full disk shows
+ up at nvme_open (ENOSPC, naming the path) and not halfway through a training step. A filesystem without fallocate gets a sparse file (ftruncate) instead.
  O_DIRECT: the swapped data is read once per step and must not push the trainer's own
  memory out of the page cache, and O_DIRECT avoids a copy. A filesystem that refuses
  O_DIRECT (open fails with EINVAL) gets buffered I/O with a one-line notice on stderr
@@ -83,13 +84,14 @@
 #include <stdlib.h>      // posix_memalign, calloc, realloc, free
 #include <string.h>      // memset, strerror
 #include <errno.h>       // errno, EINVAL, EINTR
-#include <fcntl.h>       // open, O_DIRECT, fallocate
+#include <fcntl.h>       // O_RDWR, O_DIRECT, fallocate
 #include <unistd.h>      // close, unlink, ftruncate
 #include <sys/stat.h>    // stat, S_ISDIR: tell "missing directory" from other failures
 #include <sys/uio.h>     // struct iovec: registered buffers
 #include <sys/mman.h>    // madvise: huge pages for the registered buffers
 #include <liburing.h>    // io_uring_*: the submission and completion rings
 #include "zero3/util.h"  // zero_error, zero_now_ms
+#include "common/file.h"  // file_open: no FIFO or device opened as a swap file; file_lock
 
 #ifndef O_DIRECT
 #error "zero3/nvme.h needs _GNU_SOURCE (O_DIRECT): include it first or build with -D_GNU_SOURCE"
@@ -196,7 +198,8 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
     f->queue_depth = queue_depth;
     f->chunk_bytes = NVME_CHUNK_BYTES;
     int created = 0, rc = 0, stale = 0;  // declared before the gotos (the header is also compiled as C++)
-    struct flock lk;
+    long holder = -1;
+    const char* why = NULL;
     // stat the directory first: "directory missing" is a clearer message than ENOENT on the file
     struct stat st;
     if (stat(dir, &st) != 0) {
@@ -207,33 +210,28 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
         zero_error("nvme_open: swap directory %s: %s", dir, strerror(ENOTDIR));
         goto fail;
     }
-    // not O_TRUNC: the file may be another job's, in use; emptied only once locked below
+    // not O_TRUNC: the file may be another job's, in use; emptied only once locked below.
+    // Through file_open: a FIFO or a device of that name is refused unopened, and left there
     stale = lstat(f->path, &st) == 0;
-    f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_DIRECT, 0600);
+    f->fd = file_open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_DIRECT, 0600, FILE_REGULAR, &why);
     f->direct = 1;
     if (f->fd < 0 && errno == EINVAL) {
         // the filesystem refuses O_DIRECT: keep working through the page cache
-        f->fd = open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        f->fd = file_open(f->path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600, FILE_REGULAR, &why);
         f->direct = 0;
         if (f->fd >= 0) {
             fprintf(stderr, "nvme: %s: filesystem does not support O_DIRECT, using buffered I/O\n", f->path);
         }
     }
     if (f->fd < 0) {
-        zero_error("nvme_open: cannot create swap file %s: %s", f->path, strerror(errno));
+        zero_error("nvme_open: cannot create swap file %s: %s", f->path, why);
         goto fail;
     }
-    // fcntl's lock, not flock: F_GETLK names the process holding it
-    memset(&lk, 0, sizeof(lk));
-    lk.l_type = F_WRLCK;
-    lk.l_whence = SEEK_SET;
-    if (fcntl(f->fd, F_SETLK, &lk) != 0) {
+    if (file_lock(f->fd, &holder) != 0) {
         int e = errno;
         if (e == EACCES || e == EAGAIN) {
-            struct flock who = lk;
-            long pid = fcntl(f->fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK ? (long)who.l_pid : -1;
             zero_error("nvme_open: swap file %s is in use by another job (process %ld holds its lock; "
-                       "give each job its own --nvme-path)", f->path, pid);
+                       "give each job its own --nvme-path)", f->path, holder);
         } else {
             zero_error("nvme_open: cannot lock swap file %s: %s", f->path, strerror(e));
         }

@@ -59,3 +59,10 @@ expect_error() {
         bad "error: $name (exit $rc: $(cat "$tmp/out" "$tmp/err" | grep -m2 -i -E 'error|warn' | tr '\n' ' '))"
     fi
 }
+
+# wait_for FILE TEXT SECONDS: until FILE contains TEXT (0), or the time is up (1)
+wait_for() {
+    local i
+    for ((i = 0; i < $3 * 10; i++)); do grep -qF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    return 1
+}

@@ -158,8 +158,8 @@ grep -q "step        3  bad marker" "$tmp/out" && ok "inspect says the marker of
 fresh none; flip "$tmp/none/state_00000004_00000.bin" -10; flip "$tmp/none/state_00000002_00001.bin" -10
 ls -l --time-style=+%s.%N "$tmp/none" > "$tmp/none.before"
 expect_error "every checkpoint damaged" "no checkpoint in $tmp/none passes its checks" $MPIRUN -np 2 $BIN $R -x 6 -o "$tmp/none" -y 1
-ls -l --time-style=+%s.%N "$tmp/none" | grep -v main.log > "$tmp/none.after"
-grep -v main.log "$tmp/none.before" | cmp -s - "$tmp/none.after" && ok "the damaged checkpoints are left as they were" \
+ls -l --time-style=+%s.%N "$tmp/none" | grep -v -e main.log -e job.lock > "$tmp/none.after"
+grep -v -e main.log -e job.lock "$tmp/none.before" | cmp -s - "$tmp/none.after" && ok "the damaged checkpoints are left as they were" \
     || bad "the failed resume changed the directory: $(diff "$tmp/none.before" "$tmp/none.after" | tr '\n' ' ')"
 
 # a marker with nothing to verify against is no complete checkpoint: an empty one (an
@@ -176,7 +176,7 @@ run old 2 $R -x 6 -o "$tmp/old" -y 1 --allow-unverified 1 && grep -q "has no che
 # ---------------------------------------------------------------------------
 # --keep-checkpoints 2: after steps 1..5, only 4 and 5 remain, whole; nothing else left
 run keep 1 $R -x 5 -o "$tmp/keep" -n 1 --keep-checkpoints 2 || bad "setup: the --keep-checkpoints run failed"
-want="DONE_00000004 DONE_00000005 main.log model_00000004.bin model_00000005.bin state_00000004_00000.bin state_00000005_00000.bin"
+want="DONE_00000004 DONE_00000005 job.lock main.log model_00000004.bin model_00000005.bin state_00000004_00000.bin state_00000005_00000.bin"
 got=$(ls "$tmp/keep" | tr '\n' ' ' | sed 's/ $//')
 [ "$got" = "$want" ] && ok "--keep-checkpoints 2 leaves the two newest checkpoints and nothing of the older ones" || bad "--keep-checkpoints 2 left: $got"
 expect_error "--keep-checkpoints takes a count" "--keep-checkpoints" $BIN $R -x 1 --keep-checkpoints -1
@@ -273,9 +273,9 @@ if mount -t tmpfs -o size=1m tmpfs "$full" 2>/dev/null; then
             "checkpoint at step 2: rank " $MPIRUN -np 2 $BIN -e "$tmp/tiny.bin" $P -l 1e-2 -x 2 -n 1 -z 3 -o "$full/out" -y 1
         grep -qF "model_00000002.bin.tmp: No space left on device" "$tmp/err" "$tmp/out" \
             && ok "the message names the model file's temporary and the full disk" || bad "full disk: $(grep -m1 error "$tmp/err")"
-        left=$(cd "$full/out" && ls | grep -v -x -e main.log -e DONE_00000001 -e model_00000001.bin -e 'state_00000001_0000[01].bin')
+        left=$(cd "$full/out" && ls | grep -v -x -e main.log -e job.lock -e DONE_00000001 -e model_00000001.bin -e 'state_00000001_0000[01].bin')
         [ -z "$left" ] && ok "no marker, temporary or file of step 2 left on the full disk" || bad "left on the full disk: $left"
-        diff -r -x main.log "$tmp/full_before" "$full/out" > /dev/null && ./checkpoint_tool verify "$full/out" 1 > /dev/null 2>&1 \
+        diff -r -x main.log -x job.lock "$tmp/full_before" "$full/out" > /dev/null && ./checkpoint_tool verify "$full/out" 1 > /dev/null 2>&1 \
             && ok "the complete checkpoint of step 1 is untouched and verifies" || bad "the checkpoint of step 1 changed on the full disk"
     else
         bad "setup of the full-disk checkpoint ($(tail -1 "$tmp/fill1.log"))"

@@ -4,7 +4,7 @@
 # checked at start-up; a full disk under main.log and the report; NVMe swap files
 # (locked, removed, a stale one replaced); SIGTERM/SIGUSR1 (a checkpoint, exit 0, resumed
 # to the same losses); a rank that stops (--collective-timeout) or dies.
-source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, expect_error
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, expect_error, wait_for
 
 mnt=$tmp/mnt            # a small tmpfs for the full-disk cases, when this machine lets us mount one
 stopped=()              # pids of ranks this script SIGSTOPped: continued and killed on every exit
@@ -97,12 +97,6 @@ fi
 # ---------------------------------------------------------------------------
 # NVMe swap files: locked against a second job, removed on failure, a stale one replaced
 
-# wait_for FILE TEXT SECONDS: until FILE contains TEXT (0), or the time is up (1)
-wait_for() {
-    local i
-    for ((i = 0; i < $3 * 10; i++)); do grep -qF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-    return 1
-}
 nv=$tmp/nvme && mkdir -p "$nv"
 NVME="-z 3 --offload-optimizer nvme --nvme-path $nv"
 swp=$nv/zero3_rank00000.swp

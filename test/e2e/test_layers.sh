@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The layering rule (docs/ARCHITECTURE.md), checked on the includes themselves:
-#   zero3/   the ZeRO engine: includes nothing but zero3/ (and system and library headers)
+#   common/  below everything: system calls only (opening files without blocking, locks);
+#            includes nothing of the project
+#   zero3/   the ZeRO engine: includes nothing but zero3/ and common/ (and system and
+#            library headers)
 #   llmc/    the kernels, the CPU ops, the model and the trainer glue: the model's code
 #            (ops, kernels, gpt2.h, data, tokenizer) includes nothing of zero3/; only the
 #            glue that drives an engine does (args.h: the ZeRO flags, trainer.h and
@@ -14,8 +17,11 @@ source "$(dirname "$0")/lib.sh"   # cd to the repo root; ok/bad/finish
 # "FILE INCLUDED" for every quoted include of the project's files
 includes() { grep -H -o '^#include "[^"]*"' "$@" | sed -E 's/:#include "(.*)"$/ \1/'; }
 
-bad_zero3=$(includes zero3/*.h zero3/*.cuh | awk '$2 !~ /^zero3\//')
-if [ -z "$bad_zero3" ]; then ok "zero3/ includes only zero3/"; else bad "zero3/ reaches outside itself: $bad_zero3"; fi
+bad_common=$(includes common/*.h | awk '$2 !~ /^common\//')
+if [ -z "$bad_common" ]; then ok "common/ includes nothing of the project"; else bad "common/ reaches up: $bad_common"; fi
+
+bad_zero3=$(includes zero3/*.h zero3/*.cuh | awk '$2 !~ /^(zero3|common)\//')
+if [ -z "$bad_zero3" ]; then ok "zero3/ includes only zero3/ and common/"; else bad "zero3/ reaches outside itself: $bad_zero3"; fi
 
 glue="llmc/args.h llmc/trainer.h llmc/checkpoint.h llmc/manifest.h llmc/cuda_common.cuh"
 bad_llmc=$(includes llmc/*.h llmc/*.cuh | while read -r f inc; do
@@ -24,13 +30,13 @@ done)
 if [ -z "$bad_llmc" ]; then ok "llmc/'s model and ops include nothing of zero3/ (only the glue: $glue)"
 else bad "llmc/ model code includes zero3/: $bad_llmc"; fi
 
-bad_up=$(includes llmc/*.h llmc/*.cuh zero3/*.h zero3/*.cuh dev/*.c | awk '$2 ~ /^(train_gpt2_zero3|test\/|dev\/)/')
+bad_up=$(includes common/*.h llmc/*.h llmc/*.cuh zero3/*.h zero3/*.cuh dev/*.c | awk '$2 ~ /^(train_gpt2_zero3|test\/|dev\/)/')
 if [ -z "$bad_up" ]; then ok "no library file includes a trainer, a tool or a test"; else bad "includes reaching up: $bad_up"; fi
 
 # the folder graph, for the record (and the check that it has no cycle: zero3 -> llmc
-# never appears, which the first check already holds)
+# never appears, nor anything out of common/, which the first checks already hold)
 echo "folder include graph:"
-includes train_gpt2_zero3.c train_gpt2_zero3.cu llmc/*.h llmc/*.cuh zero3/*.h zero3/*.cuh dev/*.c | awk '
+includes train_gpt2_zero3.c train_gpt2_zero3.cu common/*.h llmc/*.h llmc/*.cuh zero3/*.h zero3/*.cuh dev/*.c | awk '
     { split($1, a, "/"); from = (a[2] == "" ? "trainers" : a[1]); split($2, b, "/"); to = b[1];
       if (from ~ /^train_gpt2/) from = "trainers"; if (from != to) edge[from " -> " to] = 1 }
     END { for (e in edge) print "  " e }' | sort
