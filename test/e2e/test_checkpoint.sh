@@ -144,7 +144,7 @@ ln "$tmp/ck/state_00000004_00000.bin" "$tmp/state_link.bin"
 expect_error "extract-optimizer over a hard link of a state file" \
     "refusing to replace $tmp/state_link.bin: it is an input of this run (the checkpoint read), the same file as $tmp/ck/state_00000004_00000.bin" \
     ./checkpoint_tool extract-optimizer "$tmp/ck" 4 "$tmp/state_link.bin"
-(cd "$tmp/ck" && md5sum -c --quiet "$tmp/ck.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/ck" | wc -l)" = 9 ] \
+(cd "$tmp/ck" && md5sum -c --quiet "$tmp/ck.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/ck" | grep -v -x job.lock | wc -l)" = 9 ] \
     && ok "the checkpoint read is as it was, nothing added" || bad "the tool changed $tmp/ck: $(ls "$tmp/ck" | tr '\n' ' ')"
 # inspect on junk: names that only look like a checkpoint's are none (no "step -1")
 mkdir -p "$tmp/junk"; for f in DONE_-1 DONE_-0000001 state_-0000001_00000.bin model_12.bin DONE_000000012 notes.txt; do echo junk > "$tmp/junk/$f"; done
@@ -187,7 +187,7 @@ keep_damaged() {  # keep_damaged K WANT: resumes the damaged copy with --keep-ch
     local k=$1 want=$2 name=keepd$1
     fresh "$name"; flip "$tmp/$name/state_00000004_00001.bin" -4096
     run "$name" 2 $R -x 3 -n 3 -o "$tmp/$name" -y 1 --keep-checkpoints "$k" > /dev/null
-    local got; got=$(cd "$tmp/$name" && ls | grep -v main.log | tr '\n' ' ' | sed 's/ $//')
+    local got; got=$(cd "$tmp/$name" && ls | grep -v -x -e main.log -e job.lock | tr '\n' ' ' | sed 's/ $//')
     if [ "$got" = "$want" ] && grep -q "resumed from .* at step 2" "$tmp/$name.log" \
         && ./checkpoint_tool verify "$tmp/$name" > /dev/null 2>&1; then
         ok "--keep-checkpoints $k with the newest damaged: left $got, every one verifies"
@@ -204,11 +204,11 @@ keep_damaged 1 "DONE_00000003 model_00000003.bin state_00000003_00000.bin state_
 # a model file of -o as -e: the checkpoint of its step would replace it, --keep-checkpoints
 # remove it; refused before anything is written, however -e names it
 fresh in_out; ln -s "$tmp/in_out/model_00000002.bin" "$tmp/in_out_link.bin"
-(cd "$tmp/in_out" && md5sum * > "$tmp/in_out.md5")
+(cd "$tmp/in_out" && ls | grep -v -x job.lock | xargs md5sum > "$tmp/in_out.md5")  # job.lock: the refused run's own
 expect_error "-e a checkpoint file of -o" \
     "refusing to replace $tmp/in_out/model_00000002.bin: it is an input of this run (-e), the same file as $tmp/in_out_link.bin: a checkpoint would replace it" \
     $MPIRUN -np 2 $BIN $R -e "$tmp/in_out_link.bin" -x 4 -n 1 -o "$tmp/in_out" --keep-checkpoints 1
-(cd "$tmp/in_out" && md5sum -c --quiet "$tmp/in_out.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/in_out" | wc -l)" = 9 ] \
+(cd "$tmp/in_out" && md5sum -c --quiet "$tmp/in_out.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/in_out" | grep -v -x job.lock | wc -l)" = 9 ] \
     && ok "nothing in -o written or removed" || bad "-o changed: $(ls "$tmp/in_out" | tr '\n' ' ')"
 
 # ---------------------------------------------------------------------------

@@ -73,7 +73,7 @@ expect_error "a FIFO named like a swap file" "cannot create swap file $nv/zero3_
 ck=$o
 mkfifo "$ck/DONE_00000006" && rm -f "$ck/state_00000004_00000.bin" && mkfifo "$ck/state_00000004_00000.bin"
 $LIMIT $BIN $SMALL -x 3 -o "$ck" -y 1 > "$tmp/res.log" 2>&1; rc=$?
-if [ $rc -eq 0 ] && grep -qF "cannot read checkpoint manifest $ck/DONE_00000006: it is a FIFO, not a regular file" "$tmp/res.log" &&
+if [ $rc -eq 0 ] && grep -qF "checkpoint marker $ck/DONE_00000006 is a FIFO, not a manifest" "$tmp/res.log" &&
    grep -qF "cannot read $ck/state_00000004_00000.bin: it is a FIFO, not a regular file" "$tmp/res.log" &&
    grep -qF "resumed from $ck at step 2" "$tmp/res.log"; then
     ok "FIFOs named like checkpoint files: named and passed over, resumed from step 2"
