@@ -23,7 +23,9 @@
  until each rank of the node is known to run (its heartbeat moved since) or to be stopped,
  so that a rank stopped a moment ago is not taken for one waiting. When every rank of the
  node runs inside a collective, the missing one is on another node (those ranks are not
- seen), or, on one node, no rank has stopped and every one waits.
+ seen), or, on one node, no rank has stopped and every one waits. When one that has not
+ arrived is in file I/O, its own watchdog names the file: this one leaves it that long (at
+ most one more timeout) and then follows it.
 
  The message on every rank of the node: a rank whose watchdog ends the job marks its slot;
  the watchdog of every other rank there sees the mark at its next look and ends its rank
@@ -205,6 +207,19 @@ static void zero_watchdog_follow(ZeroWatchdog* w, int ender) {
     zero_watchdog_end(w, line, 0);
 }
 
+// 1 when a running rank of the node other than this one is in file I/O and has not ended the
+// job yet (after zero_watchdog_resolve): its own watchdog times that wait and names the file
+static int zero_watchdog_io_pending(const ZeroWatchdog* w) {
+    for (int i = 0; i < w->local_size; i++) {
+        const int64_t* slot = zero_watchdog_slot(w, i);
+        if (i != w->local_rank && !w->stopped[i] && __atomic_load_n(&slot[ZERO_SLOT_STATE], __ATOMIC_ACQUIRE) == ZERO_DOING_IO &&
+            __atomic_load_n(&slot[ZERO_SLOT_ENDED], __ATOMIC_ACQUIRE) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void* zero_watchdog_loop(void* arg) {
     ZeroWatchdog* w = (ZeroWatchdog*)arg;
     char line[1024];
@@ -226,7 +241,11 @@ static void* zero_watchdog_loop(void* arg) {
         if (since == 0 || zero_watchdog_waited(w, now, since) < w->timeout_ms) { continue; }
         zero_watchdog_resolve(w, now);
         if (__atomic_load_n(&zero_watch.since, __ATOMIC_ACQUIRE) != since) { continue; }  // it completed meanwhile
-        zero_watchdog_collective_line(w, zero_watchdog_waited(w, zero_now_ms(), since), line, sizeof(line));
+        double waited = zero_watchdog_waited(w, zero_now_ms(), since);
+        // a rank this one waits for is stuck in file I/O: its watchdog, which names the file, ends
+        // the job first (its wait began later), unless it has not within one more timeout
+        if (waited < 2 * w->timeout_ms && zero_watchdog_io_pending(w)) { continue; }
+        zero_watchdog_collective_line(w, waited, line, sizeof(line));
         zero_watchdog_end(w, line, 1);
     }
     return NULL;
