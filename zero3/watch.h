@@ -41,7 +41,7 @@
 // what a rank does, in its shared slot's ZERO_SLOT_STATE
 enum { ZERO_DOING_OTHER, ZERO_DOING_COLLECTIVE, ZERO_DOING_IO };
 // the fields of a rank's shared slot (int64 each): the watchdog thread's heartbeat, what the
-// rank does, and whether it has printed its message and is ending
+// rank does, and whether it has printed its message and is ending (then 1 + what it did)
 enum { ZERO_SLOT_BEAT, ZERO_SLOT_STATE, ZERO_SLOT_ENDED, ZERO_SLOT_FIELDS };
 
 #define ZERO_WATCH_IO_DEPTH 4

@@ -132,8 +132,11 @@ static void zero_watchdog_collective_line(const ZeroWatchdog* w, double waited_m
     for (int i = 0; i < w->local_size; i++) {
         const int64_t* slot = zero_watchdog_slot(w, i);
         int64_t doing = __atomic_load_n(&slot[ZERO_SLOT_STATE], __ATOMIC_ACQUIRE);
-        // (a rank ending the job has said why, and its heartbeat stops as it exits: not stopped)
-        int stopped = w->stopped[i] && __atomic_load_n(&slot[ZERO_SLOT_ENDED], __ATOMIC_ACQUIRE) == 0;
+        // a rank ending the job is not stopped (its heartbeat stops as it exits) and counts as
+        // doing what it did when it ended (its exit hooks abort NCCL, which ends its GPU's wait)
+        int64_t ended = __atomic_load_n(&slot[ZERO_SLOT_ENDED], __ATOMIC_ACQUIRE);
+        if (ended != 0) { doing = ended - 1; }
+        int stopped = w->stopped[i] && ended == 0;
         if (i == w->local_rank || (!stopped && doing == ZERO_DOING_COLLECTIVE)) { continue; }
         const char* why = stopped ? "stopped" : doing == ZERO_DOING_IO ? "in file I/O" : "running, in no collective";
         int k = snprintf(missing + len, sizeof(missing) - len, "%s%d (%s)", len ? ", " : "", w->world_of_local[i], why);
@@ -171,7 +174,9 @@ static int64_t zero_watchdog_io_late(const ZeroWatchdog* w, double now, char* li
 static void zero_watchdog_end(ZeroWatchdog* w, const char* line, int first) {
     fprintf(stderr, "error: rank %d: %s\n", w->rank, line);
     fflush(stderr);
-    __atomic_store_n(&zero_watchdog_slot(w, w->local_rank)[ZERO_SLOT_ENDED], (int64_t)1, __ATOMIC_RELEASE);
+    int64_t* mine = zero_watchdog_slot(w, w->local_rank);
+    // (1 + what the rank does now: what the others' lines say of it, whatever it does next)
+    __atomic_store_n(&mine[ZERO_SLOT_ENDED], 1 + __atomic_load_n(&mine[ZERO_SLOT_STATE], __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
     zero_watch_exit_hooks();
     for (double t0 = zero_now_ms(); first && zero_now_ms() - t0 < ZERO_WATCHDOG_LINES_MS;) {
         int waiting = 0;
