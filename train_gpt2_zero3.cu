@@ -358,7 +358,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         cudaCheck(cudaGetLastError());
     } else if (targets != NULL) {
         cudaCheck(cudaMemcpyAsync(m->host_losses, a->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s));
-        cudaCheck(cudaStreamSynchronize(s));
+        zeroCheck(zero_gpu_wait(s, NULL, "waiting for the losses"));
         double sum = 0.0;
         for (size_t i = 0; i < BT; i++) { sum += m->host_losses[i]; }
         m->mean_loss = (float)(sum / BT);
@@ -493,7 +493,7 @@ static void gpt2_free(GPT2* m) {
 static void batch_to_device(GPT2* m, const int* inputs, const int* targets, size_t n) {
     cudaCheck(cudaEventRecord(m->slot_free[m->slot], m->stream));  // the end of the current slot's use
     m->slot ^= 1;
-    cudaCheck(cudaEventSynchronize(m->slot_free[m->slot]));  // its staging and device buffers are free
+    zeroCheck(zero_gpu_wait(NULL, m->slot_free[m->slot], "waiting for a batch slot"));  // its staging and device buffers are free
     int* h = m->host_batch[m->slot];
     memcpy(h, inputs, n * sizeof(int));
     if (targets != NULL) { memcpy(h + n, targets, n * sizeof(int)); }
@@ -523,6 +523,8 @@ static void train_micro(void* self, const int* inputs, const int* targets, int l
 static double train_loss(void* self) {
     GPT2* m = (GPT2*)self;
     double sum = 0.0;
+    // the step first, watched (zero3/nccl_watch.cuh): a copy into pageable memory waits for it unwatched
+    zeroCheck(zero_gpu_wait(m->stream, NULL, "waiting for the step"));
     cudaCheck(cudaMemcpyAsync(&sum, m->acts.loss_acc, sizeof(double), cudaMemcpyDeviceToHost, m->stream));
     cudaCheck(cudaMemsetAsync(m->acts.loss_acc, 0, sizeof(double), m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
@@ -564,7 +566,7 @@ static const float* eval_next_probs(void* self, const int* tokens, int t) {
     size_t row = m->vocab_tile == 0 ? (size_t)(t - 1) : 0;
     cudaCheck(cudaMemcpyAsync(m->host_logits, m->acts.logits + row * Vp, Vp * sizeof(floatX),
                               cudaMemcpyDeviceToHost, m->stream));
-    cudaCheck(cudaStreamSynchronize(m->stream));
+    zeroCheck(zero_gpu_wait(m->stream, NULL, "waiting for the logits"));
     float* x = m->host_logits_f;
     float maxv = -INFINITY;
     for (int i = 0; i < V; i++) {

@@ -54,7 +54,7 @@ typedef struct {
     int vocab_tile;              // --vocab-tile N  the classifier's logits in tiles of N vocabulary columns; 0: whole (B,T,Vp)
     int dpu;                     // --dpu 0|1  GPU trainer, optimizer offload: delay the update one step (ZeRO-Offload's DPU)
     int save_bf16;               // --save-bf16 0|1  checkpoints' model files as llm.c's bf16 version 5
-    float collective_timeout;    // --collective-timeout S  a blocking collective longer than S seconds ends the job; 0: never
+    float collective_timeout;    // --collective-timeout S  a collective or file wait longer than S seconds ends the job; 0: never
     int stop_grace;              // --stop-grace S  a stop signal not taken up at a step boundary within S seconds ends the process; 0: never
     ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
     int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
@@ -181,9 +181,9 @@ static void args_usage(FILE* f, const char* program) {
         "                                     before checksums wrote it, unverified (default 0: such a one is skipped)\n"
         "  --save-bf16 0|1                    checkpoints write the model file as llm.c's bf16 version 5, the one llm.c's\n"
         "                                     GPU trainer reads (default 0: fp32 version 3)\n"
-        "  --collective-timeout <s>           a rank blocked in a collective for s seconds (another rank stopped or stuck)\n"
-        "                                     ends the job, naming the collective, the step and the ranks that did not\n"
-        "                                     arrive (default 300, 0 = never)\n"
+        "  --collective-timeout <s>           a rank blocked in a collective (another rank stopped or stuck) or in a file's\n"
+        "                                     read or write (a stuck disk) for s seconds ends the job, naming the collective\n"
+        "                                     and the ranks that did not arrive, or the file (default 300, 0 = never)\n"
         "  --stop-grace <s>                   SIGTERM, SIGINT or SIGUSR1 stops the run at its next step boundary (with a\n"
         "                                     checkpoint in -o); a process that does not get there within s seconds, or\n"
         "                                     gets a second signal, ends at once, saying what it was doing (default 60,\n"

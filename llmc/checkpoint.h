@@ -48,7 +48,7 @@
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
-#include "zero3/watchdog.h"   // zero_watch_enter/leave: the save's agreements and the checksums' gather told to --collective-timeout's watchdog
+#include "zero3/watchdog.h"   // zero_watch_enter/leave, zero_watch_io_enter/leave: the save's collectives and file waits told to --collective-timeout's watchdog
 #include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
 #include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
 
@@ -140,20 +140,27 @@ static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2
         Gpt2Part parts[NUM_BLOCK_TENSORS];
         if (zero_master_shard(z, u, &begin, &n, buf) != 0) { llmc_error("%s: %s", path, zero_errmsg()); ok = 0; break; }
         int np = gpt2_unit_parts(c, u, begin, begin + n, parts);
+        zero_watch_io_enter("write", f.tmp);
         for (int i = 0; ok && i < np; i++) {
             if (gpt2_pwrite_params(fd, buf + (parts[i].unit_off - begin), parts[i].n, parts[i].file_off, version) != 0) {
                 llmc_error("cannot write %s: %s", f.tmp, strerror(errno)); ok = 0;
             }
         }
+        zero_watch_io_leave();
     }
     if (rank != 0 && fd >= 0) {  // rank 0's descriptor is the AtomicFile's, synced by atomic_commit
+        zero_watch_io_enter("sync", f.tmp);
         if (ok && fsync(fd) != 0) { llmc_error("cannot write %s: %s", f.tmp, strerror(errno)); ok = 0; }
+        zero_watch_io_leave();
         if (close(fd) != 0 && ok) { llmc_error("cannot write %s: %s", f.tmp, strerror(errno)); ok = 0; }
     }
     free(buf);
     if (checkpoint_agree(ok, rank, step) != 0) { goto fail; }
     if (rank == 0) {  // every rank's part is on disk: the file is complete
-        ok = atomic_commit(&f, 1) == 0 && checkpoint_file_sum(path, sum) == 0;
+        zero_watch_io_enter("sync", f.tmp);
+        ok = atomic_commit(&f, 1) == 0;
+        zero_watch_io_leave();
+        ok = ok && checkpoint_file_sum(path, sum) == 0;
     }
     return checkpoint_agree(ok, rank, step);  // atomic_commit removed the temporary if it failed
 fail:
@@ -182,14 +189,17 @@ static int checkpoint_save(const char* dir, const CheckpointHeader* h, Zero* z, 
     AtomicFile f;
     uint64_t state_sum[2] = {0, 0};
     ok = atomic_open(&f, path) == 0;
+    zero_watch_io_enter("write", path);  // (the engine's waits inside, NVMe's, are watched on their own)
     if (ok && fwrite(h, sizeof(*h), 1, f.fp) != 1) {
         ok = atomic_commit(&f, 0) == 0;  // removes the temporary, names the file and errno
     } else if (ok && zero_save(z, f.fp) != 0) {
         atomic_abort(&f);
         llmc_error("%s: %s", path, zero_errmsg()); ok = 0;
     } else if (ok) {
-        ok = atomic_commit(&f, 1) == 0 && checkpoint_file_sum(path, state_sum) == 0;
+        ok = atomic_commit(&f, 1) == 0;
     }
+    zero_watch_io_leave();
+    ok = ok && checkpoint_file_sum(path, state_sum) == 0;
     if (checkpoint_agree(ok, h->rank, h->step) != 0) { return -1; }
     // every rank's size and checksum to rank 0, which writes them into the marker: only
     // then, every file being on disk (AtomicFile fsyncs), is the checkpoint complete

@@ -42,6 +42,7 @@
 #include "common/file.h"      // file_fopen, file_kind: the marker opened without blocking on a FIFO
 #include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
 #include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
+#include "zero3/watchdog.h"   // zero_watch_io_enter/leave: the read-back of a file just written told to the watchdog
 
 #define CHECKPOINT_MANIFEST_VERSION 1
 #define CHECKPOINT_MANIFEST_TITLE "train_gpt2_zero3 checkpoint manifest"
@@ -330,7 +331,10 @@ static int checkpoint_manifest_write(const char* dir, int step, int world, const
 static int checkpoint_file_sum(const char* path, uint64_t* pair) {
     uint32_t crc;
     const char* why = NULL;
-    if (crc32c_file(path, &crc, &pair[0], &why) != 0) { return llmc_error("cannot read back %s: %s", path, why); }
+    zero_watch_io_enter("read", path);  // (a stuck disk: the watchdog names the file)
+    int rc = crc32c_file(path, &crc, &pair[0], &why);
+    zero_watch_io_leave();
+    if (rc != 0) { return llmc_error("cannot read back %s: %s", path, why); }
     pair[1] = crc;
     return 0;
 }

@@ -49,10 +49,11 @@
 #include "zero3/nvme.h"       // nvme_remove_all: no swap file outlives a failed run
 #include "zero3/host.h"       // zero_host_estimate: the host engine's memory for --estimate
 
-// Every failure after start-up ends here, after its message: this rank's swap files go
-// (MPI_Abort runs no cleanup), then the whole job stops.
+// Every failure after start-up ends here, after its message: this rank's swap files go and
+// its NCCL communicators are aborted (zero_watch_exit_hooks: MPI_Abort runs no cleanup),
+// then the whole job stops.
 static void trainer_abort(void) {
-    nvme_remove_all();
+    zero_watch_exit_hooks();
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -167,6 +168,8 @@ static void trainer_start(Trainer* t, int* argc, char*** argv, const char* progr
     JobLauncher launcher;
     job_launcher_read(&launcher);  // before MPI_Init, which sets some of the variables for a singleton
     mpiCheck(MPI_Init(argc, argv));
+    // every exit() too (a CUDA error's, llmc's checks): no swap file outlives the process
+    atexit(zero_watch_exit_hooks);
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &t->rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &t->world));
     int rc = args_parse(&t->tc, *argc, *argv);

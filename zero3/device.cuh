@@ -368,7 +368,7 @@ static int zero_dev_gather(ZeroDev* d, int u) {
         // left them there): gathered from them, never across the whole world
         if (zero_cuda(cudaMemcpyAsync(b->buf + (size_t)d->hpz.rank * part, slice, part * sizeof(floatX),
                                       cudaMemcpyDeviceToDevice, ns), "copying an hpZ slice") != 0 ||
-            zero_nccl_allgather(&d->hpz, b->buf, part, NCCL_FLOATX) != 0) {
+            zero_nccl_allgather(&d->hpz, b->buf, part, NCCL_FLOATX, u) != 0) {
             return -1;
         }
     } else {
@@ -376,8 +376,8 @@ static int zero_dev_gather(ZeroDev* d, int u) {
                                       pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0) {
             return -1;
         }
-        int rc = d->cfg.quantized_weights ? zero_nccl_allgather_q<floatX>(&d->nccl, b->buf, pu->shard, d->qscratch)
-                                          : zero_nccl_allgather(&d->nccl, b->buf, pu->shard, NCCL_FLOATX);
+        int rc = d->cfg.quantized_weights ? zero_nccl_allgather_q<floatX>(&d->nccl, b->buf, pu->shard, d->qscratch, u)
+                                          : zero_nccl_allgather(&d->nccl, b->buf, pu->shard, NCCL_FLOATX, u);
         if (rc != 0) { return -1; }
         if (d->sec != NULL) {  // hpZ: this rank's slice kept for the unit's next gathers
             if (zero_cuda(cudaMemcpyAsync(slice, b->buf + (size_t)d->hpz.rank * part, part * sizeof(floatX),
@@ -529,31 +529,31 @@ static int zero_dev_reduce(void* impl, int u) {
     if (d->stage == 0 && d->comm32) {
         float* g = d->grads32 + pu->full_offset;
         if (zero_dev_widen(d, g, d->grads + pu->full_offset, pu->padded) != 0 ||
-            zero_nccl_allreduce(&d->nccl, g, pu->padded, ncclFloat32) != 0) {
+            zero_nccl_allreduce(&d->nccl, g, pu->padded, ncclFloat32, u) != 0) {
             return -1;
         }
     } else if (d->stage == 0) {
-        if (zero_nccl_allreduce(&d->nccl, d->grads + pu->full_offset, pu->padded, NCCL_FLOATX) != 0) { return -1; }
+        if (zero_nccl_allreduce(&d->nccl, d->grads + pu->full_offset, pu->padded, NCCL_FLOATX, u) != 0) { return -1; }
     } else if (d->stage == 1 && d->comm32) {
         if (zero_dev_widen(d, d->wide, d->grads + pu->full_offset, pu->padded) != 0 ||
-            zero_nccl_reduce_scatter(&d->nccl, d->wide, d->gshard32 + pu->shard_offset, pu->shard, ncclFloat32) != 0) {
+            zero_nccl_reduce_scatter(&d->nccl, d->wide, d->gshard32 + pu->shard_offset, pu->shard, ncclFloat32, u) != 0) {
             return -1;
         }
     } else if (d->stage == 1) {
-        if (zero_nccl_reduce_scatter(&d->nccl, d->grads + pu->full_offset, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX) != 0) { return -1; }
+        if (zero_nccl_reduce_scatter(&d->nccl, d->grads + pu->full_offset, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX, u) != 0) { return -1; }
     } else {
         d->grad_buf[u] = NULL;
         if (d->cfg.quantized_gradients) {  // qgZ: int8 hops, summed in fp32 into wide_out
-            if (zero_nccl_reduce_scatter_q<floatX>(&d->nccl, b->buf, d->wide_out, pu->shard, d->qscratch) != 0) { return -1; }
+            if (zero_nccl_reduce_scatter_q<floatX>(&d->nccl, b->buf, d->wide_out, pu->shard, d->qscratch, u) != 0) { return -1; }
             zero_dev_accumulate_kernel<float><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, d->wide_out, pu->shard);
         } else if (d->comm32) {
             if (zero_dev_widen(d, d->wide, b->buf, pu->padded) != 0 ||
-                zero_nccl_reduce_scatter(&d->nccl, d->wide, d->wide_out, pu->shard, ncclFloat32) != 0) {
+                zero_nccl_reduce_scatter(&d->nccl, d->wide, d->wide_out, pu->shard, ncclFloat32, u) != 0) {
                 return -1;
             }
             zero_dev_accumulate_kernel<float><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, d->wide_out, pu->shard);
         } else {
-            if (zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX) != 0) { return -1; }
+            if (zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX, u) != 0) { return -1; }
             zero_dev_accumulate_kernel<floatX><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, b->rs_out, pu->shard);
         }
         if (zero_cuda(cudaGetLastError(), "the accumulate kernel") != 0 ||
@@ -564,7 +564,7 @@ static int zero_dev_reduce(void* impl, int u) {
         // MiCS: the step's sum of this group, all-reduced with the other groups' (the
         // same shard on each) once it is complete
         if (d->rep.world > 1 && s->last_micro &&
-            zero_nccl_allreduce(&d->rep, d->acc + pu->shard_offset, pu->shard, ncclFloat32) != 0) {
+            zero_nccl_allreduce(&d->rep, d->acc + pu->shard_offset, pu->shard, ncclFloat32, u) != 0) {
             return -1;
         }
     }
@@ -595,7 +595,7 @@ static int zero_dev_refresh_persistent(ZeroDev* d) {
         const ZeroUnit* pu = &d->plan.units[u];
         if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
                                       pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, d->nccl.stream), "copying a shard") != 0 ||
-            zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX) != 0) {
+            zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX, u) != 0) {
             return -1;
         }
     }
@@ -640,14 +640,14 @@ static void* zero_dev_update_main(void* arg) {
 static int zero_dev_share_params(ZeroDev* d) {
     cudaStream_t s = d->compute;
     if (d->stage == 1 || d->stage == 2) {
-        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_error(ncclGroupStart(), "ncclGroupStart") != 0) { return -1; }
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_group_start(&d->nccl, "all-gather of the updated shards", -1) != 0) { return -1; }
         for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
-            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX) != 0) {
-                ncclGroupEnd();
+            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX, u) != 0) {
+                zero_nccl_group_end();
                 return -1;
             }
         }
-        if (zero_nccl_error(ncclGroupEnd(), "ncclGroupEnd") != 0 || zero_dev_join(d) != 0) { return -1; }
+        if (zero_nccl_group_end() != 0 || zero_dev_join(d) != 0) { return -1; }
     } else if (d->stage == 3) {
         if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
         d->shards_written = 1;
@@ -755,9 +755,9 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
     if (zero_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
     if (d->stage >= 1 && d->world > 1) {  // 8 bytes, left out of the model's traffic counters (the host engine's scalar sums are too)
-        if (zero_nccl_after(&d->nccl, s) != 0 ||
-            zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm, d->nccl.stream),
-                            "the norm's all-reduce") != 0 ||
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_watch_begin(d->nccl.stream, "all-reduce of the gradient norm", -1) != 0 ||
+            zero_nccl_watched(zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm,
+                                                            d->nccl.stream), "the norm's all-reduce")) != 0 ||
             zero_dev_join(d) != 0) {
             return -1;
         }
@@ -773,17 +773,17 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     }
     float grad_scale = 1.0f;  // the CPU Adam's copy (offload)
     if (d->offload) {
-        if (zero_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize") != 0) { return -1; }
+        if (zero_gpu_wait(s, NULL, "waiting for the norm") != 0) { return -1; }
         grad_scale = d->host_norm[0];
         // every gradient shard is on the host once the copy-out stream is through; before
         // the accumulators the copies read from are cleared below
         double w0 = zero_now_ms();
-        if (zero_cuda(cudaStreamSynchronize(d->copy_out), "cudaStreamSynchronize") != 0) { return -1; }
+        if (zero_gpu_wait(d->copy_out, NULL, "waiting for the gradient copies") != 0) { return -1; }
         d->host_wait_ms += zero_now_ms() - w0;
         // every earlier upload from an h_params buffer is done before the CPU Adam writes
         // one again (the compute stream, just synchronized, waited for them too: this keeps
         // the guarantee where it is needed)
-        if (zero_cuda(cudaStreamSynchronize(d->copy_in), "cudaStreamSynchronize") != 0) { return -1; }
+        if (zero_gpu_wait(d->copy_in, NULL, "waiting for the uploads") != 0) { return -1; }
     }
     unsigned int run_seed = (unsigned int)(st->seed ^ (st->seed >> 32));
     const float* scale_dev = d->norm_out + 1;  // AdamW on the GPU reads it there
@@ -835,7 +835,9 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
 static int zero_dev_stats(void* impl, ZeroStats* out) {
     ZeroDev* d = (ZeroDev*)impl;
     unsigned long long total = 0;
-    if (zero_cuda(cudaMemcpyAsync(&total, d->wait_clock + 1, sizeof(total), cudaMemcpyDeviceToHost, d->compute),
+    // the step first, watched (zero3/nccl_watch.cuh): a copy into pageable memory waits for it unwatched
+    if (zero_gpu_wait(d->compute, NULL, "waiting for the step") != 0 ||
+        zero_cuda(cudaMemcpyAsync(&total, d->wait_clock + 1, sizeof(total), cudaMemcpyDeviceToHost, d->compute),
                   "reading the wait clock") != 0 ||
         zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) {
         return -1;
@@ -907,7 +909,7 @@ static ZeroStateHeader zero_dev_state_header(const ZeroDev* d) {
 // applied first.
 static int zero_dev_save(void* impl, FILE* fp) {
     ZeroDev* d = (ZeroDev*)impl;
-    if (zero_dev_flush(d) != 0 || zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) { return -1; }
+    if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting for the state") != 0) { return -1; }
     ZeroStateHeader h = zero_dev_state_header(d);
     size_t np = 0, n = d->opt_elems * sizeof(float);
     floatX* pstate = zero_dev_param_state(d, &np);
@@ -925,7 +927,7 @@ static int zero_dev_load(void* impl, FILE* fp) {
     ZeroStateHeader want = zero_dev_state_header(d);
     size_t np = 0, n = d->opt_elems * sizeof(float);
     floatX* pstate = zero_dev_param_state(d, &np);
-    if (zero_dev_flush(d) != 0 || zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0 ||
+    if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting before the load") != 0 ||
         zero_state_read_header(fp, &want) != 0 || zero_dev_stream(fp, d->master, n, 0) != 0 ||
         zero_dev_stream(fp, d->m, n, 0) != 0 || zero_dev_stream(fp, d->v, n, 0) != 0 ||
         zero_dev_stream(fp, pstate, np * sizeof(floatX), 0) != 0) {
@@ -948,7 +950,7 @@ static int zero_dev_master_shard(void* impl, int u, size_t* begin, size_t* n, fl
     *n = zero_plan_shard_numel(&d->plan, u, d->rank);
     if (out == NULL || *n == 0) { return 0; }
     if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
-    if (zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) { return -1; }
+    if (zero_gpu_wait(d->compute, NULL, "waiting for the master") != 0) { return -1; }
     const float* src = d->master + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
     return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the master");
 }
@@ -1011,8 +1013,8 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
         if (rc == 0) { rc = zero_cuda(cudaMemcpy(mine, host_shard, pu->shard * sizeof(float), cudaMemcpyHostToDevice), "uploading a shard"); }
         if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "uploading a shard"); }  // before the NCCL stream reads it
         if (rc == 0 && whole && d->world > 1) {
-            rc = zero_nccl_allgather(&d->nccl, dev_unit, pu->shard, ncclFloat32);
-            if (rc == 0) { rc = zero_cuda(cudaStreamSynchronize(d->nccl.stream), "gathering a unit"); }
+            rc = zero_nccl_allgather(&d->nccl, dev_unit, pu->shard, ncclFloat32, u);
+            if (rc == 0) { rc = zero_gpu_wait(d->nccl.stream, NULL, "gathering a unit"); }
         }
         if (rc == 0 && d->stage == 0) {
             rc = zero_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");

@@ -35,6 +35,10 @@
  per node, or an uneven layout, count every byte as crossing (an upper bound). A hop of our
  own counts on its communicator's link. An all-to-all (zero_nccl_alltoall: grouped sends and
  receives) is a hop of a collective and counts its bytes under that collective's kind.
+ Watched (zero3/nccl_watch.cuh): every collective is bracketed by two events for the watchdog,
+ with the unit it moves (-1: none), and every communicator is polled for asynchronous errors
+ while the host waits for the GPU (zero_gpu_wait) and aborted when the process ends on one.
+
  Errors return -1 with zero_error naming the collective and NCCL's or CUDA's message.
 */
 #ifndef ZERO3_NCCL_CUH
@@ -48,6 +52,7 @@
 #include "zero3/cuda_util.cuh"  // zero_cuda
 #include "zero3/comm.h"      // ZERO_ALLGATHER ..., ZERO_LINK_*, ZeroSpan: the counters' kinds and links, the nodes
 #include "zero3/quant.cuh"   // qwZ and qgZ: zero_quantize_cuda, zero_dequantize(_add)_cuda
+#include "zero3/nccl_watch.cuh"  // zero_nccl_watch_*: every collective bracketed for the watchdog; zero_gpu_wait
 
 typedef struct {
     ncclComm_t comm;
@@ -92,9 +97,11 @@ static int zero_nccl_init(ZeroNccl* c, MPI_Comm comm, int node, const ZeroNccl* 
     }
     if (zero_nccl_error(ncclCommInitRank(&c->comm, c->world, id, c->rank), "ncclCommInitRank") != 0) { return -1; }
     c->ready_ = 1;
+    if (zero_nccl_watch_add(c->comm) != 0) { return -1; }
     if (c->span.span == ZERO_SPAN_HIER) {
         if (zero_nccl_error(ncclCommSplit(c->comm, c->span.node, c->span.local, &c->node_comm, NULL), "ncclCommSplit (the node)") != 0 ||
-            zero_nccl_error(ncclCommSplit(c->comm, c->span.local, c->span.node, &c->cross_comm, NULL), "ncclCommSplit (across nodes)") != 0) {
+            zero_nccl_error(ncclCommSplit(c->comm, c->span.local, c->span.node, &c->cross_comm, NULL), "ncclCommSplit (across nodes)") != 0 ||
+            zero_nccl_watch_add(c->node_comm) != 0 || zero_nccl_watch_add(c->cross_comm) != 0) {
             return -1;
         }
     }
@@ -120,9 +127,9 @@ static void zero_nccl_free(ZeroNccl* c) {
     } else if (c->stream != NULL) {
         cudaStreamSynchronize(c->stream);
     }
-    if (c->node_comm != NULL) { ncclCommDestroy(c->node_comm); }
-    if (c->cross_comm != NULL) { ncclCommDestroy(c->cross_comm); }
-    if (c->ready_) { ncclCommDestroy(c->comm); }
+    if (c->node_comm != NULL) { zero_nccl_watch_remove(c->node_comm); ncclCommDestroy(c->node_comm); }
+    if (c->cross_comm != NULL) { zero_nccl_watch_remove(c->cross_comm); ncclCommDestroy(c->cross_comm); }
+    if (c->ready_) { zero_nccl_watch_remove(c->comm); ncclCommDestroy(c->comm); }
     memset(c, 0, sizeof(*c));
 }
 
@@ -138,33 +145,49 @@ static inline void zero_nccl_count(ZeroNccl* c, int kind, int link, double bytes
     c->link_bytes[link][kind] += bytes;
 }
 
+// closes the watchdog's record of a collective issued with result rc (zero3/nccl_watch.cuh):
+// `return zero_nccl_watch_begin(...) != 0 ? -1 : zero_nccl_watched(<the call>);`
+static inline int zero_nccl_watched(int rc) { return zero_nccl_watch_end() == 0 ? rc : -1; }
+
+// a group of collectives (ncclGroupStart ... zero_nccl_group_end) on c's stream, one record
+// for the watchdog: `what` of unit (-1: none)
+static inline int zero_nccl_group_start(ZeroNccl* c, const char* what, int unit) {
+    if (zero_nccl_watch_begin(c->stream, what, unit) != 0) { return -1; }
+    if (zero_nccl_error(ncclGroupStart(), "ncclGroupStart") != 0) { zero_nccl_watch_end(); return -1; }
+    return 0;
+}
+static inline int zero_nccl_group_end(void) { return zero_nccl_watched(zero_nccl_error(ncclGroupEnd(), "ncclGroupEnd")); }
+
 // the collective stream waits for the work issued so far on `compute`
 static inline int zero_nccl_after(ZeroNccl* c, cudaStream_t compute) {
     if (zero_cuda(cudaEventRecord(c->after, compute), "cudaEventRecord") != 0) { return -1; }
     return zero_cuda(cudaStreamWaitEvent(c->stream, c->after, 0), "cudaStreamWaitEvent");
 }
 
-// in place: buf (count) becomes the sum over ranks
-static inline int zero_nccl_allreduce(ZeroNccl* c, void* buf, size_t count, ncclDataType_t t) {
+// in place: buf (count) becomes the sum over ranks; unit: the one it is of (-1: none), for the watchdog
+static inline int zero_nccl_allreduce(ZeroNccl* c, void* buf, size_t count, ncclDataType_t t, int unit) {
     c->calls[ZERO_ALLREDUCE]++;
     zero_nccl_count(c, ZERO_ALLREDUCE, zero_nccl_ring_link(c), 2.0 * (c->world - 1) * (double)count * zero_nccl_elem_bytes(t) / c->world);
-    return zero_nccl_error(ncclAllReduce(buf, buf, count, t, ncclSum, c->comm, c->stream), "all-reduce");
+    return zero_nccl_watch_begin(c->stream, zero_comm_kind_name(ZERO_ALLREDUCE), unit) != 0 ? -1 :
+           zero_nccl_watched(zero_nccl_error(ncclAllReduce(buf, buf, count, t, ncclSum, c->comm, c->stream), "all-reduce"));
 }
 
 // send (world * count) summed over ranks; rank r's block of `count` lands in recv (count)
-static inline int zero_nccl_reduce_scatter(ZeroNccl* c, const void* send, void* recv, size_t count, ncclDataType_t t) {
+static inline int zero_nccl_reduce_scatter(ZeroNccl* c, const void* send, void* recv, size_t count, ncclDataType_t t, int unit) {
     c->calls[ZERO_REDUCE_SCATTER]++;
     zero_nccl_count(c, ZERO_REDUCE_SCATTER, zero_nccl_ring_link(c), (double)(c->world - 1) * (double)count * zero_nccl_elem_bytes(t));
-    return zero_nccl_error(ncclReduceScatter(send, recv, count, t, ncclSum, c->comm, c->stream), "reduce-scatter");
+    return zero_nccl_watch_begin(c->stream, zero_comm_kind_name(ZERO_REDUCE_SCATTER), unit) != 0 ? -1 :
+           zero_nccl_watched(zero_nccl_error(ncclReduceScatter(send, recv, count, t, ncclSum, c->comm, c->stream), "reduce-scatter"));
 }
 
 // in place: buf is world blocks of count; this rank's block r is its input, every
 // block is filled from its rank
-static inline int zero_nccl_allgather(ZeroNccl* c, void* buf, size_t count, ncclDataType_t t) {
+static inline int zero_nccl_allgather(ZeroNccl* c, void* buf, size_t count, ncclDataType_t t, int unit) {
     c->calls[ZERO_ALLGATHER]++;
     zero_nccl_count(c, ZERO_ALLGATHER, zero_nccl_ring_link(c), (double)(c->world - 1) * (double)count * zero_nccl_elem_bytes(t));
     const char* mine = (const char*)buf + (size_t)c->rank * count * zero_nccl_elem_bytes(t);
-    return zero_nccl_error(ncclAllGather(mine, buf, count, t, c->comm, c->stream), "all-gather");
+    return zero_nccl_watch_begin(c->stream, zero_comm_kind_name(ZERO_ALLGATHER), unit) != 0 ? -1 :
+           zero_nccl_watched(zero_nccl_error(ncclAllGather(mine, buf, count, t, c->comm, c->stream), "all-gather"));
 }
 
 // send (k blocks of count elements) -> recv (k blocks) over `comm` of k ranks (c's own, or
@@ -180,15 +203,16 @@ static inline int zero_nccl_alltoall_on(ZeroNccl* c, ncclComm_t comm, int k, int
                                         size_t count, ncclDataType_t t, int kind) {
     size_t bytes = count * zero_nccl_elem_bytes(t);
     zero_nccl_count(c, kind, link, (double)(k - 1) * (double)bytes);
-    if (zero_nccl_error(ncclGroupStart(), "ncclGroupStart") != 0) { return -1; }
+    // (one record for the watchdog, or a part of the collective's it is a hop of)
+    if (zero_nccl_group_start(c, "all-to-all", -1) != 0) { return -1; }
     ncclResult_t r = ncclSuccess;
     for (int p = 0; p < k && r == ncclSuccess; p++) {
         r = ncclSend((const char*)send + (size_t)p * bytes, count, t, p, comm, c->stream);
         if (r == ncclSuccess) { r = ncclRecv((char*)recv + (size_t)p * bytes, count, t, p, comm, c->stream); }
     }
-    ncclResult_t end = ncclGroupEnd();  // (the group closed whatever failed inside it)
+    int end = zero_nccl_group_end();  // (the group closed whatever failed inside it)
     if (zero_nccl_error(r, "all-to-all: a send or receive") != 0) { return -1; }
-    return zero_nccl_error(end, "all-to-all: ncclGroupEnd");
+    return end;
 }
 
 // over c's own ranks
@@ -205,7 +229,7 @@ static inline int zero_nccl_alltoall(ZeroNccl* c, const void* send, void* recv, 
 // every block dequantised into buf, this rank's too, so all ranks hold the same values.
 // q: world * zero_quant_bytes(count) bytes, 4-byte aligned (count is a multiple of 16).
 template <typename T>
-static int zero_nccl_allgather_q(ZeroNccl* c, T* buf, size_t count, unsigned char* q) {
+static int zero_nccl_allgather_q_issue(ZeroNccl* c, T* buf, size_t count, unsigned char* q) {
     size_t qb = zero_quant_bytes(count);
     c->calls[ZERO_ALLGATHER]++;
     zero_nccl_count(c, ZERO_ALLGATHER, zero_nccl_ring_link(c), (double)(c->world - 1) * (double)qb);
@@ -218,6 +242,12 @@ static int zero_nccl_allgather_q(ZeroNccl* c, T* buf, size_t count, unsigned cha
         if (zero_dequantize_cuda(q + (size_t)p * qb, count, buf + (size_t)p * count, c->stream) != 0) { return -1; }
     }
     return 0;
+}
+
+template <typename T>
+static int zero_nccl_allgather_q(ZeroNccl* c, T* buf, size_t count, unsigned char* q, int unit) {
+    return zero_nccl_watch_begin(c->stream, zero_comm_kind_name(ZERO_ALLGATHER), unit) != 0 ? -1 :
+           zero_nccl_watched(zero_nccl_allgather_q_issue(c, buf, count, q));
 }
 
 // the scratch zero_nccl_reduce_scatter_q needs for blocks of `count`
@@ -233,7 +263,7 @@ static inline size_t zero_nccl_rs_q_scratch(const ZeroNccl* c, size_t count) {
 // the node whose rank owns it, summed again. Otherwise one hop over all the ranks. scratch:
 // zero_nccl_rs_q_scratch bytes, 4-byte aligned.
 template <typename T>
-static int zero_nccl_reduce_scatter_q(ZeroNccl* c, const T* send, float* out, size_t count, unsigned char* scratch) {
+static int zero_nccl_reduce_scatter_q_issue(ZeroNccl* c, const T* send, float* out, size_t count, unsigned char* scratch) {
     size_t qb = zero_quant_bytes(count);
     unsigned char* sq = scratch;                           // (world * qb) what this rank sends
     unsigned char* rq = scratch + (size_t)c->world * qb;   // (world * qb) what it receives
@@ -281,6 +311,11 @@ static int zero_nccl_reduce_scatter_q(ZeroNccl* c, const T* send, float* out, si
         if (zero_dequantize_add_cuda(rq + (size_t)m * qb, count, out, s) != 0) { return -1; }
     }
     return 0;
+}
+template <typename T>
+static int zero_nccl_reduce_scatter_q(ZeroNccl* c, const T* send, float* out, size_t count, unsigned char* scratch, int unit) {
+    return zero_nccl_watch_begin(c->stream, zero_comm_kind_name(ZERO_REDUCE_SCATTER), unit) != 0 ? -1 :
+           zero_nccl_watched(zero_nccl_reduce_scatter_q_issue(c, send, out, count, scratch));
 }
 
 #endif // ZERO3_NCCL_CUH

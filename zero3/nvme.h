@@ -92,6 +92,7 @@
 #include <liburing.h>    // io_uring_*: the submission and completion rings
 #include "zero3/util.h"  // zero_error, zero_now_ms
 #include "common/file.h"  // file_open: no FIFO or device opened as a swap file; file_lock
+#include "zero3/watch.h" // zero_watch_io_enter/leave: the completion waits told to the watchdog; zero_watch_on_exit
 
 #ifndef O_DIRECT
 #error "zero3/nvme.h needs _GNU_SOURCE (O_DIRECT): include it first or build with -D_GNU_SOURCE"
@@ -239,6 +240,7 @@ static int nvme_open(NvmeFile* f, const char* dir, int rank, size_t bytes, int q
     }
     created = 1;
     nvme_live_set(f->path, 1);
+    zero_watch_on_exit(nvme_remove_all);  // and when the watchdog or an abort ends the process
     if (stale) {
         // a killed run's leftover (nobody holds its lock): its contents mean nothing now
         fprintf(stderr, "nvme: replacing stale swap file %s left by an earlier run\n", f->path);
@@ -448,7 +450,9 @@ static int nvme_reap_one(NvmeFile* f) {
     struct io_uring_cqe* cqe;
     int rc;
     double t0 = zero_now_ms();
+    zero_watch_io_enter("read or write", f->path);  // a stuck device never completes: the watchdog's to time
     do { rc = io_uring_wait_cqe(&f->ring, &cqe); } while (rc == -EINTR);
+    zero_watch_io_leave();
     f->wait_ms += zero_now_ms() - t0;
     if (rc < 0) {
         f->broken = 1;

@@ -25,7 +25,9 @@
 
  cudaGetLastError returns and clears the last error any call returned (cudaErrorNotReady
  from a query included, as the real runtime does); cudaPeekAtLastError keeps it. Copies
- check their kind against where the pointers live.
+ check their kind against where the pointers live. Queries (cudaEventQuery, cudaStreamQuery)
+ repeated with no other call between are a host polling, that is waiting: each one that
+ finds its work not done runs a step of the GPU (emu_query_begin), as a synchronize would.
 
  What these headers declare for the project's code (every name not the emulator's own emu_*)
  is CUDA's, value for value and signature for signature: test/emu/test_headers.sh compares
@@ -545,9 +547,18 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = NULL) 
 }
 static inline int emu_event_done(cudaEvent_t e) { return !e->recorded || emu_queue(e->stream)->done >= e->seq; }
 static inline cudaError_t cudaEventQuery(cudaEvent_t e) {
-    emu_tick();
+    if (emu_query_begin() && !emu_event_done(e)) { emu_step(); }  // (a polling host: see emu_query_begin)
     if (!emu_event_done(e)) { return emu_ret(cudaErrorNotReady); }
     if (e->recorded) { emu_join(&emu_dev.host, &e->clock); }
+    return cudaSuccess;
+}
+// everything issued on s is done (then the host knows it happened, as after a synchronize), or
+// cudaErrorNotReady
+static inline cudaError_t cudaStreamQuery(cudaStream_t s) {
+    EmuQueue* q = emu_queue(emu_stream_id(s));
+    if (emu_query_begin() && q->done < q->seq) { emu_step(); }  // (a polling host: see emu_query_begin)
+    if (q->done < q->seq) { return emu_ret(cudaErrorNotReady); }
+    emu_join(&emu_dev.host, &q->clock);
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {

@@ -140,6 +140,7 @@ struct EmuDevice {
     EmuTouch* last_touch;
     EmuOp* running;
     size_t device_bytes;
+    int queried;                      // the last API call was a query (cudaEventQuery, cudaStreamQuery)
 };
 inline EmuDevice emu_dev;
 // [Note: one thread runs the GPU]: set on the thread that ran emu_init
@@ -537,6 +538,7 @@ template <typename F> static EMU_NO_TRACK void emu_run_until(F done, const char*
 // work runs only when the host waits for it)
 static EMU_NO_TRACK void emu_tick(void) {
     emu_init();
+    emu_dev.queried = 0;
     if (emu_dev.max_per_call < 0) { return; }
     if (emu_dev.max_per_call <= 0) {
         while (emu_step()) {}
@@ -548,7 +550,17 @@ static EMU_NO_TRACK void emu_tick(void) {
     }
 }
 
-// the host waits for everything issued so far on stream s, and knows it happened
+// A query (cudaEventQuery, cudaStreamQuery): 1 when the call before was one too. A host that
+// queries again and again, with nothing else between, is waiting (a polling wait, as
+// zero3/nccl_watch.cuh's): a real GPU moves on meanwhile, so such a query that finds its work
+// not done runs a step of the GPU, as a wait does, whatever EMU_MAX_PER_CALL says (-1 too).
+static EMU_NO_TRACK int emu_query_begin(void) {
+    int again = emu_dev.queried;
+    emu_tick();
+    emu_dev.queried = 1;
+    return again;
+}
+
 // the host waits for operation `seq` of stream s (and what came before it there), then knows
 // everything that happened before it (`clock`, that operation's)
 static EMU_NO_TRACK void emu_host_wait(int s, unsigned seq, EmuClock clock, const char* what) {

@@ -3,10 +3,11 @@
 # catch a missing wait? Each event wait in the device engine (zero3/device.cuh), its NCCL
 # layer (zero3/nccl.cuh) and the GPU trainer (train_gpt2_zero3.cu) is removed in turn: a
 # cudaStreamWaitEvent or cudaEventSynchronize becomes cudaSuccess, a call of zero_dev_wait,
-# zero_dev_join or zero_nccl_after becomes 0. Each mutant is built in a copy of the working
-# tree and run under the out-of-order scheduler (device engine mutants: build/test_device_emu
-# at 1-3 ranks in the configurations below; trainer mutants: the emulated GPU trainer) on
-# several seeds until something catches it. Prints one line per removed wait:
+# zero_dev_join, zero_nccl_after or zero_gpu_wait (the host's watched waits) becomes 0. Each
+# mutant is built in a copy of the working tree and run under the out-of-order scheduler
+# (device engine mutants: build/test_device_emu at 1-3 ranks in the configurations below;
+# trainer mutants: the emulated GPU trainer) on several seeds until something catches it.
+# Prints one line per removed wait:
 #   CAUGHT (race)    the checker named the race
 #   CAUGHT (failed)  the run failed otherwise (wrong numbers, a deadlock the scheduler found)
 #   MISSED           every run passed
@@ -46,7 +47,7 @@ TRAIN="-e $work/ref/model.bin -i $work/ref/train.bin -j $work/ref/train.bin -b 4
 TRAINER_RUNS=("1 -z 3" "1 -z 3 --offload-optimizer cpu --dpu 1" "2 -z 2 -d 1024" "1 -z 3 -d 1024")
 
 # every call site: FILE LINE K (the K-th wait call on that line)
-PATTERN='(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after)\s*\('
+PATTERN='(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after|zero_gpu_wait)\s*\('
 sites=()
 for f in zero3/device.cuh zero3/nccl.cuh train_gpt2_zero3.cu; do
     while IFS=: read -r line text; do
@@ -63,7 +64,7 @@ for site in "${sites[@]}"; do
     read -r f line k <<< "$site"
     cp "$root/$f" "$work/$f"
     # the K-th call on the line, with its balanced parentheses, replaced
-    perl -i -pe 'if ($. == '"$line"') { my $i = 0; s/\b(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after)(\((?:[^()]++|(?2))*\))/++$i == '"$k"' ? ($1 =~ m{^cuda} ? "cudaSuccess" : "0") : "$1$2"/ge }' "$work/$f"
+    perl -i -pe 'if ($. == '"$line"') { my $i = 0; s/\b(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after|zero_gpu_wait)(\((?:[^()]++|(?2))*\))/++$i == '"$k"' ? ($1 =~ m{^cuda} ? "cudaSuccess" : "0") : "$1$2"/ge }' "$work/$f"
     what="$f:$line #$k: $(sed -n "${line}p" "$root/$f" | sed -E 's/^\s+//' | cut -c1-90)"
     if cmp -s "$root/$f" "$work/$f"; then echo "SKIPPED (no change) $what"; continue; fi
     result=MISSED

@@ -33,6 +33,17 @@
  for the host's own calls (the split), so that a host-side collective can never be matched
  out of order with a GPU-side one.
 
+ Faults (NCCL's "Fault tolerance"): ncclCommGetAsyncError gives the communicator's
+ asynchronous error, ncclSuccess unless a test hook says otherwise; ncclCommAbort aborts
+ the communicator's operations still queued or running, which then complete at once with
+ their buffers undefined, as aborted kernels end (its MPI communicators are not freed: abort
+ may come from another thread than the one running the emulated GPU, and MPI here has no
+ thread support; they go with the process). A communicator is not used after its abort.
+ The test hook EMU_NCCL_STOP=R:K[:error] stops world rank R (SIGSTOP) as its GPU starts its
+ K-th collective or group of sends and receives (counted from 1 over every communicator), or
+ with `:error` leaves that collective never completing and the communicator reporting
+ ncclRemoteError, as a peer's network failure would.
+
  The host's blocking MPI calls are interposed (MPI_Allreduce, _Bcast, _Barrier, _Gather,
  _Allgather, _Reduce_scatter_block, _Wait, _Waitall, _Finalize): each starts its
  non-blocking form and keeps the emulated GPU running while it waits, because a real GPU
@@ -50,9 +61,13 @@
 #include <stddef.h>   // size_t
 #include <string.h>   // memset
 #include <limits.h>   // INT_MAX: an MPI count
+#include <stdlib.h>   // getenv, atoi: the test hook
+#include <signal.h>   // raise, SIGSTOP: the test hook
 
 // (NCCL's values)
-typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
+typedef enum {
+    ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7
+} ncclResult_t;
 typedef enum {
     ncclInt8 = 0, ncclChar = 0, ncclUint8 = 1, ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9
 } ncclDataType_t;
@@ -61,10 +76,41 @@ typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct { int blocking; } ncclConfig_t;  // (nothing of it is read here)
 #define NCCL_CONFIG_INITIALIZER {1}
 #define NCCL_SPLIT_NOCOLOR -1
-// comm: the collectives' and transfers' duplicate; ctl: the host's own calls (the split)
-typedef struct EmuNcclComm { int rank, world; MPI_Comm comm, ctl; }* ncclComm_t;
+// comm: the collectives' and transfers' duplicate; ctl: the host's own calls (the split);
+// aborted: ncclCommAbort was called (from any thread); async_error: ncclCommGetAsyncError's
+typedef struct EmuNcclComm { int rank, world; MPI_Comm comm, ctl; int aborted; ncclResult_t async_error; }* ncclComm_t;
 
-static inline const char* ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error"; }
+static inline const char* ncclGetErrorString(ncclResult_t r) {
+    return r == ncclSuccess ? "no error" : r == ncclRemoteError ? "remote process exited or there was a network error"
+                                                                : "emulated NCCL error";
+}
+static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+    *asyncError = (ncclResult_t)__atomic_load_n((int*)&comm->async_error, __ATOMIC_ACQUIRE);
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    return ncclSuccess;
+}
+static inline int emu_nccl_aborted(ncclComm_t c) { return __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE); }
+
+// EMU_NCCL_STOP=R:K[:error] (see the top), as a collective of c starts: 1 when it must never
+// complete (the error case)
+static inline int emu_nccl_test_fault(ncclComm_t c) {
+    static int rank = -2, k = 0, error = 0, started = 0;
+    if (rank == -2) {
+        const char* e = getenv("EMU_NCCL_STOP");
+        const char* colon = e != NULL ? strchr(e, ':') : NULL;
+        rank = colon != NULL ? atoi(e) : -1;
+        k = colon != NULL ? atoi(colon + 1) : 0;
+        error = colon != NULL && strstr(colon + 1, ":error") != NULL;
+    }
+    int me = -1;
+    if (rank < 0 || (PMPI_Comm_rank(MPI_COMM_WORLD, &me), me != rank) || ++started != k) { return 0; }
+    if (!error) { raise(SIGSTOP); return 0; }
+    __atomic_store_n((int*)&c->async_error, (int)ncclRemoteError, __ATOMIC_RELEASE);
+    return 1;
+}
 // The unique id names its maker (MPI_COMM_WORLD's rank, + 1); ncclCommInitRank splits
 // MPI_COMM_WORLD by it, so the ranks given one id (a group's, broadcast by its rank 0) make
 // one communicator. That split is over every rank of MPI_COMM_WORLD: every rank makes its
@@ -141,16 +187,21 @@ static inline int emu_mpi_test(MPI_Request* r) {
 
 // queues a collective: start() when it reaches its stream's head, poll() until done
 template <typename S, typename P>
-static inline ncclResult_t emu_nccl_issue(cudaStream_t s, const char* what, const void* send, size_t send_bytes, void* recv,
-                                          size_t recv_bytes, S start, P poll, const char* file, int line) {
+static inline ncclResult_t emu_nccl_issue(ncclComm_t c, cudaStream_t s, const char* what, const void* send, size_t send_bytes,
+                                          void* recv, size_t recv_bytes, S start, P poll, const char* file, int line) {
+    if (emu_nccl_aborted(c)) { return ncclInvalidUsage; }
     emu_find_range(send, send_bytes, what);
     emu_find_range(recv, recv_bytes, what);
     EmuOp* op = emu_op_new(emu_stream_id(s), what, file, line);
     if (emu_where(send) != 0) { op->acc.push_back(emu_range(send, send_bytes, 0)); }
     if (emu_where(recv) != 0) { op->acc.push_back(emu_range(recv, recv_bytes, 1)); }
     std::shared_ptr<EmuNcclState> st = std::make_shared<EmuNcclState>();
-    op->run = [st, start](EmuOp*) { start(st.get()); };
-    op->poll = [st, poll](EmuOp*) { return poll(st.get()); };
+    std::shared_ptr<int> hung = std::make_shared<int>(0);  // EMU_NCCL_STOP's error: never started, never completes
+    op->run = [st, start, c, hung](EmuOp*) {
+        *hung = emu_nccl_test_fault(c);
+        if (!*hung) { start(st.get()); }
+    };
+    op->poll = [st, poll, c, hung](EmuOp*) { return emu_nccl_aborted(c) || (!*hung && poll(st.get())); };
     emu_op_push(op);
     return ncclSuccess;
 }
@@ -161,7 +212,7 @@ static inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t co
     if (emu_nccl_type(t) == MPI_DATATYPE_NULL) { return ncclInvalidArgument; }
     size_t bytes = count * emu_nccl_size(t);
     if (t != ncclBfloat16) {
-        return emu_nccl_issue(s, "ncclAllReduce", send, bytes, recv, bytes,
+        return emu_nccl_issue(c, s, "ncclAllReduce", send, bytes, recv, bytes,
             [=](EmuNcclState* st) {
                 PMPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_nccl_type(t), MPI_SUM, c->comm, &st->req);
             },
@@ -169,7 +220,7 @@ static inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t co
     }
     // bf16: chunks of ceil(count / world), padded; the ring's reduce-scatter then all-gather
     size_t chunk = (count + (size_t)c->world - 1) / (size_t)c->world;
-    return emu_nccl_issue(s, "ncclAllReduce", send, bytes, recv, bytes,
+    return emu_nccl_issue(c, s, "ncclAllReduce", send, bytes, recv, bytes,
         [=](EmuNcclState* st) {
             std::vector<__nv_bfloat16> padded(chunk * (size_t)c->world, __nv_bfloat16(0.0f));
             memcpy(padded.data(), send, bytes);
@@ -200,13 +251,13 @@ static inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_
     if (emu_nccl_type(t) == MPI_DATATYPE_NULL) { return ncclInvalidArgument; }
     size_t es = emu_nccl_size(t);
     if (t != ncclBfloat16) {
-        return emu_nccl_issue(s, "ncclReduceScatter", send, count * es * (size_t)c->world, recv, count * es,
+        return emu_nccl_issue(c, s, "ncclReduceScatter", send, count * es * (size_t)c->world, recv, count * es,
             [=](EmuNcclState* st) {
                 PMPI_Ireduce_scatter_block(send, recv, (int)count, emu_nccl_type(t), MPI_SUM, c->comm, &st->req);
             },
             [](EmuNcclState* st) { return emu_mpi_test(&st->req); }, file, line);
     }
-    return emu_nccl_issue(s, "ncclReduceScatter", send, count * es * (size_t)c->world, recv, count * es,
+    return emu_nccl_issue(c, s, "ncclReduceScatter", send, count * es * (size_t)c->world, recv, count * es,
         [=](EmuNcclState* st) {
             st->all.assign((const __nv_bfloat16*)send, (const __nv_bfloat16*)send + count * (size_t)c->world);
             st->in.resize(count * (size_t)c->world);
@@ -226,7 +277,7 @@ static inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t co
     if (emu_nccl_type(t) == MPI_DATATYPE_NULL) { return ncclInvalidArgument; }
     size_t es = emu_nccl_size(t);
     int in_place = (const char*)send == (const char*)recv + (size_t)c->rank * count * es;
-    return emu_nccl_issue(s, "ncclAllGather", send, count * es, recv, count * es * (size_t)c->world,
+    return emu_nccl_issue(c, s, "ncclAllGather", send, count * es, recv, count * es * (size_t)c->world,
         [=](EmuNcclState* st) {
             PMPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, emu_nccl_type(t), recv, (int)count, emu_nccl_type(t),
                             c->comm, &st->req);
@@ -264,15 +315,21 @@ static inline void emu_nccl_group_issue(std::vector<EmuP2p> g) {
         if (emu_where(x.buf) != 0 && x.bytes > 0) { op->acc.push_back(emu_range(x.buf, x.bytes, !x.send)); }
     }
     std::shared_ptr<std::vector<MPI_Request>> reqs = std::make_shared<std::vector<MPI_Request>>(g.size());
-    op->run = [g, reqs](EmuOp*) {
-        for (size_t k = 0; k < g.size(); k++) {
+    std::shared_ptr<int> hung = std::make_shared<int>(0);  // (as emu_nccl_issue's)
+    op->run = [g, reqs, hung](EmuOp*) {
+        *hung = emu_nccl_test_fault(g[0].comm);
+        for (size_t k = 0; !*hung && k < g.size(); k++) {
             const EmuP2p& x = g[k];
             int rc = x.send ? PMPI_Issend(x.buf, (int)x.bytes, MPI_BYTE, x.peer, EMU_NCCL_P2P_TAG, x.comm->comm, &(*reqs)[k])
                             : PMPI_Irecv(x.buf, (int)x.bytes, MPI_BYTE, x.peer, EMU_NCCL_P2P_TAG, x.comm->comm, &(*reqs)[k]);
             if (rc != MPI_SUCCESS) { emu_die("%s: MPI refused a transfer", x.send ? "ncclSend" : "ncclRecv"); }
         }
     };
-    op->poll = [g, reqs](EmuOp*) {
+    op->poll = [g, reqs, hung](EmuOp*) {
+        for (const EmuP2p& x : g) {
+            if (emu_nccl_aborted(x.comm)) { return 1; }
+        }
+        if (*hung) { return 0; }
         int flag = 0;
         std::vector<MPI_Status> st(g.size());
         if (PMPI_Testall((int)g.size(), reqs->data(), &flag, st.data()) != MPI_SUCCESS) {

@@ -21,7 +21,9 @@
  (ncclInvalidArgument); ncclCommSplit (ranks of a color ordered by key, ties by the parent's
  rank; NCCL_SPLIT_NOCOLOR gives NULL; the new communicator's all-reduce and all-gather over
  its own ranks, made while the parent still has an all-reduce queued; the parent usable
- after); and zero3/nccl.cuh's zero_nccl_alltoall on int8 with its byte count.
+ after); and zero3/nccl.cuh's zero_nccl_alltoall on int8 with its byte count. The watchdog's
+ records of zero3/nccl_watch.cuh (a ring of 3 here): gathers issued past a full ring land, the
+ ring never over full; ncclCommGetAsyncError of a sound communicator is ncclSuccess.
  usage: mpirun -np N test_nccl_emu   (N >= 3); prints PASS/FAIL lines and "ok" at the end
 */
 #define EMU_DEFINE_GLOBALS
@@ -32,7 +34,8 @@
 #include <stdint.h>       // int8_t, uint8_t
 #include <cuda_runtime.h> // test/emu's
 #include <nccl.h>         // test/emu's
-#include "zero3/nccl.cuh" // zero_nccl_alltoall, over test/emu's NCCL
+#define ZERO_NCCL_WATCH_RING 3  // (zero3/nccl_watch.cuh's records: a ring that fills)
+#include "zero3/nccl.cuh" // zero_nccl_alltoall, zero_nccl_allgather and their watch, over test/emu's NCCL
 
 static int rank_ = 0, world_ = 1, failures = 0;
 static void check(const char* what, int ok) {
@@ -256,6 +259,35 @@ static void test_zero_alltoall(void) {
     zero_nccl_free(&zc);
 }
 
+// zero3/nccl_watch.cuh: seven gathers issued in a row through a ring of three records (a full
+// ring waits for its oldest, whose events serve again) all land, and the host's watched wait
+// sees them through; the communicator reports no asynchronous error
+static void test_watch(void) {
+    ZeroNccl zc;
+    if (zero_nccl_init(&zc, MPI_COMM_WORLD, -1, NULL) != 0) { check(zero_errmsg(), 0); return; }
+    const size_t n = 5;
+    std::vector<float> blocks((size_t)world_ * n, 0.0f);
+    int ok = 1;
+    float* d = dev_of(blocks);
+    for (int k = 0; k < 7; k++) {
+        std::vector<float> mine(n);
+        for (size_t i = 0; i < n; i++) { mine[i] = (float)(100 * k + 10 * rank_ + (int)i); }
+        cudaMemcpyAsync(d + (size_t)rank_ * n, mine.data(), n * sizeof(float), cudaMemcpyHostToDevice, zc.stream);
+        ok &= zero_nccl_allgather(&zc, d, n, ncclFloat32, k) == 0 && zero_nccl_watch.count <= 3;
+    }
+    ok &= zero_gpu_wait(zc.stream, NULL, "the test's gathers") == 0;
+    std::vector<float> got = host_of(d, (size_t)world_ * n);
+    for (int p = 0; p < world_; p++) {
+        for (size_t i = 0; i < n; i++) { ok &= got[(size_t)p * n + i] == (float)(600 + 10 * p + (int)i); }
+    }
+    check("zero_nccl_watch: seven gathers through a ring of three records land, the ring never over full", ok);
+    ncclResult_t err = ncclInvalidUsage;
+    check("ncclCommGetAsyncError of a sound communicator: ncclSuccess",
+          ncclCommGetAsyncError(zc.comm, &err) == ncclSuccess && err == ncclSuccess);
+    cudaFree(d);
+    zero_nccl_free(&zc);
+}
+
 // communicators of groups, each made from its own unique id (as zero3/nccl.cuh makes MiCS's
 // and hpZ's): the ranks of each parity, whose all-reduce sums only its own ranks
 static void test_groups(cudaStream_t s) {
@@ -348,6 +380,7 @@ int main(int argc, char** argv) {
     test_p2p(comm, s);
     test_split(comm, s);
     test_zero_alltoall();
+    test_watch();
     test_groups(s);
     ncclCommDestroy(comm);
     int all = 0;

@@ -598,6 +598,32 @@ PYEOF
     else
         bad "no GPU checkpoint to load for the partitioned model file"
     fi
+    # the watchdog over NCCL (zero3/nccl_watch.cuh): rank 1 of 3 stops (the emulator's test hook
+    # EMU_NCCL_STOP) as its GPU starts its 20th collective, a gather of step 2 that the others'
+    # GPUs then wait in; their hosts, polling, name it and rank 1 within --collective-timeout,
+    # each in its own line. Then the same collective never completing on rank 1 with an
+    # asynchronous error (ncclCommGetAsyncError): rank 1 stops the job naming it. The host
+    # backend with NVMe offload (the host engine's MPI collectives, the same watchdog) leaves
+    # no swap file when rank 1 stops in a collective (ZERO3_TEST_STOP)
+    W="${CK/-x 4/-x 8}"; W="${W/-b 4/-b 2} --collective-timeout 3"
+    t0=$(date +%s)
+    EMU_NCCL_STOP=1:20 timeout -k 5 120 $MPIRUN -np 3 -x EMU_NCCL_STOP $GPU32 $W -z 3 --zero-backend device > "$tmp/wd_stop.log" 2>&1
+    rc=$? secs=$(( $(date +%s) - t0 ))
+    n=$(grep -cE "^error: rank [02]: collective timeout: the [a-z-]+ of unit [0-9]+ at step [0-9]+ has not completed after 3 s; ranks that have not arrived: 1 \(stopped\)$" "$tmp/wd_stop.log")
+    if [ $rc -ne 0 ] && [ "$n" = 2 ]; then ok "device backend, rank 1 stopped in an NCCL collective: ranks 0 and 2 name it ($secs s)"
+    else bad "device backend, rank 1 stopped in an NCCL collective (exit $rc after $secs s: $(grep -m2 error "$tmp/wd_stop.log" | tr '\n' ' '))"; fi
+    EMU_NCCL_STOP=1:20:error timeout -k 5 120 $MPIRUN -np 2 -x EMU_NCCL_STOP $GPU32 $W -z 3 --zero-backend device > "$tmp/wd_err.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && grep -qE "^error: zero nccl: the [a-z-]+ of unit [0-9]+ at step [0-9]+ failed: remote process exited or there was a network error" "$tmp/wd_err.log"; then
+        ok "device backend, an NCCL collective with an asynchronous error: the job stops naming it"
+    else bad "device backend, an NCCL collective with an asynchronous error (exit $rc: $(grep -m2 error "$tmp/wd_err.log" | tr '\n' ' '))"; fi
+    mkdir -p "$tmp/wd_swap"
+    ZERO3_TEST_STOP=1:2:inside timeout -k 5 120 $MPIRUN -np 2 -x ZERO3_TEST_STOP $GPU32 $W -z 3 $H --offload-optimizer nvme \
+        --nvme-path "$tmp/wd_swap" > "$tmp/wd_host.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && grep -qE "^error: rank 0: collective timeout: .* ranks that have not arrived: 1 \(stopped\)$" "$tmp/wd_host.log" &&
+       [ -z "$(ls "$tmp/wd_swap")" ]; then ok "host backend with NVMe, rank 1 stopped: the job ends naming it, no swap file left"
+    else bad "host backend with NVMe, rank 1 stopped (exit $rc: $(grep -m2 error "$tmp/wd_host.log" | tr '\n' ' '); left: $(ls "$tmp/wd_swap"))"; fi
 fi  # emulated
 
 finish
