@@ -53,7 +53,7 @@
 #include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
 #include <stdlib.h>           // malloc
 #include "llmc/utils.h"       // llmc_error, AtomicFile
-#include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
+#include "zero3/crc32c.h"     // crc32c_file, crc32c_update: the manifest's checksums
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState
 #include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
@@ -746,7 +746,7 @@ static int checkpoint_resume(const char* dir, int step, const CheckpointHeader* 
             if (fd >= 0) { close(fd); }
         } else {
             unlink(tmp_path);  // gone with the last close, whatever happens next
-            if (zero_reshard_write(&s.src, &to, tmp) != 0 || fflush(tmp) != 0) {
+            if (zero_reshard_write(&s.src, &to, tmp, tmp_path) != 0) {
                 llmc_error("resharding step %d from %d ranks at stage %d to rank %d of %d at stage %d: %s", step, s.world,
                            s.src.head.stage, want->rank, want->world_size, stage, zero_errmsg());
             } else if (fseeko(tmp, 0, SEEK_SET) != 0 || zero_load(z, tmp) != 0) {

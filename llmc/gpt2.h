@@ -28,7 +28,7 @@
 #include <errno.h>    // errno: the reason a read or write failed
 #include <fcntl.h>    // open: a model file for partitioned reads
 #include <unistd.h>   // pread, pwrite, close: each rank's parts of a model file
-#include <sys/stat.h> // fstat: the model file's size
+#include <sys/stat.h> // fstat: the model file's kind and size
 #include "llmc/utils.h"  // llmc_error, AtomicFile
 #include "llmc/rand.h"   // rng_normal_at: counter-based samples for init
 
@@ -349,8 +349,15 @@ static int gpt2_source_open(GPT2Source* s, const char* path) {
     long expected;
     memset(s, 0, sizeof(*s));
     s->path = path;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO given as -e is refused below instead of waiting for a writer
+    // (regular files ignore it)
+    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (s->fd < 0) { return llmc_error("cannot open model file %s: %s", path, strerror(errno)); }
+    if (fstat(s->fd, &st) != 0) { llmc_error("cannot stat model file %s: %s", path, strerror(errno)); goto fail; }
+    if (!S_ISREG(st.st_mode)) {  // a directory read as "truncated: shorter than its header"
+        llmc_error("model file %s is %s, not an llm.c model file", path, llmc_file_kind(st.st_mode));
+        goto fail;
+    }
     if (pread(s->fd, header, sizeof(header), 0) != (ssize_t)sizeof(header)) {
         llmc_error("model file %s is truncated: shorter than its 1024-byte header", path);
         goto fail;
@@ -373,7 +380,6 @@ static int gpt2_source_open(GPT2Source* s, const char* path) {
     if (gpt2_config_validate(c, path) != 0) { goto fail; }
     n = gpt2_num_params(c);
     expected = 1024 + (long)(n * s->elem);
-    if (fstat(s->fd, &st) != 0) { llmc_error("cannot stat model file %s: %s", path, strerror(errno)); goto fail; }
     if ((long)st.st_size != expected) {
         llmc_error("model file %s is %ld bytes but its header describes %ld (%zu parameters, %s)%s", path,
                    (long)st.st_size, expected, n, s->elem == 4 ? "fp32" : "bf16", (long)st.st_size < expected ? ": truncated" : "");
