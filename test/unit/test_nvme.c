@@ -537,6 +537,24 @@ Test(nvme, one_changed_byte_is_named) { changed_under_the_job(one_byte_in_block_
 Test(nvme, truncated_file_is_named) { changed_under_the_job(truncate_to_3_blocks, 3, "unexpected end of file: the swap file was truncated"); }
 Test(nvme, truncated_and_extended_is_named) { changed_under_the_job(truncate_and_extend, 0, "(it reads as zeros)"); }
 
+// the four-chain block checksums (what the swapper computes) equal the plain CRC32C of
+// each block, for a count that is not a multiple of four (the rest one at a time) and a
+// block size that is not a multiple of 8 (no four-chain path at all); and the standard
+// check value
+Test(nvme, crc32c_blocks_equal_the_plain_crc) {
+    cr_assert_eq(crc32c_update(0, "123456789", 9), 0xE3069283u);
+    enum { N = 7, B = 4096 };
+    unsigned char* p = (unsigned char*)malloc(N * B);
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < N * B; i++) { p[i] = (unsigned char)(i * 2654435761u >> 13); }
+    uint32_t got[N];
+    crc32c_blocks(p, N, B, got);
+    for (int i = 0; i < N; i++) { cr_assert_eq(got[i], crc32c_update(0, p + (size_t)i * B, B), "block %d", i); }
+    crc32c_blocks(p, 5, 1001, got);
+    for (int i = 0; i < 5; i++) { cr_assert_eq(got[i], crc32c_update(0, p + (size_t)i * 1001, 1001), "1001-byte block %d", i); }
+    free(p);
+}
+
 // blocks never written read as the zeros the file was made of, and pass; every block's
 // sum follows its last write, whichever request wrote it (an overlapping second write)
 Test(nvme, checksums_follow_the_writes) {
