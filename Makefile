@@ -185,11 +185,19 @@ MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build
 NPROC ?= $(shell nproc 2>/dev/null || echo 1)
 test: deps
 	$(MAKE) -j$(NPROC) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
-	  $(SAN_TESTS) $(FUZZERS) build/alloc_peak.so
+	  $(SAN_TESTS) $(FUZZERS) build/alloc_peak.so $(BENCH_PROGRAMS)
 	bash test/run_all.sh $(UNIT_TESTS)
 
+# the benchmarks' programs (dev/bench_*.c), which the scripts/bench_*.sh build through
+# these targets: make test builds them all, so that one that no longer compiles fails it
+# (test/e2e/test_scripts.sh runs each script on a tiny size)
 build/bench_sgemm: dev/bench_sgemm.c | build
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS) $< -o $@ $(BLAS_LIBS)
+build/bench_cpu_adam: dev/bench_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h llmc/utils.h | build
+	$(CC) $(CFLAGS) $< -o $@ -lm
+build/bench_nvme: dev/bench_nvme.c zero3/nvme.h zero3/crc32c.h zero3/util.h | build
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+BENCH_PROGRAMS = build/bench_sgemm build/bench_cpu_adam build/bench_nvme
 
 bench: deps
 	$(MAKE) all

@@ -15,7 +15,7 @@
  usage: bench_cpu_adam [n_params] [iters]     (defaults 100000000 and 5)
  prints: cpu_adam: isa=... threads=... n=... best_ms=... mparam_per_s=... gbps=...
          triad: n=... best_ms=... triad_gbps=...
- build: gcc -O3 -march=native -fopenmp -Wall -Wextra -I. dev/bench_cpu_adam.c -o build/bench_cpu_adam -lm
+ build: make build/bench_cpu_adam (-O3 -march=native -fopenmp)
 */
 #include <stdio.h>            // printf
 #include <stdlib.h>           // strtoull, aligned_alloc, free

@@ -12,9 +12,11 @@
 #include <stdlib.h>  // strtol, strtof, strtoull
 #include <string.h>  // strcmp, strchr, strncmp
 #include <errno.h>   // ERANGE
-#include <math.h>    // isnan for the JSON's unset values
+#include <math.h>    // isnan for the JSON's unset values, fabsf
+#include <float.h>   // FLT_MIN, FLT_TRUE_MIN: a flag value that underflows a float
 #include "llmc/utils.h"  // llmc_error
-#include "zero3/config.h"  // ZeroConfig: -z, the ZeRO long flags and --ds-config
+#include "zero3/config.h"  // ZeroConfig: -z, the ZeRO long flags
+#include "zero3/config_json.h"  // zero_config_load_json: --ds-config
 
 typedef struct {
     const char* train_pattern;   // -i  train token shards (glob)
@@ -58,6 +60,7 @@ typedef struct {
     int stop_grace;              // --stop-grace S  a stop signal not taken up at a step boundary within S seconds ends the process; 0: never
     ZeroConfig zero;             // -z and the ZeRO long flags (zero3/config.h)
     int given_B, given_d, given_lr, given_wd, given_clip;  // set on the command line (they beat the JSON)
+    int given_g;                 // -g given: a sample longer than -t is refused (the default is cut to -t)
     char warnings[4096];         // the JSON's unknown and no-effect keys, settings without effect: printed by rank 0
 } TrainConfig;
 
@@ -122,7 +125,7 @@ static void args_usage(FILE* f, const char* program) {
         "  -v <int>      validate every N steps, 0 = never (default 20)\n"
         "  -m <int>      validation batches, -1 = all (default 20)\n"
         "  -s <int>      sample every N steps, 0 = never (default 20)\n"
-        "  -g <int>      tokens to generate per sample (default 64)\n"
+        "  -g <int>      tokens to generate per sample, at most -t (default 64, cut to -t)\n"
         "  -n <int>      checkpoint every N steps, 0 = never (default 0)\n"
         "  -y <0|1>      resume from the newest checkpoint in -o whose checksums pass, at any world size and\n"
         "                ZeRO stage (default 0)\n"
@@ -203,12 +206,20 @@ static int args_int(const char* flag, const char* s, long lo, long hi, long* out
     return 0;
 }
 
+// strtof's ERANGE is two things: an overflow (inf: out of any range) and an underflow, a
+// value below FLT_MIN that comes back subnormal (1e-45: a float of its own, in range like
+// any other) or 0 (1e-50: no float holds it, and 0 is not what was asked for)
 static int args_float(const char* flag, const char* s, float lo, float hi, float* out) {
     char* end = NULL;
     errno = 0;
     float v = strtof(s, &end);
     if (*s == '\0' || *end != '\0') { return llmc_error("flag %s: '%s' is not a number", flag, s); }
-    if (errno == ERANGE || !(v >= lo && v <= hi)) { return llmc_error("flag %s: %s is out of range [%g, %g]", flag, s, lo, hi); }
+    int underflow = errno == ERANGE && fabsf(v) <= FLT_MIN;
+    if (underflow && v == 0.0f) {
+        return llmc_error("flag %s: %s is too small for a float: it would be 0 (the smallest positive float is %g)", flag, s,
+                          (double)FLT_TRUE_MIN);
+    }
+    if ((errno == ERANGE && !underflow) || !(v >= lo && v <= hi)) { return llmc_error("flag %s: %s is out of range [%g, %g]", flag, s, lo, hi); }
     *out = v;
     return 0;
 }
@@ -271,7 +282,7 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
         else if (!strcmp(name, "-m")) { rc = args_int(name, val, -1, 1L << 30, &v); c->val_max_steps = (int)v;
                                         if (rc == 0 && v == 0) { return llmc_error("flag -m: use -v 0 to disable validation, or -1 for the whole set"); } }
         else if (!strcmp(name, "-s")) { rc = args_int(name, val, 0, 1L << 30, &v); c->sample_every = (int)v; }
-        else if (!strcmp(name, "-g")) { rc = args_int(name, val, 1, 1 << 20, &v); c->gen_T = (int)v; }
+        else if (!strcmp(name, "-g")) { rc = args_int(name, val, 1, 1 << 20, &v); c->gen_T = (int)v; c->given_g = 1; }
         else if (!strcmp(name, "-n")) { rc = args_int(name, val, 0, 1L << 30, &v); c->checkpoint_every = (int)v; }
         else if (!strcmp(name, "-y")) { rc = args_int(name, val, 0, 1, &v); c->resume = (int)v; }
         else if (!strcmp(name, "-z")) { rc = args_int(name, val, 0, 3, &v); c->zero.stage = (int)v; }
@@ -316,6 +327,12 @@ static int args_parse(TrainConfig* c, int argc, char** argv) {
             if (rc != 0) { return llmc_error("%s", zero_errmsg()); }
         }
         if (rc != 0) { return -1; }
+    }
+    // a sample is generated inside one sequence of T tokens (the model's activations are
+    // sized for T): more tokens than that cannot be made, and a -g asked for is not cut
+    if (c->given_g && c->sample_every > 0 && c->gen_T > c->T) {
+        return llmc_error("flag -g: %d tokens per sample is more than the sequence length -t %d: a sample is made inside one "
+                          "sequence (give -g %d or less, or -s 0 for no samples)", c->gen_T, c->T, c->T);
     }
     // the JSON's training keys fill what the command line left unset
     ZeroConfig* z = &c->zero;

@@ -562,7 +562,7 @@ static int checkpoint_resume(const char* dir, int step, const CheckpointHeader* 
             if (fd >= 0) { close(fd); }
         } else {
             unlink(tmp_path);  // gone with the last close, whatever happens next
-            if (zero_reshard_write(&s.src, &to, tmp) != 0 || fflush(tmp) != 0) {
+            if (zero_reshard_write(&s.src, &to, tmp, tmp_path) != 0) {
                 llmc_error("resharding step %d from %d ranks at stage %d to rank %d of %d at stage %d: %s", step, s.world,
                            s.src.head.stage, want->rank, want->world_size, stage, zero_errmsg());
             } else if (fseeko(tmp, 0, SEEK_SET) != 0 || zero_load(z, tmp) != 0) {

@@ -28,7 +28,7 @@
 #include <errno.h>    // errno: the reason a read or write failed
 #include <fcntl.h>    // O_RDONLY: a model file for partitioned reads
 #include <unistd.h>   // pread, pwrite, close: each rank's parts of a model file
-#include <sys/stat.h> // fstat: the model file's size
+#include <sys/stat.h> // fstat: the model file's kind and size
 #include "llmc/utils.h"  // llmc_error, AtomicFile
 #include "common/file.h" // file_open: a model file that is a FIFO or a device is refused, never waited on
 #include "llmc/rand.h"   // rng_normal_at: counter-based samples for init
@@ -353,6 +353,7 @@ static int gpt2_source_open(GPT2Source* s, const char* path) {
     const char* why = NULL;
     s->fd = file_open(path, O_RDONLY, 0, FILE_REGULAR, &why);
     if (s->fd < 0) { return llmc_error("cannot open model file %s: %s", path, why); }
+    if (fstat(s->fd, &st) != 0) { llmc_error("cannot stat model file %s: %s", path, strerror(errno)); goto fail; }
     if (pread(s->fd, header, sizeof(header), 0) != (ssize_t)sizeof(header)) {
         llmc_error("model file %s is truncated: shorter than its 1024-byte header", path);
         goto fail;
@@ -375,7 +376,6 @@ static int gpt2_source_open(GPT2Source* s, const char* path) {
     if (gpt2_config_validate(c, path) != 0) { goto fail; }
     n = gpt2_num_params(c);
     expected = 1024 + (long)(n * s->elem);
-    if (fstat(s->fd, &st) != 0) { llmc_error("cannot stat model file %s: %s", path, strerror(errno)); goto fail; }
     if ((long)st.st_size != expected) {
         llmc_error("model file %s is %ld bytes but its header describes %ld (%zu parameters, %s)%s", path,
                    (long)st.st_size, expected, n, s->elem == 4 ? "fp32" : "bf16", (long)st.st_size < expected ? ": truncated" : "");

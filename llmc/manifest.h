@@ -40,7 +40,7 @@
 #include <sys/stat.h>         // lstat: a marker must be a regular file; mkdir: the damaged ones' directory
 #include "llmc/utils.h"       // llmc_error, AtomicFile, fsync_parent_dir
 #include "common/file.h"      // file_fopen, file_kind: the marker opened without blocking on a FIFO
-#include "llmc/crc32c.h"      // crc32c_file, crc32c_update: the manifest's checksums
+#include "zero3/crc32c.h"     // crc32c_file, crc32c_update: the manifest's checksums
 #include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
 #include "zero3/watchdog.h"   // zero_watch_io_enter/leave: the read-back of a file just written told to the watchdog
 

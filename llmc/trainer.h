@@ -964,6 +964,34 @@ static CheckpointHeader trainer_checkpoint_header(const Trainer* t, int step) {
     return h;
 }
 
+// The model of -e must be the checkpoint's. The state files hold the parameter count
+// only, which another head count keeps (and so may another shape): the checkpoint's model
+// file holds the whole shape in its header. Stops every rank naming what differs.
+static void trainer_resume_check_model(const Trainer* t, int step) {
+    char path[4200], diff[512] = "", msg[8192];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", t->tc.output_dir, step);
+    GPT2Source saved;
+    if (gpt2_source_open(&saved, path) != 0) { die_all(t->rank, llmc_errmsg()); }
+    gpt2_source_close(&saved);
+    const GPT2Config *a = &saved.config, *b = &t->config;
+    const struct { const char* what; int saved, now; } f[] = {
+        {"layers", a->num_layers, b->num_layers}, {"heads", a->num_heads, b->num_heads},
+        {"channels", a->channels, b->channels}, {"vocabulary", a->vocab_size, b->vocab_size},
+        {"padded vocabulary", a->padded_vocab_size, b->padded_vocab_size},
+        {"maximum sequence length", a->max_seq_len, b->max_seq_len},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        if (f[i].saved == f[i].now) { continue; }
+        size_t n = strlen(diff);
+        snprintf(diff + n, sizeof(diff) - n, "%s%s %d, -e's %d", n ? "; " : "", f[i].what, f[i].saved, f[i].now);
+    }
+    if (diff[0] == '\0') { return; }
+    snprintf(msg, sizeof(msg), "-y 1: the checkpoint at step %d in %.1000s is of another model than -e %.1000s (%s: %s); "
+             "resume with the -e of the run that wrote it, or with -e set to that file", step, t->tc.output_dir, t->tc.model,
+             path, diff);
+    die_all(t->rank, msg);
+}
+
 // Resumes, when -y 1, from the newest checkpoint in -o whose files pass their checksums
 // (llmc/checkpoint.h), at any world size and stage (checkpoint_resume); stops every rank
 // when there are checkpoints but none passes. Returns the step to start from, and in
@@ -983,6 +1011,7 @@ static int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, in
                  "start from step 0", tc->output_dir);
         die_all(t->rank, msg);
     }
+    trainer_resume_check_model(t, latest);
     CheckpointHeader want = trainer_checkpoint_header(t, latest), got;
     memset(&got, 0, sizeof(got));
     // -a 1 trains on the first batch at every step: the loader stays at its start, where the
@@ -1073,7 +1102,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
     rng_init(&sample_rng, tc->seed ^ 0xA5A5A5A5ull);
     int skipped = 0;  // optimizer steps skipped so far (non-finite loss or norm): AdamW's t did not advance
     int start_step = trainer_resume(t, m, &sample_rng, &skipped);
-    int skipped_in_a_row = 0;
+    int skipped_before = skipped, skipped_in_a_row = 0, signalled = 0;
     // test hook (docs/TESTING.md): the last rank's loss of this step is NaN, as an overflow would make it
     const char* nan_env = getenv("ZERO3_TEST_NAN_STEP");
     int nan_step = nan_env != NULL ? atoi(nan_env) : -1;
@@ -1124,6 +1153,7 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         }
         if (last_step) { break; }
         if (stop) {
+            signalled = 1;
             // where a -n checkpoint of this step would be, so that -y 1 continues the same run;
             // a resumed run signalled before its first step has its checkpoint already
             if (tc->output_dir == NULL) {
@@ -1188,6 +1218,9 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
         if (skipped_in_a_row > tc->max_skipped_steps) { break; }
     }
     int stopped = skipped_in_a_row > tc->max_skipped_steps;
+    // a run that trained nothing did not do what it was asked: not a success (a signal's
+    // stop is, and -y 1 goes on from its checkpoint)
+    int none_trained = !stopped && !signalled && nsteps > 0 && skipped - skipped_before == nsteps;
     traffic.steps = nsteps;
     job_doing("writing the report and the memory figures");
 
@@ -1227,6 +1260,14 @@ static void trainer_run(Trainer* t, const TrainerModel* m) {
                  skipped_in_a_row == 1 ? "" : "s",
                  tc->max_skipped_steps, tc->output_dir != NULL ? " (the checkpoints in " : "",
                  tc->output_dir != NULL ? tc->output_dir : "", tc->output_dir != NULL ? " are those of good steps)" : "");
+        die_all(rank, msg);
+    }
+    if (none_trained) {
+        zeroCheck(zero_flush(m->zero));
+        char msg[256], which[96];
+        if (nsteps == 1) { snprintf(which, sizeof(which), "the one step of this run (step %d)", last); }
+        else { snprintf(which, sizeof(which), "every one of this run's %d steps (steps %d-%d)", nsteps, start_step + 1, last); }
+        snprintf(msg, sizeof(msg), "%s had a non-finite loss or gradient norm and was skipped: nothing was trained", which);
         die_all(rank, msg);
     }
 }

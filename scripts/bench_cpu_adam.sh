@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU AdamW speed (zero3/cpu_adam.h) next to memory bandwidth and PyTorch, in one run.
 #   usage: scripts/bench_cpu_adam.sh [n_params] [iters] [runs]   (defaults 100000000 5 3, from the repo root)
-# 1. build/bench_cpu_adam (built here with -O3 -march=native -fopenmp) runs `runs` times;
+# 1. build/bench_cpu_adam (make build/bench_cpu_adam: -O3 -march=native -fopenmp) runs `runs` times;
 #    each run times `iters` cpu_adam_step calls over n_params (fp32 p, g, m, v) and a
 #    STREAM-style double triad, best call of each; the best run of each is kept (the
 #    machine is shared: the best is the least disturbed).
@@ -24,8 +24,7 @@ iters=${2:-5}
 runs=${3:-3}
 threads=$(nproc)
 export OMP_NUM_THREADS=$threads
-mkdir -p build
-gcc -O3 -march=native -fopenmp -Wall -Wextra -I. dev/bench_cpu_adam.c -o build/bench_cpu_adam -lm
+make -s build/bench_cpu_adam
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "machine: $threads cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
 for r in $(seq "$runs"); do

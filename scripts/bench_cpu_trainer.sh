@@ -3,6 +3,7 @@
 # at B=4 T=256, next to OpenBLAS's sgemm GFLOP/s at the model's own matmul shapes,
 # measured in the same run. Not a test: it prints measured figures and ratios.
 #   usage: scripts/bench_cpu_trainer.sh [steps]     (from the repo root, after make all data)
+#   env:   BENCH_DEPTHS="6 12" BENCH_B=4 BENCH_T=256 (make test runs BENCH_DEPTHS=2 at B=1 T=16)
 # The FLOP count is the usual one: per token, forward 2*(12 L C^2 + Vp C) for the
 # matmuls plus 4 L T C for attention's two products (computed over the full square, as
 # the trainer does), times 3 for forward + backward.
@@ -11,12 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-6}
-mkdir -p build
 make -s build/bench_sgemm
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-B=4; T=256
+B=${BENCH_B:-4}; T=${BENCH_T:-256}
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-for d in 6 12; do
+for d in ${BENCH_DEPTHS:-6 12}; do
     C=$((64 * d)); L=$d; Vp=50304
     sg=$(./build/bench_sgemm $C $((B * T)) 5 | sed 's/sgemm_gflops=//')
     ./train_gpt2_zero3_cpu -e d$d -b $B -t $T -x "$steps" -v 0 -s 0 -r 0 --report "$tmp/r$d.json" > "$tmp/log$d" 2>&1 \

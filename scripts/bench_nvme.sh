@@ -3,10 +3,11 @@
 # fio on the same directory. Each side, each run: a fresh file preallocated with fallocate
 # (unwritten extents, both sides), a sequential write of SIZE_MIB in BS_MIB requests kept
 # QD deep with O_DIRECT, the page cache dropped (when allowed), then a sequential read of
-# the file just written. The two sides alternate RUNS times (ours first in odd runs, fio
+# the file just written (ours computes and checks the swap file's block checksums as the
+# trainer does: their cost is in its figures). The two sides alternate RUNS times (ours first in odd runs, fio
 # first in even ones) because a shared virtual disk drifts by 2x and more within a minute;
 # the summary gives medians.
-#   usage: scripts/bench_nvme.sh DIR      (needs gcc, liburing, fio, python3)
+#   usage: scripts/bench_nvme.sh DIR      (needs gcc, liburing, fio, python3: make deps)
 #   env:   SIZE_MIB=1024 BS_MIB=8 QD=8 RUNS=5 FIO_EXTRA="" (more fio options, e.g. --mem=shmhuge)
 # Per run it also prints the average size of the requests the block device saw
 # (/proc/diskstats, both directions together): near max_sectors_kb means the I/O buffers
@@ -27,8 +28,7 @@ cd "$(dirname "$0")/.."
 [ -d "$DIR" ] || { echo "bench_nvme: no directory $DIR" >&2; exit 1; }
 command -v fio >/dev/null || { echo "bench_nvme: fio not installed (apt-get install fio)" >&2; exit 1; }
 [ "$RUNS" -ge 1 ] 2>/dev/null || { echo "bench_nvme: RUNS must be >= 1" >&2; exit 1; }
-mkdir -p build
-gcc -O2 -Wall -Wextra -Wno-unused-function -I. dev/bench_nvme.c -o build/bench_nvme $(pkg-config --cflags --libs liburing)
+make -s build/bench_nvme
 
 src=$(df -P "$DIR" | awk 'NR==2 {print $1}')
 dev=$(basename "$(readlink -f "$src" 2>/dev/null || echo "$src")")

@@ -3,6 +3,7 @@
 # optimizer offload to CPU, to NVMe, and parameters to NVMe too; how long the offloaded
 # update takes, and how much of it the step hides.
 #   usage: scripts/bench_offload.sh [NVME_DIR] [steps] [B] [T]   (from the repo root, after make all data)
+#   env:   BENCH_MODEL=d6 (make test runs d2, 2 steps, B=1, T=16)
 # hidden = 1 - (step_offload - step_none) / (update_offload - update_none): of the extra
 # time the offloaded update takes over the on-device one (host copies, CPU Adam, NVMe
 # reads and writes), the share that did not lengthen the step. The CPU trainer runs the
@@ -16,12 +17,13 @@ cd "$(dirname "$0")/.."
 dir=${1:-/tmp}; steps=${2:-6}; B=${3:-4}; T=${4:-128}
 tmp=$(mktemp -d); nv=$(mktemp -d "$dir/bench_offload.XXXXXX")
 trap 'rm -rf "$tmp" "$nv"' EXIT
+model=${BENCH_MODEL:-d6}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 2"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-echo "machine: $(nproc --all) cores; d6, N=2, stage 3, B=$B, T=$T per rank, $steps steps; NVMe dir $dir ($(df -h "$dir" | tail -1 | awk '{print $1}'))"
+echo "machine: $(nproc --all) cores; $model, N=2, stage 3, B=$B, T=$T per rank, $steps steps; NVMe dir $dir ($(df -h "$dir" | tail -1 | awk '{print $1}'))"
 run() {
     local name=$1; shift
-    $MPIRUN ./train_gpt2_zero3_cpu -e d6 -b $B -t $T -x "$steps" -v 0 -s 0 -r 0 -z 3 "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1 \
+    $MPIRUN ./train_gpt2_zero3_cpu -e "$model" -b $B -t $T -x "$steps" -v 0 -s 0 -r 0 -z 3 "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1 \
         || { echo "$name failed:"; tail -3 "$tmp/$name.log"; exit 1; }
 }
 run none

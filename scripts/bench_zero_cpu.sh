@@ -3,6 +3,7 @@
 # for the d6 model on N=2 ranks, and stage 3 with prefetch off; every figure is set
 # next to stage 0 measured in the same run. Not a test: it prints measured figures.
 #   usage: scripts/bench_zero_cpu.sh [steps] [B] [T]   (from the repo root, after make all data)
+#   env:   BENCH_MODEL=d6 (make test runs d2, 2 steps, B=1, T=16)
 # With 2 ranks on a 2-core machine each rank gets one core, and the collectives run on
 # the same cores as the compute: "wait" is the time a rank sat in a collective's wait.
 # Stage 3 at the DeepSpeed defaults (max_reuse_distance and max_live_parameters 1e9)
@@ -12,12 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-6}; B=${2:-4}; T=${3:-128}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+model=${BENCH_MODEL:-d6}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 2"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-echo "machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); d6, N=2, B=$B, T=$T per rank, $steps steps"
+echo "machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $model, N=2, B=$B, T=$T per rank, $steps steps"
 run() {  # name flags...
     local name=$1; shift
-    $MPIRUN ./train_gpt2_zero3_cpu -e d6 -b $B -t $T -x "$steps" -v 0 -s 0 -r 0 "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1 \
+    $MPIRUN ./train_gpt2_zero3_cpu -e "$model" -b $B -t $T -x "$steps" -v 0 -s 0 -r 0 "$@" --report "$tmp/$name.json" > "$tmp/$name.log" 2>&1 \
         || { echo "$name failed:"; tail -3 "$tmp/$name.log"; exit 1; }
 }
 run z0 -z 0

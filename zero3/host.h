@@ -822,6 +822,8 @@ static int zero_nvme_open(ZeroHost* e, size_t param_bytes) {
     if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, opt_bytes + param_bytes, 8) != 0) { return -1; }
     e->nvme_ready = 1;
     e->mem.nvme_bytes = (double)(opt_bytes + param_bytes);
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)nvme_sums_bytes(opt_bytes + param_bytes);  // the blocks' checksums
+    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     return 0;
 }
 
@@ -1376,6 +1378,7 @@ static int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int
     }
     if (file_bytes > 0) { out->host_buffers += (double)zero_align4k(max_shard * sizeof(float)); }
     out->swap += (double)file_bytes;
+    if (out->swap > 0) { out->host_buffers += (double)nvme_sums_bytes((size_t)out->swap); }  // the blocks' checksums
     out->unit = (double)max_padded * f;
     rc = 0;
 done:

@@ -34,7 +34,8 @@
 
 #include <stdio.h>              // FILE, fread, fwrite, fseeko, ftello
 #include <stdlib.h>             // malloc, calloc, free
-#include <string.h>             // memset, strcmp
+#include <string.h>             // memset, strcmp, strerror
+#include <errno.h>              // errno: why a write of the resharded section failed
 #include <sys/types.h>          // off_t
 #include "zero3/util.h"         // zero_error
 #include "zero3/plan.h"         // ZeroPlan: the offsets of both layouts
@@ -206,10 +207,18 @@ static int zero_state_read_range(const ZeroStateSource* s, int i, int u, size_t 
     return 0;
 }
 
-// Writes to `out` the section `to` describes (its header, then every array for its rank),
-// each element read from the source, padding as zeros. The two layouts must be of the
-// same engine and compute precision. Returns 0, or -1.
-static int zero_reshard_write(const ZeroStateSource* s, const ZeroStateLayout* to, FILE* out) {
+// the message of a failed write of the resharded section, errno's reason included: `at`
+// bytes of its `total` had been handed to stdio (which may have written fewer)
+static int zero_reshard_write_error(const char* out_name, size_t at, size_t total) {
+    return zero_error("zero: writing the resharded state to %s failed near byte %zu of %zu: %s", out_name, at, total,
+                      strerror(errno));
+}
+
+// Writes to `out` (named out_name in messages) the section `to` describes (its header, then
+// every array for its rank), each element read from the source, padding as zeros, and
+// flushes it. The two layouts must be of the same engine and compute precision. Returns 0,
+// or -1; a write that fails (a full disk) names the file, the byte and the reason.
+static int zero_reshard_write(const ZeroStateSource* s, const ZeroStateLayout* to, FILE* out, const char* out_name) {
     const ZeroStateLayout* from = &s->layout;
     if (strcmp(from->engine, to->engine) != 0 || from->plan.elem_bytes != to->plan.elem_bytes ||
         from->plan.num_units != to->plan.num_units || from->plan.numel_total != to->plan.numel_total) {
@@ -219,7 +228,8 @@ static int zero_reshard_write(const ZeroStateSource* s, const ZeroStateLayout* t
                           zero_state_precision((int)to->plan.elem_bytes), to->plan.numel_total);
     }
     ZeroStateHeader h = zero_state_layout_header(to);
-    if (zero_state_write_header(out, &h) != 0) { return -1; }
+    size_t total = sizeof(h) + zero_state_payload_bytes(to), done = sizeof(h);
+    if (zero_state_write_header(out, &h) != 0) { return zero_error("%s: %s", out_name, zero_errmsg()); }
     char* buf = (char*)malloc(ZERO_RESHARD_CHUNK_BYTES);
     if (buf == NULL) { return zero_error("zero: out of memory for the reshard buffer"); }
     int rc = 0;
@@ -235,11 +245,14 @@ static int zero_reshard_write(const ZeroStateSource* s, const ZeroStateLayout* t
                 size_t real = a >= pu->numel ? 0 : (b < pu->numel ? b : pu->numel) - a;
                 memset(buf + real * eb, 0, (b - a - real) * eb);  // padding
                 if (real > 0) { rc = zero_state_read_range(s, i, u, a, a + real, buf); }
-                if (rc == 0 && fwrite(buf, eb, b - a, out) != b - a) { rc = zero_error("zero: writing the resharded state failed"); }
+                if (rc == 0 && fwrite(buf, eb, b - a, out) != b - a) { rc = zero_reshard_write_error(out_name, done, total); }
+                done += (b - a) * eb;
             }
         }
     }
     free(buf);
+    // what stdio still holds reaches the file here: a full disk may show up only now
+    if (rc == 0 && fflush(out) != 0) { rc = zero_reshard_write_error(out_name, total, total); }
     return rc;
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints you can trust (llmc/checkpoint.h, llmc/crc32c.h), CPU trainer:
+# Checkpoints you can trust (llmc/checkpoint.h, zero3/crc32c.h), CPU trainer:
 #   checksum      CRC32C gives the standard check value, in hardware and in software
 #   manifest      DONE_S lists every file with its size and checksum, and checksums itself
 #   damage        a flipped bit in a state or model file, a truncated file, a damaged
@@ -32,7 +32,7 @@ R="-e d2 -i $TRAIN -j $TRAIN -t 32 -b 2 -v 0 -s 0 -l 1e-3 --seed 5 -k constant -
 cat > "$tmp/crc.c" <<'EOF'
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/crc32c.h"
+#include "zero3/crc32c.h"
 int main(void) {
     int bad = 0;
     if (crc32c_update(0, "123456789", 9) != 0xE3069283u) { printf("check value %08x\n", crc32c_update(0, "123456789", 9)); bad = 1; }

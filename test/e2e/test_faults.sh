@@ -2,7 +2,7 @@
 # Faults around a run of ./train_gpt2_zero3_cpu, run from the repo root after `make all
 # data`: outputs that would replace a link, a FIFO or an input of the run; output paths
 # checked at start-up; a full disk under main.log and the report; NVMe swap files
-# (locked, removed, a stale one replaced); SIGTERM/SIGUSR1 (a checkpoint, exit 0, resumed
+# (locked, removed, a stale one replaced, one zeroed or truncated under the job); SIGTERM/SIGUSR1 (a checkpoint, exit 0, resumed
 # to the same losses); a rank that stops (--collective-timeout: before, inside or after a
 # collective) or dies; a file that never finishes writing (a checkpoint's, the swap file).
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, expect_error, wait_for
@@ -120,6 +120,35 @@ mkdir -p "$tmp/nf" && ln -s "$tmp/elsewhere" "$tmp/nf/model_00000001.bin"
 expect_error "a failure after the engine started" "refusing to replace $tmp/nf/model_00000001.bin" \
     $BIN $SMALL $NVME -x 2 -n 1 -o "$tmp/nf"
 [ ! -e "$swp" ] && ok "the swap file is removed on the failure path" || bad "the swap file is removed on the failure path"
+
+# a swap file changed under a running job (another process zeroing part of it, or
+# truncating it): the job stops at its next read of a changed block, exit 1, naming the
+# file, the block and its byte offset (zero3/nvme.h's checksums: it trained on whatever
+# came back), and its swap file is removed. The change is made again every 0.2 s while
+# the job lives: one made between the step's read of a block and its write of it is
+# written over, unseen, and this is a test of the check, not of that timing.
+changed_swap() {  # NAME COMMAND NEEDLE
+    local name=$1 change=$2 needle=$3 pid i
+    $BIN $SMALL $NVME -x 1000000 > "$tmp/$name.log" 2>&1 &
+    pid=$!
+    stopped+=("$pid")
+    if ! wait_for "$tmp/$name.log" "step    1/" 60; then bad "$name: the job started ($(tail -1 "$tmp/$name.log"))"; return; fi
+    for ((i = 0; i < 300; i++)); do
+        kill -0 $pid 2>/dev/null || break
+        eval "$change" 2>/dev/null
+        sleep 0.2
+    done
+    kill -KILL $pid 2>/dev/null && bad "$name: the job trained on for 60 s over a changed swap file"
+    wait $pid; local rc=$?
+    if [ $rc -eq 1 ] && grep -qE -- "$needle" "$tmp/$name.log"; then ok "$name: the job stops, naming the file, the block and its offset"
+    else bad "$name: exit $rc: $(grep -m1 error "$tmp/$name.log")"; fi
+    [ ! -e "$swp" ] && ok "$name: the swap file is removed" || bad "$name: the swap file is left"
+}
+# (nocreat, -c: a change after the job removed its file must not make a new one)
+changed_swap "swap file zeroed under the job" "dd if=/dev/zero of=$swp bs=64k count=16 conv=notrunc,nocreat status=none" \
+    "error: nvme_read: $swp: block [0-9]+ \(byte offset [0-9]+, 4096 bytes\) fails its checksum: .* \(it reads as zeros\): the swap file was changed under this job"
+changed_swap "swap file truncated under the job" "truncate -c -s 0 $swp" \
+    "error: nvme_read: $swp: block [0-9]+ \(byte offset [0-9]+(, 4096 bytes\) fails its checksum|\): unexpected end of file: the swap file was truncated)"
 
 # ---------------------------------------------------------------------------
 # SIGTERM / SIGUSR1 to one rank: every rank stops at the next step, with a checkpoint

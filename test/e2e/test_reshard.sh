@@ -9,7 +9,8 @@
 #               1 -> 3 (plain, optimizer offloaded to the host, everything on NVMe), 3 ranks
 #               stage 3 on NVMe -> 2 ranks stage 2 (source offloaded, odd shards)
 #   refusals    another -t, another global batch, shuffled chunks of another size, a missing
-#               rank's file: a message that says why, a non-zero exit, the checkpoint's
+#               rank's file, a disk that fills while resharding: a message that says why
+#               (the full disk: the temporary and the reason), a non-zero exit, the checkpoint's
 #               files unchanged and no temporary left
 #   version 1   engine sections of 64-byte shards (before the 256-byte plan) resumed at
 #               their layout and at another, bit for bit as version 2's; another version,
@@ -95,6 +96,26 @@ mkdir -p "$tmp/miss_ck"
 cp "$tmp/ref_ck"/* "$tmp/miss_ck/"; rm "$tmp/miss_ck/state_00000003_00001.bin"; : > "$tmp/miss_ck/DONE_00000003"
 expect_error "a missing rank's state file" "state_00000003_00001.bin (rank 1 of the 2 that saved step 3)" \
     $BIN $M -b 8 --shuffle 1 -x 6 -o "$tmp/miss_ck" -y 1 --allow-unverified 1
+# a disk that fills while the resume rebuilds this rank's state (the temporary in -o): the
+# message names the temporary and the reason (it was "writing the resharded state failed",
+# no path, no errno); the checkpoint stays as it was and verifies, no temporary is left.
+# On a tmpfs of the checkpoint's size, when this machine lets us mount one.
+full=$tmp/full
+mkdir -p "$full"
+trap 'mountpoint -q "$full" 2>/dev/null && umount "$full"; rm -rf "$tmp"' EXIT
+if mount -t tmpfs -o size=$(( $(du -sk "$tmp/ref_ck" | cut -f1) + 64 ))k tmpfs "$full" 2>/dev/null; then
+    cp -r "$tmp/ref_ck" "$full/ck"
+    dd if=/dev/zero of="$full/fill" bs=4k 2>/dev/null   # until the disk is full
+    expect_error "a full disk while resharding" "resharding step 3 from 2 ranks at stage 1 to rank 0 of 1 at stage 0: zero: writing the resharded state to $full/ck/.reshard_00000_" \
+        $BIN $M -b 8 --shuffle 1 -x 6 -o "$full/ck" -y 1 --allow-unverified 1
+    grep -qF ": No space left on device" "$tmp/err" && ok "the message gives the reason: No space left on device" \
+        || bad "full disk while resharding: $(grep -m1 error "$tmp/err")"
+    (cd "$full/ck" && md5sum -c --quiet "$tmp/ref.md5" > /dev/null 2>&1) && [ -z "$(ls -A "$full/ck" | grep reshard)" ] \
+        && ok "the full disk left the checkpoint as it was, no temporary" || bad "the full disk changed the checkpoint: $(ls -A "$full/ck")"
+    umount "$full"
+else
+    echo "SKIP a full disk while resharding (cannot mount a tmpfs here)"
+fi
 
 # ---------------------------------------------------------------------------
 # a checkpoint of engine sections of version 1 (shards padded to 64 bytes, before the

@@ -16,7 +16,12 @@
 #                 verifies (an empty marker is no finished run: on nvidia-smi's stand-in); dev/bench_torch_gpt2.py refuses to run without CUDA, runs
 #                 a small model on the CPU, and counts FLOPs like the trainers' reports
 #   benchmarks    bench_infinity.sh and bench_comm.sh run on d2 (bench_comm.sh on two
-#                 network-namespace hosts: skipped by name where they cannot be made)
+#                 network-namespace hosts: skipped by name where they cannot be made);
+#                 every dev/*.c built by a Makefile target (the benchmarks' programs
+#                 built here, dev/gpu_probe.cu where nvcc is), bench_nvme.sh,
+#                 bench_cpu_adam.sh, bench_cpu_trainer.sh, bench_zero_cpu.sh and
+#                 bench_offload.sh at tiny sizes, dev/report_figures.py on a report; every
+#                 script run here or skipped by name
 # Ends with "N passed, N failed".
 # shellcheck source=test/e2e/lib.sh
 source "$(dirname "$0")/lib.sh"   # cd to the repo root; $BIN, $PY, $tmp, ok/bad/finish
@@ -313,6 +318,71 @@ then
 else
     bad "bench_comm.sh on d2 (exit $rc): $(grep -E 'failed|n/a' "$tmp/comm.log" | head -3 | tr '\n' ' ')$(tail -1 "$tmp/comm.check" 2>/dev/null)"
 fi
+
+# ---------------------------------------------------------------------------
+# every benchmark builds and runs at a tiny size (their real sizes are benchmarks,
+# docs/RESULTS.md), so that one that no longer compiles or runs fails here: the dev/
+# programs through their Makefile targets (what the scripts build them with), each
+# script's summary line for scripts. bench_zero_cpu.sh and bench_offload.sh (2 ranks,
+# mpirun's start-up most of their time) run side by side.
+for d in dev/*.c; do
+    if grep -qE "^[^#]*: *$d( |$)" Makefile; then ok "$d is built by a Makefile target"
+    else bad "$d is built by no Makefile target: make test would not notice it broken"; fi
+done
+# the dev/ programs make test never builds otherwise; the CUDA one needs nvcc
+if make -s build/bench_sgemm build/bench_cpu_adam build/bench_nvme > "$tmp/bmake" 2>&1; then
+    ok "dev/bench_sgemm.c, bench_cpu_adam.c, bench_nvme.c build"
+else
+    bad "a benchmark program does not build: $(grep -m1 -E 'error|Error' "$tmp/bmake")"
+fi
+if command -v "${NVCC:-nvcc}" > /dev/null; then
+    if make -s build/gpu_probe > "$tmp/gmake" 2>&1; then ok "dev/gpu_probe.cu builds"; else bad "dev/gpu_probe.cu: $(grep -m1 error "$tmp/gmake")"; fi
+else
+    skip "dev/gpu_probe.cu: nvcc not found (a CUDA program)"
+fi
+# bench_script NAME REGEX COMMAND...: the command exits 0 and prints a line matching REGEX
+bench_script() {
+    local name=$1 re=$2; shift 2
+    "$@" > "$tmp/$name.out" 2>&1; local rc=$?
+    if [ $rc -eq 0 ] && grep -qE "$re" "$tmp/$name.out"; then ok "$name on a tiny size: $(grep -m1 -oE "$re" "$tmp/$name.out" | cut -c1-60)..."
+    else bad "$name on a tiny size (exit $rc): $(tail -2 "$tmp/$name.out" | tr '\n' ' ')"; fi
+}
+G='[0-9.]+'
+mkdir -p "$tmp/bench_nv"
+BENCH_MODEL=d2 bash scripts/bench_zero_cpu.sh 2 1 16 > "$tmp/zero_cpu.bg" 2>&1 & zpid=$!
+BENCH_MODEL=d2 bash scripts/bench_offload.sh "$tmp/bench_nv" 2 1 16 > "$tmp/offload.bg" 2>&1 & opid=$!
+mkdir -p "$tmp/nvme_bench"
+bench_script bench_nvme.sh "^nvme: read_gbps=$G write_gbps=$G fio_read_gbps=$G fio_write_gbps=$G read_ratio=$G write_ratio=$G runs=1" \
+    env SIZE_MIB=8 BS_MIB=1 QD=2 RUNS=1 bash scripts/bench_nvme.sh "$tmp/nvme_bench"
+if [ -z "$(ls -A "$tmp/nvme_bench")" ]; then ok "bench_nvme.sh leaves no file behind"; else bad "bench_nvme.sh left $(ls "$tmp/nvme_bench")"; fi
+bench_script bench_cpu_adam.sh "^cpu_adam: mparam_per_s=$G gbps=$G triad_gbps=$G pct_of_triad=$G torch_mparam_per_s=$G x_torch=$G" \
+    bash scripts/bench_cpu_adam.sh 100000 2 1
+bench_script bench_cpu_trainer.sh "^d2: tokens_per_s=$G step_ms=$G achieved_gflops=$G sgemm_gflops=$G ratio=$G" \
+    env BENCH_DEPTHS=2 BENCH_B=1 BENCH_T=16 bash scripts/bench_cpu_trainer.sh 2
+if "$PY" dev/report_figures.py "$tmp/torch.json" 1 > "$tmp/figs" 2>&1 \
+   && "$PY" -c "import json,sys; f=json.load(open(sys.argv[1])); sys.exit(0 if f['steps'] == 2 and f['tokens_per_s'] > 0 else 1)" "$tmp/figs"; then
+    ok "dev/report_figures.py on bench_torch_gpt2.py's report: 2 steps after 1 of warm-up"
+else
+    bad "report_figures.py: $(tail -1 "$tmp/figs")"
+fi
+wait $zpid; rc=$?
+bench_script bench_zero_cpu.sh "^zero_cpu: stage3_vs_stage0=$G stage3_noprefetch_vs_stage0=$G stage3_noreuse_vs_stage0=$G" \
+    bash -c "cat '$tmp/zero_cpu.bg'; exit $rc"
+wait $opid; rc=$?
+bench_script bench_offload.sh "^offload: cpu_vs_none=$G cpu_hidden=[-0-9.na]+ nvme_vs_none=$G" bash -c "cat '$tmp/offload.bg'; exit $rc"
+if [ -z "$(ls -A "$tmp/bench_nv")" ]; then ok "bench_offload.sh leaves no swap file behind"; else bad "bench_offload.sh left $(ls "$tmp/bench_nv")"; fi
+# every script is run above or skipped here by name: a new one cannot go untried
+for sc in scripts/*.sh; do
+    b=$(basename "$sc")
+    case $b in
+        run_common.sh|run_gpt2_*|run_gpt3_*) continue ;;             # the run scripts' dry runs above
+        install_deps.sh) continue ;;                                 # make test runs it (make deps)
+        gpu_first_contact.sh) continue ;;                            # rehearsed by test/gpu/test_gpu_bundle.sh
+        bench_gpu.sh|profile.sh) [ "$have_gpu" = 0 ] && continue ;;  # need a GPU: their refusal is checked above
+    esac
+    grep -qF "scripts/$b" "$0" && continue
+    bad "scripts/$b is neither run by $0 nor skipped by name"
+done
 
 # ---------------------------------------------------------------------------
 # gpu_bundle.sh: refuses what it cannot do, with a message (its pack and set-up are

@@ -7,7 +7,10 @@
 #   non-finite   a step whose loss is not finite (the test hook ZERO3_TEST_NAN_STEP, or a
 #                model with a huge parameter) is skipped: parameters and AdamW moments stay
 #                bit for bit, the step line and the report say so, and --max-skipped-steps
-#                stops the run with a message and a non-zero exit
+#                stops the run with a message and a non-zero exit, and so does a run
+#                whose every step was skipped
+#   not files    a directory as -e or --ds-config, a config over 1 MiB, -g beyond -t, -l
+#                below float's normal range, a resume with another model's shape
 # A tiny model file (V 256 padded to 320, 1 layer, 32 channels) keeps every run short.
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, expect_error, engine_state
@@ -40,6 +43,7 @@ def model(path, header=(maxT, V, L, NH, C, Vp), poke=None, cut=None):
     open(path, "wb").write(b if cut is None else b[:cut])
 model(f"{d}/tiny.bin")
 model(f"{d}/heads.bin", header=(maxT, V, L, 3, C, Vp))       # 32 channels over 3 heads
+model(f"{d}/heads4.bin", header=(maxT, V, L, 4, C, Vp))      # tiny.bin's parameters, 4 heads of 8
 model(f"{d}/vp.bin", header=(maxT, V, L, NH, C, 100))        # padded vocabulary below V
 model(f"{d}/cut.bin", cut=20000)
 model(f"{d}/nan.bin", poke=(Vp*C + 7, np.nan))              # wpe element 7: byte 1024 + 4*(Vp*C + 7)
@@ -50,6 +54,7 @@ tok = np.zeros(256, dtype=np.uint32); tok[:4] = [20240328, 2, V, V - 1]
 body = b"".join(bytes([3, i, i, i]) for i in range(V))
 open(f"{d}/tok_cut.bin", "wb").write(tok.tobytes() + body[:4 * 130 + 2])
 open(f"{d}/ds_type.json", "w").write('{"train_micro_batch_size_per_gpu": "two"}')
+open(f"{d}/ds_big.json", "w").write('{"steps_per_print": 1' + ' ' * (1 << 20) + '}')   # 1 MiB + 22 bytes
 EOF
 M="-e $tmp/tiny.bin -i $tmp/train.bin -j $tmp/train.bin -b 2 -t 16 -v 0 -s 0 -l 1e-3 --seed 5 --shuffle 0"
 
@@ -74,6 +79,18 @@ expect_error "model: NaN in rank 1's shard at 2 ranks" "nan.bin: parameter wpe e
 expect_error "tokenizer cut inside a token" "tok_cut.bin: truncated: token 130 (byte offset 1544) needs 3 bytes, 1 left" \
     $BIN $M -x 1 -s 1 --tokenizer "$tmp/tok_cut.bin"
 expect_error "ds-config: wrong type"        "train_micro_batch_size_per_gpu" $BIN $M -x 1 --ds-config "$tmp/ds_type.json"
+# what is not a file of its kind is named as what it is (a directory read as a model
+# file was "truncated: shorter than its 1024-byte header", as a config "read error")
+mkdir -p "$tmp/adir"
+expect_error "model: a directory"           "model file $tmp/adir is a directory, not an llm.c model file" $BIN $M -x 1 -e "$tmp/adir"
+expect_error "ds-config: a directory"       "--ds-config $tmp/adir: is a directory, not a JSON file" $BIN $M -x 1 --ds-config "$tmp/adir"
+expect_error "ds-config: over 1 MiB"        "ds_big.json: 1048598 bytes, over the limit of 1048576 bytes (1 MiB)" \
+    $BIN $M -x 1 --ds-config "$tmp/ds_big.json"
+# flags: a sample longer than the sequence is refused (it was cut to -t); a learning rate
+# below float's normal range is one (it was "out of range [0, 10]"), one no float holds is not
+expect_error "-g beyond -t"                 "flag -g: 17 tokens per sample is more than the sequence length -t 16" $BIN $M -x 1 -s 1 -g 17
+$BIN $M -x 1 -l 1e-45 > "$tmp/lr.log" 2>&1 && ok "-l 1e-45 (a subnormal float) trains" || bad "-l 1e-45: $(grep -m1 error "$tmp/lr.log")"
+expect_error "-l 1e-50"                     "flag -l: 1e-50 is too small for a float: it would be 0" $BIN $M -x 1 -l 1e-50
 
 # checkpoint state files: cut short, and a header field out of range. The checkpoint's
 # manifest would name the damage first: an empty DONE marker, as an earlier version wrote
@@ -152,5 +169,28 @@ $PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r['skippe
 expect_error "--max-skipped-steps 0 stops at the first" "stopping at step 2: 1 consecutive step had" \
     env ZERO3_TEST_NAN_STEP=1 $MPIRUN -np 2 $BIN $M -x 5 -z 3 --max-skipped-steps 0
 expect_error "--max-skipped-steps out of range" "--max-skipped-steps" $BIN $M -x 1 --max-skipped-steps -1
+# a run whose every step was skipped trained nothing: exit 1 with a message (it was exit 0),
+# after its report; one good step among them is a run that trained
+expect_error "every step skipped" "every one of this run's 2 steps (steps 1-2) had a non-finite loss or gradient norm and was skipped: nothing was trained" \
+    $BIN $M -x 2 -e "$tmp/huge.bin" --report "$tmp/huge2.json"
+$PY -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r['skipped_steps']==2 else 1)" "$tmp/huge2.json" \
+    && ok "the report of the run that trained nothing is written, with its 2 skipped steps" || bad "the all-skipped run's report"
+expect_error "the one step skipped, at 2 ranks" "the one step of this run (step 1) had a non-finite loss" \
+    env ZERO3_TEST_NAN_STEP=0 $MPIRUN -np 2 $BIN $M -x 1 -b 1
+ZERO3_TEST_NAN_STEP=0 $BIN $M -x 2 > "$tmp/one_good.log" 2>&1 && ok "one skipped step and one trained: exit 0" \
+    || bad "a run with one good step failed: $(grep -m1 error "$tmp/one_good.log")"
+
+# a resume with a model of another shape than the checkpoint's: tiny.bin's parameters
+# in 4 heads where it had 2 (the same parameter count: the state files' check passes)
+if $BIN $M -x 1 -n 1 -o "$tmp/ckh" > "$tmp/ckh.log" 2>&1; then
+    expect_error "resume with another head count" "the checkpoint at step 1 in $tmp/ckh is of another model than -e $tmp/heads4.bin ($tmp/ckh/model_00000001.bin: heads 2, -e's 4)" \
+        $BIN $M -x 2 -n 1 -o "$tmp/ckh" -y 1 -e "$tmp/heads4.bin"
+    [ ! -e "$tmp/ckh/DONE_00000002" ] && ./checkpoint_tool verify "$tmp/ckh" > /dev/null 2>&1 \
+        && ok "the refused resume wrote nothing; the checkpoint verifies" || bad "the refused resume touched $tmp/ckh"
+    $BIN $M -x 2 -n 1 -o "$tmp/ckh" -y 1 -e "$tmp/ckh/model_00000001.bin" > "$tmp/ckh2.log" 2>&1 \
+        && grep -q "resumed from" "$tmp/ckh2.log" && ok "a resume with -e the checkpoint's model file" || bad "resume with the checkpoint's model"
+else
+    bad "the checkpoint for the head-count test ($(tail -1 "$tmp/ckh.log"))"
+fi
 
 finish

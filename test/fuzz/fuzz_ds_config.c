@@ -1,10 +1,11 @@
 // libFuzzer harness: DeepSpeed JSON configs (--ds-config) through zero_config_load_json
-// (zero3/config.h), then the cross-field checks and the description of what was read.
+// (zero3/config_json.h), then the cross-field checks and the description of what was read.
 #include <stdint.h>          // uint8_t
 #include <stddef.h>          // size_t
 #include <stdlib.h>          // abort
 #include <string.h>          // strlen
-#include "zero3/config.h"    // zero_config_defaults, zero_config_load_json, zero_config_validate
+#include "zero3/config.h"    // zero_config_defaults, zero_config_validate, zero_config_describe
+#include "zero3/config_json.h"  // zero_config_load_json
 #include "test/fuzz/fuzz_file.h"  // fuzz_write_file: the input as a file
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

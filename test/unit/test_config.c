@@ -1,6 +1,6 @@
 /*
- Unit tests of zero3/config.h (the ZeRO configuration from --ds-config JSON and long
- flags) and zero3/estimate.h (model-state memory per stage and offload).
+ Unit tests of zero3/config.h and zero3/config_json.h (the ZeRO configuration from
+ --ds-config JSON and long flags) and zero3/estimate.h (model-state memory per stage and offload).
 
  build and run (from the repo root):
    gcc -O2 -Wall -Wextra -I. test/unit/test_config.c -o build/test_config $(pkg-config --cflags --libs criterion libcjson)
@@ -12,7 +12,8 @@
 #include <stdlib.h>               // mkdtemp, system, free
 #include <string.h>               // strstr, strcmp, memcmp
 #include <math.h>                 // isnan (a macro)
-#include "zero3/config.h"         // ZeroConfig and its loaders: code under test
+#include "zero3/config.h"         // ZeroConfig, its flags and checks: code under test
+#include "zero3/config_json.h"    // zero_config_load_json, zero_json_find_repeat: code under test
 #include "zero3/estimate.h"       // zero_estimate: code under test
 
 // ----------------------------------------------------------------------------
@@ -422,6 +423,98 @@ Test(config, missing_file) {
     cr_assert(strstr(zero_errmsg(), "cannot open") != NULL, "%s", zero_errmsg());
     cr_assert_eq(zero_config_load_json(&c, "", NULL, 0), -1);
     cr_assert_eq(zero_config_load_json(&c, NULL, NULL, 0), -1);
+}
+
+// a directory is named as one (fopen takes it; the read then failed with "read error")
+Test(config, directory_is_named) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    cr_assert_eq(zero_config_load_json(&c, tmpdir, NULL, 0), -1);
+    cr_assert(strstr(zero_errmsg(), tmpdir) != NULL, "%s", zero_errmsg());
+    cr_assert(strstr(zero_errmsg(), "is a directory") != NULL, "%s", zero_errmsg());
+}
+
+// writes a JSON object of exactly `bytes` bytes: unique keys "k000000": 0 while they fit
+// (repeat: the last one again), padded with blanks; returns the number of keys
+static size_t write_sized_json(const char* path, size_t bytes, int repeat) {
+    FILE* f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    size_t n = 0, len = 1;
+    fputc('{', f);
+    for (; len + 15 + 1 <= bytes; n++) {  // ', "k000000": 0' and the closing brace
+        len += (size_t)fprintf(f, "%s\"k%06zu\": 0", n ? ", " : "", repeat && len + 30 > bytes ? n - 1 : n);
+    }
+    for (; len + 1 < bytes; len++) { fputc(' ', f); }
+    fputc('}', f);
+    fclose(f);
+    return n;
+}
+
+// The size limit, documented in docs/USAGE.md: a file of ZERO_CONFIG_MAX_BYTES (1 MiB,
+// about 75,000 keys) loads, one byte more is refused naming the limit, whatever it holds;
+// a repeated key among the 75,000 is found and named
+Test(config, size_limit) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/big.json", tmpdir);
+    size_t n = write_sized_json(path, ZERO_CONFIG_MAX_BYTES, 0);
+    cr_assert_gt(n, 70000);
+    cr_assert_eq(zero_config_load_json(&c, path, NULL, 0), 0, "%s", zero_errmsg());
+    write_sized_json(path, ZERO_CONFIG_MAX_BYTES + 1, 0);
+    cr_assert_eq(zero_config_load_json(&c, path, NULL, 0), -1);
+    cr_assert(strstr(zero_errmsg(), "1048577 bytes, over the limit of 1048576 bytes (1 MiB)") != NULL, "%s", zero_errmsg());
+    cr_assert(strstr(zero_errmsg(), path) != NULL, "%s", zero_errmsg());
+    write_sized_json(path, ZERO_CONFIG_MAX_BYTES, 1);
+    cr_assert_eq(zero_config_load_json(&c, path, NULL, 0), -1);
+    char want[64];
+    snprintf(want, sizeof(want), "key 'k%06zu' appears more than once", n - 2);
+    cr_assert(strstr(zero_errmsg(), want) != NULL, "%s (want %s)", zero_errmsg(), want);
+}
+
+// The repeated-key check's work, counted in comparisons of two names: n log n for an object
+// of n keys (the sort), where the check that compared every pair made n (n - 1) / 2 (a
+// config of 700,000 keys took 20 minutes). Its answer: the first key, in the file's order,
+// that appears again, as the pairwise check named it.
+Test(config, repeated_keys_found_in_n_log_n) {
+    static const size_t sizes[] = { 2, 100, 5000, 40000 };
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        size_t n = sizes[s], log2n = 0;
+        while (((size_t)1 << log2n) < n) { log2n++; }
+        cJSON* obj = cJSON_CreateObject();
+        char name[32];
+        for (size_t i = 0; i < n; i++) {  // in descending order, as a worst case for a naive sort
+            snprintf(name, sizeof(name), "key%08zu", n - i);
+            cJSON_AddItemToObject(obj, name, cJSON_CreateNumber(0));
+        }
+        const cJSON* rep = NULL;
+        size_t compares = 0;
+        cr_assert_eq(zero_json_find_repeat(obj, &rep, &compares), 0);
+        cr_assert_null(rep, "n %zu: %s", n, rep != NULL ? rep->string : "");
+        cr_assert_leq(compares, 2 * n * log2n + n, "n %zu: %zu comparisons of names, more than 2 n log2 n + n = %zu",
+                      n, compares, 2 * n * log2n + n);
+        // two repeated names: the one whose first copy comes first is named
+        cJSON_AddItemToObject(obj, "key00000001", cJSON_CreateNumber(1));  // the last key again
+        snprintf(name, sizeof(name), "key%08zu", n);  // the first key in the file
+        cJSON_AddItemToObject(obj, name, cJSON_CreateNumber(2));
+        cr_assert_eq(zero_json_find_repeat(obj, &rep, &compares), 0);
+        cr_assert_not_null(rep);
+        cr_assert_str_eq(rep->string, name);
+        cr_assert_eq(rep, obj->child, "n %zu: not the first copy", n);
+        cJSON_Delete(obj);
+    }
+}
+
+// a value in range as a number that a float cannot hold says so, not "out of range"
+Test(config, float_underflow_says_so) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    const char* path = write_json("tiny_lr.json", "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-50}}}");
+    cr_assert_eq(zero_config_load_json(&c, path, NULL, 0), -1);
+    cr_assert(strstr(zero_errmsg(), "'optimizer.params.lr': 1e-50 rounds to 0 as a float") != NULL, "%s", zero_errmsg());
+    path = write_json("small_lr.json", "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-45}}}");
+    cr_assert_eq(zero_config_load_json(&c, path, NULL, 0), 0, "%s", zero_errmsg());
+    cr_assert_gt(c.lr, 0.0f);
 }
 
 // ----------------------------------------------------------------------------

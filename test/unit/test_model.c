@@ -9,6 +9,7 @@
 #include <stdlib.h>               // mkdtemp, malloc
 #include <string.h>               // strstr, memcmp
 #include <unistd.h>               // rmdir, unlink
+#include <sys/stat.h>             // mkdir, mkfifo: a directory and a FIFO given as a model file
 #include "llmc/gpt2.h"            // the code under test
 #include "llmc/args.h"            // the code under test
 
@@ -442,13 +443,27 @@ Test(model_file, heads_do_not_divide, .init = make_tmpdir, .fini = remove_tmpdir
 Test(model_file, padded_vocab_too_small, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(bad_padded, "padded_vocab_size"); }
 Test(model_file, negative_layers, .init = make_tmpdir, .fini = remove_tmpdir) { expect_bad_file(bad_layers, "num_layers"); }
 
-Test(model_file, missing, .init = make_tmpdir, .fini = remove_tmpdir) {
+// the model file tmpdir/name (made by `make`, unless NULL) is refused with a message that
+// names it and says `what`
+static void expect_refused(const char* name, int (*make)(const char*, mode_t), const char* what) {
     char path[512];
-    tmp_path(path, "nope.bin");
+    tmp_path(path, name);
+    if (make != NULL) { cr_assert_eq(make(path, 0700), 0); }
     float* q = NULL;
     GPT2Config c;
     cr_assert_eq(read_model(path, &c, &q), -1);
-    cr_assert_not_null(strstr(llmc_errmsg(), path));
+    cr_assert_not_null(strstr(llmc_errmsg(), path), "%s", llmc_errmsg());
+    cr_assert_not_null(strstr(llmc_errmsg(), what), "%s", llmc_errmsg());
+}
+
+Test(model_file, missing, .init = make_tmpdir, .fini = remove_tmpdir) { expect_refused("nope.bin", NULL, "cannot open"); }
+// a directory or a FIFO given as -e is named as what it is (a directory was "truncated:
+// shorter than its 1024-byte header"; a FIFO waited for a writer)
+Test(model_file, a_directory, .init = make_tmpdir, .fini = remove_tmpdir) {
+    expect_refused("dir.bin", mkdir, "is a directory, not an llm.c model file");
+}
+Test(model_file, a_fifo, .init = make_tmpdir, .fini = remove_tmpdir) {
+    expect_refused("fifo.bin", mkfifo, "is a FIFO, not an llm.c model file");
 }
 
 Test(model_file, unwritable_directory_leaves_nothing, .init = make_tmpdir, .fini = remove_tmpdir) {
@@ -691,4 +706,32 @@ Test(flags, errors_name_the_flag) {
         cr_assert_not_null(strstr(llmc_errmsg(), cases[i].names), "'%s': message '%s' should name %s",
                            cases[i].line, llmc_errmsg(), cases[i].names);
     }
+}
+
+// a value too small for a float's normal range is a float all the same (strtof's ERANGE
+// on the subnormal 1e-45 was "out of range [0, 10]", which it is not); one no float holds
+// says so; an overflow is out of range
+Test(flags, float_underflow) {
+    TrainConfig c;
+    cr_assert_eq(parse(&c, "-l 1e-45"), 0, "%s", llmc_errmsg());
+    cr_assert_gt(c.lr, 0.0f);
+    cr_assert_lt((double)c.lr, 2e-45);
+    cr_assert_eq(parse(&c, "-c 1e-40"), 0, "%s", llmc_errmsg());
+    cr_assert_eq(parse(&c, "-l 1e-50"), -1);
+    cr_assert_not_null(strstr(llmc_errmsg(), "flag -l: 1e-50 is too small for a float: it would be 0"), "%s", llmc_errmsg());
+    cr_assert_eq(parse(&c, "-l 0"), 0, "%s", llmc_errmsg());  // 0 itself is in range
+    cr_assert_eq(parse(&c, "-l 1e39"), -1);
+    cr_assert_not_null(strstr(llmc_errmsg(), "flag -l: 1e39 is out of range [0, 10]"), "%s", llmc_errmsg());
+}
+
+// -g beyond -t is refused, not cut to -t; the default (64) is cut to a shorter -t, and -g
+// does not matter without samples
+Test(flags, sample_longer_than_the_sequence) {
+    TrainConfig c;
+    cr_assert_eq(parse(&c, "-t 32 -g 33"), -1);
+    cr_assert_not_null(strstr(llmc_errmsg(), "flag -g: 33 tokens per sample is more than the sequence length -t 32"), "%s",
+                       llmc_errmsg());
+    cr_assert_eq(parse(&c, "-g 32 -t 32"), 0, "%s", llmc_errmsg());
+    cr_assert_eq(parse(&c, "-t 32"), 0, "%s", llmc_errmsg());
+    cr_assert_eq(parse(&c, "-t 32 -g 100 -s 0"), 0, "%s", llmc_errmsg());
 }

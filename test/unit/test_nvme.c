@@ -447,7 +447,8 @@ Test(nvme, read_past_eof_after_truncation) {
 
 // a short read that then succeeds: a pipe stands in for the file (dup2 onto f.fd). The
 // pipe holds 64 KiB when a 128 KiB read is submitted, so the read returns 64 KiB; a child
-// writes the second half later, and the resubmitted rest completes the request.
+// writes the second half later, and the resubmitted rest completes the request. (The same
+// bytes were written to the file first: the blocks' checksums are theirs.)
 Test(nvme, short_read_resubmitted_until_complete) {
     NvmeFile f;
     cr_assert_eq(nvme_open(&f, g_dir, 0, 1 * MiB, 4), 0, "%s", zero_errmsg());
@@ -458,6 +459,7 @@ Test(nvme, short_read_resubmitted_until_complete) {
     fcntl(p[1], F_SETPIPE_SZ, 1 * MiB);
     void* src = abuf(128 * KiB);
     pattern_fill(src, 0, 128 * KiB, 4);
+    cr_assert_eq(nvme_write(&f, src, 0, 128 * KiB), 0, "%s", zero_errmsg());
     cr_assert_eq(write(p[1], src, 64 * KiB), (ssize_t)(64 * KiB));
     int saved = dup(f.fd);
     cr_assert_eq(dup2(p[0], f.fd), f.fd);
@@ -478,9 +480,98 @@ Test(nvme, short_read_resubmitted_until_complete) {
     cr_assert_eq(rc, 0, "%s", zero_errmsg());
     cr_assert_geq(f.retries, 1, "at least one short read resubmitted");
     cr_assert_eq(f.bytes_read, 128 * KiB);
-    cr_assert_eq(f.reads, 1, "one request");
+    cr_assert_eq(f.reads, 1, "one read request");
     cr_assert_eq(pattern_check(bufs[0], 0, 128 * KiB, 4), -1);
     free(src);
+    nvme_close(&f, 1);
+}
+
+// ----------------------------------------------------------------------------
+// checksums: the file changed behind the swapper's back, as another process would
+
+// writes 1 MiB of a pattern at offset 0 through the swapper, then lets `change` alter the
+// file through a descriptor of its own (buffered, as `dd` or a stray job would), and reads
+// the 1 MiB back: the read must fail naming the file, `block` and its byte offset, and
+// `also`; a read of blocks before it must still pass
+static void changed_under_the_job(void (*change)(int fd), size_t block, const char* also) {
+    NvmeFile f;
+    cr_assert_eq(nvme_open(&f, g_dir, 0, 2 * MiB, 4), 0, "%s", zero_errmsg());
+    void* b = abuf(1 * MiB);
+    pattern_fill(b, 0, 1 * MiB, 9);
+    cr_assert_eq(nvme_write(&f, b, 0, 1 * MiB), 0, "%s", zero_errmsg());
+    int fd = open(f.path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    change(fd);
+    cr_assert_eq(fsync(fd), 0);
+    close(fd);
+    memset(b, 0, 1 * MiB);
+    cr_assert_eq(nvme_read(&f, b, 0, 1 * MiB), -1, "a changed swap file read back without an error");
+    char want[4400];
+    snprintf(want, sizeof(want), "%s: block %zu (byte offset %zu", f.path, block, block * 4096);
+    cr_assert(strstr(zero_errmsg(), want) != NULL, "'%s' does not say '%s'", zero_errmsg(), want);
+    cr_assert(strstr(zero_errmsg(), also) != NULL, "'%s' does not say '%s'", zero_errmsg(), also);
+    if (block > 0) {
+        cr_assert_eq(nvme_read(&f, b, 0, block * 4096), 0, "%s", zero_errmsg());
+        cr_assert_eq(pattern_check(b, 0, block * 4096, 9), -1);
+    }
+    free(b);
+    nvme_close(&f, 1);
+}
+
+static void zero_blocks_5_to_7(int fd) {
+    char z[3 * 4096];
+    memset(z, 0, sizeof(z));
+    cr_assert_eq(pwrite(fd, z, sizeof(z), 5 * 4096), (ssize_t)sizeof(z));
+}
+static void one_byte_in_block_200(int fd) { cr_assert_eq(pwrite(fd, "x", 1, 200 * 4096 + 77), 1); }
+static void truncate_to_3_blocks(int fd) { cr_assert_eq(ftruncate(fd, 3 * 4096), 0); }
+// truncated, then written past the end again: the hole reads as zeros, not end of file
+static void truncate_and_extend(int fd) {
+    cr_assert_eq(ftruncate(fd, 0), 0);
+    cr_assert_eq(pwrite(fd, "y", 1, 2 * MiB - 1), 1);
+}
+
+Test(nvme, zeroed_blocks_are_named) { changed_under_the_job(zero_blocks_5_to_7, 5, "fails its checksum"); }
+Test(nvme, zeroed_blocks_say_zeros) { changed_under_the_job(zero_blocks_5_to_7, 5, "(it reads as zeros)"); }
+Test(nvme, one_changed_byte_is_named) { changed_under_the_job(one_byte_in_block_200, 200, "the swap file was changed under this job"); }
+Test(nvme, truncated_file_is_named) { changed_under_the_job(truncate_to_3_blocks, 3, "unexpected end of file: the swap file was truncated"); }
+Test(nvme, truncated_and_extended_is_named) { changed_under_the_job(truncate_and_extend, 0, "(it reads as zeros)"); }
+
+// the four-chain block checksums (what the swapper computes) equal the plain CRC32C of
+// each block, for a count that is not a multiple of four (the rest one at a time) and a
+// block size that is not a multiple of 8 (no four-chain path at all); and the standard
+// check value
+Test(nvme, crc32c_blocks_equal_the_plain_crc) {
+    cr_assert_eq(crc32c_update(0, "123456789", 9), 0xE3069283u);
+    enum { N = 7, B = 4096 };
+    unsigned char* p = (unsigned char*)malloc(N * B);
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < N * B; i++) { p[i] = (unsigned char)(i * 2654435761u >> 13); }
+    uint32_t got[N];
+    crc32c_blocks(p, N, B, got);
+    for (int i = 0; i < N; i++) { cr_assert_eq(got[i], crc32c_update(0, p + (size_t)i * B, B), "block %d", i); }
+    crc32c_blocks(p, 5, 1001, got);
+    for (int i = 0; i < 5; i++) { cr_assert_eq(got[i], crc32c_update(0, p + (size_t)i * 1001, 1001), "1001-byte block %d", i); }
+    free(p);
+}
+
+// blocks never written read as the zeros the file was made of, and pass; every block's
+// sum follows its last write, whichever request wrote it (an overlapping second write)
+Test(nvme, checksums_follow_the_writes) {
+    NvmeFile f;
+    cr_assert_eq(nvme_open(&f, g_dir, 0, 1 * MiB, 4), 0, "%s", zero_errmsg());
+    cr_assert_eq(f.sums[0], f.zero_sum);
+    void* b = abuf(1 * MiB);
+    cr_assert_eq(nvme_read(&f, b, 0, 1 * MiB), 0, "%s", zero_errmsg());  // never written: zeros
+    pattern_fill(b, 0, 256 * KiB, 1);
+    cr_assert_eq(nvme_write(&f, b, 0, 256 * KiB), 0, "%s", zero_errmsg());
+    pattern_fill(b, 128 * KiB, 256 * KiB, 2);
+    cr_assert_eq(nvme_write(&f, b, 128 * KiB, 256 * KiB), 0, "%s", zero_errmsg());
+    void* c = abuf(1 * MiB);
+    cr_assert_eq(nvme_read(&f, c, 0, 1 * MiB), 0, "%s", zero_errmsg());
+    cr_assert_eq(pattern_check(c, 0, 128 * KiB, 1), -1);
+    cr_assert_eq(pattern_check((char*)c + 128 * KiB, 128 * KiB, 256 * KiB, 2), -1);
+    free(b); free(c);
     nvme_close(&f, 1);
 }
 

@@ -100,7 +100,7 @@ static void all_layouts(const char* engine, int elem_bytes, int version) {
                         ZeroStateLayout to;
                         CHECK(zero_state_layout_init(&to, units, NUM_UNITS, engine, s1, w1, r, elem_bytes) == 0, "%s", zero_errmsg());
                         FILE* out = tmpfile();
-                        CHECK(zero_reshard_write(&src, &to, out) == 0, "%s", zero_errmsg());
+                        CHECK(zero_reshard_write(&src, &to, out, "out") == 0, "%s", zero_errmsg());
                         char what[128];
                         snprintf(what, sizeof(what), "%s %dB: version %d, %d ranks stage %d -> rank %d of %d stage %d", engine,
                                  elem_bytes, version, w0, s0, r, w1, s1);
@@ -195,12 +195,12 @@ Test(reshard, refusals) {
     ZeroStateLayout to;
     cr_assert_eq(zero_state_layout_init(&to, units, NUM_UNITS, "host", 1, 2, 1, 4), 0);
     FILE* out = tmpfile();
-    cr_assert_eq(zero_reshard_write(&src, &to, out), -1);
+    cr_assert_eq(zero_reshard_write(&src, &to, out, "out"), -1);
     cr_assert_not_null(strstr(zero_errmsg(), "the state file is truncated"), "%s", zero_errmsg());
     zero_state_layout_free(&to);
     // another engine, another precision
     cr_assert_eq(zero_state_layout_init(&to, units, NUM_UNITS, "device", 1, 2, 1, 4), 0);
-    cr_assert_eq(zero_reshard_write(&src, &to, out), -1);
+    cr_assert_eq(zero_reshard_write(&src, &to, out, "out"), -1);
     cr_assert_not_null(strstr(zero_errmsg(), "cannot reshard a host engine's fp32 state"), "%s", zero_errmsg());
     zero_state_layout_free(&to);
     zero_state_source_free(&src);
@@ -208,12 +208,33 @@ Test(reshard, refusals) {
     fp[0] = write_section("device", 3, 1, 0, 4);
     cr_assert_eq(zero_state_source_init(&src, fp, names, 1, units, NUM_UNITS), 0);
     cr_assert_eq(zero_state_layout_init(&to, units, NUM_UNITS, "device", 3, 2, 0, 2), 0);
-    cr_assert_eq(zero_reshard_write(&src, &to, out), -1);
+    cr_assert_eq(zero_reshard_write(&src, &to, out, "out"), -1);
     cr_assert_not_null(strstr(zero_errmsg(), "device engine's bf16 state"), "%s", zero_errmsg());
     zero_state_layout_free(&to);
     zero_state_source_free(&src);
     fclose(fp[0]);
     fclose(out);
+}
+
+// a disk that fills while the rebuilt section is written (/dev/full: every write fails
+// with ENOSPC) is named with the file and the reason; it was "writing the resharded state
+// failed", and a failure stdio held back until the flush was not the reshard's at all
+Test(reshard, full_disk_names_the_file) {
+    const char* names[1] = {"a.bin"};
+    ZeroStateSource src;
+    FILE* fp[1] = {write_section("host", 0, 1, 0, 4)};
+    cr_assert_eq(zero_state_source_init(&src, fp, names, 1, units, NUM_UNITS), 0, "%s", zero_errmsg());
+    ZeroStateLayout to;
+    cr_assert_eq(zero_state_layout_init(&to, units, NUM_UNITS, "host", 1, 2, 1, 4), 0);
+    FILE* out = fopen("/dev/full", "wb");
+    cr_assert_not_null(out);
+    cr_assert_eq(zero_reshard_write(&src, &to, out, "ck/.reshard_00001_x"), -1);
+    cr_assert_not_null(strstr(zero_errmsg(), "writing the resharded state to ck/.reshard_00001_x failed near byte "), "%s", zero_errmsg());
+    cr_assert_not_null(strstr(zero_errmsg(), ": No space left on device"), "%s", zero_errmsg());
+    fclose(out);
+    zero_state_layout_free(&to);
+    zero_state_source_free(&src);
+    fclose(fp[0]);
 }
 
 // a section's version is the plan its payload was laid out by: a version unknown, ranks of

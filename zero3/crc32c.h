@@ -1,17 +1,23 @@
 /*
  CRC32C (Castagnoli, the polynomial 0x82F63B78 reflected, as in iSCSI, ext4 and
- Btrfs): the checksum of every checkpoint file (llmc/checkpoint.h).
+ Btrfs): the checksum of every checkpoint file (llmc/checkpoint.h) and of every 4 KiB
+ block of an NVMe swap file (zero3/nvme.h). The engine's, so that zero3/ (which includes
+ nothing of llmc/) and the trainer's checkpoints share one implementation.
 
  Why CRC32C: it detects every burst error up to 32 bits and every odd number of flipped
- bits, and x86-64 computes it in hardware (SSE4.2's crc32 instruction, about 8 bytes a
- cycle), so checking a multi-gigabyte state file costs about as much as reading it.
+ bits, and x86-64 computes it in hardware (SSE4.2's crc32 instruction: 8 bytes a cycle
+ when independent chains keep it busy, its latency is 3 cycles), so checking a
+ multi-gigabyte state file costs about as much as reading it. crc32c_blocks computes
+ the checksums of four blocks side by side, four independent chains (eight were slower:
+ the registers spill): on the development machine, 4 KiB blocks, 23.8 GB/s against 9.2
+ one block at a time with the data in cache, 10.7 against 5.7 from memory.
  Debian 12 packages no CRC32C library for C, so it is computed here: with the instruction
  where the processor has it (checked at run time, so a build with -march=native and a
  portable one agree), else with a table, byte by byte. Both give the same value; the
  test suite checks the standard check value crc32c("123456789") = 0xE3069283.
 */
-#ifndef LLMC_CRC32C_H
-#define LLMC_CRC32C_H
+#ifndef ZERO3_CRC32C_H
+#define ZERO3_CRC32C_H
 
 #include <stddef.h>   // size_t
 #include <stdint.h>   // uint32_t, uint64_t
@@ -58,6 +64,26 @@ static uint32_t crc32c_hard(uint32_t crc, const unsigned char* p, size_t n) {
 }
 #endif
 
+#if defined(__x86_64__)
+// four blocks of `block` bytes (a multiple of 8) at p, p + block, ...: four chains at once
+__attribute__((target("sse4.2")))
+static void crc32c_hard4(const unsigned char* p, size_t block, uint32_t* out) {
+    uint64_t c0 = ~0u, c1 = ~0u, c2 = ~0u, c3 = ~0u;
+    for (size_t i = 0; i < block; i += 8) {
+        uint64_t w0, w1, w2, w3;
+        memcpy(&w0, p + i, 8);
+        memcpy(&w1, p + block + i, 8);
+        memcpy(&w2, p + 2 * block + i, 8);
+        memcpy(&w3, p + 3 * block + i, 8);
+        c0 = _mm_crc32_u64(c0, w0);
+        c1 = _mm_crc32_u64(c1, w1);
+        c2 = _mm_crc32_u64(c2, w2);
+        c3 = _mm_crc32_u64(c3, w3);
+    }
+    out[0] = ~(uint32_t)c0; out[1] = ~(uint32_t)c1; out[2] = ~(uint32_t)c2; out[3] = ~(uint32_t)c3;
+}
+#endif
+
 // Continues a checksum over n more bytes: start with crc32c_update(0, ...), feed each
 // piece in order; the result is the CRC32C of all the bytes together.
 static uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
@@ -67,6 +93,19 @@ static uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
     if (__builtin_cpu_supports("sse4.2")) { return ~crc32c_hard(crc, p, n); }
 #endif
     return ~crc32c_soft(crc, p, n);
+}
+
+// The CRC32C of each of the n blocks of `block` bytes at data, into out[0..n): what
+// crc32c_update(0, block i) gives, four at a time where the instruction is there
+static void crc32c_blocks(const void* data, size_t n, size_t block, uint32_t* out) {
+    const unsigned char* p = (const unsigned char*)data;
+    size_t i = 0;
+#if defined(__x86_64__)
+    if (block % 8 == 0 && __builtin_cpu_supports("sse4.2")) {
+        for (; i + 4 <= n; i += 4) { crc32c_hard4(p + i * block, block, out + i); }
+    }
+#endif
+    for (; i < n; i++) { out[i] = crc32c_update(0, p + i * block, block); }
 }
 
 // The checksum and size of the regular file at path, read in 4 MiB pieces. Returns 0,
@@ -93,4 +132,4 @@ static int crc32c_file(const char* path, uint32_t* crc, uint64_t* size, const ch
     return 0;
 }
 
-#endif // LLMC_CRC32C_H
+#endif // ZERO3_CRC32C_H
