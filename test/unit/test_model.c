@@ -460,10 +460,10 @@ Test(model_file, missing, .init = make_tmpdir, .fini = remove_tmpdir) { expect_r
 // a directory or a FIFO given as -e is named as what it is (a directory was "truncated:
 // shorter than its 1024-byte header"; a FIFO waited for a writer)
 Test(model_file, a_directory, .init = make_tmpdir, .fini = remove_tmpdir) {
-    expect_refused("dir.bin", mkdir, "is a directory, not an llm.c model file");
+    expect_refused("dir.bin", mkdir, "it is a directory, not a regular file");
 }
 Test(model_file, a_fifo, .init = make_tmpdir, .fini = remove_tmpdir) {
-    expect_refused("fifo.bin", mkfifo, "is a FIFO, not an llm.c model file");
+    expect_refused("fifo.bin", mkfifo, "it is a FIFO, not a regular file");
 }
 
 Test(model_file, unwritable_directory_leaves_nothing, .init = make_tmpdir, .fini = remove_tmpdir) {
