@@ -421,7 +421,7 @@ static inline int zero_read_file(const char* path, char** out) {
     char* buf = NULL;
     size_t len = 0, cap = 0;
     if (fstat(fileno(f), &st) != 0) { zero_error("--ds-config %s: cannot stat: %s", path, strerror(errno)); goto fail; }
-    if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > ZERO_CONFIG_MAX_BYTES) {
+    if ((unsigned long long)st.st_size > ZERO_CONFIG_MAX_BYTES) {
         zero_error("--ds-config %s: %lld bytes, over the limit of %zu bytes (1 MiB) for a config file (a DeepSpeed config "
                    "is a few kilobytes)", path, (long long)st.st_size, ZERO_CONFIG_MAX_BYTES);
         goto fail;
@@ -436,7 +436,7 @@ static inline int zero_read_file(const char* path, char** out) {
                    "few kilobytes)", path, ZERO_CONFIG_MAX_BYTES);
         goto fail;
     }
-    if (S_ISREG(st.st_mode) && len != (size_t)st.st_size) {
+    if (len != (size_t)st.st_size) {
         zero_error("--ds-config %s: changed while it was read (%lld bytes when opened, %zu%s read)", path,
                    (long long)st.st_size, len, len == cap ? " and more" : "");
         goto fail;
