@@ -37,6 +37,7 @@ TOKENIZER    = dev/data/gpt2_tokenizer.bin
 
 .PHONY: all deps demo test clean data bench test-gpu check-headers libs
 .DELETE_ON_ERROR:
+.SECONDARY:  # (the programs' objects under build/obj are kept, not deleted as intermediates)
 
 all: train_gpt2_zero3_cpu tokenize checkpoint_tool
 
@@ -102,8 +103,13 @@ libs: $(foreach f,$(LIB_FLAVOURS),build/lib/$(f)/lib.a)
 deps:
 	@bash scripts/install_deps.sh
 
-train_gpt2_zero3_cpu: train_gpt2_zero3.c $(LIB) | build
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
+# (a program's own source compiles to build/obj/PROGRAM.o, so that a change in a library
+# file relinks it without compiling it again)
+train_gpt2_zero3_cpu: build/obj/train_gpt2_zero3_cpu.o $(LIB)
+	$(MPICC) $(CFLAGS) $< $(LIB) -o $@ $(PKG_LIBS)
+build/obj/train_gpt2_zero3_cpu.o: train_gpt2_zero3.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 
 # inspect, consolidate and extract-optimizer on a checkpoint directory (mpicc: llmc/checkpoint.h
 # names MPI's types)
@@ -133,16 +139,22 @@ demo: deps
 build:
 	mkdir -p build
 
-build/test_%: test/unit/test_%.c $(LIB) | build
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+build/test_%: build/obj/build/test_%.o $(LIB)
+	$(MPICC) $(CFLAGS) $< $(LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+build/obj/build/test_%.o: test/unit/test_%.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 
 # the schedule's tests see the engine interface (zero3/zero.h), which names MPI's types
-build/test_schedule: test/unit/test_schedule.c $(LIB) | build
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+build/test_schedule: build/obj/build/test_schedule.o $(LIB)
+	$(MPICC) $(CFLAGS) $< $(LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
 
 # the reference checker includes the trainer (llm.c's TESTING idiom), so it needs mpicc
-build/test_gpt2: test/e2e/test_gpt2.c $(LIB) | build
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
+build/test_gpt2: build/obj/build/test_gpt2.o $(LIB)
+	$(MPICC) $(CFLAGS) $< $(LIB) -o $@ $(PKG_LIBS)
+build/obj/build/test_gpt2.o: test/e2e/test_gpt2.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 
 # multi-rank drivers: plain MPI programs (Criterion forks, so MPI stays out of it)
 # (the chunked one compiles the collectives, zero3/comm*.c, with its chunk itself, ahead of
@@ -181,29 +193,44 @@ EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-
 # its allocation, or into the checker); its AdamW launchers computed directly
 # (test/emu/adamw_host.cuh, included by the test in place of zero3/adamw.cuh); fp32, and bf16
 # (the gradients' reduction in bf16 or fp32)
-build/test_device_emu build/test_device_emu_bf16: build/test_device_emu%: test/emu/test_device_emu.cc $(EMU_DEPS) $(EMU_LIB) | build
+build/test_device_emu build/test_device_emu_bf16: build/test_device_emu%: build/obj/build/test_device_emu%.o $(EMU_LIB)
+	$(MPICXX) -O1 -g $(EMU_FLAGS) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
+build/obj/build/test_device_emu.o build/obj/build/test_device_emu_bf16.o: build/obj/build/test_device_emu%.o: test/emu/test_device_emu.cc $(EMU_DEPS) | build
+	@mkdir -p $(dir $@)
 	$(MPICXX) -O1 -g -fno-omit-frame-pointer $(EMU_FLAGS) $(if $(findstring bf16,$@),,-DENABLE_FP32) \
-	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $(BINDEP) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
+	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 # the emulator's own test (its limits, races it must catch, cuBLASLt's orders by alignment)
 build/test_emu: test/emu/test_emu.cc $(EMU_DEPS) | build
 	mkdir -p build/emu/test/emu && $(EMU_SED) $< > build/emu/test/emu/test_emu.cc
 	$(CXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(BLAS_CFLAGS) $(BINDEP) build/emu/test/emu/test_emu.cc -o $@ $(BLAS_LIBS)
 # the emulated NCCL's own test (bf16 rounded per hop of the ring; int8, send/recv groups, split;
 # zero3/nccl.cuh's all-to-all over it)
-build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) $(EMU_LIB) | build
-	$(MPICXX) -O1 -g $(EMU_FLAGS) -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $(BINDEP) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
+build/test_nccl_emu: build/obj/build/test_nccl_emu.o $(EMU_LIB)
+	$(MPICXX) -O1 -g $(EMU_FLAGS) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
+build/obj/build/test_nccl_emu.o: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build
+	@mkdir -p $(dir $@)
+	$(MPICXX) -O1 -g $(EMU_FLAGS) -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 # the kernels' GPU tests, fp32 and bf16
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
 # (a whole program from one rewritten .cu: fp32 when the target's name says so)
 EMU_PROGRAM = -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ -Ibuild/emu -Itest/emu -I.
-build/test_kernels_emu build/test_kernels_emu_fp32: build/test_kernels_emu%: $(EMU_DEPS) $(EMU_LIB) | build
-	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) build/emu/test/gpu/test_kernels_gpu.cu -x none $(EMU_LIB) -o $@ $(BLAS_LIBS) -lm
-build/test_kernels2_emu build/test_kernels2_emu_fp32: build/test_kernels2_emu%: $(EMU_DEPS) $(EMU_LIB) | build
-	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) build/emu/test/gpu/test_kernels2_gpu.cu -x none $(EMU_LIB) -o $@ $(BLAS_LIBS) -lm
+# (linked apart from their compile, as the programs above: EMU_LINK)
+EMU_LINK = -O2 $(EMU_FLAGS)
+build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32: %: build/obj/%.o $(EMU_LIB)
+	$(CXX) $(EMU_LINK) $< $(EMU_LIB) -o $@ $(BLAS_LIBS) -lm
+$(patsubst %,build/obj/%.o,build/test_kernels_emu build/test_kernels_emu_fp32): build/obj/build/test_kernels_emu%.o: $(EMU_DEPS) | build
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) -c build/emu/test/gpu/test_kernels_gpu.cu -o $@
+$(patsubst %,build/obj/%.o,build/test_kernels2_emu build/test_kernels2_emu_fp32): build/obj/build/test_kernels2_emu%.o: $(EMU_DEPS) | build
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) -c build/emu/test/gpu/test_kernels2_gpu.cu -o $@
 # the GPU trainer itself, bf16 and fp32, every kernel and the device engine emulated (slow:
 # for tiny models)
-build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zero3_emu%: $(EMU_DEPS) $(EMU_LIB) | build
-	$(MPICXX) $(EMU_PROGRAM) $(PKG_CFLAGS) $(BINDEP) build/emu/train_gpt2_zero3.cu -x none $(EMU_LIB) -o $@ $(PKG_LIBS)
+build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: %: build/obj/%.o $(EMU_LIB)
+	$(MPICXX) $(EMU_LINK) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
+$(patsubst %,build/obj/%.o,build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32): build/obj/build/train_gpt2_zero3_emu%.o: $(EMU_DEPS) | build
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(EMU_PROGRAM) $(PKG_CFLAGS) $(BINDEP) -c build/emu/train_gpt2_zero3.cu -o $@
 
 # built without -march=native: the run-time ISA dispatch is what gets tested (so it compiles
 # the few library files it needs itself, not the library's -march=native objects)
@@ -216,12 +243,18 @@ build/test_cpu_adam: test/unit/test_cpu_adam.c $(wildcard $(CPU_ADAM_SRCS)) zero
 # UB stops the program so that it fails the test. Not -march=native: the ISA dispatch runs.
 SAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_CFLAGS = $(SAN_FLAGS) $(filter-out $(OPT),$(CFLAGS))
-build/train_gpt2_zero3_cpu_asan: train_gpt2_zero3.c $(SAN_LIB) | build
-	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(SAN_LIB) -o $@ $(PKG_LIBS)
+build/train_gpt2_zero3_cpu_asan: build/obj/build/train_gpt2_zero3_cpu_asan.o $(SAN_LIB)
+	$(MPICC) $(SAN_CFLAGS) $< $(SAN_LIB) -o $@ $(PKG_LIBS)
+build/obj/build/train_gpt2_zero3_cpu_asan.o: train_gpt2_zero3.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 # the engine's units (mpicc for all: the schedule's test names MPI's types)
-build/asan/test_%: test/unit/test_%.c $(SAN_LIB) | build
+build/asan/test_%: build/obj/build/asan/test_%.o $(SAN_LIB)
 	@mkdir -p build/asan
-	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(SAN_LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+	$(MPICC) $(SAN_CFLAGS) $< $(SAN_LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+build/obj/build/asan/test_%.o: test/unit/test_%.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config
 SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_TESTS)
 
