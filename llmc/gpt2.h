@@ -1,7 +1,8 @@
 /*
  The GPT-2 / GPT-3 model description: configuration, descriptors (d12, gpt3:c768),
- the parameter layout, llm.c model files, and random init. No compute here: the
- forward and backward live in the trainer, where the ZeRO hooks are woven in.
+ the parameter layout and the units' use schedule, llm.c model files, and random init.
+ No compute here: the forward and backward live in the trainer, where the ZeRO hooks are
+ woven in.
 
  Parameter layout. llm.c's file stores the 16 parameter kinds one after another,
  each kind for all layers at once (all ln1w, then all ln1b, ...). ZeRO partitions by
@@ -106,6 +107,26 @@ static size_t gpt2_unit_offset(const GPT2Config* c, int u) {
 
 static inline size_t gpt2_num_params(const GPT2Config* c) {
     return gpt2_unit_offset(c, gpt2_num_units(c));
+}
+
+// The order in which the forward and backward use the units. Forward: the embedding,
+// the blocks, the final layernorm, then the embedding again as the classifier (tied
+// weights). Backward: the classifier (adjacent to its forward use, so never gathered
+// twice there), the final layernorm, the blocks in reverse. The encoder's backward
+// needs only the token ids, not wte, so it is not a use. Whether wte stays gathered
+// from the encoder to the classifier is the schedule's reuse-distance rule.
+static int gpt2_schedule(const GPT2Config* c, int* out, int train) {
+    int n = 0, L = c->num_layers;
+    out[n++] = 0;
+    for (int l = 0; l < L; l++) { out[n++] = 1 + l; }
+    out[n++] = L + 1;
+    out[n++] = 0;
+    if (train) {
+        out[n++] = 0;
+        out[n++] = L + 1;
+        for (int l = L - 1; l >= 0; l--) { out[n++] = 1 + l; }
+    }
+    return n;
 }
 
 // FLOPs of a training step per token at sequence length T (for MFU): 6 per parameter in a
