@@ -30,28 +30,88 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(BLAS_LIBS) -lm
 CRIT_FLAGS = $(shell pkg-config --cflags --libs criterion 2>/dev/null)
 
 LLMC_HEADERS = $(wildcard llmc/*.h) $(wildcard zero3/*.h) $(wildcard common/*.h)
+MPI_CFLAGS   = $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LIBS     = $(shell $(MPICC) --showme:link 2>/dev/null)
 TRAIN_DATA   = dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 TOKENIZER    = dev/data/gpt2_tokenizer.bin
 
-.PHONY: all deps demo test clean data bench test-gpu check-headers
+.PHONY: all deps demo test clean data bench test-gpu check-headers libs
 .DELETE_ON_ERROR:
 
 all: train_gpt2_zero3_cpu tokenize checkpoint_tool
+
+# ---------------------------------------------------------------------------
+# The library: every common/*.c, llmc/*.c and zero3/*.c (host code; the headers hold the
+# interface), compiled once per build flavour into build/lib/FLAVOUR/ (an object and its
+# dependency file per source, and lib.a), which every program of that flavour links. A
+# program's own source writes its dependency file too (BINDEP, under build/dep/), so a
+# change to one file rebuilds the objects and programs that use it, and relinks the rest.
+#   opt   $(CFLAGS) (so OPT=... reaches it): the CPU trainer, the tools, the unit tests
+#   asan  AddressSanitizer + UBSan ($(SAN_CFLAGS)): the *_asan and build/asan programs
+#   fuzz  clang's sanitizers, without libFuzzer's main: the fuzzers under build/fuzz
+#   emu   the C side of the emulated CUDA programs (build/*_emu*): gcc at their -O2, every
+#         access told to test/emu's checker (EMU_TRACK)
+#   gpu   the C side of the nvcc programs: the host compiler at nvcc's -O3
+# The emu and gpu flavours compile what the .cu programs compiled as C++ before: g++
+# contracts a*b+c into an FMA as gcc's gnu11 does (-ffp-contract=fast both: only ISO C
+# turns it off, not ISO C++), and without -march an FMA is only there in cpu_adam's
+# target("...fma") functions, so the same flags give the same arithmetic: no
+# -ffp-contract=off (which would change those functions).
+LIB_SRCS := $(wildcard common/*.c llmc/*.c zero3/*.c)
+comma    := ,
+LIBDEP    = -MMD -MP
+BINDEP    = -MMD -MP -MT $@ -MF build/dep/$(subst /,_,$@).d
+$(shell mkdir -p build/dep)
+LIB_FLAVOURS = opt asan fuzz emu gpu
+LIB      = build/lib/opt/lib.a
+SAN_LIB  = build/lib/asan/lib.a
+FUZZ_LIB = build/lib/fuzz/lib.a
+EMU_LIB  = build/lib/emu/lib.a
+GPU_LIB  = build/lib/gpu/lib.a
+lib_objs = $(patsubst %.c,build/lib/$(1)/%.o,$(LIB_SRCS))
+
+build/lib/opt/%.o: %.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(LIBDEP) -c $< -o $@
+build/lib/asan/%.o: %.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(LIBDEP) -c $< -o $@
+build/lib/fuzz/%.o: %.c | build
+	@mkdir -p $(dir $@)
+	$(CLANG) $(subst -fsanitize=fuzzer$(comma),-fsanitize=fuzzer-no-link$(comma),$(FUZZ_FLAGS)) $(MPI_CFLAGS) $(PKG_CFLAGS) $(LIBDEP) -c $< -o $@
+build/lib/emu/%.o: %.c | build
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=gnu11 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-unknown-pragmas -fopenmp -D_GNU_SOURCE -DLLMC_EMU \
+	  $(EMU_TRACK) -I. $(MPI_CFLAGS) $(PKG_CFLAGS) $(LIBDEP) -c $< -o $@
+build/lib/gpu/%.o: %.c | build
+	@mkdir -p $(dir $@)
+	$(CC) -O3 -std=gnu11 -Wall -Wno-unused-function -fopenmp -D_GNU_SOURCE -I. $(MPI_CFLAGS) $(PKG_CFLAGS) $(LIBDEP) -c $< -o $@
+$(LIB): $(call lib_objs,opt)
+$(SAN_LIB): $(call lib_objs,asan)
+$(FUZZ_LIB): $(call lib_objs,fuzz)
+$(EMU_LIB): $(call lib_objs,emu)
+$(GPU_LIB): $(call lib_objs,gpu)
+$(foreach f,$(LIB_FLAVOURS),build/lib/$(f)/lib.a): | build
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $(filter %.o,$^)
+libs: $(foreach f,$(LIB_FLAVOURS),build/lib/$(f)/lib.a)
+-include $(foreach f,$(LIB_FLAVOURS),$(patsubst %.o,%.d,$(call lib_objs,$(f)))) $(wildcard build/dep/*.d)
 
 # idempotent: does nothing when every package is there
 deps:
 	@bash scripts/install_deps.sh
 
-train_gpt2_zero3_cpu: train_gpt2_zero3.c $(LLMC_HEADERS)
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+train_gpt2_zero3_cpu: train_gpt2_zero3.c $(LIB) | build
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
 
 # inspect, consolidate and extract-optimizer on a checkpoint directory (mpicc: llmc/checkpoint.h
 # names MPI's types)
-checkpoint_tool: dev/checkpoint_tool.c $(LLMC_HEADERS)
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+checkpoint_tool: dev/checkpoint_tool.c $(LIB) | build
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
 
-tokenize: dev/tokenize.c llmc/tokenizer.h llmc/utils.h common/file.h
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+tokenize: dev/tokenize.c $(LIB) | build
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
 
 # tinyshakespeare token shards and the tokenizer file, made by our own tokenizer
 data: $(TRAIN_DATA) $(TOKENIZER)
@@ -73,22 +133,25 @@ demo: deps
 build:
 	mkdir -p build
 
-build/test_%: test/unit/test_%.c $(LLMC_HEADERS) | build
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+build/test_%: test/unit/test_%.c $(LIB) | build
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
 
 # the schedule's tests see the engine interface (zero3/zero.h), which names MPI's types
-build/test_schedule: test/unit/test_schedule.c $(LLMC_HEADERS) | build
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+build/test_schedule: test/unit/test_schedule.c $(LIB) | build
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
 
 # the reference checker includes the trainer (llm.c's TESTING idiom), so it needs mpicc
-build/test_gpt2: test/e2e/test_gpt2.c train_gpt2_zero3.c $(LLMC_HEADERS) | build
-	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+build/test_gpt2: test/e2e/test_gpt2.c $(LIB) | build
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
 
 # multi-rank drivers: plain MPI programs (Criterion forks, so MPI stays out of it)
-build/test_comm_mpi: test/unit/test_comm_mpi.c zero3/comm.h zero3/util.h | build
-	$(MPICC) $(CFLAGS) $< -o $@
-build/test_comm_mpi_chunk: test/unit/test_comm_mpi.c zero3/comm.h zero3/util.h | build
-	$(MPICC) $(CFLAGS) -DZERO_COMM_CHUNK=7 $< -o $@
+# (the chunked one compiles the collectives, zero3/comm*.c, with its chunk itself, ahead of
+# the library's)
+COMM_SRCS = $(wildcard zero3/comm*.c)
+build/test_comm_mpi: test/unit/test_comm_mpi.c $(LIB) | build
+	$(MPICC) $(CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
+build/test_comm_mpi_chunk: test/unit/test_comm_mpi.c $(COMM_SRCS) $(LLMC_HEADERS) $(LIB) | build
+	$(MPICC) $(CFLAGS) -DZERO_COMM_CHUNK=7 $< $(COMM_SRCS) $(LIB) -o $@ $(PKG_LIBS)
 
 # The CUDA code on the CPU (test/emu's runtime, cuBLAS and NCCL stand-ins): copies under
 # build/emu with each kernel launch `k<<<cfg>>>(args)` rewritten to `emu_launch(k, cfg)(args)`
@@ -101,7 +164,7 @@ EMU_SED   = sed -E -e 's/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\(/emu_lau
                    -e 's/^(\s*__shared__ [A-Za-z_0-9]+ ([A-Za-z_0-9]+)(\[[^;]*\])*;)/\1 static int emu_shared_\2 __attribute__((unused)) = emu_shared_register(\&\2, sizeof(\2));/'
 EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) test/gpu/test_kernels_gpu.cu \
                                      test/gpu/test_kernels2_gpu.cu train_gpt2_zero3.cu)
-EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*.cuh test/emu/*/*.h test/emu/cub/device/*.cuh) $(LLMC_HEADERS)
+EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*.cuh test/emu/*/*.h test/emu/cub/device/*.cuh)
 build/emu/%: % | build
 	@mkdir -p $(dir $@)
 	$(EMU_SED) $< > $@
@@ -118,45 +181,47 @@ EMU_FLAGS = -std=c++17 -Wall -Wno-unused-function -Wno-maybe-uninitialized -Wno-
 # its allocation, or into the checker); its AdamW launchers computed directly
 # (test/emu/adamw_host.cuh, included by the test in place of zero3/adamw.cuh); fp32, and bf16
 # (the gradients' reduction in bf16 or fp32)
-build/test_device_emu build/test_device_emu_bf16: build/test_device_emu%: test/emu/test_device_emu.cc $(EMU_DEPS) | build
+build/test_device_emu build/test_device_emu_bf16: build/test_device_emu%: test/emu/test_device_emu.cc $(EMU_DEPS) $(EMU_LIB) | build
 	$(MPICXX) -O1 -g -fno-omit-frame-pointer $(EMU_FLAGS) $(if $(findstring bf16,$@),,-DENABLE_FP32) \
-	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+	  -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $(BINDEP) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
 # the emulator's own test (its limits, races it must catch, cuBLASLt's orders by alignment)
 build/test_emu: test/emu/test_emu.cc $(EMU_DEPS) | build
 	mkdir -p build/emu/test/emu && $(EMU_SED) $< > build/emu/test/emu/test_emu.cc
-	$(CXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(BLAS_CFLAGS) build/emu/test/emu/test_emu.cc -o $@ $(BLAS_LIBS)
+	$(CXX) -O1 -g $(EMU_FLAGS) -Itest/emu -I. $(BLAS_CFLAGS) $(BINDEP) build/emu/test/emu/test_emu.cc -o $@ $(BLAS_LIBS)
 # the emulated NCCL's own test (bf16 rounded per hop of the ring; int8, send/recv groups, split;
 # zero3/nccl.cuh's all-to-all over it)
-build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build
-	$(MPICXX) -O1 -g $(EMU_FLAGS) -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+build/test_nccl_emu: test/emu/test_nccl_emu.cc $(EMU_DEPS) $(EMU_LIB) | build
+	$(MPICXX) -O1 -g $(EMU_FLAGS) -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $(BINDEP) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
 # the kernels' GPU tests, fp32 and bf16
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
 # (a whole program from one rewritten .cu: fp32 when the target's name says so)
 EMU_PROGRAM = -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ -Ibuild/emu -Itest/emu -I.
-build/test_kernels_emu build/test_kernels_emu_fp32: build/test_kernels_emu%: $(EMU_DEPS) | build
-	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/gpu/test_kernels_gpu.cu -o $@ $(BLAS_LIBS) -lm
-build/test_kernels2_emu build/test_kernels2_emu_fp32: build/test_kernels2_emu%: $(EMU_DEPS) | build
-	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) build/emu/test/gpu/test_kernels2_gpu.cu -o $@ $(BLAS_LIBS) -lm
+build/test_kernels_emu build/test_kernels_emu_fp32: build/test_kernels_emu%: $(EMU_DEPS) $(EMU_LIB) | build
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) build/emu/test/gpu/test_kernels_gpu.cu -x none $(EMU_LIB) -o $@ $(BLAS_LIBS) -lm
+build/test_kernels2_emu build/test_kernels2_emu_fp32: build/test_kernels2_emu%: $(EMU_DEPS) $(EMU_LIB) | build
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) build/emu/test/gpu/test_kernels2_gpu.cu -x none $(EMU_LIB) -o $@ $(BLAS_LIBS) -lm
 # the GPU trainer itself, bf16 and fp32, every kernel and the device engine emulated (slow:
 # for tiny models)
-build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zero3_emu%: $(EMU_DEPS) | build
-	$(MPICXX) $(EMU_PROGRAM) $(PKG_CFLAGS) build/emu/train_gpt2_zero3.cu -o $@ $(PKG_LIBS)
+build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: build/train_gpt2_zero3_emu%: $(EMU_DEPS) $(EMU_LIB) | build
+	$(MPICXX) $(EMU_PROGRAM) $(PKG_CFLAGS) $(BINDEP) build/emu/train_gpt2_zero3.cu -x none $(EMU_LIB) -o $@ $(PKG_LIBS)
 
-# built without -march=native: the run-time ISA dispatch is what gets tested
-build/test_cpu_adam: test/unit/test_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h | build
-	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< -o $@ $(CRIT_FLAGS) -lm
+# built without -march=native: the run-time ISA dispatch is what gets tested (so it compiles
+# the few library files it needs itself, not the library's -march=native objects)
+CPU_ADAM_SRCS = zero3/cpu_adam.c zero3/adamw.c zero3/util.c
+build/test_cpu_adam: test/unit/test_cpu_adam.c $(wildcard $(CPU_ADAM_SRCS)) zero3/cpu_adam.h zero3/adamw.h zero3/util.h | build
+	$(CC) -O2 -fopenmp -std=gnu11 -Wall -Wextra -I. $< $(wildcard $(CPU_ADAM_SRCS)) -o $@ $(CRIT_FLAGS) -lm
 
 # AddressSanitizer + UndefinedBehaviorSanitizer builds (make test runs the CPU trainer's
 # offload suite and the engine's unit tests with them): -O1 keeps the stacks readable, and
 # UB stops the program so that it fails the test. Not -march=native: the ISA dispatch runs.
 SAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_CFLAGS = $(SAN_FLAGS) $(filter-out $(OPT),$(CFLAGS))
-build/train_gpt2_zero3_cpu_asan: train_gpt2_zero3.c $(LLMC_HEADERS) | build
-	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+build/train_gpt2_zero3_cpu_asan: train_gpt2_zero3.c $(SAN_LIB) | build
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(SAN_LIB) -o $@ $(PKG_LIBS)
 # the engine's units (mpicc for all: the schedule's test names MPI's types)
-build/asan/test_%: test/unit/test_%.c $(LLMC_HEADERS) | build
+build/asan/test_%: test/unit/test_%.c $(SAN_LIB) | build
 	@mkdir -p build/asan
-	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
+	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(SAN_LIB) -o $@ $(CRIT_FLAGS) $(PKG_LIBS)
 SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config
 SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_TESTS)
 
@@ -165,11 +230,9 @@ SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_
 CLANG      ?= clang
 FUZZ_FLAGS  = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -std=gnu11 -D_GNU_SOURCE -Wall -Wno-unused-function -Wno-unknown-pragmas -I.
-MPI_CFLAGS  = $(shell $(MPICC) -showme:compile 2>/dev/null)
-MPI_LIBS    = $(shell $(MPICC) -showme:link 2>/dev/null)
-build/fuzz/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz_file.h $(LLMC_HEADERS) | build
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_LIB) | build
 	@mkdir -p build/fuzz
-	$(CLANG) $(FUZZ_FLAGS) $(MPI_CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS) $(MPI_LIBS)
+	$(CLANG) $(FUZZ_FLAGS) $(MPI_CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(FUZZ_LIB) -o $@ $(PKG_LIBS) $(MPI_LIBS)
 FUZZERS = build/fuzz/fuzz_model build/fuzz/fuzz_shard build/fuzz/fuzz_tokenizer build/fuzz/fuzz_checkpoint build/fuzz/fuzz_ds_config
 
 # the tests' allocation counter (test/e2e/alloc_peak.c), loaded with LD_PRELOAD
@@ -193,10 +256,10 @@ test: deps
 # (test/e2e/test_scripts.sh runs each script on a tiny size)
 build/bench_sgemm: dev/bench_sgemm.c | build
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS) $< -o $@ $(BLAS_LIBS)
-build/bench_cpu_adam: dev/bench_cpu_adam.c zero3/cpu_adam.h zero3/adamw.h llmc/utils.h | build
-	$(CC) $(CFLAGS) $< -o $@ -lm
-build/bench_nvme: dev/bench_nvme.c zero3/nvme.h zero3/crc32c.h zero3/util.h | build
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) $< -o $@ $(PKG_LIBS)
+build/bench_cpu_adam: dev/bench_cpu_adam.c $(LIB) | build
+	$(CC) $(CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
+build/bench_nvme: dev/bench_nvme.c $(LIB) | build
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) $< $(LIB) -o $@ $(PKG_LIBS)
 BENCH_PROGRAMS = build/bench_sgemm build/bench_cpu_adam build/bench_nvme
 
 bench: deps
@@ -214,17 +277,17 @@ CUDA_ARCH ?= $(if $(GPU_CC),-arch=sm_$(GPU_CC),-gencode arch=compute_80,code=sm_
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) --threads 0 -I. -D_GNU_SOURCE -Xcompiler -fopenmp $(BLAS_CFLAGS)
 # nvcc passes linker options with -Xlinker, not -Wl
 CUDA_LIBS  = -lcublas -lcublasLt -lnccl $(if $(BLAS_DIR),-L$(BLAS_DIR) -Xlinker -rpath=$(BLAS_DIR) -lopenblas,$(BLAS_LIBS))
-CUDA_HEADERS = $(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) $(LLMC_HEADERS)
+CUDA_HEADERS = $(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) $(LLMC_HEADERS) $(GPU_LIB)
 GPU_TESTS = build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32
 
 build/test_kernels_gpu: test/gpu/test_kernels_gpu.cu $(CUDA_HEADERS) | build
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
 build/test_kernels_gpu_fp32: test/gpu/test_kernels_gpu.cu $(CUDA_HEADERS) | build
-	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
 build/test_kernels2_gpu: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
 build/test_kernels2_gpu_fp32: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
-	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
 
 # what a GPU machine offers (CUDA, the GPUs, the cuBLAS(Lt) and NCCL the loader finds, and
 # from where): host code only, so no architecture; scripts/gpu_first_contact.sh runs it first
@@ -245,15 +308,13 @@ test-gpu: deps
 	 echo "=== test/gpu/test_gpu_trainer.sh"; bash test/gpu/test_gpu_trainer.sh || status=1; exit $$status
 
 # the GPU trainer (bf16; the fp32 build is for testing against the CPU trainer)
-MPI_CFLAGS = $(shell $(MPICC) --showme:compile 2>/dev/null)
-MPI_LIBS   = $(shell $(MPICC) --showme:link 2>/dev/null)
 GPU_TRAINER_FLAGS = $(NVCCFLAGS) $(MPI_CFLAGS) $(PKG_CFLAGS)
 GPU_TRAINER_LIBS  = $(CUDA_LIBS) $(MPI_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 
 train_gpt2_zero3: train_gpt2_zero3.cu $(CUDA_HEADERS)
-	$(NVCC) $(GPU_TRAINER_FLAGS) $< -o $@ $(GPU_TRAINER_LIBS)
+	$(NVCC) $(GPU_TRAINER_FLAGS) $< $(GPU_LIB) -o $@ $(GPU_TRAINER_LIBS)
 train_gpt2_zero3_fp32: train_gpt2_zero3.cu $(CUDA_HEADERS)
-	$(NVCC) $(GPU_TRAINER_FLAGS) -DENABLE_FP32 $< -o $@ $(GPU_TRAINER_LIBS)
+	$(NVCC) $(GPU_TRAINER_FLAGS) -DENABLE_FP32 $< $(GPU_LIB) -o $@ $(GPU_TRAINER_LIBS)
 
 clean:
 	rm -rf build train_gpt2_zero3_cpu checkpoint_tool train_gpt2_zero3 train_gpt2_zero3_fp32 tokenize $(TOKENIZER) dev/data/tinyshakespeare/*.bin log_demo

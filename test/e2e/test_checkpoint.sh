@@ -48,7 +48,7 @@ int main(void) {
     return bad;
 }
 EOF
-if cc -O1 -I. "$tmp/crc.c" -o "$tmp/crc" && "$tmp/crc"; then ok "CRC32C: check value 0xE3069283, hardware = table, pieces = whole"
+if cc -O1 -I. "$tmp/crc.c" build/lib/opt/lib.a -o "$tmp/crc" && "$tmp/crc"; then ok "CRC32C: check value 0xE3069283, hardware = table, pieces = whole"
 else bad "CRC32C is wrong"; fi
 
 # ---------------------------------------------------------------------------
@@ -290,7 +290,7 @@ fi
 # and 4 ranks (the save that gathered the model on rank 0 took 54 MB there at 4 ranks,
 # against a bound of 12 MB); then the check names the first non-finite parameter put in
 if mpicc -O1 -fopenmp -std=gnu11 -I. -D_GNU_SOURCE $(pkg-config --cflags libcjson libpcre2-8 liburing) test/e2e/save_memory.c \
-        -o "$tmp/save_memory" $(pkg-config --libs libcjson libpcre2-8 liburing) -lm; then
+        build/lib/opt/lib.a -o "$tmp/save_memory" $(pkg-config --libs libcjson libpcre2-8 liburing) -lm; then
     for n in 2 4; do
         for v in 3 5; do
             mkdir -p "$tmp/mem$n$v"
