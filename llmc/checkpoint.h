@@ -110,6 +110,7 @@ int checkpoint_load(const char* dir, int step, const CheckpointHeader* want, Zer
 // ----------------------------------------------------------------------------
 // every rank's files of one checkpoint: resuming anywhere, and dev/checkpoint_tool.c
 
+// the path of rank's state file of step in dir (n bytes)
 void checkpoint_state_path(char* path, size_t n, const char* dir, int step, int rank);
 
 // One checkpoint's state files, open together: each rank's trainer header, and the engine
@@ -123,6 +124,7 @@ typedef struct {
     ZeroStateSource src;
 } CheckpointSet;
 
+// closes and frees a CheckpointSet (safe on one that failed to open)
 void checkpoint_set_close(CheckpointSet* s);
 
 // Opens every state file of `step` in dir (as many as rank 0's header says) for a model of

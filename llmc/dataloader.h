@@ -100,6 +100,8 @@ typedef struct { uint64_t epoch, shard, batch; } DataLoaderState;
 // safe on a zeroed loader, on one whose init failed, and twice
 void dataloader_free(DataLoader* dl);
 
+// opens the shards of pattern for rank of nproc at (B, T), checking each; shuffle with
+// seed, or in order. 0, or -1 with llmc_errmsg() naming the shard and the problem
 int dataloader_init(DataLoader* dl, const char* pattern, size_t B, size_t T, int rank, int nproc,
                                   int shuffle, uint64_t seed);
 

@@ -184,6 +184,7 @@ static inline FinalTensors gpt2_final_tensors(const GPT2Config* c, float* unit) 
 // ----------------------------------------------------------------------------
 // configuration: validation and descriptors
 
+// 0 when every size of c is in range (what: the source, for the message); else -1
 int gpt2_config_validate(const GPT2Config* c, const char* what);
 
 // The GPT-3 family by channel width (Brown et al. 2020, table 2.1). Two entries of the
@@ -225,6 +226,7 @@ typedef struct {
 // a source of random init from seed for the model c
 void gpt2_source_random(GPT2Source* s, const GPT2Config* c, uint64_t seed);
 
+// closes a GPT2Source's file, if any (safe twice)
 void gpt2_source_close(GPT2Source* s);
 
 // Opens an llm.c model file (version 3 fp32 or version 5 bf16): its header must describe

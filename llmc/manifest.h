@@ -63,6 +63,7 @@ typedef struct {
     ManifestFile* files;  // (nfiles): the model file, then state file of rank 0, 1, ...
 } CheckpointManifest;
 
+// frees what checkpoint_manifest_read allocated in m
 void checkpoint_manifest_free(CheckpointManifest* m);
 
 // ----------------------------------------------------------------------------

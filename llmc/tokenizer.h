@@ -56,6 +56,7 @@ extern "C" {
 // ----------------------------------------------------------------------------
 // little-endian helpers: the files are little-endian whatever the host is
 
+// v into p[0..4), little-endian
 void tokenizer_write_u32le(unsigned char* p, uint32_t v);
 
 // reads all of the stream fp (closed here) into a malloc'd buffer (plus one NUL so text
@@ -78,6 +79,7 @@ typedef struct Tokenizer {
     int init_ok;
 } Tokenizer;
 
+// reads an llm.c tokenizer file; 0, or -1 with llmc_errmsg() naming the file and what is wrong
 int tokenizer_init(Tokenizer* t, const char* path);
 
 // NUL-terminated bytes of the token, or NULL if out of range (or not initialized)
@@ -93,6 +95,7 @@ static inline const char* tokenizer_decode_len(const Tokenizer* t, uint32_t toke
     return s;
 }
 
+// frees the tokenizer's tables (safe on a zeroed one)
 void tokenizer_free(Tokenizer* t);
 
 // ----------------------------------------------------------------------------
@@ -165,8 +168,10 @@ typedef struct Bpe {
     int init_ok;
 } Bpe;
 
+// frees the encoder's tables
 void bpe_free(Bpe* b);
 
+// loads GPT-2's encoder.json and vocab.bpe; 0, or -1 with llmc_errmsg()
 int bpe_init(Bpe* b, const char* encoder_json, const char* vocab_bpe);
 
 // the raw bytes of a vocabulary token (not NUL-terminated), or NULL if out of range
