@@ -18,6 +18,10 @@
 #include <math.h>    // sqrtf, sqrt, pow
 #include <stddef.h>  // size_t
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // one parameter's step, shared with the GPU's kernel (zero3/adamw.cuh) so that both
 // evaluate the same expressions in the same order: g is the scaled gradient, m and v
 // are updated in place, the new parameter is returned. bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
@@ -40,19 +44,9 @@ static inline ADAMW_HOST_DEVICE float adamw_param_step(float p, float g, float* 
 }
 
 // params, m, v (n,) updated in place from grads (n,); m and v start at zero at t = 1
-static inline void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                                 float lr, float beta1, float beta2, float eps,
-                                float weight_decay, float grad_scale, int t) {
-    // the bias corrections are the same for every parameter: once per call, in double
-    // (beta2^t stays close to 1 for many steps, where float would lose digits)
-    float bc1 = (float)(1.0 - pow((double)beta1, t));
-    float bc2 = (float)(1.0 - pow((double)beta2, t));
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        params[i] = adamw_param_step(params[i], grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, eps,
-                                     weight_decay, bc1, bc2);
-    }
-}
+                                float weight_decay, float grad_scale, int t);
 
 // the sum is cut into this many fixed blocks whatever the thread count; each block is
 // summed by one thread in a fixed order and the block sums are added in index order, so
@@ -60,30 +54,7 @@ static inline void adamw_update(float* params, const float* grads, float* m, flo
 #define GRAD_NORM_BLOCKS 256
 
 // sum of grads[i]^2 over i < n, in double; deterministic regardless of thread count
-static inline double grad_norm_squared(const float* grads, size_t n) {
-    double partial[GRAD_NORM_BLOCKS];
-    size_t block = (n + GRAD_NORM_BLOCKS - 1) / GRAD_NORM_BLOCKS;
-    #pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < GRAD_NORM_BLOCKS; blk++) {
-        size_t i0 = (size_t)blk * block;
-        size_t i1 = i0 + block < n ? i0 + block : n;
-        // four interleaved accumulators: a fixed order (so still deterministic) that does
-        // not wait on one add's latency per element
-        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-        size_t i = i0;
-        for (; i + 4 <= i1; i += 4) {
-            a0 += (double)grads[i] * grads[i];
-            a1 += (double)grads[i + 1] * grads[i + 1];
-            a2 += (double)grads[i + 2] * grads[i + 2];
-            a3 += (double)grads[i + 3] * grads[i + 3];
-        }
-        for (; i < i1; i++) { a0 += (double)grads[i] * grads[i]; }
-        partial[blk] = (a0 + a1) + (a2 + a3);
-    }
-    double sum = 0.0;
-    for (int blk = 0; blk < GRAD_NORM_BLOCKS; blk++) { sum += partial[blk]; }
-    return sum;
-}
+double grad_norm_squared(const float* grads, size_t n);
 
 // The step's gradient scale, from sumsq, the squared norm of the gradients summed over
 // `world` ranks (the mean gradient is the sum / world): clipping to max_norm when the mean
@@ -97,5 +68,9 @@ static inline ADAMW_HOST_DEVICE float adamw_grad_scale(double sumsq, int world, 
     double clip = (max_norm > 0.0f && n > (double)max_norm) ? (double)max_norm / n : 1.0;
     return (float)(clip / world);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif // ZERO3_ADAMW_H

@@ -39,6 +39,10 @@
 #include <string.h>   // memcpy: the scale is written unaligned-safe
 #include <math.h>     // fabsf, rintf, isfinite
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define ZERO_QUANT_BLOCK 256
 
 // the bytes of n floats quantised
@@ -48,44 +52,13 @@ static inline size_t zero_quant_bytes(size_t n) {
 }
 
 // x (n floats) -> out (zero_quant_bytes(n) bytes)
-static inline void zero_quantize(const float* x, size_t n, unsigned char* out) {
-    for (size_t b = 0; b < n; b += ZERO_QUANT_BLOCK) {
-        size_t nb = n - b < ZERO_QUANT_BLOCK ? n - b : ZERO_QUANT_BLOCK;
-        float amax = 0.0f;
-        for (size_t i = 0; i < nb; i++) {
-            float a = fabsf(x[b + i]);
-            amax = (a > amax || a != a) ? a : amax;   // a NaN sticks
-        }
-        float scale = amax / 127.0f;
-        memcpy(out, &scale, sizeof(float));
-        int8_t* q = (int8_t*)(out + sizeof(float));
-        if (scale == 0.0f || !isfinite(scale)) {
-            memset(q, 0, nb);
-        } else {
-            float inv = 127.0f / amax;
-            for (size_t i = 0; i < nb; i++) {
-                float r = rintf(x[b + i] * inv);       // |r| <= 127 up to rounding of inv
-                q[i] = (int8_t)(r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r));
-            }
-        }
-        out += sizeof(float) + nb;
-    }
-}
+void zero_quantize(const float* x, size_t n, unsigned char* out);
 
 // in (a quantised run of n floats) -> out (n floats); add != 0: out += instead of out =
-static inline void zero_dequantize(const unsigned char* in, size_t n, float* out, int add) {
-    for (size_t b = 0; b < n; b += ZERO_QUANT_BLOCK) {
-        size_t nb = n - b < ZERO_QUANT_BLOCK ? n - b : ZERO_QUANT_BLOCK;
-        float scale;
-        memcpy(&scale, in, sizeof(float));
-        const int8_t* q = (const int8_t*)(in + sizeof(float));
-        if (add) {
-            for (size_t i = 0; i < nb; i++) { out[b + i] += (float)q[i] * scale; }
-        } else {
-            for (size_t i = 0; i < nb; i++) { out[b + i] = (float)q[i] * scale; }
-        }
-        in += sizeof(float) + nb;
-    }
+void zero_dequantize(const unsigned char* in, size_t n, float* out, int add);
+
+#ifdef __cplusplus
 }
+#endif
 
 #endif // ZERO3_QUANT_H

@@ -14,34 +14,24 @@
 #ifndef ZERO3_UTIL_H
 #define ZERO3_UTIL_H
 
-#include <stdio.h>   // vsnprintf
-#include <stdarg.h>  // va_list
-#include <time.h>    // clock_gettime
-
 #ifdef __cplusplus
-static thread_local char zero_errbuf[1024];  // C++ spelling of _Thread_local (the GPU trainer is C++)
-#else
-static _Thread_local char zero_errbuf[1024];
+extern "C" {
 #endif
+
+#define ZERO_ERRMSG_BYTES 1024  // a message's room, its terminating NUL included
 
 // records a message (printf format) and returns -1, so: `return zero_error("...");`
 __attribute__((format(printf, 1, 2)))
-static inline int zero_error(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(zero_errbuf, sizeof(zero_errbuf), fmt, ap);
-    va_end(ap);
-    return -1;
-}
+int zero_error(const char* fmt, ...);
 
 // the last message zero_error recorded on this thread
-static inline const char* zero_errmsg(void) { return zero_errbuf; }
+const char* zero_errmsg(void);
 
 // wall-clock milliseconds from an arbitrary origin (CLOCK_MONOTONIC: never steps back)
-static inline double zero_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+double zero_now_ms(void);
+
+#ifdef __cplusplus
 }
+#endif
 
 #endif // ZERO3_UTIL_H

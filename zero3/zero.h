@@ -43,6 +43,10 @@
 #include "zero3/comm.h"     // ZERO_NUM_COLLECTIVES: the collectives the byte counters tell apart
 #include "zero3/watchdog.h" // zero_watch_enter/leave: zero_fill_agree's blocking waits
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // the two use schedules a model registers
 enum { ZERO_PASS_TRAIN, ZERO_PASS_FORWARD, ZERO_NUM_PASSES };
 
@@ -89,26 +93,7 @@ typedef struct {
 // Called by every rank of comm with failed = whether its fill of the unit failed: 0 when
 // none did; else -1 on every rank, with zero_error holding the message of the lowest
 // failing rank (sent to all), so the user sees it whichever rank prints.
-static inline int zero_fill_agree(MPI_Comm comm, int failed) {
-    int rank = 0, world = 1;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &world) != MPI_SUCCESS) {
-        return zero_error("zero: the MPI communicator is unusable");
-    }
-    int first = failed ? rank : world;  // the lowest failing rank, or world for none
-    zero_watch_enter("initial parameters' check", -1);
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
-    zero_watch_leave();
-    if (rc != MPI_SUCCESS) { return zero_error("zero: checking the initial parameters across ranks failed (MPI error %d)", rc); }
-    if (first == world) { return 0; }
-    char msg[sizeof(zero_errbuf)];
-    snprintf(msg, sizeof(msg), "%s", rank == first ? zero_errmsg() : "");
-    zero_watch_enter("initial parameters' check", -1);
-    rc = MPI_Bcast(msg, (int)sizeof(msg), MPI_CHAR, first, comm);
-    zero_watch_leave();
-    if (rc != MPI_SUCCESS) { return zero_error("zero: rank %d could not make its initial parameters", first); }
-    msg[sizeof(msg) - 1] = '\0';
-    return zero_error("%s (rank %d's shard)", msg, first);
-}
+int zero_fill_agree(MPI_Comm comm, int failed);
 
 // One optimizer step: AdamW at 1-based step t after clipping the global norm of the mean
 // gradient at grad_clip (0: off); seed: the device engine's stochastic rounding to bf16.
@@ -145,13 +130,8 @@ typedef struct {
 
 // Adds one communicator's byte counters, per collective and split by link, into a rank's
 // stats: an engine sums its shard group's, MiCS replicas' and hpZ group's this way
-static inline void zero_stats_add_traffic(ZeroStats* s, const double bytes[ZERO_NUM_COLLECTIVES],
-                                          const double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES]) {
-    for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
-        s->comm_bytes[k] += bytes[k];
-        for (int l = 0; l < ZERO_NUM_LINKS; l++) { s->link_bytes[l][k] += link_bytes[l][k]; }
-    }
-}
+void zero_stats_add_traffic(ZeroStats* s, const double bytes[ZERO_NUM_COLLECTIVES],
+                                          const double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES]);
 
 // An engine: the calls above, on its own state (impl).
 typedef struct {
@@ -179,48 +159,34 @@ typedef struct {
     void* impl;
 } Zero;
 
-static inline int zero_begin(Zero* z, int pass, int last_micro) { return z->ops->begin(z->impl, pass, last_micro); }
-static inline int zero_fetch(Zero* z, int unit, void** params) { return z->ops->fetch(z->impl, unit, params); }
-static inline int zero_release(Zero* z, int unit) { return z->ops->release(z->impl, unit); }
-static inline int zero_grad(Zero* z, int unit, void** grad) { return z->ops->grad(z->impl, unit, grad); }
-static inline int zero_reduce(Zero* z, int unit) { return z->ops->reduce(z->impl, unit); }
-static inline int zero_end(Zero* z) { return z->ops->end(z->impl); }
-static inline int zero_step(Zero* z, const ZeroStep* step) { return z->ops->step(z->impl, step); }
-static inline int zero_flush(Zero* z) { return z->ops->flush(z->impl); }
-static inline int zero_stats(Zero* z, ZeroStats* out) {
-    memset(out, 0, sizeof(*out));
-    return z->ops->stats(z->impl, out);
-}
-static inline int zero_save(Zero* z, FILE* fp) { return z->ops->save(z->impl, fp); }
-static inline int zero_load(Zero* z, FILE* fp) { return z->ops->load(z->impl, fp); }
+int zero_begin(Zero* z, int pass, int last_micro);
+int zero_fetch(Zero* z, int unit, void** params);
+int zero_release(Zero* z, int unit);
+int zero_grad(Zero* z, int unit, void** grad);
+int zero_reduce(Zero* z, int unit);
+int zero_end(Zero* z);
+int zero_step(Zero* z, const ZeroStep* step);
+int zero_flush(Zero* z);
+int zero_stats(Zero* z, ZeroStats* out);
+int zero_save(Zero* z, FILE* fp);
+int zero_load(Zero* z, FILE* fp);
 // [Note: the master by shards] Every rank reads only its own range of each unit (at
 // stage 0, where every rank holds the whole master, the range a shard would be), so a
 // checkpoint writes and checks the model with each rank holding one unit's shard at most
 // beyond its state: the ranges of all ranks tile every unit's real elements exactly once.
-static inline int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out) {
-    return z->ops->master_shard(z->impl, unit, begin, n, out);
-}
-static inline const char* zero_name(const Zero* z) { return z->ops->name; }
+int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out);
+const char* zero_name(const Zero* z);
 
 // Builds an engine behind z: init (the engine's) on impl, a zeroed allocation of the
 // engine's state; on failure the engine's free undoes what init did and z stays zeroed.
-static inline int zero_create(Zero* z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),
-                              const ZeroInit* in) {
-    memset(z, 0, sizeof(*z));
-    if (impl == NULL) { return zero_error("zero: out of memory for the %s engine", ops->name); }
-    if (init(impl, in) != 0) {
-        ops->free(impl);
-        return -1;
-    }
-    z->ops = ops;
-    z->impl = impl;
-    return 0;
-}
+int zero_create(Zero* z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),
+                              const ZeroInit* in);
 
 // frees the engine (harmless on a zeroed Zero, or twice)
-static inline void zero_free(Zero* z) {
-    if (z->ops != NULL && z->impl != NULL) { z->ops->free(z->impl); }
-    memset(z, 0, sizeof(*z));
+void zero_free(Zero* z);
+
+#ifdef __cplusplus
 }
+#endif
 
 #endif // ZERO3_ZERO_H

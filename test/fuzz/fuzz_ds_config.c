@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     zero_config_defaults(&c);
     char warnings[256] = "";  // small, so that the appender's truncation is exercised
     char text[2048];
-    zero_errbuf[0] = '\0';  // so that a refusal must record its own message
+    (void)zero_error("%s", "");  // empty, so that a refusal must record its own message
     if (zero_config_load_json(&c, path, warnings, sizeof(warnings)) == 0) {
         zero_config_validate(&c);
         zero_config_describe(&c, text, sizeof(text));

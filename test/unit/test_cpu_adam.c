@@ -19,6 +19,7 @@
 
  build: gcc -O2 -fopenmp -Wall -Wextra -I. test/unit/test_cpu_adam.c -o build/test_cpu_adam $(pkg-config --cflags --libs criterion) -lm
 */
+#include <stdio.h>                // fprintf, stderr: the ISA chosen
 #include <stdint.h>               // uint16_t, uint32_t, SIZE_MAX
 #include <string.h>               // memcpy, memcmp
 #include <stdlib.h>               // malloc, free

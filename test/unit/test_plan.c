@@ -15,6 +15,7 @@
 
  build: gcc -O2 -Wall -Wextra -I. test/unit/test_plan.c -o build/test_plan $(pkg-config --cflags --libs criterion)
 */
+#include <stdio.h>                // snprintf: the expected messages
 #include <stdint.h>               // SIZE_MAX, uint64_t
 #include <string.h>               // strstr, memset
 #include <criterion/criterion.h>  // Test, cr_assert*, cr_assert_fail

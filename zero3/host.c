@@ -1,0 +1,316 @@
+// zero3/host.c: the implementation (the interface and its notes: zero3/host.h)
+#include "zero3/host.h"  // this module's types and prototypes
+#include "zero3/host_internal.h"  // the helpers host*.c share
+
+static const char* const zero_mem_names[ZERO_MEM_KINDS] = {"params", "grads", "optimizer", "buffers",
+    "host params", "host grads", "host optimizer", "host buffers"};
+
+void* zero_alloc(ZeroHost* e, int kind, size_t elems) {
+    size_t bytes = (elems * sizeof(float) + 63) / 64 * 64;
+    if (bytes == 0) { bytes = 64; }
+    void* p = aligned_alloc(64, bytes);
+    if (p == NULL) {
+        zero_error("zero: out of memory allocating %.1f MiB of %s", bytes / 1048576.0, zero_mem_names[kind]);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    e->mem.current[kind] += elems * sizeof(float);
+    if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total += elems * sizeof(float); }
+    if (e->mem.current[kind] > e->mem.peak[kind]) { e->mem.peak[kind] = e->mem.current[kind]; }
+    if (e->mem.total > e->mem.total_peak) { e->mem.total_peak = e->mem.total; }
+    return p;
+}
+
+static void zero_release_mem(ZeroHost* e, int kind, void* p, size_t elems) {
+    if (p == NULL) { return; }
+    free(p);
+    e->mem.current[kind] -= elems * sizeof(float);
+    if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total -= elems * sizeof(float); }
+}
+
+void* zero_buf_get(ZeroHost* e, size_t elems, int zeroed) {
+    for (int i = e->npool - 1; i >= 0; i--) {
+        if (e->pool[i].elems != elems) { continue; }
+        void* p = e->pool[i].ptr;
+        e->pool[i] = e->pool[--e->npool];
+        if (zeroed) { memset(p, 0, elems * sizeof(float)); }
+        return p;
+    }
+    return zero_alloc(e, ZERO_MEM_BUFFERS, elems);  // new memory comes zeroed
+}
+
+void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
+    if (p == NULL) { return; }
+    if (e->npool < ZERO_POOL_MAX) {
+        e->pool[e->npool].ptr = p;
+        e->pool[e->npool].elems = elems;
+        e->npool++;
+        return;
+    }
+    zero_release_mem(e, ZERO_MEM_BUFFERS, p, elems);
+}
+
+// starts gathering unit u into a fresh buffer (this rank's shard is its input block); the
+// schedule already counts it in flight
+static int zero_gather_start(ZeroHost* e, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    float* buf = (float*)zero_buf_get(e, pu->padded, 0);
+    if (buf == NULL) { return -1; }
+    if (e->sec != NULL && e->sec_ok[u]) {
+        // hpZ: the unit's slices inside the secondary group hold it already (this step's
+        // first gather left them): gather from there, never across the whole world
+        size_t part = pu->padded / (size_t)e->hpz.world;
+        memcpy(buf + (size_t)e->hpz.rank * part, e->sec + pu->full_offset / (size_t)e->hpz.world, part * sizeof(float));
+        e->unit_buf[u] = buf;
+        e->unit_sec[u] = 1;
+        return zero_allgather(&e->hpz, buf, part, &e->unit_req[u]);
+    }
+    e->unit_sec[u] = 0;
+    // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
+    // prefetch schedule starts this early, so the read runs ahead of the unit's use
+    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard, pu->shard) != 0) { return -1; }
+    if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
+    e->unit_buf[u] = buf;
+    if (e->cfg.quantized_weights) { return zero_allgather_q(&e->comm, buf, pu->shard, &e->unit_req[u]); }
+    return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
+}
+
+// the communicator unit u's gather runs on
+static ZeroComm* zero_gather_comm(ZeroHost* e, int u) { return e->unit_sec[u] ? &e->hpz : &e->comm; }
+
+// waits for unit u's gather, if one is in flight; hpZ keeps this rank's slice of a gather
+// from the shards (the unit's first this step) for the unit's next gathers
+static int zero_gather_finish(ZeroHost* e, int u) {
+    if (e->sched.state[u] != ZERO_UNIT_IN_FLIGHT) { return 0; }
+    if (zero_comm_wait(zero_gather_comm(e, u), &e->unit_req[u]) != 0) { return -1; }
+    if (e->sec != NULL && !e->unit_sec[u]) {
+        ZeroUnit* pu = &e->plan.units[u];
+        size_t part = pu->padded / (size_t)e->hpz.world;
+        memcpy(e->sec + pu->full_offset / (size_t)e->hpz.world, e->unit_buf[u] + (size_t)e->hpz.rank * part, part * sizeof(float));
+        e->sec_ok[u] = 1;
+    }
+    zero_schedule_gathered(&e->sched, u);
+    return 0;
+}
+
+static void zero_unit_free(ZeroHost* e, int u) {
+    if (e->sched.state[u] == ZERO_UNIT_NOT_LIVE) { return; }
+    zero_buf_put(e, e->unit_buf[u], e->plan.units[u].padded);
+    e->unit_buf[u] = NULL;
+    zero_schedule_freed(&e->sched, u);
+}
+
+// Open MPI moves a nonblocking collective on only while the rank is inside an MPI call,
+// so at every unit boundary the engine gives its gathers and reductions in flight a
+// turn; without this most of a prefetch would happen in the wait that needs it.
+static int zero_poll(ZeroHost* e) {
+    int done = 0;
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (e->sched.state[u] == ZERO_UNIT_IN_FLIGHT && zero_comm_test(zero_gather_comm(e, u), &e->unit_req[u], &done) != 0) { return -1; }
+    }
+    const ZeroSchedule* s = &e->sched;
+    for (int i = 0; i < s->red_count; i++) {
+        int u = s->reducing[(s->red_head + i) % s->num_units];
+        if (zero_comm_test(&e->comm, &e->red_req[u], &done) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// starts the gathers the schedule's window ahead asks for, after the use before `from`
+static int zero_prefetch(ZeroHost* e, int from) {
+    int ahead[64];  // prefetch_depth <= 64 (zero3/config.h)
+    int n = zero_schedule_prefetch(&e->sched, from, ahead);
+    for (int k = 0; k < n; k++) {
+        if (zero_gather_start(e, ahead[k]) != 0) { return -1; }
+    }
+    return 0;
+}
+
+int zero_host_begin(void* impl, int pass, int last_micro) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (zero_schedule_begin(&e->sched, pass, last_micro) != 0) { return -1; }
+    return zero_prefetch(e, 0);  // the first uses' gathers start before the first fetch
+}
+
+int zero_host_fetch(void* impl, int u, void** out) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroSchedule* s = &e->sched;
+    if (zero_schedule_at(s, u, "fetch") != 0) { return -1; }
+    if (!s->gathers) {
+        *out = e->full_params + e->plan.units[u].full_offset;
+        return 0;
+    }
+    if (s->state[u] == ZERO_UNIT_NOT_LIVE) {
+        zero_schedule_started(s, u);
+        if (zero_gather_start(e, u) != 0) { return -1; }
+    }
+    if (zero_gather_finish(e, u) != 0 || zero_prefetch(e, s->pos + 1) != 0) { return -1; }
+    *out = e->unit_buf[u];
+    return 0;
+}
+
+int zero_host_release(void* impl, int u) {
+    ZeroHost* e = (ZeroHost*)impl;
+    int rc = zero_schedule_release(&e->sched, u);
+    if (rc < 0) { return -1; }
+    if (rc == 1) { zero_unit_free(e, u); }
+    return zero_poll(e);
+}
+
+int zero_host_grad(void* impl, int u, void** out) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (zero_schedule_grad(&e->sched, u) != 0) { return -1; }
+    if (e->stage < 2) {
+        *out = e->full_grads + e->plan.units[u].full_offset;
+        return 0;
+    }
+    if (e->grad_buf[u] == NULL) {
+        e->grad_buf[u] = (float*)zero_buf_get(e, e->plan.units[u].padded, 1);
+        if (e->grad_buf[u] == NULL) { return -1; }
+    }
+    *out = e->grad_buf[u];
+    return 0;
+}
+
+int zero_red_staged(const ZeroConfig* cfg) { return !cfg->quantized_gradients; }
+
+static size_t zero_red_stage(const ZeroHost* e, int u) {
+    return zero_red_staged(&e->cfg) ? zero_comm_rs_stage(&e->comm, e->plan.units[u].shard) : 0;
+}
+
+int zero_reduce_complete_one(ZeroHost* e) {
+    int u = zero_schedule_reduce_oldest(&e->sched);
+    ZeroUnit* pu = &e->plan.units[u];
+    if (zero_comm_wait(&e->comm, &e->red_req[u]) != 0) { return -1; }
+    zero_buf_put(e, e->red_stage[u], zero_red_stage(e, u));
+    e->red_stage[u] = NULL;
+    int copy_out = e->host_grads != NULL && e->sched.last_micro;  // offload: the shard goes to the host now
+    if (e->stage >= 2) {
+        const float* got = e->red_recv[u];
+        if (e->shard_grads == NULL) {
+            if (zero_grad_nvme_add(e, u, got) != 0) { return -1; }
+            if (e->sched.last_micro) { e->moved[ZERO_MOVE_D2H] += pu->shard * sizeof(float); }
+        } else {
+            float* acc = e->shard_grads + pu->shard_offset;
+            for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+        }
+        zero_buf_put(e, e->red_recv[u], pu->shard);
+        e->red_recv[u] = NULL;
+        zero_buf_put(e, e->grad_buf[u], pu->padded);
+        e->grad_buf[u] = NULL;
+    }
+    if (copy_out && e->stage >= 1) {
+        memcpy(e->host_grads + pu->shard_offset, e->shard_grads + pu->shard_offset, pu->shard * sizeof(float));
+        e->moved[ZERO_MOVE_D2H] += pu->shard * sizeof(float);
+    }
+    return 0;
+}
+
+int zero_reduce_drain(ZeroHost* e) {
+    while (e->sched.red_count > 0) {
+        if (zero_reduce_complete_one(e) != 0) { return -1; }
+    }
+    return 0;
+}
+
+int zero_host_reduce(void* impl, int u) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroSchedule* s = &e->sched;
+    if (zero_schedule_reduce(s, u) != 0) { return -1; }
+    if (e->stage < 2 && !s->last_micro) { return 0; }  // accumulate locally until the boundary
+    if (e->world == 1 && e->stage < 2) { return 0; }   // nothing to reduce, the full gradient is the shard
+    while (zero_schedule_reduce_full(s, u)) {           // the window behind: reduce_bucket_size
+        if (zero_reduce_complete_one(e) != 0) { return -1; }
+    }
+    ZeroUnit* pu = &e->plan.units[u];
+    zero_schedule_reduce_started(s, u);
+    size_t se = zero_red_stage(e, u);
+    if (se > 0 && (e->red_stage[u] = (float*)zero_buf_get(e, se, 0)) == NULL) { return -1; }
+    if (e->stage == 0) {
+        return zero_allreduce(&e->comm, e->full_grads + pu->full_offset, pu->padded, e->red_stage[u], &e->red_req[u]);
+    }
+    if (e->stage == 1) {
+        return zero_reduce_scatter(&e->comm, e->full_grads + pu->full_offset, e->shard_grads + pu->shard_offset,
+                                   pu->shard, e->red_stage[u], &e->red_req[u]);
+    }
+    float* recv = (float*)zero_buf_get(e, pu->shard, 0);
+    if (recv == NULL) { return -1; }
+    e->red_recv[u] = recv;
+    if (e->cfg.quantized_gradients) { return zero_reduce_scatter_q(&e->comm, e->grad_buf[u], recv, pu->shard, &e->red_req[u]); }
+    return zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, e->red_stage[u], &e->red_req[u]);
+}
+
+int zero_host_end(void* impl) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (zero_schedule_end(&e->sched) != 0) { return -1; }
+    if (e->sched.pass == ZERO_PASS_TRAIN && zero_reduce_drain(e) != 0) { return -1; }
+    for (int u = 0; e->sched.gathers && u < e->plan.num_units; u++) {
+        if (e->sched.persistent[u]) { continue; }
+        if (zero_gather_finish(e, u) != 0) { return -1; }  // a prefetch past the end cannot happen, but be safe
+        zero_unit_free(e, u);
+    }
+    return 0;
+}
+
+void zero_host_free(void* impl) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (e == NULL) { return; }
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (e->unit_buf != NULL) { free(e->unit_buf[u]); }
+        if (e->grad_buf != NULL) { free(e->grad_buf[u]); }
+        if (e->red_recv != NULL) { free(e->red_recv[u]); }
+        if (e->red_stage != NULL) { free(e->red_stage[u]); }
+    }
+    free(e->full_params); free(e->shard_params); free(e->full_grads); free(e->shard_grads);
+    free(e->m); free(e->v);
+    free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv); free(e->red_stage);
+    for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
+    free(e->segs); free(e->host_grads); free(e->host_master); free(e->grad_in_file);
+    free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
+    if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
+    free(e->grad_stage);  // after the close, which waits for a write still reading it
+    zero_schedule_free(&e->sched);
+    zero_plan_free(&e->plan);
+    free(e->sec); free(e->sec_ok); free(e->unit_sec);
+    zero_comm_free(&e->comm);
+    zero_comm_free(&e->rep);
+    zero_comm_free(&e->hpz);
+    free(e);
+}
+
+static int zero_host_flush(void* impl) { (void)impl; return 0; }
+
+int zero_host_stats(void* impl, ZeroStats* s) {
+    ZeroHost* e = (ZeroHost*)impl;
+    s->norm = e->norm;
+    // every communicator's traffic: the shard group's, MiCS's replicas', hpZ's group's
+    const ZeroComm* cs[3] = {&e->comm, &e->rep, &e->hpz};
+    s->wait_ms = 0.0;
+    memset(s->comm_bytes, 0, sizeof(s->comm_bytes));
+    memset(s->link_bytes, 0, sizeof(s->link_bytes));
+    for (int i = 0; i < 3; i++) {
+        s->wait_ms += cs[i]->wait_ms;
+        zero_stats_add_traffic(s, cs[i]->bytes, cs[i]->link_bytes);
+    }
+    s->links_known = 1;
+    s->nodes = e->nodes;
+    s->ranks_per_node = e->per_node;
+    memcpy(s->moved, e->moved, sizeof(s->moved));
+    s->update_ms = e->update_ms;
+    s->nvme_wait_ms = e->nvme.wait_ms;
+    s->update_nvme_wait_ms = e->update_nvme_wait_ms;
+    memcpy(s->mem, e->mem.peak, sizeof(s->mem));
+    s->mem_peak = e->mem.total_peak;
+    s->nvme_bytes = e->mem.nvme_bytes;
+    s->padded_total = e->plan.padded_total;
+    return 0;
+}
+
+static const ZeroOps zero_host_ops = {
+    "host", zero_host_begin, zero_host_fetch, zero_host_release, zero_host_grad, zero_host_reduce, zero_host_end,
+    zero_host_step, zero_host_flush, zero_host_stats, zero_host_save, zero_host_load, zero_host_master_shard, zero_host_free,
+};
+
+int zero_host_create(Zero* z, const ZeroInit* in) {
+    return zero_create(z, &zero_host_ops, calloc(1, sizeof(ZeroHost)), zero_host_init, in);
+}

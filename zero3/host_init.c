@@ -1,0 +1,367 @@
+// zero3/host_init.c: the host engine's init, free of the parts set up at init, and the checkpoint I/O (the interface and its notes: zero3/host.h)
+#include "zero3/host.h"           // ZeroHost, the engine's prototypes
+#include "zero3/host_internal.h"  // the helpers host*.c share
+
+// Opens this rank's swap file: the optimizer's regions (master, m, v, gradients) when it
+// is on NVMe, then the parameter region for the units not cached on the host.
+static int zero_nvme_open(ZeroHost* e, size_t param_bytes) {
+    ZeroPlan* p = &e->plan;
+    size_t whole = (p->shard_total + 1023) / 1024 * 1024;
+    e->nvme_region = whole * sizeof(float);
+    size_t opt_bytes = e->offload_opt == ZERO_OFFLOAD_NVME ? NVME_REGIONS * e->nvme_region : 0;
+    if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, opt_bytes + param_bytes, 8) != 0) { return -1; }
+    e->nvme_ready = 1;
+    e->mem.nvme_bytes = (double)(opt_bytes + param_bytes);
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)nvme_sums_bytes(opt_bytes + param_bytes);  // the blocks' checksums
+    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
+    return 0;
+}
+
+size_t zero_param_placement(const ZeroPlan* p, const ZeroSchedule* sched, const ZeroConfig* cfg, int* on_host,
+                                   size_t* file_bytes) {
+    size_t host_elems = 0;
+    double budget = cfg->offload_param == ZERO_OFFLOAD_NVME ? (double)cfg->max_in_cpu : 1e300;
+    for (int pass = 0; pass < 2; pass++) {  // persistent units first, then in order
+        for (int u = 0; u < p->num_units; u++) {
+            int persistent = sched->persistent[u];
+            if (persistent != (pass == 0) || on_host[u]) { continue; }
+            if (persistent || (double)(host_elems + p->units[u].shard) <= budget) {
+                on_host[u] = 1;
+                host_elems += p->units[u].shard;
+            }
+        }
+    }
+    *file_bytes = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        if (!on_host[u]) { *file_bytes += zero_align4k(p->units[u].shard * sizeof(float)); }
+    }
+    return host_elems;
+}
+
+// Stage 3: where each unit's parameter shard lives (zero_param_placement).
+static int zero_param_store_init(ZeroHost* e) {
+    ZeroPlan* p = &e->plan;
+    int nu = p->num_units;
+    e->param_ptr = (float**)calloc(nu, sizeof(float*));
+    e->param_file_off = (size_t*)calloc(nu, sizeof(size_t));
+    int* on_host = (int*)calloc(nu, sizeof(int));
+    if (e->param_ptr == NULL || e->param_file_off == NULL || on_host == NULL) { free(on_host); return zero_error("zero: out of memory"); }
+    e->staged_unit = -1;
+    size_t file_bytes = 0, max_shard = zero_max_shard(e) * sizeof(float);
+    size_t host_elems = zero_param_placement(p, &e->sched, &e->cfg, on_host, &file_bytes);
+    int kind = e->offload_param != ZERO_OFFLOAD_NONE ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS;
+    e->shard_params = (float*)zero_alloc(e, kind, host_elems);
+    if (e->shard_params == NULL) { free(on_host); return -1; }
+    int need_nvme = file_bytes > 0 || e->offload_opt == ZERO_OFFLOAD_NVME;
+    if (need_nvme && zero_nvme_open(e, file_bytes) != 0) { free(on_host); return -1; }
+    size_t host_off = 0, file_off = e->offload_opt == ZERO_OFFLOAD_NVME ? NVME_REGIONS * e->nvme_region : 0;
+    for (int u = 0; u < nu; u++) {
+        if (on_host[u]) {
+            e->param_ptr[u] = e->shard_params + host_off;
+            host_off += p->units[u].shard;
+        } else {
+            e->param_file_off[u] = file_off;
+            file_off += zero_align4k(p->units[u].shard * sizeof(float));
+        }
+    }
+    free(on_host);
+    if (file_bytes > 0) {
+        e->param_stage_bytes = zero_align4k(max_shard);
+        e->param_stage = (float*)nvme_alloc(e->param_stage_bytes);  // huge pages: few segments per O_DIRECT request
+        if (e->param_stage == NULL) { return zero_error("zero: out of memory for the parameter staging buffer"); }
+        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->param_stage_bytes;
+        e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
+    }
+    return 0;
+}
+
+// the tensors' parts of this rank's shard, in shard-buffer order
+static int zero_segments_init(ZeroHost* e) {
+    e->segs = (ZeroSegment*)malloc((size_t)e->num_tensors * sizeof(ZeroSegment));
+    if (e->segs == NULL) { return zero_error("zero: out of memory"); }
+    e->nsegs = 0;
+    for (int i = 0; i < e->num_tensors; i++) {
+        ZeroTensor tr = e->tensors[i];
+        size_t full, sh, n;
+        int in = zero_plan_tensor_part(&e->plan, tr.unit, e->rank, tr.offset, tr.offset + tr.size, &full, &sh, &n);
+        if (in < 0) { return -1; }
+        if (in == 0) { continue; }
+        size_t so = e->plan.units[tr.unit].shard_offset;
+        e->segs[e->nsegs++] = (ZeroSegment){sh, sh + n, tr.unit, sh - so, tr.decay};
+    }
+    return 0;
+}
+
+// this rank's parameter shards, copied into one array in shard-buffer order
+static int zero_shards_copy_out(ZeroHost* e, float* dst) {
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (zero_param_shard_get(e, u, dst + e->plan.units[u].shard_offset, e->plan.units[u].shard) != 0) { return -1; }
+    }
+    return 0;
+}
+
+size_t zero_nvme_group_size(const ZeroConfig* cfg, size_t shard_total) {
+    size_t g = ((size_t)cfg->sub_group_size + 1023) / 1024 * 1024;
+    size_t whole = (shard_total + 1023) / 1024 * 1024, most = ((size_t)1 << 30) / sizeof(float);
+    g = g < whole ? g : whole;
+    return g < most ? g : most;
+}
+
+int zero_nvme_buffer_sets(const ZeroConfig* cfg) { return cfg->buffer_count >= 2 ? cfg->buffer_count : 2; }
+
+size_t zero_grad_stage_bytes(size_t max_shard) { return zero_align4k(max_shard * sizeof(float)) + NVME_ALIGN; }
+
+// Optimizer offload. cpu: the gradient shards, the fp32 master and the moments on the
+// host. nvme (stage 3; the file was opened with the parameter store): master, moments and
+// gradient shards in this rank's swap file, moved by sub-groups of sub_group_size
+// elements (whole 4 KiB blocks, at most the 1 GiB a registered buffer may hold) through
+// buffer_count sets of group buffers, and one unit's gradient shard staged at a time.
+static int zero_offload_init(ZeroHost* e) {
+    ZeroPlan* p = &e->plan;
+    if (e->offload_opt == ZERO_OFFLOAD_CPU) {
+        e->host_grads = (float*)zero_alloc(e, ZERO_MEM_HOST_GRADS, p->shard_total);
+        e->host_master = e->host_grads != NULL ? (float*)zero_alloc(e, ZERO_MEM_HOST_PARAMS, p->shard_total) : NULL;
+        if (e->host_master == NULL) { return -1; }
+        return zero_shards_copy_out(e, e->host_master);
+    }
+    e->group = zero_nvme_group_size(&e->cfg, p->shard_total);
+    e->nbufs = zero_nvme_buffer_sets(&e->cfg);
+    void** bufs = NULL;
+    if (nvme_buffers_alloc(&e->nvme, e->nbufs * NVME_REGIONS, e->group * sizeof(float), &bufs) != 0) { return -1; }
+    e->nvme_bufs = bufs;
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->nbufs * NVME_REGIONS * e->group * sizeof(float);
+    e->grad_stage_bytes = zero_grad_stage_bytes(zero_max_shard(e));
+    e->grad_stage = (float*)nvme_alloc(e->grad_stage_bytes);
+    e->grad_in_file = (unsigned char*)calloc((size_t)p->num_units, 1);
+    if (e->grad_stage == NULL || e->grad_in_file == NULL) { return zero_error("zero: out of memory for the gradient staging buffer"); }
+    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->grad_stage_bytes;
+    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
+    // the master shards from the parameter store, zero moments (the gradient region is
+    // written before it is read: grad_in_file)
+    if (zero_nvme_write_master(e) != 0 || zero_nvme_stream(e, NVME_M, NULL, 1) != 0) { return -1; }
+    return zero_nvme_stream(e, NVME_V, NULL, 1);
+}
+
+// Unit u's initial parameters: this rank's shard from in->fill (into the full buffer, or
+// at stage 3 into the parameter store, through a unit buffer only where the unit is
+// persistent or its shard lives on NVMe), the ranks' agreement that every fill succeeded,
+// then the gather of what this rank holds whole. The padding stays zero.
+static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    size_t mine = (size_t)e->rank * pu->shard, n = zero_plan_shard_numel(&e->plan, u, e->rank);
+    int whole = e->stage < 3 || e->sched.persistent[u];
+    float* buf = e->stage < 3 ? e->full_params + pu->full_offset : NULL;
+    float* shard = e->stage < 3 ? buf + mine : zero_param_shard(e, u);  // NULL: on NVMe
+    if (e->stage == 3 && (whole || shard == NULL)) {
+        buf = (float*)zero_buf_get(e, pu->padded, 1);  // zeroed: the padding
+        if (buf == NULL) { return -1; }
+        shard = buf + mine;
+    }
+    int failed = n > 0 && in->fill(in->fill_ctx, u, mine, n, shard) != 0;
+    if (!failed && e->stage == 3 && shard != zero_param_shard(e, u)) { failed = zero_param_shard_put(e, u, shard) != 0; }
+    int rc = zero_fill_agree(e->comm.comm, failed);
+    if (rc == 0 && whole) { rc = zero_allgather(&e->comm, buf, pu->shard, NULL); }
+    if (e->stage < 3) { return rc; }
+    if (rc == 0 && e->sched.persistent[u]) {  // small: stays gathered for the whole run
+        e->unit_buf[u] = buf;
+        zero_schedule_gathered(&e->sched, u);
+        return 0;
+    }
+    zero_buf_put(e, buf, pu->padded);  // to the pool (which zero_host_free empties): the first gather of a unit this size reuses it
+    return rc;
+}
+
+int zero_host_comms_init(ZeroHost* e, MPI_Comm world) {
+    const ZeroConfig* cfg = &e->cfg;
+    int wrank = 0, wsize = 0, node = 0;
+    MPI_Comm_rank(world, &wrank);
+    MPI_Comm_size(world, &wsize);
+    if (zero_comm_node(world, cfg->ranks_per_node, &node) != 0) { return -1; }
+    ZeroSpan all;   // where the whole world's ranks are, for the report
+    if (zero_comm_span(world, node, &all) != 0) { return -1; }
+    e->nodes = all.nodes;
+    e->per_node = all.span == ZERO_SPAN_UNEVEN ? 0 : all.per_node;
+    int S = cfg->mics_shard_size > 0 ? cfg->mics_shard_size : wsize;
+    if (wsize % S != 0) { return zero_error("zero: mics_shard_size %d does not divide the %d ranks", S, wsize); }
+    MPI_Comm group = MPI_COMM_NULL, reps = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(world, wrank / S, wrank, &group);
+    if (rc == MPI_SUCCESS) { rc = MPI_Comm_split(world, wrank % S, wrank, &reps); }
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_split (the shard groups)", rc); }
+    rc = zero_comm_init_nodes(&e->comm, group, node);
+    if (rc == 0) { rc = zero_comm_init_nodes(&e->rep, reps, node); }
+    MPI_Comm_free(&group);
+    MPI_Comm_free(&reps);
+    if (rc != 0) { return -1; }
+    e->world = e->comm.world;
+    e->rank = e->comm.rank;
+    e->dp_world = wsize;
+    int P = cfg->hpz_partition_size;
+    if (P > e->world || e->world % P != 0) { return zero_error("zero: zero_hpz_partition_size %d does not divide the %d ranks", P, e->world); }
+    MPI_Comm sec = MPI_COMM_NULL;
+    rc = MPI_Comm_split(e->comm.comm, e->rank / P, e->rank, &sec);
+    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_split (the hpZ groups)", rc); }
+    rc = zero_comm_init_nodes(&e->hpz, sec, node);
+    MPI_Comm_free(&sec);
+    return rc;
+}
+
+int zero_host_init(void* impl, const ZeroInit* in) {
+    ZeroHost* e = (ZeroHost*)impl;
+    const ZeroConfig* cfg = in->cfg;
+    const ZeroModel* model = in->model;
+    int num_units = model->num_units;
+    memset(e, 0, sizeof(*e));
+    e->cfg = *cfg;
+    e->stage = cfg->stage;
+    e->offload_opt = cfg->offload_optimizer;
+    e->offload_param = cfg->offload_param;
+    e->staged_unit = -1;  // no NVMe parameter shard staged
+    if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
+        return zero_error("zero: parameter offload needs ZeRO stage 3");
+    }
+    if (e->offload_param == ZERO_OFFLOAD_NVME && e->offload_opt == ZERO_OFFLOAD_NONE) {
+        // the step writes NVMe-resident shards through the host: the optimizer must run there
+        return zero_error("zero: offload_param nvme needs offload_optimizer cpu or nvme");
+    }
+    if (e->offload_opt != ZERO_OFFLOAD_NONE && e->stage == 0) {
+        return zero_error("zero: optimizer offload needs ZeRO stage 1 or more");
+    }
+    e->beta1 = in->beta1; e->beta2 = in->beta2; e->eps = in->eps;
+    if (zero_host_comms_init(e, in->comm) != 0) { return -1; }
+    if (zero_plan_init(&e->plan, model->unit_numel, num_units, e->world, e->rank, sizeof(float)) != 0) { return -1; }
+    if (zero_schedule_init(&e->sched, model, &e->plan, cfg) != 0) { return -1; }
+    ZeroPlan* p = &e->plan;
+    e->num_tensors = model->num_tensors;
+    e->tensors = (ZeroTensor*)malloc(model->num_tensors * sizeof(ZeroTensor));
+    e->unit_buf = (float**)calloc(num_units, sizeof(float*));
+    e->unit_req = (ZeroRequest*)calloc(num_units, sizeof(ZeroRequest));
+    e->grad_buf = (float**)calloc(num_units, sizeof(float*));
+    e->red_req = (ZeroRequest*)calloc(num_units, sizeof(ZeroRequest));
+    e->red_recv = (float**)calloc(num_units, sizeof(float*));
+    e->red_stage = (float**)calloc(num_units, sizeof(float*));
+    if (!e->tensors || !e->unit_buf || !e->unit_req || !e->grad_buf || !e->red_req || !e->red_recv || !e->red_stage) {
+        return zero_error("zero: out of memory for the engine's tables");
+    }
+    memcpy(e->tensors, model->tensors, model->num_tensors * sizeof(ZeroTensor));
+    for (int u = 0; u < num_units; u++) { e->unit_req[u].unit = e->red_req[u].unit = u; }  // named by the watchdog
+
+    // the initial parameters (zero3/zero.h's [Note: partitioned init]): stages 0-2 keep the
+    // full padded buffer, each rank fills its shards there and the units are all-gathered.
+    // Stage 3 keeps only its shards (and the small persistent units whole): the full model
+    // is never held, which is what lets stage 3 hold models that do not fit one rank.
+    if (e->stage < 3) {
+        e->full_params = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total);
+        if (e->full_params == NULL) { return -1; }
+    } else if (zero_param_store_init(e) != 0) {
+        return -1;
+    }
+    for (int u = 0; u < num_units; u++) {
+        if (zero_host_fill_unit(e, in, u) != 0) { return -1; }
+    }
+    e->unit_sec = (unsigned char*)calloc(num_units, 1);
+    if (e->unit_sec == NULL) { return zero_error("zero: out of memory for the engine's tables"); }
+    if (e->hpz.world > 1) {
+        e->sec = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total / (size_t)e->hpz.world);
+        e->sec_ok = (unsigned char*)calloc(num_units, 1);
+        if (e->sec == NULL || e->sec_ok == NULL) { return zero_error("zero: out of memory for hpZ's secondary parameters"); }
+    }
+    if (e->stage < 2) {
+        e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
+        if (e->full_grads == NULL) { return -1; }
+    }
+    if (e->stage >= 1 && e->offload_opt != ZERO_OFFLOAD_NVME) {  // NVMe: the swap file's gradient region
+        e->shard_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->shard_total);
+        if (e->shard_grads == NULL) { return -1; }
+    }
+    e->opt_elems = e->stage == 0 ? p->padded_total : p->shard_total;
+    if (e->offload_opt != ZERO_OFFLOAD_NVME) {  // NVMe: the moments live in the swap file
+        int kind = e->offload_opt == ZERO_OFFLOAD_CPU ? ZERO_MEM_HOST_OPTIMIZER : ZERO_MEM_OPTIMIZER;
+        e->m = (float*)zero_alloc(e, kind, e->opt_elems);
+        e->v = (float*)zero_alloc(e, kind, e->opt_elems);
+        if (e->m == NULL || e->v == NULL) { return -1; }
+    }
+    if (e->stage >= 1 && zero_segments_init(e) != 0) { return -1; }
+    if (e->offload_opt != ZERO_OFFLOAD_NONE && zero_offload_init(e) != 0) { return -1; }
+    return 0;
+}
+
+int zero_host_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroUnit* pu = &e->plan.units[u];
+    *begin = (size_t)e->rank * pu->shard;
+    *n = zero_plan_shard_numel(&e->plan, u, e->rank);
+    if (out == NULL || *n == 0) { return 0; }
+    if (e->stage < 3) {
+        memcpy(out, e->full_params + pu->full_offset + *begin, *n * sizeof(float));
+        return 0;
+    }
+    return zero_param_shard_get(e, u, out, *n);
+}
+
+// bytes of this rank's state after its header: the parameters it owns and m, v
+static size_t zero_host_state_bytes(const ZeroHost* e) {
+    size_t params = e->stage == 0 ? e->plan.padded_total : e->plan.shard_total;
+    return (params + 2 * e->opt_elems) * sizeof(float);
+}
+
+int zero_host_save(void* impl, FILE* fp) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroPlan* p = &e->plan;
+    ZeroStateHeader h = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
+    if (zero_state_write_header(fp, &h) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
+    int ok = 1;
+    if (e->stage == 0) {
+        ok = fwrite(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
+    } else {
+        float* tmp = (float*)malloc(zero_max_shard(e) * sizeof(float) + 64);
+        ok = tmp != NULL;
+        for (int u = 0; u < p->num_units && ok; u++) {
+            size_t n = p->units[u].shard;
+            ok = zero_param_shard_get(e, u, tmp, n) == 0 && fwrite(tmp, sizeof(float), n, fp) == n;
+        }
+        free(tmp);
+    }
+    if (ok && e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments come from the swap file
+        return zero_nvme_stream(e, NVME_M, fp, 0) != 0 || zero_nvme_stream(e, NVME_V, fp, 0) != 0 ? -1 : 0;
+    }
+    ok = ok && fwrite(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    ok = ok && fwrite(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+    return ok ? 0 : zero_error("zero: writing the optimizer state failed: %s", strerror(errno));
+}
+
+int zero_host_load(void* impl, FILE* fp) {
+    ZeroHost* e = (ZeroHost*)impl;
+    ZeroPlan* p = &e->plan;
+    ZeroStateHeader want = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
+    if (zero_state_read_header(fp, &want) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
+    int ok = 1;
+    if (e->stage == 0) {
+        ok = fread(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
+    } else {
+        float* tmp = (float*)malloc(zero_max_shard(e) * sizeof(float) + 64);
+        ok = tmp != NULL;
+        for (int u = 0; u < p->num_units && ok; u++) {
+            size_t n = p->units[u].shard;
+            ok = fread(tmp, sizeof(float), n, fp) == n && zero_param_shard_put(e, u, tmp) == 0;
+        }
+        free(tmp);
+    }
+    if (!ok) { return zero_error("zero: the optimizer state is truncated or the swap file failed"); }
+    if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments go to the swap file, the master too
+        if (zero_nvme_stream(e, NVME_M, fp, 1) != 0 || zero_nvme_stream(e, NVME_V, fp, 1) != 0 ||
+            zero_nvme_write_master(e) != 0) { return -1; }
+    } else {
+        ok = fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        ok = ok && fread(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
+        if (!ok) { return zero_error("zero: the optimizer state is truncated or the swap file failed"); }
+    }
+    if (e->host_master != NULL && zero_shards_copy_out(e, e->host_master) != 0) { return -1; }
+    if (e->stage == 1 || e->stage == 2) {
+        for (int u = 0; u < p->num_units; u++) {
+            if (zero_allgather(&e->comm, e->full_params + p->units[u].full_offset, p->units[u].shard, NULL) != 0) { return -1; }
+        }
+    } else if (e->stage == 3) {
+        if (zero_refresh_persistent(e) != 0) { return -1; }
+    }
+    return 0;
+}
