@@ -21,13 +21,18 @@
 #include <sys/stat.h> // lstat, stat: what is at an output's path, st_dev/st_ino of the inputs
 #include "common/file.h" // file_kind: the words for what a file is (its file_open opens every input)
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // ----------------------------------------------------------------------------
 // error messages of library code: one line, kept per thread
 
+// (defined in llmc/utils.c: one buffer per thread for the whole program)
 #ifdef __cplusplus
-static thread_local char llmc_errbuf[1024];  // C++ spelling of _Thread_local
+extern thread_local char llmc_errbuf[1024];  // C++ spelling of _Thread_local
 #else
-static _Thread_local char llmc_errbuf[1024];
+extern _Thread_local char llmc_errbuf[1024];
 #endif
 
 // records a message (printf format) and returns -1, so: `return llmc_error("...");`
@@ -109,157 +114,57 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // the run's inputs, which no output may replace
 
-// The files a run reads (-e, the shards, the tokenizer, --ds-config), by device and inode:
-// an output given the same file under another name (a link, "./x", a typo of -o) would
-// destroy what the run, or the next one, reads.
-typedef struct { dev_t dev; ino_t ino; char what[32]; char* path; } LlmcInput;
-static LlmcInput* llmc_inputs;
-static int llmc_num_inputs;
+// The files a run reads (-e, the shards, the tokenizer, --ds-config) are recorded by device
+// and inode (llmc/utils.c): an output given one of them under another name would destroy it.
 
 // records PATH as an input, named by the flag that gave it (`what`); a path that does not
 // exist (a descriptor such as d12) is no file and is skipped; -1 only when out of memory
-static inline int llmc_input_add(const char* path, const char* what) {
-    struct stat st;
-    if (path == NULL || stat(path, &st) != 0) { return 0; }
-    LlmcInput* grown = (LlmcInput*)realloc(llmc_inputs, (llmc_num_inputs + 1) * sizeof(LlmcInput));
-    if (grown == NULL) { return llmc_error("out of memory recording the input %s", path); }
-    llmc_inputs = grown;
-    LlmcInput* in = &llmc_inputs[llmc_num_inputs];
-    in->path = strdup(path);
-    if (in->path == NULL) { return llmc_error("out of memory recording the input %s", path); }
-    llmc_num_inputs++;
-    in->dev = st.st_dev;
-    in->ino = st.st_ino;
-    snprintf(in->what, sizeof(in->what), "%s", what);
-    return 0;
-}
+int llmc_input_add(const char* path, const char* what);
 
 // 0 when the file at PATH (st: its lstat) is no input of this run; else -1, llmc_errmsg()
 // naming PATH, the flag that gave the input and, when it was given under another name, that
-static inline int output_input_check(const char* path, const struct stat* st) {
-    for (int i = 0; i < llmc_num_inputs; i++) {
-        if (llmc_inputs[i].dev == st->st_dev && llmc_inputs[i].ino == st->st_ino) {
-            int other = strcmp(llmc_inputs[i].path, path) != 0;
-            return llmc_error("refusing to replace %s: it is an input of this run (%s)%s%s", path, llmc_inputs[i].what,
-                              other ? ", the same file as " : "", other ? llmc_inputs[i].path : "");
-        }
-    }
-    return 0;
-}
+int output_input_check(const char* path, const struct stat* st);
 
 // 0 when an output may go to PATH: nothing is there, or a regular file that is no input of
 // this run. Else -1, llmc_errmsg() naming PATH and why: a rename over a symlink, a FIFO or
 // a device replaces what someone put there on purpose, and one over an input destroys it.
-static inline int output_check(const char* path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) {
-        if (errno == ENOENT) { return 0; }
-        return llmc_error("cannot check the output %s: %s", path, strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode)) { return llmc_error("refusing to replace %s: it is %s", path, file_kind(st.st_mode)); }
-    return output_input_check(path, &st);
-}
+int output_check(const char* path);
 
 // 0 when DIR is a directory this process can create files in (tried: permissions alone do
 // not tell, root passes them on a read-only mount); else -1, llmc_errmsg() naming DIR
-static inline int output_dir_check(const char* dir) {
-    struct stat st;
-    if (stat(dir, &st) != 0) { return llmc_error("%s: %s", dir, strerror(errno)); }
-    if (!S_ISDIR(st.st_mode)) { return llmc_error("%s is not a directory", dir); }
-    char probe[4200];
-    snprintf(probe, sizeof(probe), "%s/.write_test_%ld", dir, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) { return llmc_error("cannot create files in %s: %s", dir, strerror(errno)); }
-    close(fd);
-    unlink(probe);
-    return 0;
-}
+int output_dir_check(const char* dir);
 
 // Opens PATH.tmp for writing, after output_check(PATH); -1 with llmc_errmsg() naming the
 // path when that fails. The temporary is created afresh (O_EXCL) and never through a link
 // (O_NOFOLLOW); a regular one is an earlier crash's leftover and is replaced, anything
 // else there is refused.
-static inline int atomic_open(AtomicFile* f, const char* path) {
-    f->fp = NULL;
-    if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path)) { return llmc_error("path too long: %s", path); }
-    snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path);
-    if (output_check(path) != 0) { return -1; }
-    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    int fd = open(f->tmp, flags, 0666);
-    if (fd < 0 && errno == EEXIST) {
-        struct stat st;
-        if (lstat(f->tmp, &st) == 0 && !S_ISREG(st.st_mode)) {
-            return llmc_error("refusing to replace %s: it is %s", f->tmp, file_kind(st.st_mode));
-        }
-        if (unlink(f->tmp) == 0) { fd = open(f->tmp, flags, 0666); }
-    }
-    if (fd < 0) { return llmc_error("cannot create %s: %s", f->tmp, strerror(errno)); }
-    f->fp = fdopen(fd, "wb");
-    if (f->fp == NULL) {
-        int err = errno;
-        close(fd);
-        unlink(f->tmp);
-        return llmc_error("cannot create %s: %s", f->tmp, strerror(err));
-    }
-    return 0;
-}
+int atomic_open(AtomicFile* f, const char* path);
 
 // the directory part of PATH into dir (n bytes): "." for a bare name, "/" for a name in the root
-static inline void path_dir(const char* path, char* dir, size_t n) {
-    snprintf(dir, n, "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash == NULL) { snprintf(dir, n, "."); } else if (slash == dir) { slash[1] = '\0'; } else { *slash = '\0'; }
-}
+void path_dir(const char* path, char* dir, size_t n);
 
 // 1 when PATH names an entry of the directory DIR, their directories compared by device
 // and inode (so "./x", "d/../d/x" or a symlink to DIR count); 0 when not, or when either
 // directory cannot be found. No output may be written into a directory being read.
-static inline int path_in_dir(const char* path, const char* dir) {
-    char parent[4096];
-    path_dir(path, parent, sizeof(parent));
-    struct stat a, b;
-    return stat(parent, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
+int path_in_dir(const char* path, const char* dir);
 
 // fsyncs the directory holding path, so that a rename into it survives a power cut (the
 // file's own fsync does not cover its directory entry). Returns 0, or -1 with errno.
-static inline int fsync_parent_dir(const char* path) {
-    char dir[4096];
-    path_dir(path, dir, sizeof(dir));
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) { return -1; }
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    errno = err;
-    return rc;
-}
+int fsync_parent_dir(const char* path);
 
 // Closes the file and, when ok (every write of the caller succeeded: errno still tells
 // why not), makes it durable (flushed, fsync'ed), renames it over PATH and fsyncs the
 // directory: once this returns 0 the file survives a crash or a power cut. Otherwise, or
 // when any of that fails, removes the temporary and returns -1 with llmc_errmsg() naming
 // PATH and the reason.
-static inline int atomic_commit(AtomicFile* f, int ok) {
-    int err = errno;
-    if (ok && (fflush(f->fp) != 0 || fsync(fileno(f->fp)) != 0)) { ok = 0; err = errno; }
-    if (fclose(f->fp) != 0 && ok) { ok = 0; err = errno; }
-    f->fp = NULL;
-    if (ok && rename(f->tmp, f->path) == 0) {
-        if (fsync_parent_dir(f->path) == 0) { return 0; }
-        return llmc_error("cannot write %s: syncing its directory failed: %s", f->path, strerror(errno));
-    }
-    if (ok) { err = errno; }
-    remove(f->tmp);
-    return llmc_error("cannot write %s: %s", f->path, strerror(err));
-}
+int atomic_commit(AtomicFile* f, int ok);
 
 // gives up on the file: closes and removes the temporary, PATH untouched; the caller's
 // own error message stands
-static inline void atomic_abort(AtomicFile* f) {
-    if (f->fp != NULL) { fclose(f->fp); }
-    f->fp = NULL;
-    remove(f->tmp);
+void atomic_abort(AtomicFile* f);
+
+#ifdef __cplusplus
 }
+#endif
 
 #endif // LLMC_UTILS_H

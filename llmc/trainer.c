@@ -1,0 +1,249 @@
+// The training run's loop (llmc/trainer.h): evaluation between steps, the steps, the end.
+#include "llmc/trainer.h" // the interface, its types and the headers its bodies use
+
+// draws from probs (over the real vocabulary) with a uniform coin in [0, 1)
+static int sample_token(const float* probs, int V, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < V; i++) {
+        cdf += probs[i];
+        if (coin < cdf) { return i; }
+    }
+    return V - 1;  // rounding: the cdf may end a hair below 1
+}
+
+// -v: the validation loss (mean over the batches and the ranks), printed by rank 0 and
+// logged to main.log
+static float trainer_validate(Trainer* t, const TrainerModel* m) {
+    dataloader_reset(&t->val);
+    double sum = 0.0;
+    for (int i = 0; i < t->val_steps; i++) {
+        if (dataloader_next_batch(&t->val) != 0) { trainer_fail(t->rank); }
+        sum += m->eval_loss(m->self, t->val.inputs, t->val.targets);
+    }
+    return allreduce_mean((float)(sum / t->val_steps), t->world, "all-reduce of the validation loss");
+}
+
+// -s: a sample of -g tokens from start_token, one forward over the prefix per token. Every
+// rank samples the same tokens from the same RNG (at stage 3 a forward needs every rank's
+// shards); rank 0 prints them, decoded when the tokenizer has the model's vocabulary.
+static void trainer_sample(Trainer* t, const TrainerModel* m, Rng* rng) {
+    int gen_max = t->tc.gen_T < t->tc.T ? t->tc.gen_T : t->tc.T;
+    int* tokens = (int*)mallocCheck((size_t)gen_max * sizeof(int));
+    tokens[0] = t->start_token;
+    if (t->rank == 0) { printf("generating:\n---\n"); }
+    for (int i = 1; i < gen_max; i++) {
+        const float* p = m->next_probs(m->self, tokens, i);
+        int next = sample_token(p, t->config.vocab_size, rng_float(rng));
+        tokens[i] = next;
+        if (t->rank != 0) { continue; }
+        const char* piece = t->have_tokenizer ? tokenizer_decode(&t->tokenizer, (uint32_t)next) : NULL;
+        if (piece != NULL) { fputs(piece, stdout); } else { printf("<%d>", next); }
+        fflush(stdout);
+    }
+    if (t->rank == 0) { printf("\n---\n"); }
+    free(tokens);
+}
+
+// Before the first step: the schedule, resume, the header and the memory table, the
+// records, and the counters the report takes its per-step figures from.
+static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* lp) {
+    const TrainConfig* tc = &t->tc;
+    int rank = t->rank, world = t->world;
+    memset(lp, 0, sizeof(*lp));
+    if (lr_scheduler_init(&lp->sched, tc->lr_schedule, tc->lr, tc->warmup, t->max_steps, tc->final_lr_frac) != 0) { trainer_fail(rank); }
+    rng_init(&lp->sample_rng, tc->seed ^ 0xA5A5A5A5ull);
+    lp->skipped = 0;
+    lp->start_step = trainer_resume(t, m, &lp->sample_rng, &lp->skipped);
+    lp->skipped_before = lp->skipped;
+    const char* nan_env = getenv("ZERO3_TEST_NAN_STEP");
+    lp->nan_step = nan_env != NULL ? atoi(nan_env) : -1;
+
+    lp->flops_per_token = gpt2_flops_per_token(&t->config, tc->T);
+    if (rank == 0) { trainer_print_header(t, m, lp->flops_per_token); }
+    lp->mem_all = (double*)mallocCheck(MEM_FIELDS * world * sizeof(double));
+    trainer_memory(m, lp->mine);
+    memory_gather(lp->mine, lp->mem_all, rank, world, 1, m->device_in_use != NULL ? "GPU " : "");
+
+    lp->steps = (StepRecord*)mallocCheck((t->max_steps + 1) * sizeof(StepRecord));
+    lp->vals = (ValRecord*)mallocCheck((t->max_steps + 2) * sizeof(ValRecord));
+    zeroCheck(zero_stats(m->zero, &lp->traffic.start));
+    kernel_steps_begin(lp->kernel);
+}
+
+// At the boundary of `step`: whether any rank was signalled, validation (-v), samples (-s)
+// and the checkpoint (-n) where asked. Returns 1 when the loop ends here: the last step, or
+// a signal (after its checkpoint).
+static int trainer_boundary(Trainer* t, const TrainerModel* m, TrainerLoop* lp, int step) {
+    const TrainConfig* tc = &t->tc;
+    int rank = t->rank;
+    int last_step = step == t->max_steps;
+    // a signal on any rank stops every rank at this step: one int per step
+    zero_watch_step(step + 1);
+    job_doing("at the boundary of step %d (agreeing whether to stop)", step);
+    int stop = job_stop_signal();
+    mpiWatched("all-reduce of the stop signal", MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (stop) { job_stop_seen(); }  // taken up: --stop-grace no longer runs
+    // --dpu: the last update is still running; the final evaluation, samples and
+    // checkpoint see it applied
+    if (last_step) { zeroCheck(zero_flush(m->zero)); }
+    if (tc->val_every > 0 && (step % tc->val_every == 0 || last_step)) {
+        job_doing("validating at step %d", step);
+        float val_loss = trainer_validate(t, m);
+        if (rank == 0) { printf("val loss %f\n", val_loss); }
+        log_line(tc->output_dir, rank, "s:%d tel:%f\n", step, val_loss);
+        lp->vals[lp->nvals++] = (ValRecord){step, val_loss};
+    }
+    if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) {
+        job_doing("sampling at step %d", step);
+        trainer_sample(t, m, &lp->sample_rng);
+    }
+    int saved = 0;
+    // -x 0 -n N: the checkpoint of step 0, the initial model (a run of no steps saves it)
+    if (tc->checkpoint_every > 0 && (step > lp->start_step || t->max_steps == 0) && (step % tc->checkpoint_every == 0 || last_step)) {
+        trainer_checkpoint(t, m, step, lp->skipped, &lp->sample_rng);
+        saved = 1;
+    }
+    if (last_step) { return 1; }
+    if (!stop) { return 0; }
+    lp->signalled = 1;
+    // where a -n checkpoint of this step would be, so that -y 1 continues the same run;
+    // a resumed run signalled before its first step has its checkpoint already
+    if (tc->output_dir == NULL) {
+        if (rank == 0) { printf("received %s at step %d: no checkpoint without -o, exiting\n", job_signal_name(stop), step); }
+    } else {
+        if (!saved && !(step == lp->start_step && lp->start_step > 0)) { trainer_checkpoint(t, m, step, lp->skipped, &lp->sample_rng); }
+        if (rank == 0) { printf("received %s: saved checkpoint at step %d in %s, exiting\n", job_signal_name(stop), step, tc->output_dir); }
+    }
+    return 1;
+}
+
+// One optimizer step after `step`: the micro-steps of gradient accumulation, the engine's
+// step, the step line and main.log. Returns 1 when more than --max-skipped-steps steps in a
+// row were skipped.
+static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp, int step) {
+    const TrainConfig* tc = &t->tc;
+    int rank = t->rank, world = t->world;
+    job_doing("training step %d", step + 1);
+    if (m->range_push != NULL) { m->range_push("step"); }
+    ZeroStats before;
+    zeroCheck(zero_stats(m->zero, &before));
+    double t0 = zero_now_ms();
+    for (int micro = 0; micro < t->grad_accum; micro++) {
+        if (!tc->overfit_single_batch || !lp->have_batch) {
+            if (dataloader_next_batch(&t->train) != 0) { trainer_fail(rank); }
+            lp->have_batch = 1;
+        }
+        m->train_micro(m->self, t->train.inputs, t->train.targets, micro == t->grad_accum - 1, t->grad_accum);
+    }
+    // the loss before the update: every rank sees the same mean, so all skip alike
+    float my_loss = (float)(m->train_loss(m->self) / t->grad_accum);
+    if (step == lp->nan_step && rank == world - 1) { my_loss = NAN; }
+    float loss = allreduce_mean(my_loss, world, "all-reduce of the loss");
+    float lr = lr_scheduler_get(&lp->sched, step);
+    // AdamW's 1-based step counts only the updates made, as DeepSpeed's does over overflows
+    ZeroStep zs = {lr, tc->weight_decay, tc->grad_clip, step + 1 - lp->skipped, tc->seed, !isfinite(loss)};
+    if (m->range_push != NULL) { m->range_push("optimizer"); }
+    zeroCheck(zero_step(m->zero, &zs));
+    if (m->range_pop != NULL) { m->range_pop(); }
+    double ms = zero_now_ms() - t0;
+    ZeroStats after;
+    zeroCheck(zero_stats(m->zero, &after));
+    // the engine skipped the update when either is not finite (zero3/zero.h's ZeroStep)
+    int skip = !isfinite(loss) || !isfinite(after.norm);
+    lp->skipped += skip;
+    lp->skipped_in_a_row = skip ? lp->skipped_in_a_row + 1 : 0;
+    double wait = after.wait_ms - before.wait_ms;
+    lp->traffic.wait_total += wait;
+    if (m->range_pop != NULL) { m->range_pop(); }
+
+    double tps = t->total_batch / (ms / 1e3);
+    // MFU per device: this rank's share of the tokens on its device's peak
+    double mfu = m->peak_flops > 0 ? lp->flops_per_token * (tps / world) / m->peak_flops : -1.0;
+    char extra[128] = "";
+    if (m->peak_flops >= 0) {
+        if (mfu >= 0) { snprintf(extra, sizeof(extra), " | MFU %.1f%%", 100.0 * mfu); } else { snprintf(extra, sizeof(extra), " | MFU n/a"); }
+    }
+    if (m->device_in_use != NULL) {
+        size_t len = strlen(extra);
+        snprintf(extra + len, sizeof(extra) - len, " | GPU mem %.0f MiB", m->device_in_use(m->self) / 1048576.0);
+    }
+    if (rank == 0) {
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | comm wait %.1f ms%s\n",
+               step + 1, t->max_steps, loss, lr, after.norm, ms, tps, extra, wait, skip ? " | skipped (non-finite loss/norm)" : "");
+    }
+    log_line(tc->output_dir, rank, "s:%d trl:%f\n", step, loss);
+    lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip};
+    return lp->skipped_in_a_row > tc->max_skipped_steps;
+}
+
+// After the last step: the memory peaks over the whole run (gathered again: the working set
+// grows during the steps), the kernel's figures, the traffic between and inside nodes
+// summed over the ranks, and the report from rank 0.
+static void trainer_loop_report(Trainer* t, const TrainerModel* m, TrainerLoop* lp) {
+    const TrainConfig* tc = &t->tc;
+    int rank = t->rank, world = t->world;
+    lp->traffic.steps = lp->nsteps;
+    job_doing("writing the report and the memory figures");
+    trainer_memory(m, lp->mine);
+    memory_gather(lp->mine, lp->mem_all, rank, world, 0, "");
+    kernel_steps_end(lp->kernel, lp->nsteps);
+    double* kernel_all = (double*)mallocCheck(KERNEL_FIELDS * world * sizeof(double));
+    mpiWatched("gather of the kernel's figures", MPI_Gather(lp->kernel, KERNEL_FIELDS, MPI_DOUBLE, kernel_all, KERNEL_FIELDS,
+                                                             MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    {   // what crossed between nodes and what stayed inside them, summed over the ranks
+        ZeroStats now;
+        zeroCheck(zero_stats(m->zero, &now));
+        double mine_net[2][ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];
+        for (int l = 0; l < ZERO_NUM_LINKS; l++) {
+            for (int k = 0; k < ZERO_NUM_COLLECTIVES; k++) {
+                mine_net[0][l][k] = now.link_bytes[l][k];
+                mine_net[1][l][k] = now.link_bytes[l][k] - lp->traffic.start.link_bytes[l][k];
+            }
+        }
+        mpiWatched("sum of the network figures", MPI_Reduce(mine_net, lp->traffic.net, 2 * ZERO_NUM_LINKS * ZERO_NUM_COLLECTIVES,
+                                                             MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
+    }
+    if (rank == 0 && tc->report != NULL &&
+        trainer_report(t, m, lp->steps, lp->nsteps, lp->vals, lp->nvals, lp->mem_all, kernel_all, &lp->traffic,
+                       lp->flops_per_token) != 0) {
+        fprintf(stderr, "error: %s\n", llmc_errmsg());
+        trainer_abort();
+    }
+    free(kernel_all);
+}
+
+void trainer_run(Trainer* t, const TrainerModel* m) {
+    const TrainConfig* tc = &t->tc;
+    TrainerLoop lp;
+    trainer_loop_begin(t, m, &lp);
+    for (int step = lp.start_step; step <= t->max_steps; step++) {
+        if (trainer_boundary(t, m, &lp, step)) { break; }
+        if (trainer_train_step(t, m, &lp, step)) { break; }
+    }
+    int stopped = lp.skipped_in_a_row > tc->max_skipped_steps;
+    // a run that trained nothing did not do what it was asked: not a success (a signal's
+    // stop is, and -y 1 goes on from its checkpoint)
+    int none_trained = !stopped && !lp.signalled && lp.nsteps > 0 && lp.skipped - lp.skipped_before == lp.nsteps;
+    trainer_loop_report(t, m, &lp);
+    int nsteps = lp.nsteps, skipped_in_a_row = lp.skipped_in_a_row, start_step = lp.start_step;
+    int last = nsteps > 0 ? lp.steps[nsteps - 1].step + 1 : start_step;
+    free(lp.steps); free(lp.vals); free(lp.mem_all);
+    if (stopped) {  // every rank saw the same loss and norm: all stop here together
+        zeroCheck(zero_flush(m->zero));
+        char msg[4400];
+        snprintf(msg, sizeof(msg), "stopping at step %d: %d consecutive step%s had a non-finite loss or gradient norm and "
+                 "were skipped, more than --max-skipped-steps %d; none of them changed the model%s%s%s", last, skipped_in_a_row,
+                 skipped_in_a_row == 1 ? "" : "s",
+                 tc->max_skipped_steps, tc->output_dir != NULL ? " (the checkpoints in " : "",
+                 tc->output_dir != NULL ? tc->output_dir : "", tc->output_dir != NULL ? " are those of good steps)" : "");
+        die_all(t->rank, msg);
+    }
+    if (none_trained) {
+        zeroCheck(zero_flush(m->zero));
+        char msg[256], which[96];
+        if (nsteps == 1) { snprintf(which, sizeof(which), "the one step of this run (step %d)", last); }
+        else { snprintf(which, sizeof(which), "every one of this run's %d steps (steps %d-%d)", nsteps, start_step + 1, last); }
+        snprintf(msg, sizeof(msg), "%s had a non-finite loss or gradient norm and was skipped: nothing was trained", which);
+        die_all(t->rank, msg);
+    }
+}

@@ -1,0 +1,410 @@
+// A training run's set-up (llmc/trainer_setup.h): start-up, the model, the checks, the engine for GPT-2, --estimate, the end.
+#include "llmc/trainer_setup.h" // the interface, its types and the headers its bodies use
+
+void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
+    memset(t, 0, sizeof(*t));
+    t->source.fd = -1;  // no model file open
+    setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
+    signal(SIGXFSZ, SIG_IGN);
+    JobLauncher launcher;
+    job_launcher_read(&launcher);  // before MPI_Init, which sets some of the variables for a singleton
+    mpiCheck(MPI_Init(argc, argv));
+    // every exit() too (a CUDA error's, llmc's checks): no swap file outlives the process
+    atexit(zero_watch_exit_hooks);
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &t->rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &t->world));
+    int rc = args_parse(&t->tc, *argc, *argv);
+    if (rc == 1) {
+        if (t->rank == 0) { args_usage(stdout, program); }
+        MPI_Finalize();
+        exit(EXIT_SUCCESS);
+    }
+    if (job_launcher_check(&launcher, t->world) != 0) { die_all(t->rank, llmc_errmsg()); }
+    // after MPI_Init, so that these are ours: a first SIGTERM, SIGINT or SIGUSR1 stops the
+    // run at its next step boundary (trainer_run), a second one or --stop-grace ends it
+    // at once; the swap files go with either (nvme_remove_all only unlinks)
+    job_signals_install(t->rank, t->tc.stop_grace, nvme_remove_all);
+    if (rc != 0 || llmc_input_add(t->tc.ds_config, "--ds-config") != 0) { die_all(t->rank, llmc_errmsg()); }
+    if (zero_watchdog_start(t->tc.collective_timeout, MPI_COMM_WORLD) != 0) { die_all(t->rank, zero_errmsg()); }
+    if (t->rank == 0 && t->tc.warnings[0] != '\0') { fputs(t->tc.warnings, stderr); }
+    MPI_Comm local;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &local));
+    mpiCheck(MPI_Comm_size(local, &t->local_size));
+    MPI_Comm_free(&local);
+    const char* env = getenv("OMP_NUM_THREADS");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    t->threads = env != NULL ? atoi(env) : (int)(cores / t->local_size);
+    if (t->threads < 1) { t->threads = 1; }
+}
+
+void trainer_model(Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    job_doing("opening the model %s", tc->model);
+    if (access(tc->model, F_OK) == 0) {
+        if (gpt2_source_open(&t->source, tc->model) != 0 || llmc_input_add(tc->model, "-e") != 0) {
+            die_all(t->rank, llmc_errmsg());
+        }
+        t->config = t->source.config;
+    } else {
+        if (strstr(tc->model, ".bin") != NULL) {
+            char msg[4200];
+            snprintf(msg, sizeof(msg), "model file %s does not exist", tc->model);
+            die_all(t->rank, msg);
+        }
+        if (gpt2_config_from_descriptor(tc->model, &t->config) != 0) { die_all(t->rank, llmc_errmsg()); }
+        gpt2_source_random(&t->source, &t->config, tc->seed);
+    }
+    if (tc->T > t->config.max_seq_len) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag -t: sequence length %d exceeds the model's maximum of %d", tc->T, t->config.max_seq_len);
+        die_all(t->rank, msg);
+    }
+}
+
+// Tokens per optimizer step over all ranks: -d if given (a multiple of B*T*ranks), else
+// DeepSpeed's rule over --ds-config's train_batch_size (sequences), micro batch and
+// accumulation steps, else B*T*ranks. Stops every rank with a message when they do not fit.
+static long trainer_total_batch(const TrainConfig* tc, int rank, int world) {
+    long tokens_per_micro = (long)tc->B * tc->T * world;
+    if (tc->given_d) {
+        if (tc->total_batch_size % tokens_per_micro != 0) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "flag -d: total batch size %ld is not a multiple of B*T*ranks = %d*%d*%d = %ld",
+                     tc->total_batch_size, tc->B, tc->T, world, tokens_per_micro);
+            die_all(rank, msg);
+        }
+        return tc->total_batch_size;
+    }
+    if (tc->zero.train_batch_size > 0 || tc->zero.gradient_accumulation_steps > 0) {
+        int micro = 0, accum = 0;
+        if (zero_config_resolve_batch(tc->zero.train_batch_size, tc->B, tc->zero.gradient_accumulation_steps,
+                                      world, &micro, &accum) != 0) {
+            die_all(rank, zero_errmsg());
+        }
+        return (long)micro * accum * world * tc->T;
+    }
+    return tokens_per_micro;
+}
+
+// Every rank must run the same configuration and model, or the collectives would
+// pair up wrong. Each rank hashes what must agree; all compare with rank 0's and each
+// that differs says what differs.
+static void trainer_check_ranks(const Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    uint64_t h[3];
+    h[0] = zero_config_hash(&tc->zero);
+    uint64_t x = 0xcbf29ce484222325ull;
+    x = zero_hash_bytes(x, &tc->B, sizeof(tc->B));
+    x = zero_hash_bytes(x, &tc->T, sizeof(tc->T));
+    x = zero_hash_bytes(x, &t->total_batch, sizeof(t->total_batch));
+    x = zero_hash_bytes(x, &tc->lr, sizeof(tc->lr));
+    x = zero_hash_bytes(x, &tc->weight_decay, sizeof(tc->weight_decay));
+    x = zero_hash_bytes(x, &tc->grad_clip, sizeof(tc->grad_clip));
+    x = zero_hash_bytes(x, &tc->max_skipped_steps, sizeof(tc->max_skipped_steps));
+    x = zero_hash_bytes(x, &tc->seed, sizeof(tc->seed));
+    x = zero_hash_bytes(x, &tc->max_steps, sizeof(tc->max_steps));
+    x = zero_hash_bytes(x, &tc->overfit_single_batch, sizeof(tc->overfit_single_batch));
+    x = zero_hash_bytes(x, &tc->shuffle, sizeof(tc->shuffle));
+    x = zero_hash_bytes(x, &tc->val_every, sizeof(tc->val_every));
+    x = zero_hash_bytes(x, &tc->sample_every, sizeof(tc->sample_every));
+    x = zero_hash_bytes(x, &tc->checkpoint_every, sizeof(tc->checkpoint_every));
+    // the GPU trainer's: a rank on another backend or with a delayed update would issue
+    // other collectives
+    x = zero_hash_bytes(x, tc->zero_backend, strlen(tc->zero_backend));
+    x = zero_hash_bytes(x, &tc->dpu, sizeof(tc->dpu));
+    h[1] = x;
+    h[2] = zero_hash_bytes(0xcbf29ce484222325ull, &t->config, sizeof(t->config));
+    uint64_t h0[3] = {h[0], h[1], h[2]};
+    mpiWatched("broadcast of the run's hashes", MPI_Bcast(h0, 3, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    static const char* const what[3] = {"ZeRO configuration (-z, --ds-config, ZeRO flags)",
+                                        "training flags (-b -t -d -l -c -x -a -v -s -n --seed --grad-clip --max-skipped-steps --shuffle --zero-backend --dpu)",
+                                        "model shape (-e)"};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        if (h[i] != h0[i]) {
+            fprintf(stderr, "error: rank %d of %d runs a different %s than rank 0\n", t->rank, t->world, what[i]);
+            bad = 1;
+        }
+    }
+    mpiWatched("all-reduce of the ranks' agreement", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        if (t->rank == 0) { fprintf(stderr, "error: the ranks disagree (see above); every rank must get the same flags and files\n"); }
+        zero_watchdog_stop();
+        MPI_Finalize();
+        exit(EXIT_FAILURE);
+    }
+}
+
+// An input of the run that is also a file of -o under a name the run writes or removes
+// there (a checkpoint's model, state or marker file, their temporaries, main.log; by device
+// and inode, so -e given through a link or another name counts) would be replaced by a
+// checkpoint or removed by --keep-checkpoints: refused before anything is written.
+// Returns 0, or -1 with llmc_errmsg() naming the file, and the input's flag and path.
+static int trainer_inputs_outside_output(const char* out) {
+    DIR* d = opendir(out);
+    if (d == NULL) { return llmc_error("cannot read %s: %s", out, strerror(errno)); }
+    int rc = 0;
+    struct dirent* e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        int step, rank, tmp;
+        if (checkpoint_name_parse(e->d_name, &step, &rank, &tmp) == CHECKPOINT_FILE_NONE && strcmp(e->d_name, "main.log") != 0) {
+            continue;
+        }
+        char path[4400];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", out, e->d_name);
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && output_input_check(path, &st) != 0) {
+            char why[sizeof(llmc_errbuf)];
+            snprintf(why, sizeof(why), "%s", llmc_errmsg());
+            rc = llmc_error("%s: a checkpoint would replace it or --keep-checkpoints remove it (copy the input out of %s)",
+                            why, out);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+// Where the run will write, checked before it starts, after its inputs are known (so that
+// no output replaces one): -o a directory every rank can create files in, its main.log
+// (rank 0) no link, FIFO or input; --report's directory writable and its path neither
+// (rank 0); --nvme-path a writable directory (every rank, with NVMe offload). Every rank
+// says what it found wrong, naming the path; then all stop.
+static void trainer_check_outputs(Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    int bad = 0;
+    for (size_t i = 0; i < t->train.num_shards && !bad; i++) { bad = llmc_input_add(t->train.shard_paths[i], "-i") != 0; }
+    for (size_t i = 0; tc->val_every > 0 && i < t->val.num_shards && !bad; i++) { bad = llmc_input_add(t->val.shard_paths[i], "-j") != 0; }
+    if (bad || llmc_input_add(tc->tokenizer, "--tokenizer") != 0) { trainer_fail(t->rank); }
+    char path[4200];
+    const char* flag = NULL;
+    if (!bad && tc->output_dir != NULL) {
+        flag = "-o";
+        bad = output_dir_check(tc->output_dir) != 0 || trainer_inputs_outside_output(tc->output_dir) != 0;
+        snprintf(path, sizeof(path), "%s/main.log", tc->output_dir);
+        if (!bad && t->rank == 0) { bad = output_check(path) != 0; }
+    }
+    if (!bad && tc->report != NULL && t->rank == 0) {
+        flag = "--report";
+        snprintf(path, sizeof(path), "%s", tc->report);
+        char* slash = strrchr(path, '/');
+        if (slash == path) { slash[1] = '\0'; } else if (slash != NULL) { *slash = '\0'; } else { strcpy(path, "."); }
+        if (output_dir_check(path) != 0) {
+            char why[1024];
+            snprintf(why, sizeof(why), "%s", llmc_errmsg());
+            bad = llmc_error("cannot write the report %s: %s", tc->report, why) != 0;
+        } else {
+            bad = output_check(tc->report) != 0;
+        }
+    }
+    int nvme = tc->zero.offload_optimizer == ZERO_OFFLOAD_NVME || tc->zero.offload_param == ZERO_OFFLOAD_NVME;
+    if (!bad && nvme && tc->zero.nvme_path[0] != '\0') {
+        flag = "--nvme-path";
+        bad = output_dir_check(tc->zero.nvme_path) != 0;
+    }
+    if (bad) { fprintf(stderr, "error: rank %d: flag %s: %s\n", t->rank, flag, llmc_errmsg()); }
+    mpiWatched("all-reduce of the output checks", MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        zero_watchdog_stop();
+        MPI_Finalize();
+        exit(EXIT_FAILURE);
+    }
+}
+
+void trainer_setup(Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    int rank = t->rank;
+    t->total_batch = trainer_total_batch(tc, rank, t->world);
+    t->grad_accum = (int)(t->total_batch / ((long)tc->B * tc->T * t->world));
+    trainer_check_ranks(t);
+    // MiCS's checkpoint sections are of the shard group, which the checkpoint set (one
+    // section per rank of the run) cannot yet describe: refused before anything is trained
+    if (tc->zero.mics_shard_size > 0 && tc->zero.mics_shard_size < t->world && (tc->checkpoint_every > 0 || tc->resume)) {
+        die_all(rank, "flags -n and -y with mics_shard_size: checkpoints of MiCS runs are not supported yet (save with the "
+                      "same run without MiCS, or train without -n)");
+    }
+
+    if (tc->output_dir != NULL) {
+        struct stat st;
+        int bad = 0, err = 0;
+        if (rank == 0 && lstat(tc->output_dir, &st) != 0 && mkdir(tc->output_dir, 0755) != 0) { bad = 1; err = errno; }
+        mpiWatched("broadcast of the output directory's creation", MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (bad) {
+            char msg[4200];
+            snprintf(msg, sizeof(msg), "flag -o: cannot create output directory %s: %s", tc->output_dir, strerror(err));
+            die_all(rank, msg);
+        }
+        // one job per directory: rank 0 locks it before anything of the run reads or writes
+        // there (a second job is refused naming the first; llmc/job.h); -o not a directory
+        // is trainer_check_outputs' to say
+        job_doing("locking the output directory %s", tc->output_dir);
+        bad = rank == 0 && stat(tc->output_dir, &st) == 0 && S_ISDIR(st.st_mode) ? job_lock_dir(tc->output_dir) != 0 : 0;
+        mpiWatched("broadcast of the output directory's lock", MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (bad) { die_all(rank, llmc_errmsg()); }
+    } else if (tc->checkpoint_every > 0 || tc->resume) {
+        die_all(rank, "flags -n and -y need an output directory: add -o DIR");
+    }
+
+    job_doing("opening the data (-i %s, -j %s) and the tokenizer", tc->train_pattern, tc->val_pattern);
+    int shuffle = tc->shuffle && !tc->overfit_single_batch;
+    if (dataloader_init(&t->train, tc->train_pattern, tc->B, tc->T, rank, t->world, shuffle, tc->seed) != 0) { trainer_fail(rank); }
+    // every token id read from here on is checked against the model's vocabulary
+    dataloader_set_vocab(&t->train, t->config.vocab_size);
+    t->val_steps = 0;
+    if (tc->val_every > 0) {
+        if (dataloader_init(&t->val, tc->val_pattern, tc->B, tc->T, rank, t->world, 0, 0) != 0) {
+            fprintf(stderr, "error: %s (or disable validation with -v 0)\n", llmc_errmsg());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        dataloader_set_vocab(&t->val, t->config.vocab_size);
+        size_t nb = dataloader_num_batches(&t->val);
+        t->val_steps = tc->val_max_steps < 0 || (size_t)tc->val_max_steps > nb ? (int)nb : tc->val_max_steps;
+    }
+    t->max_steps = tc->max_steps >= 0 ? tc->max_steps : (int)(dataloader_num_batches(&t->train) / t->grad_accum);
+    t->loaders_ready = 1;
+
+    int V = t->config.vocab_size;
+    t->have_tokenizer = tc->sample_every > 0 && tokenizer_init(&t->tokenizer, tc->tokenizer) == 0;
+    // a missing tokenizer only changes how samples print; one that exists but is corrupt
+    // is a wrong file the user means to use: stop
+    if (tc->sample_every > 0 && !t->have_tokenizer && access(tc->tokenizer, F_OK) == 0) { die_all(rank, llmc_errmsg()); }
+    if (tc->sample_every > 0 && !t->have_tokenizer && rank == 0) {
+        printf("warning: %s; samples are printed as token ids\n", llmc_errmsg());
+    }
+    if (t->have_tokenizer && (int)t->tokenizer.vocab_size != V) {
+        if (rank == 0) {
+            printf("warning: tokenizer %s has %u tokens but the model has %d; samples are printed as token ids\n",
+                   tc->tokenizer, t->tokenizer.vocab_size, V);
+        }
+        tokenizer_free(&t->tokenizer);
+        t->have_tokenizer = 0;
+    }
+    // <|endoftext|>, or the last token of a smaller vocabulary
+    t->start_token = t->have_tokenizer ? (int)t->tokenizer.eot_token : (V > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : V - 1);
+    trainer_check_outputs(t);
+}
+
+void trainer_finish(Trainer* t) {
+    job_doing("ending the run");
+    if (t->have_tokenizer) { tokenizer_free(&t->tokenizer); }
+    if (t->loaders_ready) { dataloader_free(&t->train); }
+    if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }
+    gpt2_source_close(&t->source);
+    zero_watchdog_stop();
+    MPI_Finalize();
+}
+
+void gpt2_engine_model(const GPT2Config* c, ZeroModel* m) {
+    int nu = gpt2_num_units(c), nt = gpt2_num_tensors(c);
+    memset(m, 0, sizeof(*m));
+    size_t* numel = (size_t*)mallocCheck(nu * sizeof(size_t));
+    for (int u = 0; u < nu; u++) { numel[u] = gpt2_unit_size(c, u); }
+    TensorRange* ranges = (TensorRange*)mallocCheck(nt * sizeof(TensorRange));
+    gpt2_tensor_ranges(c, ranges);
+    ZeroTensor* tensors = (ZeroTensor*)mallocCheck(nt * sizeof(ZeroTensor));
+    for (int i = 0; i < nt; i++) {
+        ZeroTensor tr = {ranges[i].unit, ranges[i].offset, ranges[i].size, ranges[i].decay};
+        tensors[i] = tr;
+    }
+    free(ranges);
+    int* train = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    int* fwd = (int*)mallocCheck((2 * nu + 4) * sizeof(int));
+    m->num_units = nu;
+    m->unit_numel = numel;
+    m->num_tensors = nt;
+    m->tensors = tensors;
+    m->uses[ZERO_PASS_TRAIN] = train;
+    m->num_uses[ZERO_PASS_TRAIN] = gpt2_schedule(c, train, 1);
+    m->uses[ZERO_PASS_FORWARD] = fwd;
+    m->num_uses[ZERO_PASS_FORWARD] = gpt2_schedule(c, fwd, 0);
+}
+
+void gpt2_engine_model_free(ZeroModel* m) {
+    free((void*)m->unit_numel); free((void*)m->tensors);
+    free((void*)m->uses[ZERO_PASS_TRAIN]); free((void*)m->uses[ZERO_PASS_FORWARD]);
+    memset(m, 0, sizeof(*m));
+}
+
+int trainer_fill(void* ctx, int u, size_t begin, size_t n, float* out) {
+    if (gpt2_source_read((const GPT2Source*)ctx, u, begin, n, out) != 0) { return zero_error("%s", llmc_errmsg()); }
+    return 0;
+}
+
+ZeroInit trainer_engine(Trainer* t, const ZeroModel* model) {
+    job_doing("building the engine (this rank's shards of the model)");
+    ZeroInit in;
+    memset(&in, 0, sizeof(in));
+    in.cfg = &t->tc.zero;
+    in.model = model;
+    in.fill = trainer_fill;
+    in.fill_ctx = &t->source;
+    in.beta1 = t->tc.beta1;
+    in.beta2 = t->tc.beta2;
+    in.eps = t->tc.eps;
+    in.comm = MPI_COMM_WORLD;
+    in.dpu = t->tc.dpu;
+    in.threads = t->threads;
+    return in;
+}
+
+// --estimate's figures for this very run on the host engine (the CPU trainer: host_acts,
+// its activations' bytes) at NODES x GPUS ranks: what each rank will hold at its peak, from
+// zero_host_estimate (the engine's own plan, schedule and sizes) and the activations. The
+// last line is for scripts: peak_bytes_per_rank=... swap_bytes_per_rank=...
+static void trainer_estimate_host(const Trainer* t, int ranks, double host_acts) {
+    const double GiB = 1073741824.0;
+    const ZeroConfig* z = &t->tc.zero;
+    ZeroModel spec;
+    ZeroHostEstimate he;
+    gpt2_engine_model(&t->config, &spec);
+    int rc = zero_host_estimate(&spec, z, ranks, &he);
+    gpt2_engine_model_free(&spec);
+    if (rc != 0) { printf("this run: cannot estimate: %s\n", zero_errmsg()); return; }
+    double peak = he.states + he.buffers + he.host_buffers + host_acts;
+    double states = 16.0 * (double)gpt2_num_params(&t->config);
+    printf("this run (train_gpt2_zero3_cpu, host engine, %d rank%s, stage %d, optimizer %s, parameters %s): per rank %.2f GiB of host memory at the peak =\n",
+           ranks, ranks == 1 ? "" : "s", z->stage, zero_offload_name(z->offload_optimizer), zero_offload_name(z->offload_param), peak / GiB);
+    printf("  %.2f GiB model states held in memory (fp32 shards, unit by unit on NVMe where offloaded)\n", he.states / GiB);
+    printf("  + %.2f GiB gathered units, unit gradients and received shards (the schedule's most at once:", he.buffers / GiB);
+    for (int k = 0; k < ZERO_EST_POOL_SIZES && he.pool_count[k] > 0; k++) {
+        printf("%s %d x %.1f MiB", k > 0 ? "," : "", he.pool_count[k], he.pool_elems[k] * sizeof(float) / 1048576.0);
+    }
+    printf(")\n");
+    printf("  + %.2f GiB NVMe step buffers and shard staging\n", he.host_buffers / GiB);
+    printf("  + %.2f GiB activations at -b %d -t %d -r %d\n", host_acts / GiB, t->tc.B, t->tc.T, t->tc.recompute);
+    printf("  the model states are %.2f GiB per rank in all (16 bytes/param); swap file %.2f GiB per rank; start-up and checkpoints are\n"
+           "  partitioned: each rank fills, saves and loads its own shards through one unit at a time (%.2f GiB)\n",
+           states / ranks / GiB, he.swap / GiB, he.unit / GiB);
+    printf("host_estimate: peak_bytes_per_rank=%.0f engine_bytes_per_rank=%.0f activation_bytes=%.0f swap_bytes_per_rank=%.0f\n",
+           peak, he.states + he.buffers + he.host_buffers, host_acts, he.swap);
+}
+
+int trainer_estimate(Trainer* t, size_t x, double host_acts) {
+    const TrainConfig* tc = &t->tc;
+    const GPT2Config* c = &t->config;
+    int nodes = 0, gpus = 0;
+    char tail;
+    if (sscanf(tc->estimate, "%d:%d%c", &nodes, &gpus, &tail) != 2 || nodes < 1 || gpus < 1) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag --estimate: '%.64s' should be NODES:GPUS_PER_NODE, for example 1:8", tc->estimate);
+        die_all(t->rank, msg);
+    }
+    if (t->rank == 0) {
+        double largest = 0;
+        for (int u = 0; u < gpt2_num_units(c); u++) {
+            double n = (double)gpt2_unit_size(c, u);
+            if (n > largest) { largest = n; }
+        }
+        // the GPU trainer's gradients are reduced in fp32 when asked (bf16 build; the fp32 build's
+        // are fp32 anyway, with no extra buffer)
+        int comm_fp32 = tc->zero.comm_dtype == ZERO_COMM_FP32 && x == 2;
+        zero_estimate_print(stdout, tc->model, (double)gpt2_num_params(c), largest, nodes, gpus, comm_fp32);
+        int flash = !strcmp(tc->attention, "flash");
+        double act = gpu_activations_total(c, tc->B, tc->T, tc->recompute, flash, tc->vocab_tile, x);
+        printf("activations: %.2f GiB per GPU (train_gpt2_zero3 in %s at -b %d -t %d -r %d --attention %s --vocab-tile %d; "
+               "kernel scratch and cuBLASLt's workspace not counted)\n", act / 1073741824.0, x == 2 ? "bf16" : "fp32",
+               tc->B, tc->T, tc->recompute, tc->attention, gpu_vocab_tile(c, tc->vocab_tile));
+        if (host_acts >= 0) { trainer_estimate_host(t, nodes * gpus, host_acts); }
+    }
+    trainer_finish(t);
+    return 0;
+}
