@@ -103,9 +103,13 @@ done
 # engines run at 4 ranks, every stage, in test_device_emu.sh and test_zero.sh; 2 ranks
 # exercise the trainer's multi-rank wiring), and a third seed (the race checker finds a
 # missing ordering under any schedule: the mutation run of docs/RESULTS.md used seeds 1 and
-# 2); EMU_SEEDS="2 3" and MAX_RANKS=4 put them back.
+# 2); EMU_SEEDS="2 3" and MAX_RANKS=4 put them back. Its sections run as two processes at
+# once (test/gpu/run_halves.sh: every section in one of them, each check once), a core
+# each: their emulated runs are single-threaded. Each half makes for itself the three runs
+# all sections compare against, and the baselines of its sections that the other half makes.
 run_suite "GPU trainer (emulated on the CPU)" env EMU_SEED=1 GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
-    MAX_RANKS=2 bash test/gpu/test_gpu_trainer.sh
+    MAX_RANKS=2 bash test/gpu/run_halves.sh "flash host emulated validation refusals" \
+    "reference recompute tiles accumulation resume report stages offload host_more"
 run_suite "GPU trainer under other schedules" env EMU_SEEDS=2 bash test/emu/test_trainer_seeds.sh
 # the stand-in headers against the real ones (SKIP without nvcc: it names itself as skipped)
 run_suite "stand-in headers against CUDA's" bash test/emu/test_headers.sh

@@ -11,14 +11,27 @@ if ! command -v "${NVCC:-nvcc}" > /dev/null; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-for t in build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32 \
-         train_gpt2_zero3 train_gpt2_zero3_fp32 build/gpu_probe; do
-    if make -s "$t" > "/tmp/cuda_build.$$" 2>&1 && [ ! -s "/tmp/cuda_build.$$" ]; then
+# CUDA_BUILD_JOBS builds at a time (default 2, make test's 2 cores; the targets share no
+# built prerequisite), each with its own output, judged and printed in this order
+J=${CUDA_BUILD_JOBS:-2}
+targets=(build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32
+         train_gpt2_zero3 train_gpt2_zero3_fp32 build/gpu_probe)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+pids=(); rcs=()
+for i in "${!targets[@]}"; do
+    if [ "$i" -ge "$J" ]; then wait "${pids[$((i - J))]}"; rcs[i - J]=$?; fi
+    make -s "${targets[$i]}" > "$out/$i" 2>&1 &
+    pids[i]=$!
+done
+for i in "${!targets[@]}"; do
+    t=${targets[$i]}
+    [ -n "${rcs[$i]:-}" ] || { wait "${pids[$i]}"; rcs[i]=$?; }
+    if [ "${rcs[$i]}" -eq 0 ] && [ ! -s "$out/$i" ]; then
         echo "PASS $t compiles without warnings"; pass=$((pass + 1))
     else
-        echo "FAIL $t:"; head -20 "/tmp/cuda_build.$$"; fail=$((fail + 1))
+        echo "FAIL $t:"; head -20 "$out/$i"; fail=$((fail + 1))
     fi
 done
-rm -f "/tmp/cuda_build.$$"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
