@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The mutation run (not in `make test`): does the emulator's race checker (test/emu/emu_device.h)
-# catch a missing wait? Each event wait in the device engine (zero3/device.cuh), its NCCL
+# catch a missing wait? Each event wait in the device engine (zero3/device*.cuh), its NCCL
 # layer (zero3/nccl.cuh) and the GPU trainer (train_gpt2_zero3.cu) is removed in turn: a
 # cudaStreamWaitEvent or cudaEventSynchronize becomes cudaSuccess, a call of zero_dev_wait,
 # zero_dev_join, zero_nccl_after or zero_gpu_wait (the host's watched waits) becomes 0. Each
@@ -49,7 +49,7 @@ TRAINER_RUNS=("1 -z 3" "1 -z 3 --offload-optimizer cpu --dpu 1" "2 -z 2 -d 1024"
 # every call site: FILE LINE K (the K-th wait call on that line)
 PATTERN='(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after|zero_gpu_wait)\s*\('
 sites=()
-for f in zero3/device.cuh zero3/nccl.cuh train_gpt2_zero3.cu; do
+for f in zero3/device.cuh zero3/device_step.cuh zero3/device_init.cuh zero3/nccl.cuh train_gpt2_zero3.cu; do
     while IFS=: read -r line text; do
         # skip comments and the functions' own definitions
         stripped=$(echo "$text" | sed -E 's#//.*##')

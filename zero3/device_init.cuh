@@ -1,0 +1,331 @@
+/*
+ The device engine, continued (zero3/device.cuh includes this file last): init, from the
+ schedule's pools to the NCCL communicators and ZeRO++'s groups, teardown, and the table
+ of calls behind zero_dev_create. Not included on its own.
+*/
+#ifndef ZERO3_DEVICE_INIT_CUH
+#define ZERO3_DEVICE_INIT_CUH
+
+// ----------------------------------------------------------------------------
+// init and teardown
+
+// the pools: stage 3's gather buffers, as many of each size as the schedule ever holds;
+// stages 2-3's gradient buffers, two per size when several units have it (one being
+// written while the other is reduced), plus one more if the embedding (unit 0) has it
+// too, since its gradient is open for the whole backward
+static int zero_dev_pools_init(ZeroDev* d) {
+    const ZeroPlan* p = &d->plan;
+    for (int u = 0; d->stage == 3 && u < p->num_units; u++) {
+        if (d->sched.persistent[u]) { continue; }
+        ZeroDevPool* pp = zero_dev_pool_for(d->ppool, &d->nppool, p->units[u].padded);
+        if (pp == NULL) { return -1; }
+        if (pp->count == 0 && (pp->count = zero_schedule_peak(&d->sched, pp->elems)) < 0) { return zero_error("zero device: out of memory"); }
+        if (pp->count == 0) { pp->count = 1; }
+    }
+    if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0) != 0) { return -1; }
+    if (d->stage < 2) { return 0; }
+    int units_of[ZERO_DEV_MAX_POOLS] = {0};
+    for (int u = 0; u < p->num_units; u++) {
+        ZeroDevPool* gp = zero_dev_pool_for(d->gpool, &d->ngpool, p->units[u].padded);
+        if (gp == NULL) { return -1; }
+        units_of[gp - d->gpool]++;
+    }
+    for (int i = 0; i < d->ngpool; i++) {
+        ZeroDevPool* gp = &d->gpool[i];
+        gp->count = units_of[i] < 2 ? units_of[i] : 2;
+        if (units_of[i] > 1 && gp->elems == p->units[0].padded) { gp->count++; }
+    }
+    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !d->comm32 && !d->cfg.quantized_gradients);  // those reduce into d->wide_out
+}
+
+// The initial parameters (zero3/zero.h's [Note: partitioned init]), unit by unit: this
+// rank's shard filled on the host (one shard-sized buffer) and uploaded into an fp32 unit
+// buffer on the GPU, the ranks' agreement that every fill succeeded, the unit all-gathered
+// there where this rank holds it whole (stages 0-2, persistent units); then the master
+// (whole or this rank's shard) and the floatX compute copy.
+static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
+    const ZeroPlan* p = &d->plan;
+    size_t largest = 0, largest_shard = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        if (p->units[u].padded > largest) { largest = p->units[u].padded; }
+        if (p->units[u].shard > largest_shard) { largest_shard = p->units[u].shard; }
+    }
+    float* host_shard = (float*)malloc(largest_shard * sizeof(float));
+    double scratch_bytes = 0;
+    float* dev_unit = (float*)zero_dev_alloc(largest * sizeof(float), &scratch_bytes);
+    int rc = host_shard != NULL && dev_unit != NULL ? 0 : zero_error("zero device: out of memory for the initial parameters");
+    for (int u = 0; u < p->num_units && rc == 0; u++) {
+        const ZeroUnit* pu = &p->units[u];
+        size_t n = zero_plan_shard_numel(p, u, d->rank);
+        int whole = d->stage < 3 || d->sched.persistent[u];
+        float* mine = dev_unit + (size_t)d->rank * pu->shard;
+        memset(host_shard, 0, pu->shard * sizeof(float));  // the padding is zero
+        rc = zero_fill_agree(d->comm, n > 0 && in->fill(in->fill_ctx, u, (size_t)d->rank * pu->shard, n, host_shard) != 0);
+        if (rc == 0) { rc = zero_cuda(cudaMemcpy(mine, host_shard, pu->shard * sizeof(float), cudaMemcpyHostToDevice), "uploading a shard"); }
+        if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "uploading a shard"); }  // before the NCCL stream reads it
+        if (rc == 0 && whole && d->world > 1) {
+            rc = zero_nccl_allgather(&d->nccl, dev_unit, pu->shard, ncclFloat32, u);
+            if (rc == 0) { rc = zero_gpu_wait(d->nccl.stream, NULL, "gathering a unit"); }
+        }
+        if (rc == 0 && d->stage == 0) {
+            rc = zero_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
+        } else if (rc == 0) {  // (cudaMemcpyDefault: the master may be pinned host memory)
+            rc = zero_cuda(cudaMemcpy(d->master + pu->shard_offset, mine, pu->shard * sizeof(float), cudaMemcpyDefault), "copying");
+        }
+        if (rc != 0) { break; }
+        if (d->stage < 3) {
+            zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->params + pu->full_offset, dev_unit, pu->padded);
+        } else {
+            zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256>>>(d->shard_params + pu->shard_offset, mine, pu->shard);
+            if (d->sched.persistent[u]) {
+                zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->unit_ptr[u], dev_unit, pu->padded);
+            }
+        }
+        rc = zero_cuda(cudaGetLastError(), "launching the conversion");
+        if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "converting a unit"); }  // dev_unit is reused next
+    }
+    free(host_shard);
+    cudaFree(dev_unit);
+    d->shards_written = 1;
+    return rc;
+}
+
+// The communicators (in the host engine's layout, zero3/host.h's zero_host_comms_init): the
+// shard group (everyone, or MiCS's groups of mics_shard_size consecutive ranks), the
+// replicas (MiCS), the secondary group (hpZ), each over NCCL and told where the nodes are.
+// NCCL whenever the engine communicates; at one rank stages 1-3 still run it (the
+// collectives are then copies), so the whole path runs on a single GPU.
+static int zero_dev_comms_init(ZeroDev* d) {
+    const ZeroConfig* cfg = &d->cfg;
+    int wrank = 0, wsize = 0, node = 0;
+    if (MPI_Comm_rank(d->comm, &wrank) != MPI_SUCCESS || MPI_Comm_size(d->comm, &wsize) != MPI_SUCCESS) {
+        return zero_error("zero device: the MPI communicator is unusable");
+    }
+    if (zero_comm_node(d->comm, cfg->ranks_per_node, &node) != 0) { return -1; }
+    ZeroSpan all;
+    if (zero_comm_span(d->comm, node, &all) != 0) { return -1; }
+    d->nodes = all.nodes;
+    d->per_node = all.span == ZERO_SPAN_UNEVEN ? 0 : all.per_node;
+    d->dp_world = wsize;
+    int S = cfg->mics_shard_size > 0 ? cfg->mics_shard_size : wsize;
+    if (wsize % S != 0) { return zero_error("zero device: mics_shard_size %d does not divide the %d ranks", S, wsize); }
+    MPI_Comm group = MPI_COMM_NULL, reps = MPI_COMM_NULL, sec = MPI_COMM_NULL;
+    int rc = 0;
+    if (MPI_Comm_split(d->comm, wrank / S, wrank, &group) != MPI_SUCCESS ||
+        MPI_Comm_split(d->comm, wrank % S, wrank, &reps) != MPI_SUCCESS) {
+        rc = zero_error("zero device: MPI_Comm_split (the shard groups) failed");
+        goto done;
+    }
+    MPI_Comm_rank(group, &d->rank);
+    MPI_Comm_size(group, &d->world);
+    d->use_nccl = d->world > 1 || d->stage >= 1;
+    if (d->use_nccl && zero_nccl_init(&d->nccl, group, node, NULL) != 0) { rc = -1; goto done; }
+    if (S < wsize && zero_nccl_init(&d->rep, reps, node, &d->nccl) != 0) { rc = -1; goto done; }
+    if (cfg->hpz_partition_size > 1) {
+        int P = cfg->hpz_partition_size;
+        if (P > d->world || d->world % P != 0) {
+            rc = zero_error("zero device: zero_hpz_partition_size %d does not divide the %d ranks", P, d->world);
+            goto done;
+        }
+        if (MPI_Comm_split(group, d->rank / P, d->rank, &sec) != MPI_SUCCESS) {
+            rc = zero_error("zero device: MPI_Comm_split (the hpZ groups) failed");
+            goto done;
+        }
+        if (zero_nccl_init(&d->hpz, sec, node, &d->nccl) != 0) { rc = -1; goto done; }
+    }
+done:
+    if (group != MPI_COMM_NULL) { MPI_Comm_free(&group); }
+    if (reps != MPI_COMM_NULL) { MPI_Comm_free(&reps); }
+    if (sec != MPI_COMM_NULL) { MPI_Comm_free(&sec); }
+    return rc;
+}
+
+// ZeRO++'s buffers (stage 3): hpZ's slices; the quantised collectives' scratch, for the
+// largest unit; qgZ's fp32 reduced shard (wide_out, shared with the fp32 reductions)
+static int zero_dev_zeropp_init(ZeroDev* d) {
+    const ZeroPlan* p = &d->plan;
+    size_t scratch = 0, largest_shard = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        size_t sh = p->units[u].shard;
+        if (sh > largest_shard) { largest_shard = sh; }
+        size_t qw = d->cfg.quantized_weights ? (size_t)d->world * zero_quant_bytes(sh) : 0;
+        size_t qg = d->cfg.quantized_gradients ? zero_nccl_rs_q_scratch(&d->nccl, sh) : 0;
+        if (qw > scratch) { scratch = qw; }
+        if (qg > scratch) { scratch = qg; }
+    }
+    if (scratch > 0 && (d->qscratch = (unsigned char*)zero_dev_alloc(scratch, &d->bytes_buffers)) == NULL) { return -1; }
+    if ((d->comm32 || d->cfg.quantized_gradients) && d->stage >= 2 &&
+        (d->wide_out = (float*)zero_dev_alloc(largest_shard * sizeof(float), &d->bytes_buffers)) == NULL) {
+        return -1;
+    }
+    if (d->hpz.world > 1) {
+        d->sec = (floatX*)zero_dev_alloc(p->padded_total / (size_t)d->hpz.world * sizeof(floatX), &d->bytes_params);
+        d->sec_ok = (unsigned char*)calloc((size_t)p->num_units, 1);
+        if (d->sec == NULL || d->sec_ok == NULL) { return zero_error("zero device: out of memory for hpZ's slices"); }
+    }
+    return 0;
+}
+
+// Builds the device engine over in->comm (one GPU per rank, the device set) for
+// in->model, its work ordered after in->stream, the model's.
+static int zero_dev_init(void* impl, const ZeroInit* in) {
+    ZeroDev* d = (ZeroDev*)impl;
+    const ZeroConfig* cfg = in->cfg;
+    int num_units = in->model->num_units;
+    memset(d, 0, sizeof(*d));
+    d->cfg = *cfg;
+    d->stage = cfg->stage;
+    d->compute = (cudaStream_t)in->stream;
+    d->comm = in->comm;
+    d->beta1 = in->beta1; d->beta2 = in->beta2; d->eps = in->eps;
+    if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param != ZERO_OFFLOAD_NONE) {
+        return zero_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
+    }
+    d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
+    d->dpu = in->dpu;
+    d->omp_threads = in->threads;
+    if (d->offload && d->stage == 0) { return zero_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
+    if (d->dpu && !d->offload) { return zero_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
+    if (zero_dev_comms_init(d) != 0) { return -1; }
+    if (zero_plan_init(&d->plan, in->model->unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0 ||
+        zero_schedule_init(&d->sched, in->model, &d->plan, cfg) != 0) {
+        return -1;
+    }
+    const ZeroPlan* p = &d->plan;
+    d->num_tensors = in->model->num_tensors;
+    d->tensors = (ZeroTensor*)malloc(d->num_tensors * sizeof(ZeroTensor));
+    d->unit_ptr = (floatX**)calloc(num_units, sizeof(floatX*));
+    d->unit_buf = (ZeroDevBuf**)calloc(num_units, sizeof(ZeroDevBuf*));
+    d->grad_buf = (ZeroDevBuf**)calloc(num_units, sizeof(ZeroDevBuf*));
+    d->reduced_ev = (cudaEvent_t*)calloc(num_units, sizeof(cudaEvent_t));
+    if (!d->tensors || !d->unit_ptr || !d->unit_buf || !d->grad_buf || !d->reduced_ev) { return zero_error("zero device: out of memory"); }
+    memcpy(d->tensors, in->model->tensors, d->num_tensors * sizeof(ZeroTensor));
+    for (int u = 0; u < num_units; u++) {
+        if (zero_cuda(cudaEventCreateWithFlags(&d->reduced_ev[u], cudaEventDisableTiming), "cudaEventCreate") != 0) { return -1; }
+    }
+    // fp32 reductions of bf16 gradients (fp32 ones are reduced in fp32 anyway; without NCCL,
+    // one rank at stage 0, nothing is reduced)
+    d->comm32 = cfg->comm_dtype == ZERO_COMM_FP32 && sizeof(floatX) != sizeof(float) && d->use_nccl;
+
+    // the model states
+    size_t np = p->padded_total, ns = p->shard_total;
+    d->opt_elems = d->stage == 0 ? np : ns;
+    if (d->stage < 3) {
+        if ((d->params = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_params)) == NULL) { return -1; }
+    } else if ((d->shard_params = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_params)) == NULL) {
+        return -1;
+    }
+    if (d->stage < 2 && (d->grads = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->stage == 1 && !d->comm32 && (d->gshard = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->stage >= 2 && (d->acc = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->comm32) {  // the fp32 reductions' buffers (see the top of the file)
+        size_t largest = 0, largest_shard = 0;
+        for (int u = 0; u < num_units; u++) {
+            if (p->units[u].padded > largest) { largest = p->units[u].padded; }
+            if (p->units[u].shard > largest_shard) { largest_shard = p->units[u].shard; }
+        }
+        if ((d->stage == 0 && (d->grads32 = (float*)zero_dev_alloc(np * sizeof(float), &d->bytes_grads)) == NULL) ||
+            (d->stage == 1 && (d->gshard32 = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) ||
+            (d->stage >= 1 && (d->wide = (float*)zero_dev_alloc(largest * sizeof(float), &d->bytes_buffers)) == NULL)) {
+            return -1;
+        }
+    }
+    if (zero_dev_zeropp_init(d) != 0) { return -1; }
+    if (d->offload) {
+        size_t gb = zero_dev_shard_grad_bytes(d);
+        if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
+            (d->m = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
+            (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
+            (d->h_grads_buf[0] = zero_dev_alloc_host(ns * gb, &d->host_bytes_grads)) == NULL ||
+            (d->dpu && (d->h_grads_buf[1] = zero_dev_alloc_host(ns * gb, &d->host_bytes_grads)) == NULL) ||
+            (d->h_params_buf[0] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL ||
+            (d->dpu && (d->h_params_buf[1] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL)) {
+            return -1;
+        }
+        d->h_grads = d->h_grads_buf[0];
+        d->h_params = d->h_params_buf[0];
+        if (zero_cuda(cudaStreamCreateWithFlags(&d->copy_out, cudaStreamNonBlocking), "creating the copy-out stream") != 0 ||
+            zero_cuda(cudaStreamCreateWithFlags(&d->copy_in, cudaStreamNonBlocking), "creating the copy-in stream") != 0 ||
+            zero_cuda(cudaEventCreateWithFlags(&d->reduced_out_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+            zero_cuda(cudaEventCreateWithFlags(&d->upload_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+            zero_cuda(cudaEventCreateWithFlags(&d->copied_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+            return -1;
+        }
+    } else if ((d->master = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
+               (d->m = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL ||
+               (d->v = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL) {
+        return -1;
+    }
+    if ((d->norm_scratch = (float*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_FLOATS * sizeof(float), &d->bytes_buffers)) == NULL ||
+        (d->norm_out = (float*)zero_dev_alloc(3 * sizeof(float), &d->bytes_buffers)) == NULL ||
+        (d->norm_sum = (double*)zero_dev_alloc(sizeof(double), &d->bytes_buffers)) == NULL ||
+        (d->wait_clock = (unsigned long long*)zero_dev_alloc(2 * sizeof(unsigned long long), &d->bytes_buffers)) == NULL ||
+        zero_cuda(cudaMallocHost((void**)&d->host_norm, 2 * sizeof(float)), "cudaMallocHost") != 0) {
+        return -1;
+    }
+    d->host_norm[0] = d->host_norm[1] = 0.0f;
+
+    // stage 3: the persistent units in buffers of their own, gathered for the whole run
+    for (int u = 0; d->stage == 3 && u < num_units; u++) {
+        if (!d->sched.persistent[u]) { continue; }
+        d->unit_ptr[u] = (floatX*)zero_dev_alloc(p->units[u].padded * sizeof(floatX), &d->bytes_buffers);
+        if (d->unit_ptr[u] == NULL) { return -1; }
+        zero_schedule_gathered(&d->sched, u);
+    }
+    if (zero_dev_pools_init(d) != 0) { return -1; }
+    return zero_dev_fill_params(d, in);
+}
+
+static void zero_dev_free(void* impl) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (d == NULL) { return; }
+    if (d->compute != NULL) { cudaStreamSynchronize(d->compute); }
+    if (d->copy_out != NULL) { cudaStreamSynchronize(d->copy_out); }
+    if (d->copy_in != NULL) { cudaStreamSynchronize(d->copy_in); }
+    zero_nccl_free(&d->hpz);  // (sharing the shard group's stream: first)
+    zero_nccl_free(&d->rep);
+    if (d->use_nccl) { zero_nccl_free(&d->nccl); }
+    cudaFree(d->sec); cudaFree(d->qscratch); free(d->sec_ok);
+    zero_dev_pools_free(d->ppool, d->nppool);
+    zero_dev_pools_free(d->gpool, d->ngpool);
+    for (int u = 0; d->unit_ptr != NULL && u < d->plan.num_units; u++) {
+        if (d->sched.persistent != NULL && d->sched.persistent[u]) { cudaFree(d->unit_ptr[u]); }
+    }
+    for (int u = 0; d->reduced_ev != NULL && u < d->plan.num_units; u++) {
+        if (d->reduced_ev[u] != NULL) { cudaEventDestroy(d->reduced_ev[u]); }
+    }
+    cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
+    cudaFree(d->grads32); cudaFree(d->gshard32); cudaFree(d->wide); cudaFree(d->wide_out);
+    if (d->offload) {
+        if (d->update_pending) { pthread_join(d->update_thread, NULL); }  // it writes these
+        cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_params_buf[0]);
+        if (d->h_params_buf[1] != NULL) { cudaFreeHost(d->h_params_buf[1]); }
+        cudaFreeHost(d->h_grads_buf[0]);
+        if (d->h_grads_buf[1] != NULL) { cudaFreeHost(d->h_grads_buf[1]); }
+        if (d->copy_out != NULL) { cudaStreamDestroy(d->copy_out); }
+        if (d->copy_in != NULL) { cudaStreamDestroy(d->copy_in); }
+        if (d->reduced_out_ev != NULL) { cudaEventDestroy(d->reduced_out_ev); }
+        if (d->upload_ev != NULL) { cudaEventDestroy(d->upload_ev); }
+        if (d->copied_ev != NULL) { cudaEventDestroy(d->copied_ev); }
+    } else {
+        cudaFree(d->master); cudaFree(d->m); cudaFree(d->v);
+    }
+    cudaFree(d->norm_scratch); cudaFree(d->norm_out); cudaFree(d->norm_sum); cudaFree(d->wait_clock);
+    if (d->host_norm != NULL) { cudaFreeHost(d->host_norm); }
+    free(d->tensors); free(d->unit_ptr); free(d->unit_buf); free(d->grad_buf); free(d->reduced_ev);
+    zero_schedule_free(&d->sched);
+    zero_plan_free(&d->plan);
+    free(d);
+}
+
+static const ZeroOps zero_dev_ops = {
+    "device", zero_dev_begin, zero_dev_fetch, zero_dev_release, zero_dev_grad, zero_dev_reduce, zero_dev_end,
+    zero_dev_step, zero_dev_flush, zero_dev_stats, zero_dev_save, zero_dev_load, zero_dev_master_shard, zero_dev_free,
+};
+
+// A device engine behind z (see ZeroInit). On failure nothing is left allocated.
+static int zero_dev_create(Zero* z, const ZeroInit* in) {
+    return zero_create(z, &zero_dev_ops, calloc(1, sizeof(ZeroDev)), zero_dev_init, in);
+}
+
+#endif // ZERO3_DEVICE_INIT_CUH

@@ -1,0 +1,380 @@
+/*
+ The device engine, continued (zero3/device.cuh, which includes this file after the
+ engine's state and its pass): the optimizer step (AdamW on the GPU, or the CPU Adam of
+ ZeRO-Offload with its copy streams and --dpu's update thread), the statistics, and the
+ engine's part of a checkpoint. Not included on its own.
+*/
+#ifndef ZERO3_DEVICE_STEP_CUH
+#define ZERO3_DEVICE_STEP_CUH
+
+// ----------------------------------------------------------------------------
+// the optimizer step
+
+// stage 3: the persistent units get this rank's updated shard and every other rank's
+static int zero_dev_refresh_persistent(ZeroDev* d) {
+    for (int u = 0; u < d->plan.num_units; u++) {
+        if (!d->sched.persistent[u]) { continue; }
+        const ZeroUnit* pu = &d->plan.units[u];
+        if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
+                                      pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, d->nccl.stream), "copying a shard") != 0 ||
+            zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX, u) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// offload: the SIMD CPU Adam over this rank's part of every tensor, from the gradient
+// shards at `grads`, writing the fp32 master and moments and the floatX compute copy
+// (out: an h_params buffer). Called on the step's thread, or on update_thread with dpu.
+static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float lr, float weight_decay, float grad_scale, int t) {
+    CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
+    size_t gb = zero_dev_shard_grad_bytes(d);
+    CpuAdamDtype gt = gb == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
+    CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
+    for (int i = 0; i < d->num_tensors; i++) {
+        const ZeroTensor* tr = &d->tensors[i];
+        size_t off, sh, n;  // this rank's part of the tensor (zero3/plan.h)
+        int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
+        if (in < 0) { return -1; }
+        if (in == 0) { continue; }
+        hp.weight_decay = tr->decay ? weight_decay : 0.0f;
+        if (cpu_adam_step(d->master + sh, (const char*)grads + sh * gb, gt, d->m + sh, d->v + sh, n, &hp,
+                          out + sh, ot) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void* zero_dev_update_main(void* arg) {
+    ZeroDevUpdate* a = (ZeroDevUpdate*)arg;
+    if (a->d->omp_threads > 0) { omp_set_num_threads(a->d->omp_threads); }  // a new thread has the default team size
+    double t0 = zero_now_ms();
+    a->rc = zero_dev_cpu_update(a->d, a->grads, a->out, a->lr, a->weight_decay, a->grad_scale, a->t);
+    a->ms = zero_now_ms() - t0;
+    if (a->rc != 0) { snprintf(a->msg, sizeof(a->msg), "%s", zero_errmsg()); }
+    return NULL;
+}
+
+// after an update: every rank's updated shards to every rank, in place (stages 1-2), or
+// the persistent units refreshed (stage 3); the next forward waits on the GPU
+static int zero_dev_share_params(ZeroDev* d) {
+    cudaStream_t s = d->compute;
+    if (d->stage == 1 || d->stage == 2) {
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_group_start(&d->nccl, "all-gather of the updated shards", -1) != 0) { return -1; }
+        for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
+            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX, u) != 0) {
+                zero_nccl_group_end();
+                return -1;
+            }
+        }
+        if (zero_nccl_group_end() != 0 || zero_dev_join(d) != 0) { return -1; }
+    } else if (d->stage == 3) {
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
+        d->shards_written = 1;
+        if (d->sec_ok != NULL) { memset(d->sec_ok, 0, (size_t)d->plan.num_units); }  // hpZ: slices of the old parameters
+    }
+    return 0;
+}
+
+// offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy-in
+// stream, the compute stream waiting for them; then every rank's shards to every rank
+static int zero_dev_upload(ZeroDev* d, const floatX* src) {
+    cudaStream_t s = d->compute;
+    // the copies overwrite parameters that work queued on the compute stream (and the
+    // gathers on the NCCL stream) may still read: after both
+    if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }
+    if (zero_cuda(cudaEventRecord(d->upload_ev, s), "cudaEventRecord") != 0 ||
+        zero_cuda(cudaStreamWaitEvent(d->copy_in, d->upload_ev, 0), "cudaStreamWaitEvent") != 0) {
+        return -1;
+    }
+    for (int u = 0; u < d->plan.num_units; u++) {
+        const ZeroUnit* pu = &d->plan.units[u];
+        floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
+        if (zero_cuda(cudaMemcpyAsync(dst, src + pu->shard_offset, pu->shard * sizeof(floatX),
+                                      cudaMemcpyHostToDevice, d->copy_in), "copying a parameter shard in") != 0) {
+            return -1;
+        }
+        d->moved_h2d += (double)pu->shard * sizeof(floatX);
+    }
+    if (zero_cuda(cudaEventRecord(d->copied_ev, d->copy_in), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
+        return -1;
+    }
+    return zero_dev_share_params(d);
+}
+
+// dpu: waits for the pending CPU update and uploads its result (at the end of the next
+// step, and before anything reads the master or needs the latest parameters: checkpoints,
+// the end of training)
+static int zero_dev_flush(void* impl) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (!d->update_pending) { return 0; }
+    if (pthread_join(d->update_thread, NULL) != 0) { return zero_error("zero device: joining the CPU Adam thread failed"); }
+    d->update_pending = 0;
+    if (d->update_args.rc != 0) { return zero_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
+    d->update_ms += d->update_args.ms;
+    // the thread wrote update_args.out; the upload from it runs on the copy-in stream while
+    // the next thread writes the other buffer (see zero_dev_step)
+    return zero_dev_upload(d, d->update_args.out);
+}
+
+// offload: the CPU Adam of this step (the gradient shards are on the host), on the step's
+// thread, or (dpu) on a thread of its own while the GPU computes the next step
+static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scale) {
+    if (isnan(grad_scale)) {  // a skipped step (adamw_skip_kernel): no update; --dpu's pending one still lands
+        return zero_dev_flush(d);
+    }
+    if (!d->dpu) {
+        double t0 = zero_now_ms();
+        if (zero_dev_cpu_update(d, d->h_grads, d->h_params, st->lr, st->weight_decay, grad_scale, st->t) != 0) { return -1; }
+        d->update_ms += zero_now_ms() - t0;
+        return zero_dev_upload(d, d->h_params);
+    }
+    // The previous step's update goes to the GPU now (its upload queued on the copy-in
+    // stream), this step's starts on a thread from the gradients just copied, into the
+    // other h_params buffer: the one uploaded a step ago, which the copy-in stream's
+    // synchronization in zero_dev_step finished. The next step's copies fill the other gradient buffer. Its result is
+    // shared with the ranks when it is uploaded.
+    if (zero_dev_flush(d) != 0) { return -1; }
+    d->h_params = d->h_params == d->h_params_buf[0] ? d->h_params_buf[1] : d->h_params_buf[0];
+    memset(&d->update_args, 0, sizeof(d->update_args));
+    d->update_args.d = d;
+    d->update_args.grads = d->h_grads;
+    d->update_args.out = d->h_params;
+    d->update_args.lr = st->lr;
+    d->update_args.weight_decay = st->weight_decay;
+    d->update_args.grad_scale = grad_scale;
+    d->update_args.t = st->t;
+    if (pthread_create(&d->update_thread, NULL, zero_dev_update_main, &d->update_args) != 0) {
+        return zero_error("zero device: starting the CPU Adam thread failed");
+    }
+    d->update_pending = 1;
+    d->h_grads = d->h_grads == d->h_grads_buf[0] ? d->h_grads_buf[1] : d->h_grads_buf[0];
+    return 0;
+}
+
+// Global norm of the mean gradient, clipping, AdamW on this rank's part of every tensor
+// (one launch each; an element's stochastic rounding bits depend on its place in the
+// padded model, so every stage draws the same bits for it), then the updated parameters
+// go to every rank. The gradients are sums over ranks: the 1/world of the mean is folded
+// into AdamW's gradient scale. The norm, its sum over ranks (an NCCL all-reduce) and the
+// scale are computed on the GPU, where AdamW reads the scale: without offload the host does
+// not wait. With offload the CPU Adam waits for the scale, and for the gradient copies anyway.
+static int zero_dev_step(void* impl, const ZeroStep* st) {
+    ZeroDev* d = (ZeroDev*)impl;
+    cudaStream_t s = d->compute;
+    if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
+    int rc = 0;
+    if (d->stage == 0 && d->comm32) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads32, d->plan.padded_total, s); }
+    else if (d->stage == 0) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
+    else if (d->stage == 1 && d->comm32) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->gshard32, d->plan.shard_total, s); }
+    else if (d->stage == 1) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
+    else { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
+    if (rc != 0) { return -1; }
+    // this rank's squared norm widened to double, summed over ranks at stages 1-3 (each rank
+    // holds the squares of its shards), then the scale and the norm: all on the GPU
+    adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
+    if (zero_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
+    if (d->stage >= 1 && d->world > 1) {  // 8 bytes, left out of the model's traffic counters (the host engine's scalar sums are too)
+        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_watch_begin(d->nccl.stream, "all-reduce of the gradient norm", -1) != 0 ||
+            zero_nccl_watched(zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm,
+                                                            d->nccl.stream), "the norm's all-reduce")) != 0 ||
+            zero_dev_join(d) != 0) {
+            return -1;
+        }
+    }
+    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->dp_world, st->grad_clip);
+    adamw_skip_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, st->skip);  // NaN scale: AdamW changes nothing
+    // the scale and the norm to the host: read after the trainer's end-of-step
+    // synchronization (zero_dev_stats), or at once with offload, whose CPU Adam needs the scale
+    if (zero_cuda(cudaGetLastError(), "the gradient scale") != 0 ||
+        zero_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out + 1, 2 * sizeof(float), cudaMemcpyDeviceToHost, s),
+                  "copying the norm") != 0) {
+        return -1;
+    }
+    float grad_scale = 1.0f;  // the CPU Adam's copy (offload)
+    if (d->offload) {
+        if (zero_gpu_wait(s, NULL, "waiting for the norm") != 0) { return -1; }
+        grad_scale = d->host_norm[0];
+        // every gradient shard is on the host once the copy-out stream is through; before
+        // the accumulators the copies read from are cleared below
+        double w0 = zero_now_ms();
+        if (zero_gpu_wait(d->copy_out, NULL, "waiting for the gradient copies") != 0) { return -1; }
+        d->host_wait_ms += zero_now_ms() - w0;
+        // every earlier upload from an h_params buffer is done before the CPU Adam writes
+        // one again (the compute stream, just synchronized, waited for them too: this keeps
+        // the guarantee where it is needed)
+        if (zero_gpu_wait(d->copy_in, NULL, "waiting for the uploads") != 0) { return -1; }
+    }
+    unsigned int run_seed = (unsigned int)(st->seed ^ (st->seed >> 32));
+    const float* scale_dev = d->norm_out + 1;  // AdamW on the GPU reads it there
+    for (int i = 0; !d->offload && i < d->num_tensors; i++) {
+        const ZeroTensor* tr = &d->tensors[i];
+        // this rank's part of the tensor: at `off` in the padded model (the rounding bits,
+        // and the compute copy at stages 0-2), at `sh` in the shard buffers (stages 1-3)
+        size_t off = d->plan.units[tr->unit].full_offset + tr->offset, sh = 0, n = tr->size;
+        if (d->stage >= 1) {
+            int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
+            if (in < 0) { return -1; }
+            if (in == 0) { continue; }  // no element of this tensor in this rank's shard
+        }
+        float wd = tr->decay ? st->weight_decay : 0.0f;
+        if (d->stage == 0 && d->comm32) {
+            rc = adamw_update_cuda(d->params + off, d->master + off, d->grads32 + off, d->m + off, d->v + off, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
+        } else if (d->stage == 0) {
+            rc = adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
+        } else if (d->stage == 1 && d->comm32) {
+            rc = adamw_update_cuda(d->params + off, d->master + sh, d->gshard32 + sh, d->m + sh, d->v + sh, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
+        } else if (d->stage == 1) {
+            rc = adamw_update_cuda(d->params + off, d->master + sh, d->gshard + sh, d->m + sh, d->v + sh, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
+        } else {
+            floatX* p = d->stage == 2 ? d->params + off : d->shard_params + sh;
+            rc = adamw_update_cuda(p, d->master + sh, d->acc + sh, d->m + sh, d->v + sh, n,
+                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
+        }
+        if (rc != 0) { return -1; }
+    }
+    // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken)
+    if (d->stage < 2 && zero_cuda(cudaMemsetAsync(d->grads, 0, d->plan.padded_total * sizeof(floatX), s), "cudaMemsetAsync") != 0) {
+        return -1;
+    }
+    if (d->stage >= 2 && zero_cuda(cudaMemsetAsync(d->acc, 0, d->plan.shard_total * sizeof(float), s), "cudaMemsetAsync") != 0) {
+        return -1;
+    }
+    return d->offload ? zero_dev_offload_step(d, st, grad_scale) : zero_dev_share_params(d);
+}
+
+// ----------------------------------------------------------------------------
+// what the engine reports
+
+// the compute stream's waits on communication so far, plus the host's for the gradient
+// copies; the last step's norm. Synchronizes the compute stream: between steps.
+static int zero_dev_stats(void* impl, ZeroStats* out) {
+    ZeroDev* d = (ZeroDev*)impl;
+    unsigned long long total = 0;
+    // the step first, watched (zero3/nccl_watch.cuh): a copy into pageable memory waits for it unwatched
+    if (zero_gpu_wait(d->compute, NULL, "waiting for the step") != 0 ||
+        zero_cuda(cudaMemcpyAsync(&total, d->wait_clock + 1, sizeof(total), cudaMemcpyDeviceToHost, d->compute),
+                  "reading the wait clock") != 0 ||
+        zero_cuda(cudaStreamSynchronize(d->compute), "cudaStreamSynchronize") != 0) {
+        return -1;
+    }
+    out->norm = d->host_norm[1];
+    out->wait_ms = (double)total * 1e-6 + d->host_wait_ms;
+    // every communicator's traffic: the shard group's, MiCS's replicas', hpZ's group's
+    const ZeroNccl* cs[3] = {&d->nccl, &d->rep, &d->hpz};
+    memset(out->comm_bytes, 0, sizeof(out->comm_bytes));
+    memset(out->link_bytes, 0, sizeof(out->link_bytes));
+    for (int i = 0; i < 3; i++) { zero_stats_add_traffic(out, cs[i]->bytes, cs[i]->link_bytes); }
+    out->links_known = 1;
+    out->nodes = d->nodes;
+    out->ranks_per_node = d->per_node;
+    out->moved[ZERO_MOVE_D2H] = d->moved_d2h;
+    out->moved[ZERO_MOVE_H2D] = d->moved_h2d;
+    out->update_ms = d->update_ms;
+    out->mem[ZERO_MEM_PARAMS] = d->bytes_params;
+    out->mem[ZERO_MEM_GRADS] = d->bytes_grads;
+    out->mem[ZERO_MEM_OPTIMIZER] = d->bytes_optimizer;
+    out->mem[ZERO_MEM_BUFFERS] = d->bytes_buffers;
+    out->mem[ZERO_MEM_HOST_PARAMS] = d->host_bytes_params;
+    out->mem[ZERO_MEM_HOST_GRADS] = d->host_bytes_grads;
+    out->mem[ZERO_MEM_HOST_OPTIMIZER] = d->host_bytes_optimizer;
+    out->mem_peak = d->bytes_params + d->bytes_grads + d->bytes_optimizer + d->bytes_buffers;  // allocated once, at init
+    out->padded_total = d->plan.padded_total;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints
+
+// bytes of a device or pinned host array streamed through a bounded host buffer
+static int zero_dev_stream(FILE* fp, void* arr, size_t bytes, int writing) {
+    const size_t chunk = (size_t)64 << 20;
+    char* buf = (char*)malloc(bytes < chunk ? (bytes > 0 ? bytes : 1) : chunk);
+    if (buf == NULL) { return zero_error("zero device: out of memory for the checkpoint buffer"); }
+    int rc = 0;
+    for (size_t off = 0; off < bytes && rc == 0; off += chunk) {
+        size_t n = bytes - off < chunk ? bytes - off : chunk;
+        if (writing) {
+            rc = zero_cuda(cudaMemcpy(buf, (const char*)arr + off, n, cudaMemcpyDefault), "reading the state");
+            if (rc == 0 && fwrite(buf, 1, n, fp) != n) { rc = zero_error("zero device: writing the state failed: %s", strerror(errno)); }
+        } else {
+            if (fread(buf, 1, n, fp) != n) { rc = zero_error("zero device: the state is truncated"); }
+            if (rc == 0) { rc = zero_cuda(cudaMemcpy((char*)arr + off, buf, n, cudaMemcpyDefault), "writing the state"); }
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+// the compute copy a resume needs (bf16: it comes from stochastic rounding, so it is
+// saved, not recomputed): the whole model at stages 0-2, this rank's shards at stage 3
+static floatX* zero_dev_param_state(const ZeroDev* d, size_t* elems) {
+    *elems = d->stage < 3 ? d->plan.padded_total : d->plan.shard_total;
+    return d->stage < 3 ? d->params : d->shard_params;
+}
+
+static ZeroStateHeader zero_dev_state_header(const ZeroDev* d) {
+    size_t np = 0;
+    zero_dev_param_state(d, &np);
+    return zero_state_header("device", d->stage, &d->plan, sizeof(floatX), 3 * d->opt_elems * sizeof(float) + np * sizeof(floatX));
+}
+
+// This rank's part of a checkpoint (zero3/checkpoint.h): the section header ("device"),
+// then the fp32 master, m and v (opt_elems each: the padded model at stage 0, this rank's
+// shards after), then the compute copy (zero_dev_param_state). A pending --dpu update is
+// applied first.
+static int zero_dev_save(void* impl, FILE* fp) {
+    ZeroDev* d = (ZeroDev*)impl;
+    if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting for the state") != 0) { return -1; }
+    ZeroStateHeader h = zero_dev_state_header(d);
+    size_t np = 0, n = d->opt_elems * sizeof(float);
+    floatX* pstate = zero_dev_param_state(d, &np);
+    if (zero_state_write_header(fp, &h) != 0 || zero_dev_stream(fp, d->master, n, 1) != 0 || zero_dev_stream(fp, d->m, n, 1) != 0 ||
+        zero_dev_stream(fp, d->v, n, 1) != 0 || zero_dev_stream(fp, pstate, np * sizeof(floatX), 1) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+// reads what zero_dev_save wrote into an engine of the same partition and precision; the
+// persistent units of stage 3 are then gathered again from the shards
+static int zero_dev_load(void* impl, FILE* fp) {
+    ZeroDev* d = (ZeroDev*)impl;
+    ZeroStateHeader want = zero_dev_state_header(d);
+    size_t np = 0, n = d->opt_elems * sizeof(float);
+    floatX* pstate = zero_dev_param_state(d, &np);
+    if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting before the load") != 0 ||
+        zero_state_read_header(fp, &want) != 0 || zero_dev_stream(fp, d->master, n, 0) != 0 ||
+        zero_dev_stream(fp, d->m, n, 0) != 0 || zero_dev_stream(fp, d->v, n, 0) != 0 ||
+        zero_dev_stream(fp, pstate, np * sizeof(floatX), 0) != 0) {
+        return -1;
+    }
+    if (d->stage != 3) { return 0; }
+    d->shards_written = 1;
+    if (d->sec_ok != NULL) { memset(d->sec_ok, 0, (size_t)d->plan.num_units); }  // hpZ: slices of the old parameters
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
+    return 0;
+}
+
+// This rank's range of unit u's fp32 master (ZeroOps.master_shard): its shard's real
+// elements, from the whole master (stage 0) or the shards (1-3), on the GPU or, with
+// offload, in pinned host memory (cudaMemcpyDefault takes either)
+static int zero_dev_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
+    ZeroDev* d = (ZeroDev*)impl;
+    const ZeroUnit* pu = &d->plan.units[u];
+    *begin = (size_t)d->rank * pu->shard;
+    *n = zero_plan_shard_numel(&d->plan, u, d->rank);
+    if (out == NULL || *n == 0) { return 0; }
+    if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
+    if (zero_gpu_wait(d->compute, NULL, "waiting for the master") != 0) { return -1; }
+    const float* src = d->master + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
+    return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the master");
+}
+
+#endif // ZERO3_DEVICE_STEP_CUH
