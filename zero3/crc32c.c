@@ -25,7 +25,7 @@ static void crc32c_table_init(void) {
     crc32c_table_ready = 1;
 }
 
-static uint32_t crc32c_soft(uint32_t crc, const unsigned char* p, size_t n) {
+uint32_t crc32c_soft(uint32_t crc, const unsigned char* p, size_t n) {
     if (!crc32c_table_ready) { crc32c_table_init(); }
     for (size_t i = 0; i < n; i++) { crc = crc32c_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8); }
     return crc;

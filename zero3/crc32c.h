@@ -30,6 +30,11 @@ extern "C" {
 // piece in order; the result is the CRC32C of all the bytes together.
 uint32_t crc32c_update(uint32_t crc, const void* data, size_t n);
 
+// The same by table, one byte at a time, on the inverted register (crc32c_update(c, p, n) =
+// ~crc32c_soft(~c, p, n)): what crc32c_update falls back to without SSE4.2; the tests hold
+// the instruction's result against it
+uint32_t crc32c_soft(uint32_t crc, const unsigned char* p, size_t n);
+
 // The CRC32C of each of the n blocks of `block` bytes at data, into out[0..n): what
 // crc32c_update(0, block i) gives, four at a time where the instruction is there
 void crc32c_blocks(const void* data, size_t n, size_t block, uint32_t* out);
