@@ -48,8 +48,7 @@
  quantities by 1e-4 .. 1 relative, orders of magnitude above. Exact properties (padded
  probabilities and padded dwte rows are 0) are checked with tolerance 0.
 
- Build: mpicc -O2 -march=native -fopenmp -std=gnu11 -I. $(pkg-config --cflags libcjson openblas libpcre2-8) \
-          test/e2e/test_gpt2.c -o build/test_gpt2 $(pkg-config --libs libcjson openblas libpcre2-8) -lm
+ Build: make build/test_gpt2 (the program links the library, build/lib/opt/lib.a)
 */
 #define TESTING
 #include "train_gpt2_zero3.c"

@@ -2,8 +2,8 @@
  Tests of zero3/comm.h: a plain MPI program (Criterion forks each test, which MPI does
  not survive), run at several world sizes:
 
-   mpicc -O2 -Wall -Wextra -I. test/unit/test_comm_mpi.c -o build/test_comm_mpi
-   mpicc -O2 -Wall -Wextra -I. -DZERO_COMM_CHUNK=7 test/unit/test_comm_mpi.c -o build/test_comm_mpi_chunk
+   make build/test_comm_mpi build/test_comm_mpi_chunk   (the second compiles zero3/comm*.c itself,
+                                                        with -DZERO_COMM_CHUNK=7)
    mpirun --allow-run-as-root --oversubscribe -np N build/test_comm_mpi   (N = 1, 2, 3, 4)
 
  Data are integer-valued floats small enough that every sum is exact, so results are

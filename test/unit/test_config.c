@@ -3,7 +3,7 @@
  --ds-config JSON and long flags) and zero3/estimate.h (model-state memory per stage and offload).
 
  build and run (from the repo root):
-   gcc -O2 -Wall -Wextra -I. test/unit/test_config.c -o build/test_config $(pkg-config --cflags --libs criterion libcjson)
+   make build/test_config   (links the library, build/lib/opt/lib.a)
    ./build/test_config
 */
 #define _DEFAULT_SOURCE           // mkdtemp and open_memstream under -std=c11

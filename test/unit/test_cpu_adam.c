@@ -17,7 +17,8 @@
  - the bf16 helpers against an independent nearest-even rounding done in double;
  - every bad argument returns -1 with a message.
 
- build: gcc -O2 -fopenmp -Wall -Wextra -I. test/unit/test_cpu_adam.c -o build/test_cpu_adam $(pkg-config --cflags --libs criterion) -lm
+ build: make build/test_cpu_adam (compiles zero3/cpu_adam.c, adamw.c and util.c itself, without
+ -march=native, so that the run-time ISA dispatch is what runs)
 */
 #include <stdio.h>                // fprintf, stderr: the ISA chosen
 #include <stdint.h>               // uint16_t, uint32_t, SIZE_MAX

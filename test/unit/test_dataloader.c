@@ -5,7 +5,7 @@
  can be checked exactly and traced back to the (shard, chunk) it came from. Criterion forks
  every test, so each one gets its own temporary directory (made in .init, removed in .fini).
 
- build: gcc -O2 -Wall -I. test/unit/test_dataloader.c -o build/test_dataloader $(pkg-config --cflags --libs criterion)
+ build: make build/test_dataloader (links the library, build/lib/opt/lib.a)
 */
 #include <stdio.h>              // FILE, fopen, fwrite, snprintf
 #include <stdlib.h>             // mkdtemp, calloc, free

@@ -20,8 +20,7 @@
  Shapes are small and odd (B=2, T=5, C=12, NH=3, V=37, Vp=40, OC=20) so that no
  accidental multiple of a block size hides an edge case.
 
- Build: gcc -O2 -march=native -fopenmp -I. test/unit/test_ops.c -o build/test_ops \
-          $(pkg-config --cflags --libs criterion openblas) -lm
+ Build: make build/test_ops (links the library, build/lib/opt/lib.a)
 */
 #include <criterion/criterion.h>  // Test, cr_assert, cr_assert_eq
 #include <math.h>                 // fabs, exp, log, tanh, sqrt, cos

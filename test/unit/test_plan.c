@@ -13,7 +13,7 @@
  Millions of conditions are checked, so they go through CHECK, which only calls into
  Criterion when one fails: a passing cr_assert costs far more than the test itself.
 
- build: gcc -O2 -Wall -Wextra -I. test/unit/test_plan.c -o build/test_plan $(pkg-config --cflags --libs criterion)
+ build: make build/test_plan (links the library, build/lib/opt/lib.a)
 */
 #include <stdio.h>                // snprintf: the expected messages
 #include <stdint.h>               // SIZE_MAX, uint64_t

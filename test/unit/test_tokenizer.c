@@ -3,7 +3,7 @@
  the tokenizer file round trip, and the failure paths.
 
  build and run (from the repo root, so the vocabulary paths resolve):
-   gcc -O2 -I. test/unit/test_tokenizer.c -o build/test_tokenizer $(pkg-config --cflags --libs criterion libpcre2-8 libcjson)
+   make build/test_tokenizer   (links the library, build/lib/opt/lib.a)
    ./build/test_tokenizer
 */
 #define _DEFAULT_SOURCE           // mkdtemp and access under -std=c11
