@@ -33,6 +33,11 @@ else bad "llmc/ model code includes zero3/: $bad_llmc"; fi
 bad_up=$(includes common/*.h llmc/*.h llmc/*.c llmc/*.cuh zero3/*.h zero3/*.cuh dev/*.c | awk '$2 ~ /^(train_gpt2_zero3|test\/|dev\/)/')
 if [ -z "$bad_up" ]; then ok "no library file includes a trainer, a tool or a test"; else bad "includes reaching up: $bad_up"; fi
 
+# sizes a reader can hold: no file of common/, llmc/ or zero3/ over 800 lines, no C function
+# there with a body over 120 (kernels aside); test/e2e/code_sizes.py names each one over
+if sizes=$($PY test/e2e/code_sizes.py common llmc zero3 2>&1); then ok "no library file over 800 lines, no C function over 120"
+else bad "sizes: $(echo "$sizes" | tr '\n' ';')"; fi
+
 # the folder graph, for the record (and the check that it has no cycle: zero3 -> llmc
 # never appears, nor anything out of common/, which the first checks already hold)
 echo "folder include graph:"
