@@ -319,8 +319,12 @@ static void zero_dev_free(void* impl) {
 }
 
 static const ZeroOps zero_dev_ops = {
-    "device", zero_dev_begin, zero_dev_fetch, zero_dev_release, zero_dev_grad, zero_dev_reduce, zero_dev_end,
-    zero_dev_step, zero_dev_flush, zero_dev_stats, zero_dev_save, zero_dev_load, zero_dev_master_shard, zero_dev_free,
+    .name = "device",
+    .begin = zero_dev_begin, .fetch = zero_dev_fetch, .release = zero_dev_release,
+    .grad = zero_dev_grad, .reduce = zero_dev_reduce, .end = zero_dev_end,
+    .step = zero_dev_step, .flush = zero_dev_flush, .stats = zero_dev_stats,
+    .save = zero_dev_save, .load = zero_dev_load,
+    .master_shard = zero_dev_master_shard, .free = zero_dev_free,
 };
 
 // A device engine behind z (see ZeroInit). On failure nothing is left allocated.

@@ -307,8 +307,12 @@ int zero_host_stats(void* impl, ZeroStats* s) {
 }
 
 static const ZeroOps zero_host_ops = {
-    "host", zero_host_begin, zero_host_fetch, zero_host_release, zero_host_grad, zero_host_reduce, zero_host_end,
-    zero_host_step, zero_host_flush, zero_host_stats, zero_host_save, zero_host_load, zero_host_master_shard, zero_host_free,
+    .name = "host",
+    .begin = zero_host_begin, .fetch = zero_host_fetch, .release = zero_host_release,
+    .grad = zero_host_grad, .reduce = zero_host_reduce, .end = zero_host_end,
+    .step = zero_host_step, .flush = zero_host_flush, .stats = zero_host_stats,
+    .save = zero_host_save, .load = zero_host_load,
+    .master_shard = zero_host_master_shard, .free = zero_host_free,
 };
 
 int zero_host_create(Zero* z, const ZeroInit* in) {

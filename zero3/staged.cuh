@@ -162,8 +162,12 @@ static void zero_staged_free(void* impl) {
 }
 
 static const ZeroOps zero_staged_ops = {
-    "host", zero_staged_begin, zero_staged_fetch, zero_staged_release, zero_staged_grad, zero_staged_reduce, zero_staged_end,
-    zero_staged_step, zero_staged_flush, zero_staged_stats, zero_staged_save, zero_staged_load, zero_staged_master_shard, zero_staged_free,
+    .name = "host",
+    .begin = zero_staged_begin, .fetch = zero_staged_fetch, .release = zero_staged_release,
+    .grad = zero_staged_grad, .reduce = zero_staged_reduce, .end = zero_staged_end,
+    .step = zero_staged_step, .flush = zero_staged_flush, .stats = zero_staged_stats,
+    .save = zero_staged_save, .load = zero_staged_load,
+    .master_shard = zero_staged_master_shard, .free = zero_staged_free,
 };
 
 // the host engine, and the GPU's copies: whole floatX units padded to 256 bytes, zeroed,
