@@ -73,8 +73,8 @@
  stream (the gradient shards) before the CPU Adam, and for the copy-in stream before the
  CPU Adam writes an h_params buffer again (and, with dpu, for the previous update).
 
- The pools are sized at init by walking the schedule (zero_schedule_peak): the decisions
- depend only on the schedule and the configuration.
+ The pools are sized at init by walking the pass driver with a counting mover
+ (zero_pass_walk): the decisions depend only on the schedule and the configuration.
 
  Waiting on communication is measured on the GPU (zero_dev_wait): each time the compute
  stream waits for a collective or a copy that has not ended when the wait is issued, the
@@ -97,9 +97,10 @@
 #include "zero3/config.h"        // ZeroConfig
 #include "zero3/zero.h"          // the interface: ZeroOps, ZeroModel, ZeroStats
 #include "zero3/schedule.h"      // ZeroSchedule: the uses and their decisions
+#include "zero3/pass.h"          // ZeroPass, ZeroMover: the pass driver and its moves
 #include "zero3/checkpoint.h"    // ZeroStateHeader: this engine's part of a checkpoint
 #include "zero3/nccl.cuh"        // ZeroNccl: the collectives' stream and events; the quantised collectives
-#include "zero3/comm.h"          // zero_comm_node, zero_comm_span: the nodes
+#include "zero3/groups.h"        // zero_groups_split: the shard group, replicas and hpZ groups, the nodes
 #include "zero3/cpu_adam.h"      // cpu_adam_step: offload's SIMD AdamW
 
 #if defined(ENABLE_FP32)
@@ -148,6 +149,7 @@ typedef struct ZeroDev {
     ZeroPlan plan;
     ZeroConfig cfg;
     ZeroSchedule sched;
+    ZeroPass pass;                // the driver of the model's calls over sched, moving through zero_dev_mover
     MPI_Comm comm;                // the ranks (NCCL's communicator is made over it)
     int stage, world, rank, use_nccl;   // world, rank: of the shard group (everyone without MiCS)
     ZeroNccl nccl;                // the shard group's collectives
@@ -156,7 +158,6 @@ typedef struct ZeroDev {
     int dp_world;                 // every data-parallel rank: the mean gradient's divisor
     int nodes, per_node;          // where the job's ranks are, for the report (per_node 0: uneven)
     floatX* sec;                  // (padded_total / hpz.world) hpZ: this rank's slice of every unit
-    unsigned char* sec_ok;        // (num_units) hpZ: the slice holds the current parameters
     unsigned char* qscratch;      // qwZ / qgZ: the quantised blocks of one collective
     cudaStream_t compute;
     int num_tensors;
@@ -350,22 +351,27 @@ static void zero_dev_pools_free(ZeroDevPool* pools, int npools) {
 }
 
 // ----------------------------------------------------------------------------
-// stage 3 gathers
+// the mover (zero3/pass.h): the driver decides, these issue the moves on the streams
 
-// gathers unit u (the schedule counts it in flight) into a pooled buffer on the NCCL
-// stream, once the buffer's last readers are done: this rank's shard in place, then the
-// all-gather; ready_ev marks the end
-static int zero_dev_gather(ZeroDev* d, int u) {
+// gathers unit u into a pooled buffer on the NCCL stream, once the buffer's last readers
+// are done: this rank's shard (or with hpZ its slice) in place, then the all-gather;
+// ready_ev marks the end
+static int zero_dev_gather_start(void* be, int u, int how) {
+    ZeroDev* d = (ZeroDev*)be;
     const ZeroUnit* pu = &d->plan.units[u];
     ZeroDevBuf* b = zero_dev_take(d, d->ppool, d->nppool, u);
     if (b == NULL) { return -1; }
     cudaStream_t ns = d->nccl.stream;
+    // the gathers read shards that the last step's AdamW (or a load) wrote
+    if (d->shards_written) {
+        if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
+        d->shards_written = 0;
+    }
     if (zero_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0) { return -1; }
     size_t part = d->sec != NULL ? pu->padded / (size_t)d->hpz.world : 0;  // hpZ: a slice
     floatX* slice = d->sec != NULL ? d->sec + pu->full_offset / (size_t)d->hpz.world : NULL;
-    if (d->sec != NULL && d->sec_ok[u]) {
-        // hpZ: the slices inside the secondary group hold the unit (this step's first gather
-        // left them there): gathered from them, never across the whole world
+    if (how == ZERO_GATHER_SLICES) {
+        // hpZ: gathered inside the secondary group from this step's slices, never across the whole world
         if (zero_cuda(cudaMemcpyAsync(b->buf + (size_t)d->hpz.rank * part, slice, part * sizeof(floatX),
                                       cudaMemcpyDeviceToDevice, ns), "copying an hpZ slice") != 0 ||
             zero_nccl_allgather(&d->hpz, b->buf, part, NCCL_FLOATX, u) != 0) {
@@ -379,12 +385,10 @@ static int zero_dev_gather(ZeroDev* d, int u) {
         int rc = d->cfg.quantized_weights ? zero_nccl_allgather_q<floatX>(&d->nccl, b->buf, pu->shard, d->qscratch, u)
                                           : zero_nccl_allgather(&d->nccl, b->buf, pu->shard, NCCL_FLOATX, u);
         if (rc != 0) { return -1; }
-        if (d->sec != NULL) {  // hpZ: this rank's slice kept for the unit's next gathers
-            if (zero_cuda(cudaMemcpyAsync(slice, b->buf + (size_t)d->hpz.rank * part, part * sizeof(floatX),
-                                          cudaMemcpyDeviceToDevice, ns), "keeping an hpZ slice") != 0) {
-                return -1;
-            }
-            d->sec_ok[u] = 1;
+        if (how == ZERO_GATHER_SHARDS_KEEP &&  // hpZ: this rank's slice kept for the unit's next gathers
+            zero_cuda(cudaMemcpyAsync(slice, b->buf + (size_t)d->hpz.rank * part, part * sizeof(floatX),
+                                      cudaMemcpyDeviceToDevice, ns), "keeping an hpZ slice") != 0) {
+            return -1;
         }
     }
     if (zero_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) { return -1; }
@@ -393,11 +397,17 @@ static int zero_dev_gather(ZeroDev* d, int u) {
     return 0;
 }
 
+// the compute stream waits for unit u's gather
+static int zero_dev_gather_wait(void* be, int u) {
+    ZeroDev* d = (ZeroDev*)be;
+    return d->unit_buf[u] != NULL ? zero_dev_wait(d, d->unit_buf[u]->ready_ev) : 0;
+}
+
 // unit u's gathered copy is no longer needed: its buffer is free once the compute
 // stream's kernels issued so far (the readers) are done
-static int zero_dev_ungather(ZeroDev* d, int u) {
+static int zero_dev_gather_free(void* be, int u) {
+    ZeroDev* d = (ZeroDev*)be;
     ZeroDevBuf* b = d->unit_buf[u];
-    zero_schedule_freed(&d->sched, u);
     if (b == NULL) { return 0; }
     if (zero_cuda(cudaEventRecord(b->free_ev, d->compute), "cudaEventRecord") != 0) { return -1; }
     b->unit = -1;
@@ -406,61 +416,14 @@ static int zero_dev_ungather(ZeroDev* d, int u) {
     return 0;
 }
 
-// starts the gathers the schedule's window ahead asks for, after the use before `from`
-static int zero_dev_prefetch(ZeroDev* d, int from) {
-    int ahead[64];  // prefetch_depth <= 64 (zero3/config.h)
-    int n = zero_schedule_prefetch(&d->sched, from, ahead);
-    for (int k = 0; k < n; k++) {
-        if (zero_dev_gather(d, ahead[k]) != 0) { return -1; }
-    }
-    return 0;
+static void* zero_dev_params(void* be, int u) {
+    ZeroDev* d = (ZeroDev*)be;
+    return d->sched.gathers ? (void*)d->unit_ptr[u] : (void*)(d->params + d->plan.units[u].full_offset);
 }
 
-// ----------------------------------------------------------------------------
-// the model's calls
-
-static int zero_dev_begin(void* impl, int pass, int last_micro) {
-    ZeroDev* d = (ZeroDev*)impl;
-    if (zero_schedule_begin(&d->sched, pass, last_micro) != 0) { return -1; }
-    if (!d->sched.gathers) { return 0; }
-    // the gathers of this pass read shards that the last step's AdamW (or a load) wrote
-    if (d->shards_written) {
-        if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
-        d->shards_written = 0;
-    }
-    return zero_dev_prefetch(d, 0);
-}
-
-static int zero_dev_fetch(void* impl, int u, void** out) {
-    ZeroDev* d = (ZeroDev*)impl;
-    ZeroSchedule* s = &d->sched;
-    if (zero_schedule_at(s, u, "fetch") != 0) { return -1; }
-    if (!s->gathers) {
-        *out = d->params + d->plan.units[u].full_offset;
-        return 0;
-    }
-    if (s->state[u] == ZERO_UNIT_NOT_LIVE) {
-        zero_schedule_started(s, u);
-        if (zero_dev_gather(d, u) != 0) { return -1; }
-    }
-    if (d->unit_buf[u] != NULL && zero_dev_wait(d, d->unit_buf[u]->ready_ev) != 0) { return -1; }
-    zero_schedule_gathered(s, u);
-    if (zero_dev_prefetch(d, s->pos + 1) != 0) { return -1; }
-    *out = d->unit_ptr[u];
-    return 0;
-}
-
-static int zero_dev_release(void* impl, int u) {
-    ZeroDev* d = (ZeroDev*)impl;
-    int rc = zero_schedule_release(&d->sched, u);
-    if (rc < 0) { return -1; }
-    return rc == 1 ? zero_dev_ungather(d, u) : 0;
-}
-
-// the unit's gradient buffer (padded), accumulated into by the backward
-static int zero_dev_grad(void* impl, int u, void** out) {
-    ZeroDev* d = (ZeroDev*)impl;
-    if (zero_schedule_grad(&d->sched, u) != 0) { return -1; }
+// the unit's gradient buffer (padded): in the whole gradient (stages 0-1) or from the pool
+static int zero_dev_grad_buf(void* be, int u, void** out) {
+    ZeroDev* d = (ZeroDev*)be;
     if (d->stage < 2) {
         *out = d->grads + d->plan.units[u].full_offset;
         return 0;
@@ -477,6 +440,12 @@ static int zero_dev_grad(void* impl, int u, void** out) {
     }
     *out = d->grad_buf[u]->buf;
     return 0;
+}
+
+// the window behind is full: the compute stream waits for unit u's reduction, the oldest
+static int zero_dev_reduce_complete(void* be, int u) {
+    ZeroDev* d = (ZeroDev*)be;
+    return zero_dev_wait(d, d->reduced_ev[u]);
 }
 
 // bytes of an element of the reduced gradient shards (stages 1-3): floatX at stage 1, fp32
@@ -511,18 +480,11 @@ static int zero_dev_copy_out(ZeroDev* d, int u) {
 }
 
 // The unit's gradient is complete for this micro-step: its collective goes on the NCCL
-// stream, after the compute stream's kernels so far (the backward that wrote it). When
-// the schedule's window behind is full, the compute stream first waits for the oldest
-// reductions (reduce_bucket_size).
-static int zero_dev_reduce(void* impl, int u) {
-    ZeroDev* d = (ZeroDev*)impl;
-    ZeroSchedule* s = &d->sched;
+// stream, after the compute stream's kernels so far (the backward that wrote it).
+static int zero_dev_reduce_start(void* be, int u) {
+    ZeroDev* d = (ZeroDev*)be;
+    const ZeroSchedule* s = &d->sched;
     const ZeroUnit* pu = &d->plan.units[u];
-    if (zero_schedule_reduce(s, u) != 0) { return -1; }
-    if (d->stage < 2 && (!d->use_nccl || !s->last_micro)) { return 0; }  // accumulate locally until the boundary
-    while (zero_schedule_reduce_full(s, u)) {
-        if (zero_dev_wait(d, d->reduced_ev[zero_schedule_reduce_oldest(s)]) != 0) { return -1; }
-    }
     if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
     ZeroDevBuf* b = d->grad_buf[u];
     unsigned grid = (unsigned)CEIL_DIV(pu->shard, (size_t)256);
@@ -569,21 +531,27 @@ static int zero_dev_reduce(void* impl, int u) {
         }
     }
     if (zero_cuda(cudaEventRecord(d->reduced_ev[u], d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
-    zero_schedule_reduce_started(s, u);
     return s->last_micro ? zero_dev_copy_out(d, u) : 0;
 }
 
-// every use made; stage 3 releases what the pass kept. The window behind starts empty in
-// the next pass: its reductions are ordered by the buffers' events and the step's join.
-static int zero_dev_end(void* impl) {
-    ZeroDev* d = (ZeroDev*)impl;
-    if (zero_schedule_end(&d->sched) != 0) { return -1; }
-    while (zero_schedule_reduce_oldest(&d->sched) >= 0) {}
-    for (int u = 0; d->sched.gathers && u < d->plan.num_units; u++) {
-        if (!d->sched.persistent[u] && zero_dev_ungather(d, u) != 0) { return -1; }
-    }
-    return 0;
-}
+static const ZeroMover zero_dev_mover = {
+    .gather_start = zero_dev_gather_start, .gather_wait = zero_dev_gather_wait,
+    .gather_free = zero_dev_gather_free, .params = zero_dev_params,
+    .grad_buf = zero_dev_grad_buf, .reduce_start = zero_dev_reduce_start,
+    .reduce_complete = zero_dev_reduce_complete, .poll = NULL,  // NCCL progresses on its own
+};
+
+// ----------------------------------------------------------------------------
+// the model's calls: zero3/pass.h's driver over the device mover. A pass's end forgets
+// its reductions in flight (drain_at_end 0): they are ordered by the buffers' events and
+// the step's join.
+
+static int zero_dev_begin(void* impl, int pass, int last_micro) { return zero_pass_begin(&((ZeroDev*)impl)->pass, pass, last_micro); }
+static int zero_dev_fetch(void* impl, int u, void** out) { return zero_pass_fetch(&((ZeroDev*)impl)->pass, u, out); }
+static int zero_dev_release(void* impl, int u) { return zero_pass_release(&((ZeroDev*)impl)->pass, u); }
+static int zero_dev_grad(void* impl, int u, void** out) { return zero_pass_grad(&((ZeroDev*)impl)->pass, u, out); }
+static int zero_dev_reduce(void* impl, int u) { return zero_pass_reduce(&((ZeroDev*)impl)->pass, u); }
+static int zero_dev_end(void* impl) { return zero_pass_end(&((ZeroDev*)impl)->pass); }
 
 // ----------------------------------------------------------------------------
 // the rest of the engine, in two files a reader can hold

@@ -9,18 +9,66 @@
 // ----------------------------------------------------------------------------
 // init and teardown
 
-// the pools: stage 3's gather buffers, as many of each size as the schedule ever holds;
+// sizing the gather pools: a mover that moves nothing and counts the buffers of each size
+// that zero_pass_walk has the device engine hold at once
+typedef struct { ZeroDev* d; int held[ZERO_DEV_MAX_POOLS]; } ZeroDevCount;
+
+static ZeroDevPool* zero_dev_count_pool(ZeroDevCount* c, int u) {
+    ZeroDev* d = c->d;
+    for (int i = 0; i < d->nppool; i++) { if (d->ppool[i].elems == d->plan.units[u].padded) { return &d->ppool[i]; } }
+    return NULL;
+}
+
+static int zero_dev_count_gather(void* be, int u, int how) {
+    (void)how;
+    ZeroDevCount* c = (ZeroDevCount*)be;
+    ZeroDevPool* pp = zero_dev_count_pool(c, u);
+    if (pp == NULL) { return zero_error("zero device: unit %d has no pool", u); }
+    int i = (int)(pp - c->d->ppool);
+    if (++c->held[i] > pp->count) { pp->count = c->held[i]; }
+    return 0;
+}
+
+static int zero_dev_count_free(void* be, int u) {
+    ZeroDevCount* c = (ZeroDevCount*)be;
+    ZeroDevPool* pp = zero_dev_count_pool(c, u);
+    if (pp != NULL) { c->held[pp - c->d->ppool]--; }
+    return 0;
+}
+
+static int zero_dev_count_none(void* be, int u) { (void)be; (void)u; return 0; }
+static void* zero_dev_count_params(void* be, int u) { (void)be; (void)u; return NULL; }
+static int zero_dev_count_grad(void* be, int u, void** out) { (void)be; (void)u; *out = NULL; return 0; }
+
+static const ZeroMover zero_dev_count_mover = {
+    .gather_start = zero_dev_count_gather, .gather_wait = zero_dev_count_none,
+    .gather_free = zero_dev_count_free, .params = zero_dev_count_params,
+    .grad_buf = zero_dev_count_grad, .reduce_start = zero_dev_count_none,
+    .reduce_complete = zero_dev_count_none, .poll = NULL,
+};
+
+// the pools: stage 3's gather buffers, as many of each size as the pass driver ever holds
+// (walked at init: its decisions depend only on the schedule and the configuration);
 // stages 2-3's gradient buffers, two per size when several units have it (one being
 // written while the other is reduced), plus one more if the embedding (unit 0) has it
 // too, since its gradient is open for the whole backward
 static int zero_dev_pools_init(ZeroDev* d) {
     const ZeroPlan* p = &d->plan;
     for (int u = 0; d->stage == 3 && u < p->num_units; u++) {
-        if (d->sched.persistent[u]) { continue; }
-        ZeroDevPool* pp = zero_dev_pool_for(d->ppool, &d->nppool, p->units[u].padded);
-        if (pp == NULL) { return -1; }
-        if (pp->count == 0 && (pp->count = zero_schedule_peak(&d->sched, pp->elems)) < 0) { return zero_error("zero device: out of memory"); }
-        if (pp->count == 0) { pp->count = 1; }
+        if (!d->sched.persistent[u] && zero_dev_pool_for(d->ppool, &d->nppool, p->units[u].padded) == NULL) { return -1; }
+    }
+    if (d->stage == 3) {
+        ZeroDevCount count;
+        ZeroPass walk;
+        memset(&count, 0, sizeof(count));
+        count.d = d;
+        if (zero_pass_init(&walk, &d->sched, &zero_dev_count_mover, &count, d->stage, 0) != 0) { return -1; }
+        int rc = zero_pass_walk(&walk);
+        zero_pass_free(&walk);
+        if (rc != 0) { return -1; }
+    }
+    for (int i = 0; i < d->nppool; i++) {
+        if (d->ppool[i].count == 0) { d->ppool[i].count = 1; }
     }
     if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0) != 0) { return -1; }
     if (d->stage < 2) { return 0; }
@@ -90,53 +138,27 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
     return rc;
 }
 
-// The communicators (in the host engine's layout, zero3/host.h's zero_host_comms_init): the
-// shard group (everyone, or MiCS's groups of mics_shard_size consecutive ranks), the
-// replicas (MiCS), the secondary group (hpZ), each over NCCL and told where the nodes are.
+// The communicators over zero3/groups.h's groups (the host engine's too): the shard group
+// (everyone, or MiCS's groups of mics_shard_size consecutive ranks), the replicas (only
+// with MiCS), the secondary group (only with hpZ), each over NCCL and told where the nodes are.
 // NCCL whenever the engine communicates; at one rank stages 1-3 still run it (the
 // collectives are then copies), so the whole path runs on a single GPU.
 static int zero_dev_comms_init(ZeroDev* d) {
-    const ZeroConfig* cfg = &d->cfg;
-    int wrank = 0, wsize = 0, node = 0;
-    if (MPI_Comm_rank(d->comm, &wrank) != MPI_SUCCESS || MPI_Comm_size(d->comm, &wsize) != MPI_SUCCESS) {
-        return zero_error("zero device: the MPI communicator is unusable");
-    }
-    if (zero_comm_node(d->comm, cfg->ranks_per_node, &node) != 0) { return -1; }
-    ZeroSpan all;
-    if (zero_comm_span(d->comm, node, &all) != 0) { return -1; }
-    d->nodes = all.nodes;
-    d->per_node = all.span == ZERO_SPAN_UNEVEN ? 0 : all.per_node;
-    d->dp_world = wsize;
-    int S = cfg->mics_shard_size > 0 ? cfg->mics_shard_size : wsize;
-    if (wsize % S != 0) { return zero_error("zero device: mics_shard_size %d does not divide the %d ranks", S, wsize); }
-    MPI_Comm group = MPI_COMM_NULL, reps = MPI_COMM_NULL, sec = MPI_COMM_NULL;
-    int rc = 0;
-    if (MPI_Comm_split(d->comm, wrank / S, wrank, &group) != MPI_SUCCESS ||
-        MPI_Comm_split(d->comm, wrank % S, wrank, &reps) != MPI_SUCCESS) {
-        rc = zero_error("zero device: MPI_Comm_split (the shard groups) failed");
-        goto done;
-    }
-    MPI_Comm_rank(group, &d->rank);
-    MPI_Comm_size(group, &d->world);
+    ZeroGroups g;
+    if (zero_groups_split(d->comm, &d->cfg, &g) != 0) { return -1; }
+    d->nodes = g.nodes;
+    d->per_node = g.per_node;
+    d->dp_world = g.dp_world;
+    d->rank = g.rank;
+    d->world = g.world;
     d->use_nccl = d->world > 1 || d->stage >= 1;
-    if (d->use_nccl && zero_nccl_init(&d->nccl, group, node, NULL) != 0) { rc = -1; goto done; }
-    if (S < wsize && zero_nccl_init(&d->rep, reps, node, &d->nccl) != 0) { rc = -1; goto done; }
-    if (cfg->hpz_partition_size > 1) {
-        int P = cfg->hpz_partition_size;
-        if (P > d->world || d->world % P != 0) {
-            rc = zero_error("zero device: zero_hpz_partition_size %d does not divide the %d ranks", P, d->world);
-            goto done;
-        }
-        if (MPI_Comm_split(group, d->rank / P, d->rank, &sec) != MPI_SUCCESS) {
-            rc = zero_error("zero device: MPI_Comm_split (the hpZ groups) failed");
-            goto done;
-        }
-        if (zero_nccl_init(&d->hpz, sec, node, &d->nccl) != 0) { rc = -1; goto done; }
+    int rc = 0;
+    if ((d->use_nccl && zero_nccl_init(&d->nccl, g.shard, g.node, NULL) != 0) ||
+        (g.mics && zero_nccl_init(&d->rep, g.reps, g.node, &d->nccl) != 0) ||
+        (g.hpz_on && zero_nccl_init(&d->hpz, g.hpz, g.node, &d->nccl) != 0)) {
+        rc = -1;
     }
-done:
-    if (group != MPI_COMM_NULL) { MPI_Comm_free(&group); }
-    if (reps != MPI_COMM_NULL) { MPI_Comm_free(&reps); }
-    if (sec != MPI_COMM_NULL) { MPI_Comm_free(&sec); }
+    zero_groups_free(&g);
     return rc;
 }
 
@@ -160,8 +182,7 @@ static int zero_dev_zeropp_init(ZeroDev* d) {
     }
     if (d->hpz.world > 1) {
         d->sec = (floatX*)zero_dev_alloc(p->padded_total / (size_t)d->hpz.world * sizeof(floatX), &d->bytes_params);
-        d->sec_ok = (unsigned char*)calloc((size_t)p->num_units, 1);
-        if (d->sec == NULL || d->sec_ok == NULL) { return zero_error("zero device: out of memory for hpZ's slices"); }
+        if (d->sec == NULL) { return -1; }
     }
     return 0;
 }
@@ -230,7 +251,11 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
             return -1;
         }
     }
-    if (zero_dev_zeropp_init(d) != 0) { return -1; }
+    if (zero_dev_zeropp_init(d) != 0 ||
+        zero_pass_init(&d->pass, &d->sched, &zero_dev_mover, d, d->stage, d->sec != NULL) != 0) {
+        return -1;
+    }
+    d->pass.reduce_local = !d->use_nccl;  // one rank at stage 0: nothing to reduce
     if (d->offload) {
         size_t gb = zero_dev_shard_grad_bytes(d);
         if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
@@ -285,7 +310,8 @@ static void zero_dev_free(void* impl) {
     zero_nccl_free(&d->hpz);  // (sharing the shard group's stream: first)
     zero_nccl_free(&d->rep);
     if (d->use_nccl) { zero_nccl_free(&d->nccl); }
-    cudaFree(d->sec); cudaFree(d->qscratch); free(d->sec_ok);
+    cudaFree(d->sec); cudaFree(d->qscratch);
+    zero_pass_free(&d->pass);
     zero_dev_pools_free(d->ppool, d->nppool);
     zero_dev_pools_free(d->gpool, d->ngpool);
     for (int u = 0; d->unit_ptr != NULL && u < d->plan.num_units; u++) {

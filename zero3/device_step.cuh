@@ -73,7 +73,7 @@ static int zero_dev_share_params(ZeroDev* d) {
     } else if (d->stage == 3) {
         if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
         d->shards_written = 1;
-        if (d->sec_ok != NULL) { memset(d->sec_ok, 0, (size_t)d->plan.num_units); }  // hpZ: slices of the old parameters
+        zero_pass_params_changed(&d->pass);  // hpZ: slices of the old parameters
     }
     return 0;
 }
@@ -357,7 +357,7 @@ static int zero_dev_load(void* impl, FILE* fp) {
     }
     if (d->stage != 3) { return 0; }
     d->shards_written = 1;
-    if (d->sec_ok != NULL) { memset(d->sec_ok, 0, (size_t)d->plan.num_units); }  // hpZ: slices of the old parameters
+    zero_pass_params_changed(&d->pass);  // hpZ: slices of the old parameters
     if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
     return 0;
 }

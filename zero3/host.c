@@ -50,60 +50,64 @@ void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
     zero_release_mem(e, ZERO_MEM_BUFFERS, p, elems);
 }
 
-// starts gathering unit u into a fresh buffer (this rank's shard is its input block); the
-// schedule already counts it in flight
-static int zero_gather_start(ZeroHost* e, int u) {
+// ----------------------------------------------------------------------------
+// the mover (zero3/pass.h): the driver decides, these move bytes over MPI
+
+// starts gathering unit u into a fresh buffer (this rank's shard, or with hpZ its slice,
+// is its input block)
+static int zero_host_gather_start(void* be, int u, int how) {
+    ZeroHost* e = (ZeroHost*)be;
     ZeroUnit* pu = &e->plan.units[u];
     float* buf = (float*)zero_buf_get(e, pu->padded, 0);
     if (buf == NULL) { return -1; }
-    if (e->sec != NULL && e->sec_ok[u]) {
-        // hpZ: the unit's slices inside the secondary group hold it already (this step's
-        // first gather left them): gather from there, never across the whole world
+    e->unit_buf[u] = buf;
+    e->unit_how[u] = (unsigned char)how;
+    if (how == ZERO_GATHER_SLICES) {
+        // hpZ: gathered inside the secondary group from this step's slices, never across the whole world
         size_t part = pu->padded / (size_t)e->hpz.world;
         memcpy(buf + (size_t)e->hpz.rank * part, e->sec + pu->full_offset / (size_t)e->hpz.world, part * sizeof(float));
-        e->unit_buf[u] = buf;
-        e->unit_sec[u] = 1;
         return zero_allgather(&e->hpz, buf, part, &e->unit_req[u]);
     }
-    e->unit_sec[u] = 0;
     // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
     // prefetch schedule starts this early, so the read runs ahead of the unit's use
     if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard, pu->shard) != 0) { return -1; }
     if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
-    e->unit_buf[u] = buf;
     if (e->cfg.quantized_weights) { return zero_allgather_q(&e->comm, buf, pu->shard, &e->unit_req[u]); }
     return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
 }
 
 // the communicator unit u's gather runs on
-static ZeroComm* zero_gather_comm(ZeroHost* e, int u) { return e->unit_sec[u] ? &e->hpz : &e->comm; }
+static ZeroComm* zero_gather_comm(ZeroHost* e, int u) { return e->unit_how[u] == ZERO_GATHER_SLICES ? &e->hpz : &e->comm; }
 
-// waits for unit u's gather, if one is in flight; hpZ keeps this rank's slice of a gather
-// from the shards (the unit's first this step) for the unit's next gathers
-static int zero_gather_finish(ZeroHost* e, int u) {
-    if (e->sched.state[u] != ZERO_UNIT_IN_FLIGHT) { return 0; }
+// waits for unit u's gather; hpZ keeps this rank's slice of a gather from the shards
+static int zero_host_gather_wait(void* be, int u) {
+    ZeroHost* e = (ZeroHost*)be;
     if (zero_comm_wait(zero_gather_comm(e, u), &e->unit_req[u]) != 0) { return -1; }
-    if (e->sec != NULL && !e->unit_sec[u]) {
+    if (e->unit_how[u] == ZERO_GATHER_SHARDS_KEEP) {
         ZeroUnit* pu = &e->plan.units[u];
         size_t part = pu->padded / (size_t)e->hpz.world;
         memcpy(e->sec + pu->full_offset / (size_t)e->hpz.world, e->unit_buf[u] + (size_t)e->hpz.rank * part, part * sizeof(float));
-        e->sec_ok[u] = 1;
     }
-    zero_schedule_gathered(&e->sched, u);
     return 0;
 }
 
-static void zero_unit_free(ZeroHost* e, int u) {
-    if (e->sched.state[u] == ZERO_UNIT_NOT_LIVE) { return; }
+static int zero_host_gather_free(void* be, int u) {
+    ZeroHost* e = (ZeroHost*)be;
     zero_buf_put(e, e->unit_buf[u], e->plan.units[u].padded);
     e->unit_buf[u] = NULL;
-    zero_schedule_freed(&e->sched, u);
+    return 0;
+}
+
+static void* zero_host_params(void* be, int u) {
+    ZeroHost* e = (ZeroHost*)be;
+    return e->sched.gathers ? (void*)e->unit_buf[u] : (void*)(e->full_params + e->plan.units[u].full_offset);
 }
 
 // Open MPI moves a nonblocking collective on only while the rank is inside an MPI call,
 // so at every unit boundary the engine gives its gathers and reductions in flight a
 // turn; without this most of a prefetch would happen in the wait that needs it.
-static int zero_poll(ZeroHost* e) {
+static int zero_poll(void* be) {
+    ZeroHost* e = (ZeroHost*)be;
     int done = 0;
     for (int u = 0; u < e->plan.num_units; u++) {
         if (e->sched.state[u] == ZERO_UNIT_IN_FLIGHT && zero_comm_test(zero_gather_comm(e, u), &e->unit_req[u], &done) != 0) { return -1; }
@@ -116,50 +120,9 @@ static int zero_poll(ZeroHost* e) {
     return 0;
 }
 
-// starts the gathers the schedule's window ahead asks for, after the use before `from`
-static int zero_prefetch(ZeroHost* e, int from) {
-    int ahead[64];  // prefetch_depth <= 64 (zero3/config.h)
-    int n = zero_schedule_prefetch(&e->sched, from, ahead);
-    for (int k = 0; k < n; k++) {
-        if (zero_gather_start(e, ahead[k]) != 0) { return -1; }
-    }
-    return 0;
-}
-
-int zero_host_begin(void* impl, int pass, int last_micro) {
-    ZeroHost* e = (ZeroHost*)impl;
-    if (zero_schedule_begin(&e->sched, pass, last_micro) != 0) { return -1; }
-    return zero_prefetch(e, 0);  // the first uses' gathers start before the first fetch
-}
-
-int zero_host_fetch(void* impl, int u, void** out) {
-    ZeroHost* e = (ZeroHost*)impl;
-    ZeroSchedule* s = &e->sched;
-    if (zero_schedule_at(s, u, "fetch") != 0) { return -1; }
-    if (!s->gathers) {
-        *out = e->full_params + e->plan.units[u].full_offset;
-        return 0;
-    }
-    if (s->state[u] == ZERO_UNIT_NOT_LIVE) {
-        zero_schedule_started(s, u);
-        if (zero_gather_start(e, u) != 0) { return -1; }
-    }
-    if (zero_gather_finish(e, u) != 0 || zero_prefetch(e, s->pos + 1) != 0) { return -1; }
-    *out = e->unit_buf[u];
-    return 0;
-}
-
-int zero_host_release(void* impl, int u) {
-    ZeroHost* e = (ZeroHost*)impl;
-    int rc = zero_schedule_release(&e->sched, u);
-    if (rc < 0) { return -1; }
-    if (rc == 1) { zero_unit_free(e, u); }
-    return zero_poll(e);
-}
-
-int zero_host_grad(void* impl, int u, void** out) {
-    ZeroHost* e = (ZeroHost*)impl;
-    if (zero_schedule_grad(&e->sched, u) != 0) { return -1; }
+// the unit's full gradient buffer (padded): in the whole gradient (stages 0-1) or from the pool
+static int zero_host_grad_buf(void* be, int u, void** out) {
+    ZeroHost* e = (ZeroHost*)be;
     if (e->stage < 2) {
         *out = e->full_grads + e->plan.units[u].full_offset;
         return 0;
@@ -178,8 +141,9 @@ static size_t zero_red_stage(const ZeroHost* e, int u) {
     return zero_red_staged(&e->cfg) ? zero_comm_rs_stage(&e->comm, e->plan.units[u].shard) : 0;
 }
 
-int zero_reduce_complete_one(ZeroHost* e) {
-    int u = zero_schedule_reduce_oldest(&e->sched);
+// completes unit u's reduction, the oldest in flight
+static int zero_host_reduce_complete(void* be, int u) {
+    ZeroHost* e = (ZeroHost*)be;
     ZeroUnit* pu = &e->plan.units[u];
     if (zero_comm_wait(&e->comm, &e->red_req[u]) != 0) { return -1; }
     zero_buf_put(e, e->red_stage[u], zero_red_stage(e, u));
@@ -207,23 +171,18 @@ int zero_reduce_complete_one(ZeroHost* e) {
 }
 
 int zero_reduce_drain(ZeroHost* e) {
-    while (e->sched.red_count > 0) {
-        if (zero_reduce_complete_one(e) != 0) { return -1; }
+    for (int u; (u = zero_schedule_reduce_oldest(&e->sched)) >= 0;) {
+        if (zero_host_reduce_complete(e, u) != 0) { return -1; }
     }
     return 0;
 }
 
-int zero_host_reduce(void* impl, int u) {
-    ZeroHost* e = (ZeroHost*)impl;
-    ZeroSchedule* s = &e->sched;
-    if (zero_schedule_reduce(s, u) != 0) { return -1; }
-    if (e->stage < 2 && !s->last_micro) { return 0; }  // accumulate locally until the boundary
-    if (e->world == 1 && e->stage < 2) { return 0; }   // nothing to reduce, the full gradient is the shard
-    while (zero_schedule_reduce_full(s, u)) {           // the window behind: reduce_bucket_size
-        if (zero_reduce_complete_one(e) != 0) { return -1; }
-    }
+// starts unit u's reduction: stage 0 all-reduces the whole gradient's unit, stage 1
+// reduce-scatters it into the shard, stages 2-3 reduce-scatter the unit's buffer into a
+// received shard that its completion adds into the accumulator
+static int zero_host_reduce_start(void* be, int u) {
+    ZeroHost* e = (ZeroHost*)be;
     ZeroUnit* pu = &e->plan.units[u];
-    zero_schedule_reduce_started(s, u);
     size_t se = zero_red_stage(e, u);
     if (se > 0 && (e->red_stage[u] = (float*)zero_buf_get(e, se, 0)) == NULL) { return -1; }
     if (e->stage == 0) {
@@ -240,17 +199,22 @@ int zero_host_reduce(void* impl, int u) {
     return zero_reduce_scatter(&e->comm, e->grad_buf[u], recv, pu->shard, e->red_stage[u], &e->red_req[u]);
 }
 
-int zero_host_end(void* impl) {
-    ZeroHost* e = (ZeroHost*)impl;
-    if (zero_schedule_end(&e->sched) != 0) { return -1; }
-    if (e->sched.pass == ZERO_PASS_TRAIN && zero_reduce_drain(e) != 0) { return -1; }
-    for (int u = 0; e->sched.gathers && u < e->plan.num_units; u++) {
-        if (e->sched.persistent[u]) { continue; }
-        if (zero_gather_finish(e, u) != 0) { return -1; }  // a prefetch past the end cannot happen, but be safe
-        zero_unit_free(e, u);
-    }
-    return 0;
-}
+const ZeroMover zero_host_mover = {
+    .gather_start = zero_host_gather_start, .gather_wait = zero_host_gather_wait,
+    .gather_free = zero_host_gather_free, .params = zero_host_params,
+    .grad_buf = zero_host_grad_buf, .reduce_start = zero_host_reduce_start,
+    .reduce_complete = zero_host_reduce_complete, .poll = zero_poll,
+};
+
+// ----------------------------------------------------------------------------
+// the model's calls: the pass driver's (zero3/pass.h)
+
+int zero_host_begin(void* impl, int pass, int last_micro) { return zero_pass_begin(&((ZeroHost*)impl)->pass, pass, last_micro); }
+int zero_host_fetch(void* impl, int u, void** out) { return zero_pass_fetch(&((ZeroHost*)impl)->pass, u, out); }
+int zero_host_release(void* impl, int u) { return zero_pass_release(&((ZeroHost*)impl)->pass, u); }
+int zero_host_grad(void* impl, int u, void** out) { return zero_pass_grad(&((ZeroHost*)impl)->pass, u, out); }
+int zero_host_reduce(void* impl, int u) { return zero_pass_reduce(&((ZeroHost*)impl)->pass, u); }
+int zero_host_end(void* impl) { return zero_pass_end(&((ZeroHost*)impl)->pass); }
 
 void zero_host_free(void* impl) {
     ZeroHost* e = (ZeroHost*)impl;
@@ -271,7 +235,8 @@ void zero_host_free(void* impl) {
     free(e->grad_stage);  // after the close, which waits for a write still reading it
     zero_schedule_free(&e->sched);
     zero_plan_free(&e->plan);
-    free(e->sec); free(e->sec_ok); free(e->unit_sec);
+    free(e->sec); free(e->unit_how);
+    zero_pass_free(&e->pass);
     zero_comm_free(&e->comm);
     zero_comm_free(&e->rep);
     zero_comm_free(&e->hpz);

@@ -41,9 +41,11 @@
 #include "zero3/adamw.h"       // grad_norm_squared, adamw_grad_scale
 #include "zero3/plan.h"        // ZeroPlan: padded units and shards
 #include "zero3/comm.h"        // ZeroComm: collectives with byte counters
+#include "zero3/groups.h"      // zero_groups_split: the shard group, replicas and hpZ groups
 #include "zero3/config.h"      // ZeroConfig
 #include "zero3/zero.h"        // the interface: ZeroOps, ZeroModel, ZeroStats
 #include "zero3/schedule.h"    // ZeroSchedule: the uses and their decisions
+#include "zero3/pass.h"        // ZeroPass, ZeroMover: the pass driver and its moves
 #include "zero3/checkpoint.h"  // ZeroStateHeader: this engine's part of a checkpoint
 #include "zero3/cpu_adam.h"    // cpu_adam_step: SIMD AdamW over host shards
 #include "zero3/nvme.h"        // NvmeFile: io_uring swapper for the NVMe tier
@@ -74,14 +76,14 @@ typedef struct {
     ZeroComm rep;           // MiCS: the ranks holding the same shards in the other groups (one rank without MiCS)
     ZeroComm hpz;           // hpZ: the secondary group, consecutive ranks of comm (one rank without hpZ)
     ZeroSchedule sched;
+    ZeroPass pass;          // the driver of the model's calls over sched, moving through zero_host_mover
     int stage, world, rank; // world and rank in comm: the plan's shards
     int dp_world;           // the ranks whose gradients are averaged: every rank
     int nodes, per_node;    // the nodes the ranks are on, and ranks on each (0: uneven)
     // hpZ: this rank's slice (1/hpz.world) of every unit's gathered parameters, taken from
     // the unit's first gather after a step; later gathers of the unit read it
     float* sec;             // (padded_total / hpz.world)
-    unsigned char* sec_ok;  // (num_units) the slice holds the current parameters
-    unsigned char* unit_sec;// (num_units) the gather in flight is from the secondary slices (on hpz)
+    unsigned char* unit_how;// (num_units) how the gather in flight reads the unit (ZERO_GATHER_*: on hpz from the slices)
     int num_tensors;
     ZeroTensor* tensors;
     float beta1, beta2, eps;
@@ -155,12 +157,9 @@ typedef struct {
 // allocation with accounting (64-byte aligned, zeroed)
 
 // ----------------------------------------------------------------------------
-// stage 3 gathers
+// the model's calls: zero3/pass.h's driver over the host engine's mover (MPI, host buffers)
 
-  // below, with the step
-
-// ----------------------------------------------------------------------------
-// the model's calls
+extern const ZeroMover zero_host_mover;
 
 int zero_host_begin(void* impl, int pass, int last_micro);
 
@@ -171,14 +170,12 @@ int zero_host_release(void* impl, int u);
 // the unit's full gradient buffer (padded), accumulated into by the backward
 int zero_host_grad(void* impl, int u, void** out);
 
-  // below, with the NVMe tier
-
 // The unit's gradient is complete for this micro-step: start its reduction.
 int zero_host_reduce(void* impl, int u);
 
 // Ends a pass: every use must have been made; stage 3 releases what the pass kept. A
-// training pass also completes its reductions: the next micro-step accumulates into
-// fresh unit gradients, never into a buffer that is still being sent.
+// training pass also completes its reductions (the driver's drain_at_end): the next
+// micro-step accumulates into fresh unit gradients, never into a buffer still being sent.
 int zero_host_end(void* impl);
 
 // ----------------------------------------------------------------------------
@@ -205,9 +202,10 @@ int zero_host_step(void* impl, const ZeroStep* st);
 // ----------------------------------------------------------------------------
 // init and teardown
 
-// The communicators: the shard group (everyone, or MiCS's groups of mics_shard_size
-// consecutive ranks), the replicas (MiCS: the same index in every group), the secondary
-// group (hpZ: consecutive ranks of the shard group), each told where the nodes are.
+// The communicators over zero3/groups.h's groups: the shard group (everyone, or MiCS's
+// groups of mics_shard_size consecutive ranks), the replicas (MiCS: the same index in every
+// group), the secondary group (hpZ: consecutive ranks of the shard group), each told where
+// the nodes are.
 int zero_host_comms_init(ZeroHost* e, MPI_Comm world);
 
 // Builds the engine over in->comm for in->model (see ZeroInit); each rank fills only its
@@ -242,7 +240,7 @@ int zero_host_load(void* impl, FILE* fp);
 // What zero_host_init allocates on each rank, in bytes. states: the kinds that scale with
 // the model (parameters, gradients, moments, master, on the host or "device": both are host
 // memory here); buffers: the pool of gathered units, unit gradients and received shards at
-// its largest (zero_host_walk); host_buffers: the NVMe step's group buffers and the
+// its largest (walked through the pass driver, zero3/pass.h); host_buffers: the NVMe step's group buffers and the
 // shard staging; swap: the swap file; unit: the largest padded unit, what start-up and a
 // checkpoint add for one unit at a time. The pool's largest sizes: pool_count[i] buffers of
 // pool_elems[i] floats, largest first (what bounds `buffers`).
@@ -252,10 +250,6 @@ typedef struct {
     size_t pool_elems[ZERO_EST_POOL_SIZES];
     int pool_count[ZERO_EST_POOL_SIZES];
 } ZeroHostEstimate;
-
-// the pool by size: what zero_buf_get/put hold; a size's allocation is the most held at once.
-// stage: the engine's; red_stage: (num_units) a unit's reduction's staging (zero_red_stage)
-typedef struct { size_t* elems; int* held; int* most; int n; int stage; const size_t* red_stage; } ZeroPoolWalk;
 
 // The memory zero_host_init would allocate for `model` under `cfg` on each of `world`
 // ranks (every rank alike: the shards are equal), found from the same plan, schedule,

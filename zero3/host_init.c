@@ -172,36 +172,18 @@ static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
 }
 
 int zero_host_comms_init(ZeroHost* e, MPI_Comm world) {
-    const ZeroConfig* cfg = &e->cfg;
-    int wrank = 0, wsize = 0, node = 0;
-    MPI_Comm_rank(world, &wrank);
-    MPI_Comm_size(world, &wsize);
-    if (zero_comm_node(world, cfg->ranks_per_node, &node) != 0) { return -1; }
-    ZeroSpan all;   // where the whole world's ranks are, for the report
-    if (zero_comm_span(world, node, &all) != 0) { return -1; }
-    e->nodes = all.nodes;
-    e->per_node = all.span == ZERO_SPAN_UNEVEN ? 0 : all.per_node;
-    int S = cfg->mics_shard_size > 0 ? cfg->mics_shard_size : wsize;
-    if (wsize % S != 0) { return zero_error("zero: mics_shard_size %d does not divide the %d ranks", S, wsize); }
-    MPI_Comm group = MPI_COMM_NULL, reps = MPI_COMM_NULL;
-    int rc = MPI_Comm_split(world, wrank / S, wrank, &group);
-    if (rc == MPI_SUCCESS) { rc = MPI_Comm_split(world, wrank % S, wrank, &reps); }
-    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_split (the shard groups)", rc); }
-    rc = zero_comm_init_nodes(&e->comm, group, node);
-    if (rc == 0) { rc = zero_comm_init_nodes(&e->rep, reps, node); }
-    MPI_Comm_free(&group);
-    MPI_Comm_free(&reps);
-    if (rc != 0) { return -1; }
+    ZeroGroups g;
+    if (zero_groups_split(world, &e->cfg, &g) != 0) { return -1; }
+    e->nodes = g.nodes;
+    e->per_node = g.per_node;
+    e->dp_world = g.dp_world;
+    // (every group is wrapped, a group of one too: the statistics add every communicator's traffic)
+    int rc = zero_comm_init_nodes(&e->comm, g.shard, g.node);
+    if (rc == 0) { rc = zero_comm_init_nodes(&e->rep, g.reps, g.node); }
+    if (rc == 0) { rc = zero_comm_init_nodes(&e->hpz, g.hpz, g.node); }
+    zero_groups_free(&g);
     e->world = e->comm.world;
     e->rank = e->comm.rank;
-    e->dp_world = wsize;
-    int P = cfg->hpz_partition_size;
-    if (P > e->world || e->world % P != 0) { return zero_error("zero: zero_hpz_partition_size %d does not divide the %d ranks", P, e->world); }
-    MPI_Comm sec = MPI_COMM_NULL;
-    rc = MPI_Comm_split(e->comm.comm, e->rank / P, e->rank, &sec);
-    if (rc != MPI_SUCCESS) { return zero_comm_mpi_error("MPI_Comm_split (the hpZ groups)", rc); }
-    rc = zero_comm_init_nodes(&e->hpz, sec, node);
-    MPI_Comm_free(&sec);
     return rc;
 }
 
@@ -258,13 +240,14 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     for (int u = 0; u < num_units; u++) {
         if (zero_host_fill_unit(e, in, u) != 0) { return -1; }
     }
-    e->unit_sec = (unsigned char*)calloc(num_units, 1);
-    if (e->unit_sec == NULL) { return zero_error("zero: out of memory for the engine's tables"); }
-    if (e->hpz.world > 1) {
-        e->sec = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total / (size_t)e->hpz.world);
-        e->sec_ok = (unsigned char*)calloc(num_units, 1);
-        if (e->sec == NULL || e->sec_ok == NULL) { return zero_error("zero: out of memory for hpZ's secondary parameters"); }
+    e->unit_how = (unsigned char*)calloc(num_units, 1);
+    if (e->unit_how == NULL) { return zero_error("zero: out of memory for the engine's tables"); }
+    if (e->hpz.world > 1 && (e->sec = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total / (size_t)e->hpz.world)) == NULL) {
+        return -1;
     }
+    if (zero_pass_init(&e->pass, &e->sched, &zero_host_mover, e, e->stage, e->sec != NULL) != 0) { return -1; }
+    e->pass.reduce_local = e->world == 1;  // one rank: the whole gradient is its own shard
+    e->pass.drain_at_end = 1;
     if (e->stage < 2) {
         e->full_grads = (float*)zero_alloc(e, ZERO_MEM_GRADS, p->padded_total);
         if (e->full_grads == NULL) { return -1; }

@@ -21,10 +21,8 @@ void zero_buf_put(ZeroHost* e, void* p, size_t elems);
 // unit's shard, --estimate's zero_rs_stage_elems'.
 int zero_red_staged(const ZeroConfig* cfg);
 
-// completes the oldest reduction in flight (stages 2-3: adds it into the accumulator, in
-// memory or in the swap file)
-int zero_reduce_complete_one(ZeroHost* e);
-
+// completes every reduction in flight, oldest first (stages 2-3: each is added into the
+// accumulator, in memory or in the swap file)
 int zero_reduce_drain(ZeroHost* e);
 
 

@@ -344,7 +344,7 @@ int zero_host_step(void* impl, const ZeroStep* st) {
         if (zero_refresh_persistent(e) != 0) { return -1; }
     }
 
-    if (e->sec_ok != NULL) { memset(e->sec_ok, 0, (size_t)e->plan.num_units); }  // hpZ: the slices are of the old parameters
+    zero_pass_params_changed(&e->pass);  // hpZ: the slices are of the old parameters
     zero_host_clear_grads(e);
     return 0;
 }

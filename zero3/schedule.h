@@ -1,14 +1,15 @@
 /*
  The use schedule: the one order in which the model touches its units, and every
  decision that follows from it. Both engines that gather and reduce (zero3/host.h,
- zero3/device.cuh) walk the same ZeroSchedule, so each knob means the same in both.
+ zero3/device.cuh) walk the same ZeroSchedule through the one pass driver
+ (zero3/pass.h), so each knob means the same in both.
 
  [Note: the decisions depend on the schedule and the configuration only]
  Which unit is gathered when, kept or released, when a reduction must complete before
  the next one starts: nothing here looks at timing, addresses or the rank, only at the
  uses, the unit sizes and the ZeroConfig. So every rank decides alone and still issues
  the same collectives in the same order, and the device engine can size its buffer pools
- at init by walking the schedule once (zero_schedule_peak).
+ at init by walking the pass driver over the schedule once (zero3/pass.h's zero_pass_walk).
 
  A pass is a training micro-step (ZERO_PASS_TRAIN: the forward, then the backward) or a
  forward alone (ZERO_PASS_FORWARD: validation, sampling). Its cursor `pos` is the use
@@ -128,15 +129,6 @@ void zero_schedule_reduce_started(ZeroSchedule* s, int u);
 
 // takes the oldest reduction in flight off the window: its unit, or -1 when none
 int zero_schedule_reduce_oldest(ZeroSchedule* s);
-
-// ----------------------------------------------------------------------------
-// pool sizes
-
-// The most non-persistent units of `padded` elements gathered (or being gathered) at once
-// in any pass, found by walking both passes as an engine does (begin, then per use:
-// fetch, prefetch, release; end): what a pool of gather buffers of that size must hold.
-// Leaves the schedule as it found it. -1 when out of memory.
-int zero_schedule_peak(ZeroSchedule* s, size_t padded);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /*
  The use schedule (zero3/schedule.h), the one place where both engines' decisions are
- made: the reuse rule, persistence, the window ahead (prefetch depth, live budget,
- prefetch bucket), the window behind (reduce bucket), the use checks and the pool sizes.
+ made, and the pass driver that acts on them (zero3/pass.h): the reuse rule,
+ persistence, the window ahead (prefetch depth, live budget, prefetch bucket), the window
+ behind (reduce bucket), the use checks, the pool sizes, hpZ's slices.
  The engines themselves are tested end to end (test_zero.sh, test_device_emu.sh); here
  each decision is checked against what the documentation says it is, on schedules small
  enough to work out by hand.
@@ -9,6 +10,7 @@
 #include <string.h>              // strstr
 #include <criterion/criterion.h> // Test, cr_assert*
 #include "zero3/schedule.h"      // the code under test
+#include "zero3/pass.h"          // ... and its driver
 
 // A model of 4 units: 0 the embedding (used by the first and the last layers, like
 // GPT-2's wte), 1 and 2 two blocks of the same size, 3 a small final norm.
@@ -208,11 +210,60 @@ Test(schedule, use_checks_name_the_unit) {
     fixture_free(&f);
 }
 
+// ----------------------------------------------------------------------------
+// the pass driver (zero3/pass.h) over a mover that records what it is told
+
+typedef struct {
+    int held[2048], most[2048];  // gathered buffers by padded size: now, and the most at once
+    int how[4][8], nhow[4];      // each unit's gathers (ZERO_GATHER_*), in order
+    char log[256];               // reductions: "s<unit>" started, "c<unit>" completed
+    int fail_gather;             // gather_start fails
+} Rec;
+
+static void rec_log(Rec* r, char what, int u) {
+    size_t n = strlen(r->log);
+    if (n + 3 < sizeof(r->log)) { r->log[n] = what; r->log[n + 1] = (char)('0' + u); r->log[n + 2] = '\0'; }
+}
+
+static const size_t* rec_padded;  // the fixture's padded unit sizes
+static int rec_gather(void* be, int u, int how) {
+    Rec* r = (Rec*)be;
+    if (r->fail_gather) { return -1; }
+    size_t e = rec_padded[u];
+    if (++r->held[e] > r->most[e]) { r->most[e] = r->held[e]; }
+    if (r->nhow[u] < 8) { r->how[u][r->nhow[u]++] = how; }
+    return 0;
+}
+static int rec_wait(void* be, int u) { (void)be; (void)u; return 0; }
+static int rec_free(void* be, int u) { ((Rec*)be)->held[rec_padded[u]]--; return 0; }
+static void* rec_params(void* be, int u) { (void)u; return be; }
+static int rec_grad(void* be, int u, void** out) { (void)u; *out = be; return 0; }
+static int rec_reduce_start(void* be, int u) { rec_log((Rec*)be, 's', u); return 0; }
+static int rec_reduce_complete(void* be, int u) { rec_log((Rec*)be, 'c', u); return 0; }
+static const ZeroMover REC_MOVER = {
+    .gather_start = rec_gather, .gather_wait = rec_wait, .gather_free = rec_free, .params = rec_params,
+    .grad_buf = rec_grad, .reduce_start = rec_reduce_start, .reduce_complete = rec_reduce_complete, .poll = NULL,
+};
+
+// a driver over f's schedule moving through r
+static void rec_pass(ZeroPass* p, Fixture* f, Rec* r, int stage, int hpz) {
+    memset(r, 0, sizeof(*r));
+    rec_padded = f->s.padded;
+    cr_assert_eq(zero_pass_init(p, &f->s, &REC_MOVER, r, stage, hpz), 0, "%s", zero_errmsg());
+}
+
+// ... that has walked both passes once
+static void rec_walk(ZeroPass* p, Fixture* f, Rec* r, int stage, int hpz) {
+    rec_pass(p, f, r, stage, hpz);
+    cr_assert_eq(zero_pass_walk(p), 0, "%s", zero_errmsg());
+}
+
 // The two blocks (400 elements each, padded to 448) are the only units of their size that are not
 // persistent. Without prefetch and without reuse one is gathered at a time; prefetching
 // gathers the next while the current is in use, and keeping them from the forward to the
-// backward (reuse within the default distance) holds both.
-Test(schedule, peak_counts_the_buffers_a_size_needs) {
+// backward (reuse within the default distance) holds both. (The device engine sizes its
+// pools so.)
+Test(pass, walk_counts_the_buffers_a_size_needs) {
     ZeroConfig c = stage3();
     for (int depth = 0; depth <= 3; depth++) {
         for (long long reuse = 0; reuse <= 1000000000LL; reuse += 1000000000LL) {
@@ -220,13 +271,16 @@ Test(schedule, peak_counts_the_buffers_a_size_needs) {
             c.max_reuse_distance = reuse;
             Fixture f;
             fixture(&f, &c);
-            int peak = zero_schedule_peak(&f.s, 448);
-            cr_assert_eq(peak, depth == 0 && reuse == 0 ? 1 : 2, "depth %d reuse %lld: %d", depth, reuse, peak);
-            cr_assert_eq(zero_schedule_peak(&f.s, 1024), 1, "the embedding: one buffer");
-            cr_assert_eq(zero_schedule_peak(&f.s, 64), 0, "the final norm is persistent: no pooled buffer");
-            // the walk leaves the schedule as it found it
+            ZeroPass p;
+            Rec r;
+            rec_walk(&p, &f, &r, 3, 0);
+            cr_assert_eq(r.most[448], depth == 0 && reuse == 0 ? 1 : 2, "depth %d reuse %lld: %d", depth, reuse, r.most[448]);
+            cr_assert_eq(r.most[1024], 1, "the embedding: one buffer");
+            cr_assert_eq(r.most[64], 0, "the final norm is persistent: never gathered in a pass");
+            // the walk leaves nothing gathered but the persistent unit
             cr_assert(f.s.state[0] == ZERO_UNIT_NOT_LIVE && f.s.state[1] == ZERO_UNIT_NOT_LIVE && f.s.state[3] == ZERO_UNIT_LIVE);
-            cr_assert(f.s.live == 10.0 && f.s.in_flight == 0.0);
+            cr_assert(f.s.live == 10.0 && f.s.in_flight == 0.0 && r.held[448] == 0 && r.held[1024] == 0);
+            zero_pass_free(&p);
             fixture_free(&f);
         }
     }
@@ -236,6 +290,93 @@ Test(schedule, peak_counts_the_buffers_a_size_needs) {
     c.max_live_parameters = 800;
     Fixture f;
     fixture(&f, &c);
-    cr_assert_eq(zero_schedule_peak(&f.s, 448), 1);
+    ZeroPass p;
+    Rec r;
+    rec_walk(&p, &f, &r, 3, 0);
+    cr_assert_eq(r.most[448], 1);
+    // a mover's failure stops the pass
+    zero_pass_free(&p);
+    rec_pass(&p, &f, &r, 3, 0);
+    r.fail_gather = 1;
+    cr_assert_neq(zero_pass_walk(&p), 0);
+    zero_pass_free(&p);
+    fixture_free(&f);
+}
+
+// hpZ: a unit's first gather after an update reads the shards and keeps this rank's slice;
+// its later gathers read the slices; an update makes them stale
+Test(pass, hpz_gathers_from_slices_until_the_parameters_change) {
+    ZeroConfig c = stage3();
+    c.prefetch_depth = 0;
+    c.max_reuse_distance = 0;  // the backward gathers the blocks again
+    Fixture f;
+    fixture(&f, &c);
+    ZeroPass p;
+    Rec r;
+    rec_walk(&p, &f, &r, 3, 1);
+    // unit 1: the training pass's forward and backward, then the forward pass
+    cr_assert_eq(r.nhow[1], 3);
+    cr_assert_eq(r.how[1][0], ZERO_GATHER_SHARDS_KEEP);
+    cr_assert_eq(r.how[1][1], ZERO_GATHER_SLICES);
+    cr_assert_eq(r.how[1][2], ZERO_GATHER_SLICES);
+    zero_pass_params_changed(&p);
+    cr_assert_eq(zero_pass_walk(&p), 0, "%s", zero_errmsg());
+    cr_assert_eq(r.how[1][3], ZERO_GATHER_SHARDS_KEEP, "stale slices are not read");
+    cr_assert_eq(r.how[1][4], ZERO_GATHER_SLICES);
+    zero_pass_free(&p);
+    rec_walk(&p, &f, &r, 3, 0);  // without hpZ every gather reads the shards
+    cr_assert(r.how[1][0] == ZERO_GATHER_SHARDS && r.how[1][1] == ZERO_GATHER_SHARDS);
+    zero_pass_free(&p);
+    fixture_free(&f);
+}
+
+// The window behind: with a bucket of one unit each reduction completes the oldest before
+// it starts; the pass's end completes the rest (drain_at_end) or leaves them to the
+// engine's ordering. Stages 0-1 reduce only on the last micro-step, and not at all when
+// the gradient is local (reduce_local).
+Test(pass, reductions_follow_the_window_behind) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    c.stage = 2;
+    c.reduce_bucket_size = 1;
+    Fixture f;
+    fixture(&f, &c);
+    ZeroPass p;
+    Rec r;
+    rec_pass(&p, &f, &r, 2, 0);
+    p.drain_at_end = 1;
+    cr_assert_eq(zero_pass_walk(&p), 0, "%s", zero_errmsg());
+    // the backward's last uses: 3, 2, 1, then the embedding (0) at the end
+    cr_assert_str_eq(r.log, "s3c3s2c2s1c1s0c0");
+    zero_pass_free(&p);
+    rec_walk(&p, &f, &r, 2, 0);
+    cr_assert_str_eq(r.log, "s3c3s2c2s1c1s0", "without drain_at_end the last is left to the engine");
+    cr_assert_eq(f.s.red_count, 0, "and forgotten by the window");
+    zero_pass_free(&p);
+    fixture_free(&f);
+
+    c.stage = 0;
+    c.reduce_bucket_size = 500000000LL;
+    fixture(&f, &c);
+    rec_walk(&p, &f, &r, 0, 0);
+    cr_assert_str_eq(r.log, "s3s2s1s0", "stage 0: every unit on the last micro-step, none waited for");
+    r.log[0] = '\0';
+    void* out = NULL;
+    cr_assert_eq(zero_pass_begin(&p, ZERO_PASS_TRAIN, 0), 0);  // not the last micro-step
+    for (int i = 0; i < 9; i++) {
+        int u = TRAIN[i];
+        cr_assert_eq(zero_pass_fetch(&p, u, &out), 0, "%s", zero_errmsg());
+        cr_assert_eq(zero_pass_grad(&p, u, &out), 0, "%s", zero_errmsg());
+        cr_assert_eq(zero_pass_release(&p, u), 0, "%s", zero_errmsg());
+        int later = 0;
+        for (int j = i + 1; j < 9; j++) { later |= TRAIN[j] == u; }
+        if (!later) { cr_assert_eq(zero_pass_reduce(&p, u), 0, "%s", zero_errmsg()); }
+    }
+    cr_assert_eq(zero_pass_end(&p), 0, "%s", zero_errmsg());
+    cr_assert_str_eq(r.log, "", "stage 0 accumulates locally until the last micro-step");
+    p.reduce_local = 1;
+    cr_assert_eq(zero_pass_walk(&p), 0, "%s", zero_errmsg());
+    cr_assert_str_eq(r.log, "", "one rank: nothing to reduce");
+    zero_pass_free(&p);
     fixture_free(&f);
 }
