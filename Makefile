@@ -273,7 +273,7 @@ build/alloc_peak.so: test/e2e/alloc_peak.c | build
 	$(CC) -O2 -Wall -Wextra -shared -fPIC $< -o $@
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
-             build/test_cpu_adam build/test_nvme build/test_file
+             build/test_options build/test_cpu_adam build/test_nvme build/test_file
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
 

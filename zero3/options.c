@@ -323,9 +323,12 @@ int opt_check_ranges(const OptRow* rows, int n, const void* cfg, const char* pre
         else if (r->type == OPT_ENUM) { v = *(const int*)opt_cfield(r, cfg); d = NAN; }  // its default is a name
         else if (r->type == OPT_FLOAT) { v = *(const float*)opt_cfield(r, cfg); }
         else { continue; }
-        if (v == d || (isnan(v) && isnan(d)) || (!isnan(v) && opt_in_range(r, v))) { continue; }
+        int ok = opt_is_integer(r) && r->type != OPT_ENUM ? opt_in_range_ll(r, opt_load_int(r, cfg)) : !isnan(v) && opt_in_range(r, v);
+        if (ok || v == d || (isnan(v) && isnan(d))) { continue; }
         const char* name = r->key ? r->key : r->long_flag ? r->long_flag : r->short_flag;
-        if (r->type == OPT_FLOAT) { snprintf(val, sizeof(val), "%g", v); } else { snprintf(val, sizeof(val), "%lld", (long long)v); }
+        if (r->type == OPT_FLOAT) { snprintf(val, sizeof(val), "%g", v); }
+        else if (r->type == OPT_ENUM) { snprintf(val, sizeof(val), "%d", *(const int*)opt_cfield(r, cfg)); }
+        else { snprintf(val, sizeof(val), "%lld", opt_load_int(r, cfg)); }
         return zero_error("%s: %s %s is out of range %s", prefix, name, val, opt_range_text(r, range, sizeof(range)));
     }
     return 0;
