@@ -73,6 +73,21 @@ static int opt_parse_int(const OptRow* r, const char* what, const char* s, long 
     return 0;
 }
 
+// a double that must be a whole number in range: a flag's "5e8", a JSON number
+static int opt_check_whole(const OptRow* r, const char* what, double d, long long* out) {
+    char num[32];
+    snprintf(num, sizeof(num), "%g", d);
+    // a double outside [-2^53, 2^53] is no longer exact, and a cast of one outside long
+    // long's range is undefined: bound it before converting
+    if (!isfinite(d) || d < -OPT_WHOLE_MAX || d > OPT_WHOLE_MAX) { return opt_out_of_range(r, what, num); }
+    long long w = (long long)d;
+    if ((double)w != d) { return zero_error("%s: %g is not a whole number", what, d); }
+    snprintf(num, sizeof(num), "%lld", w);
+    if (!opt_in_range_ll(r, w)) { return opt_out_of_range(r, what, num); }
+    *out = w;
+    return 0;
+}
+
 // a whole number that may be written as a count: "500000000", "5e8" and "5.0e8" all give 5e8
 static int opt_parse_whole(const OptRow* r, const char* what, const char* s, long long* out) {
     // strtod alone would take leading blanks, hex ("0x10"), "inf" and "nan": allow only
@@ -95,17 +110,7 @@ static int opt_parse_whole(const OptRow* r, const char* what, const char* s, lon
     if (end == s || *end != '\0') { return zero_error("%s: '%s' is not a number", what, s); }
     if (errno == ERANGE && d != 0.0) { return opt_out_of_range(r, what, s); }
     if (errno == ERANGE) { return zero_error("%s: %s is not a whole number", what, s); }  // underflow: 1e-400
-    char num[32];
-    snprintf(num, sizeof(num), "%g", d);
-    // a double outside [-2^53, 2^53] is no longer exact, and a cast of one outside long
-    // long's range is undefined: bound it before converting
-    if (!isfinite(d) || d < -OPT_WHOLE_MAX || d > OPT_WHOLE_MAX) { return opt_out_of_range(r, what, num); }
-    long long w = (long long)d;
-    if ((double)w != d) { return zero_error("%s: %g is not a whole number", what, d); }
-    snprintf(num, sizeof(num), "%lld", w);
-    if (!opt_in_range_ll(r, w)) { return opt_out_of_range(r, what, num); }
-    *out = w;
-    return 0;
+    return opt_check_whole(r, what, d, out);
 }
 
 // strtof's ERANGE is two things: an overflow (inf: out of any range) and an underflow, a
@@ -204,7 +209,6 @@ int opt_set_text(const OptRow* r, void* cfg, const char* what, const char* s) {
 }
 
 int opt_set_number(const OptRow* r, void* cfg, const char* what, double v) {
-    char num[32];
     if (r->type == OPT_FLOAT) { return opt_check_float(r, what, v, (float*)opt_field(r, cfg)); }
     if (r->type == OPT_BOOL) {
         if (v != 0.0 && v != 1.0) { return zero_error("%s: %g is not true or false", what, v); }
@@ -212,13 +216,8 @@ int opt_set_number(const OptRow* r, void* cfg, const char* what, double v) {
         return 0;
     }
     if (r->type != OPT_INT && r->type != OPT_WHOLE) { return zero_error("%s: a number where a string belongs", what); }
-    snprintf(num, sizeof(num), "%g", v);
-    // bound it before converting: a cast of a double outside long long's range is undefined
-    if (!isfinite(v) || v < -OPT_WHOLE_MAX || v > OPT_WHOLE_MAX) { return opt_out_of_range(r, what, num); }
-    long long w = (long long)v;
-    if ((double)w != v) { return zero_error("%s: %g is not a whole number", what, v); }
-    snprintf(num, sizeof(num), "%lld", w);
-    if (!opt_in_range_ll(r, w)) { return opt_out_of_range(r, what, num); }
+    long long w = 0;
+    if (opt_check_whole(r, what, v, &w) != 0) { return -1; }
     opt_store_int(r, cfg, w);
     return 0;
 }

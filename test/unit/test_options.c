@@ -32,6 +32,15 @@ static void remove_tmpdir(void) {
 }
 TestSuite(options, .init = make_tmpdir, .fini = remove_tmpdir);
 
+// the rows of both tables, the trainer's then ZeRO's; returns how many
+static int all_rows(const OptRow** out, int cap) {
+    int n = 0, k = 0;
+    const OptRow* rows = args_option_table(&n);
+    for (int i = 0; i < n && k < cap; i++) { out[k++] = &rows[i]; }
+    for (int i = 0; i < zero_num_options && k < cap; i++) { out[k++] = &zero_options[i]; }
+    return k;
+}
+
 static const char* row_name(const OptRow* r) { return r->long_flag ? r->long_flag : r->short_flag ? r->short_flag : r->key; }
 
 // the JSON that sets `key` (a dotted path; "optimizer.params.betas[1]" an element of the
@@ -95,38 +104,37 @@ Test(options, every_row_is_in_help_with_its_default) {
     FILE* f = open_memstream(&text, &len);
     args_usage(f, "train");
     fclose(f);
-    int n = 0;
-    const OptRow* tables[2] = { args_option_table(&n), zero_options };
-    int counts[2] = { n, zero_num_options };
-    for (int t = 0; t < 2; t++) {
-        for (int i = 0; i < counts[t]; i++) {
-            const OptRow* r = &tables[t][i];
-            char head[256];
-            if (r->short_flag && r->long_flag) { snprintf(head, sizeof(head), "\n  %s, %s", r->short_flag, r->long_flag); }
-            else { snprintf(head, sizeof(head), "\n  %s", row_name(r)); }
-            const char* at = strstr(text, head);
-            cr_assert_not_null(at, "--help does not list %s", row_name(r));
-            // the row's text runs to the next row's first line
-            const char* next = at + strlen(head);
-            while ((next = strstr(next, "\n  ")) != NULL && next[3] == ' ') { next++; }
-            size_t span = next ? (size_t)(next - at) : strlen(at);
-            // its lines joined: the wrapping may fall anywhere
-            char row[2048];
-            size_t m = 0;
-            for (size_t j = 0; j < span && m + 1 < sizeof(row); j++) {
-                char ch = at[j] == '\n' ? ' ' : at[j];
-                if (ch == ' ' && m > 0 && row[m - 1] == ' ') { continue; }
-                row[m++] = ch;
-            }
-            row[m] = '\0';
-            if (r->type == OPT_HELP) { continue; }
-            cr_assert(strstr(row, "(default ") != NULL, "%s: no default in '%s'", row_name(r), row);
-            if (r->key != NULL) { cr_assert(strstr(row, r->key) != NULL, "%s: its key %s is not in '%s'", row_name(r), r->key, row); }
-            if (r->def != NULL && *r->def && !isnan(strtod(r->def, NULL)) && strcmp(r->def, "-1") != 0) {
-                char want[128];
-                snprintf(want, sizeof(want), "(default %s", r->def);
-                cr_assert(strstr(row, want) != NULL, "%s: '%s' does not say %s", row_name(r), row, want);
-            }
+    const OptRow* rows[256];
+    int n = all_rows(rows, 256);
+    cr_assert_lt(n, 256);
+    for (int i = 0; i < n; i++) {
+        const OptRow* r = rows[i];
+        char head[256];
+        // "  -z, --zero-stage <0..3>", "  --prefetch <n>" (not --prefetch-bucket-size), "  train_batch_size"
+        if (r->short_flag && r->long_flag) { snprintf(head, sizeof(head), "\n  %s, %s", r->short_flag, r->long_flag); }
+        else { snprintf(head, sizeof(head), "\n  %s%s", row_name(r), r->short_flag || r->long_flag ? " " : ""); }
+        const char* at = strstr(text, head);
+        cr_assert_not_null(at, "--help does not list %s", row_name(r));
+        // the row's text runs to the next row's first line
+        const char* next = at + strlen(head);
+        while ((next = strstr(next, "\n  ")) != NULL && next[3] == ' ') { next++; }
+        size_t span = next ? (size_t)(next - at) : strlen(at);
+        // its lines joined: the wrapping may fall anywhere
+        char row[2048];
+        size_t m = 0;
+        for (size_t j = 0; j < span && m + 1 < sizeof(row); j++) {
+            char ch = at[j] == '\n' ? ' ' : at[j];
+            if (ch == ' ' && m > 0 && row[m - 1] == ' ') { continue; }
+            row[m++] = ch;
+        }
+        row[m] = '\0';
+        if (r->type == OPT_HELP) { continue; }
+        cr_assert(strstr(row, "(default ") != NULL, "%s: no default in '%s'", row_name(r), row);
+        if (r->key != NULL) { cr_assert(strstr(row, r->key) != NULL, "%s: its key %s is not in '%s'", row_name(r), r->key, row); }
+        if (r->def != NULL && *r->def && !isnan(strtod(r->def, NULL)) && strcmp(r->def, "-1") != 0) {
+            char want[128];
+            snprintf(want, sizeof(want), "(default %s", r->def);
+            cr_assert(strstr(row, want) != NULL, "%s: '%s' does not say %s", row_name(r), row, want);
         }
     }
     free(text);
@@ -262,29 +270,26 @@ Test(options, out_of_range_refused_both_ways) {
 
 // every flag of both tables is taken in both forms, "--name value" and "--name=value"
 Test(options, every_flag_is_parsed) {
-    int n = 0;
-    const OptRow* tables[2] = { args_option_table(&n), zero_options };
-    int counts[2] = { n, zero_num_options };
-    for (int t = 0; t < 2; t++) {
-        for (int i = 0; i < counts[t]; i++) {
-            const OptRow* r = &tables[t][i];
-            const char* flags[2] = { r->short_flag, r->long_flag };
-            for (int k = 0; k < 2; k++) {
-                if (flags[k] == NULL || r->type == OPT_HELP || strcmp(flags[k], "--ds-config") == 0) { continue; }
-                char v[64], eq[128];
-                if (r->type == OPT_CHOICE || r->type == OPT_STRING || r->type == OPT_U64) { snprintf(v, sizeof(v), "%s", r->def ? r->def : "x"); }
-                else { other_value(r, v, sizeof(v)); }
-                TrainConfig c;
-                char* argv[] = { "train", (char*)flags[k], v };
-                int rc = args_parse(&c, 3, argv);
-                // a value may be refused by the cross-field checks (stage 3's), never as a flag
-                cr_assert(rc == 0 || strstr(llmc_errmsg(), "zero config") != NULL, "%s %s: %s", flags[k], v, llmc_errmsg());
-                if (k == 1) {
-                    snprintf(eq, sizeof(eq), "%s=%s", flags[k], v);
-                    char* argv2[] = { "train", eq };
-                    int rc2 = args_parse(&c, 2, argv2);
-                    cr_assert_eq(rc2, rc, "%s: %s", eq, llmc_errmsg());
-                }
+    const OptRow* rows[256];
+    int n = all_rows(rows, 256);
+    for (int i = 0; i < n; i++) {
+        const OptRow* r = rows[i];
+        const char* flags[2] = { r->short_flag, r->long_flag };
+        for (int k = 0; k < 2; k++) {
+            if (flags[k] == NULL || r->type == OPT_HELP || strcmp(flags[k], "--ds-config") == 0) { continue; }
+            char v[64], eq[128];
+            if (r->type == OPT_CHOICE || r->type == OPT_STRING || r->type == OPT_U64) { snprintf(v, sizeof(v), "%s", r->def ? r->def : "x"); }
+            else { other_value(r, v, sizeof(v)); }
+            TrainConfig c;
+            char* argv[] = { "train", (char*)flags[k], v };
+            int rc = args_parse(&c, 3, argv);
+            // a value may be refused by the cross-field checks (stage 3's), never as a flag
+            cr_assert(rc == 0 || strstr(llmc_errmsg(), "zero config") != NULL, "%s %s: %s", flags[k], v, llmc_errmsg());
+            if (k == 1) {
+                snprintf(eq, sizeof(eq), "%s=%s", flags[k], v);
+                char* argv2[] = { "train", eq };
+                int rc2 = args_parse(&c, 2, argv2);
+                cr_assert_eq(rc2, rc, "%s: %s", eq, llmc_errmsg());
             }
         }
     }
