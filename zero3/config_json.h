@@ -18,6 +18,11 @@
    pin_memory, buffer_count, max_in_cpu}.
 
  Decisions worth knowing:
+ - The keys are zero_options' (zero3/config.c): each goes through its row's setter with its
+   row's range, as its flag does; an object is a section when it is the prefix of some
+   row's key. Hand-written: optimizer.type (required), optimizer.params.betas (an array of
+   two rows), optimizer.params.adam_w_mode (only checked), and the nulls DeepSpeed writes
+   for an unused nvme_path and for the model's communication_data_type.
  - Every key read either works in both engines that run it (zero3/host.h, zero3/device.cuh)
    or is accepted, validated and reported at start-up as having no effect (the warnings
    below say why; docs/USAGE.md lists them): allgather_bucket_size (a unit is gathered
