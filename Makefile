@@ -255,7 +255,8 @@ build/asan/test_%: build/obj/build/asan/test_%.o $(SAN_LIB)
 build/obj/build/asan/test_%.o: test/unit/test_%.c | build
 	@mkdir -p $(dir $@)
 	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
-SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config
+SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config \
+                 build/asan/test_options
 SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_TESTS)
 
 # libFuzzer harnesses of the file readers (test/fuzz/run_fuzz.sh runs them): clang's
