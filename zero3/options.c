@@ -161,8 +161,8 @@ static int opt_choice_index(const char* choices, const char* s) {
     }
 }
 
-// the choice string itself (a pointer into the row's `choices` would not be terminated):
-// for OPT_CHOICE the value stored is the text given, which opt_choice_index has matched
+// (OPT_CHOICE and OPT_STRING keep the pointer given: argv's, which outlives the config; a
+// pointer into the row's `choices` would not be terminated)
 int opt_set_text(const OptRow* r, void* cfg, const char* what, const char* s) {
     if (s == NULL || (*s == '\0' && r->type != OPT_STRING)) {
         if (r->type == OPT_PATH) { return zero_error("%s: the path is empty", what); }

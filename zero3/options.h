@@ -45,9 +45,9 @@ typedef enum {
     OPT_FLOAT,   // a float
     OPT_BOOL,    // an int, 0 or 1
     OPT_ENUM,    // an int-sized enum, one of `choices`, read by `parse`, named by `name`
-    OPT_CHOICE,  // a const char*, one of `choices` ("cosine|linear|constant")
+    OPT_CHOICE,  // a const char* into argv, one of `choices` ("cosine|linear|constant"): flags only
     OPT_PATH,    // a char array: a non-empty path that fits
-    OPT_STRING,  // a const char* into argv
+    OPT_STRING,  // a const char* into argv: flags only (a JSON string dies with its tree)
     OPT_U64,     // a uint64_t, non-negative
     OPT_HELP,    // -h, --help: opt_parse_args returns 1
 } OptType;
