@@ -1,6 +1,7 @@
 /*
- The trainer's command line: llm.c's short flags plus long flags for the rest.
- Every value is parsed strictly (the whole string must be a number in range), and
+ The trainer's command line: llm.c's short flags plus long flags for the rest, each
+ a row of a table (llmc/args.c's args_options, zero3/config.c's zero_options for ZeRO's;
+ zero3/options.h). Every value is parsed strictly (the whole string must be a number in range), and
  any problem is one line naming the flag, so `-b 4x` or a missing value never
  turns silently into a default.
 */
@@ -9,13 +10,10 @@
 
 #include <stdio.h>   // FILE, fprintf
 #include <stdint.h>  // uint64_t
-#include <stdlib.h>  // strtol, strtof, strtoull
-#include <string.h>  // strcmp, strchr, strncmp
-#include <errno.h>   // ERANGE
-#include <math.h>    // isnan for the JSON's unset values, fabsf
-#include <float.h>   // FLT_MIN, FLT_TRUE_MIN: a flag value that underflows a float
+#include <string.h>  // strcmp, strncmp, memset
+#include <math.h>    // isnan for the JSON's unset values
 #include "llmc/utils.h"  // llmc_error
-#include "zero3/config.h"  // ZeroConfig: -z, the ZeRO long flags
+#include "zero3/config.h"  // ZeroConfig, zero_options: -z and the ZeRO long flags; OptRow, opt_parse_args (zero3/options.h)
 #include "zero3/config_json.h"  // zero_config_load_json: --ds-config
 
 #ifdef __cplusplus
@@ -68,8 +66,11 @@ typedef struct {
     char warnings[4096];         // the JSON's unknown and no-effect keys, settings without effect: printed by rank 0
 } TrainConfig;
 
-// the usage of `program`: both trainers take the same flags
+// the usage of `program`, generated from the two tables: both trainers take the same flags
 void args_usage(FILE* f, const char* program);
+
+// the trainer's own table of options (the ZeRO ones: zero_options), *n its rows
+const OptRow* args_option_table(int* n);
 
 // Parses argv into c (starting from the defaults). Returns 0, 1 when help was asked
 // for, or -1 with llmc_errmsg() naming the flag.

@@ -1,48 +1,145 @@
 // zero3/config.c: the implementation (the interface and its notes: zero3/config.h)
 #include "zero3/config.h"  // this module's types and prototypes
 
+// the enums as the table stores them (an int each)
+static int zero_offload_row_parse(const char* what, const char* s, int* out) {
+    ZeroOffload o = ZERO_OFFLOAD_NONE;
+    if (zero_parse_offload(what, s, &o) != 0) { return -1; }
+    *out = (int)o;
+    return 0;
+}
+static const char* zero_offload_row_name(int v) { return zero_offload_name((ZeroOffload)v); }
+static int zero_comm_row_parse(const char* what, const char* s, int* out) {
+    ZeroCommDtype t = ZERO_COMM_MODEL;
+    if (zero_parse_comm_dtype(what, s, &t) != 0) { return -1; }
+    *out = (int)t;
+    return 0;
+}
+static const char* zero_comm_row_name(int v) { return zero_comm_dtype_name((ZeroCommDtype)v); }
+
+#define ZC(m) OPT_FIELD(ZeroConfig, m)
+#define ZMAX ((double)ZERO_SIZE_MAX)
+#define ZO "zero_optimization."
+
+// Every ZeRO option once (zero3/options.h). Sizes: the smallest value that makes sense is
+// 1 for a bucket or a sub-group (one of zero elements could never hold anything), 0 for a
+// prefetch bucket, persistence threshold, live limit or reuse distance (0 switches the
+// feature off). The training keys of the JSON default to -1 or NaN: absent, so that the
+// trainer can tell a value the file set from one it did not.
+const OptRow zero_options[] = {
+    { .group = "ZeRO (DeepSpeed's zero_optimization; --ds-config FILE sets the same keys, the flags override it)",
+      .short_flag = "-z", .long_flag = "--zero-stage", .key = ZO "stage", .type = OPT_WHOLE, ZC(stage), .lo = 0, .hi = 3,
+      .def = "0", .arg = "<0..3>", .trainer = OPT_BOTH,
+      .help = "ZeRO stage: 0 data parallel, 1 + optimizer state sharded, 2 + gradients, 3 + parameters" },
+    { .long_flag = "--prefetch", .type = OPT_WHOLE, ZC(prefetch_depth), .lo = 0, .hi = 64, .def = "2", .trainer = OPT_BOTH,
+      .help = "stage 3: units gathered ahead of use, 0 = off" },
+    { .long_flag = "--param-persistence-threshold", .key = ZO "stage3_param_persistence_threshold", .alias = ZO "param_persistence_threshold",
+      .type = OPT_WHOLE, ZC(param_persistence_threshold), .lo = 0, .hi = ZMAX, .def = "1e5", .trainer = OPT_BOTH,
+      .help = "stage 3: units smaller than n elements stay gathered" },
+    { .long_flag = "--max-live-parameters", .key = ZO "stage3_max_live_parameters", .alias = ZO "max_live_parameters",
+      .type = OPT_WHOLE, ZC(max_live_parameters), .lo = 0, .hi = ZMAX, .def = "1e9", .trainer = OPT_BOTH,
+      .help = "stage 3: budget of gathered elements" },
+    { .long_flag = "--max-reuse-distance", .key = ZO "stage3_max_reuse_distance", .alias = ZO "max_reuse_distance",
+      .type = OPT_WHOLE, ZC(max_reuse_distance), .lo = 0, .hi = ZMAX, .def = "1e9", .trainer = OPT_BOTH,
+      .help = "stage 3: keep a unit gathered if reused within n elements" },
+    { .long_flag = "--reduce-bucket-size", .key = ZO "reduce_bucket_size", .type = OPT_WHOLE, ZC(reduce_bucket_size),
+      .lo = 1, .hi = ZMAX, .def = "5e8", .trainer = OPT_BOTH, .help = "gradient elements in flight in reductions" },
+    { .long_flag = "--prefetch-bucket-size", .key = ZO "stage3_prefetch_bucket_size", .alias = ZO "prefetch_bucket_size",
+      .type = OPT_WHOLE, ZC(prefetch_bucket_size), .lo = 0, .hi = ZMAX, .def = "5e7", .trainer = OPT_BOTH,
+      .help = "stage 3: elements being prefetched at once" },
+    { .long_flag = "--communication-data-type", .key = "communication_data_type", .type = OPT_ENUM, ZC(comm_dtype),
+      .lo = ZERO_COMM_MODEL, .hi = ZERO_COMM_BF16, .def = "model", .choices = "model|fp32|bf16", .arg = "fp32|bf16",
+      .parse = zero_comm_row_parse, .name = zero_comm_row_name, .trainer = OPT_BOTH,
+      .help = "the type gradients are reduced in: the model's (bf16 in the GPU trainer's bf16 build); fp32: exact sums at "
+              "any number of ranks, 2x the gradient traffic; the CPU trainer and the host backend always reduce in fp32" },
+    { .key = ZO "allgather_bucket_size", .type = OPT_WHOLE, ZC(allgather_bucket_size), .lo = 1, .hi = ZMAX, .def = "5e8",
+      .trainer = OPT_BOTH, .help = "elements per all-gather bucket", .no_effect = "a unit is gathered whole (the unit is the bucket)" },
+    { .key = ZO "overlap_comm", .type = OPT_BOOL, ZC(overlap_comm), .hi = 1, .def = "0", .trainer = OPT_BOTH,
+      .help = "overlap communication with computation",
+      .no_effect = "communication always overlaps computation (nonblocking collectives, NCCL on its own stream)" },
+    { .key = ZO "contiguous_gradients", .type = OPT_BOOL, ZC(contiguous_gradients), .hi = 1, .def = "1", .trainer = OPT_BOTH,
+      .help = "copy gradients into one buffer", .no_effect = "each unit's gradient is one contiguous buffer already" },
+    { .key = ZO "reduce_scatter", .type = OPT_BOOL, ZC(reduce_scatter), .hi = 1, .def = "1", .trainer = OPT_BOTH,
+      .help = "reduce-scatter the gradients", .no_effect = "stages 1-3 always reduce-scatter, stage 0 all-reduces" },
+
+    { .group = "Offload",
+      .long_flag = "--offload-optimizer", .key = ZO "offload_optimizer.device", .type = OPT_ENUM, ZC(offload_optimizer),
+      .lo = ZERO_OFFLOAD_NONE, .hi = ZERO_OFFLOAD_NVME, .def = "none", .choices = "none|cpu|nvme",
+      .parse = zero_offload_row_parse, .name = zero_offload_row_name, .trainer = OPT_BOTH,
+      .help = "AdamW state and fp32 master on the host (SIMD CPU Adam) or on NVMe (stage 3)" },
+    { .long_flag = "--offload-param", .key = ZO "offload_param.device", .type = OPT_ENUM, ZC(offload_param),
+      .lo = ZERO_OFFLOAD_NONE, .hi = ZERO_OFFLOAD_NVME, .def = "none", .choices = "none|cpu|nvme",
+      .parse = zero_offload_row_parse, .name = zero_offload_row_name, .trainer = OPT_BOTH,
+      .help = "stage 3: parameter shards on the host, or on NVMe (needs optimizer offload)" },
+    { .long_flag = "--nvme-path", .key = ZO "offload_optimizer.nvme_path", .alias = ZO "offload_param.nvme_path",
+      .alias_why = "both offloads use one nvme_path", .type = OPT_PATH, ZC(nvme_path), .def = "", .trainer = OPT_BOTH,
+      .help = "where each rank's swap file goes (NVMe offload)" },
+    { .long_flag = "--sub-group-size", .key = ZO "sub_group_size", .type = OPT_WHOLE, ZC(sub_group_size), .lo = 1, .hi = ZMAX,
+      .def = "1e9", .trainer = OPT_BOTH, .help = "NVMe: elements updated per pipelined sub-group" },
+    { .long_flag = "--max-in-cpu", .key = ZO "offload_param.max_in_cpu", .type = OPT_WHOLE, ZC(max_in_cpu), .lo = 0, .hi = ZMAX,
+      .def = "1e9", .trainer = OPT_BOTH, .help = "parameter offload to NVMe: elements of shards kept on the host" },
+    { .key = ZO "offload_optimizer.pin_memory", .alias = ZO "offload_param.pin_memory", .alias_why = "both offloads use one pin_memory",
+      .type = OPT_BOOL, ZC(pin_memory), .hi = 1, .def = "0", .trainer = OPT_BOTH, .help = "pinned host buffers",
+      .no_effect = "the host buffers the GPU copies to and from are always pinned" },
+    { .key = ZO "offload_optimizer.buffer_count", .type = OPT_WHOLE, ZC(buffer_count), .lo = 1, .hi = 65536, .def = "4",
+      .trainer = OPT_BOTH, .help = "NVMe: the optimizer step's buffers" },
+    { .key = ZO "offload_optimizer.pipeline_read", .type = OPT_BOOL, ZC(pipeline_read), .hi = 1, .def = "0", .trainer = OPT_BOTH,
+      .help = "NVMe: overlap the step's reads", .no_effect = "the NVMe step always overlaps its reads, updates and writes" },
+    { .key = ZO "offload_optimizer.pipeline_write", .type = OPT_BOOL, ZC(pipeline_write), .hi = 1, .def = "0", .trainer = OPT_BOTH,
+      .help = "NVMe: overlap the step's writes", .no_effect = "the NVMe step always overlaps its reads, updates and writes" },
+    { .key = ZO "offload_param.buffer_count", .type = OPT_WHOLE, ZC(param_buffer_count), .lo = 1, .hi = 65536, .def = "5",
+      .trainer = OPT_BOTH, .help = "NVMe: the parameter store's buffers",
+      .no_effect = "a unit's parameter shard is read from NVMe one at a time" },
+
+    { .group = "Beyond one node (stage 3): MiCS, ZeRO++ and where the nodes are",
+      .long_flag = "--mics-shard-size", .key = ZO "mics_shard_size", .type = OPT_WHOLE, ZC(mics_shard_size), .lo = 1,
+      .hi = 1 << 20, .unset = "-1", .def = "-1", .trainer = OPT_BOTH,
+      .help = "stage 3, MiCS: shard over groups of n ranks, replicate across groups (-1 = off)" },
+    { .long_flag = "--mics-hierarchical-params-gather", .key = ZO "mics_hierarchical_params_gather", .type = OPT_BOOL,
+      ZC(mics_hierarchical_params_gather), .hi = 1, .def = "0", .trainer = OPT_BOTH,
+      .help = "MiCS: gathers of a group spanning nodes go across nodes first (always so here)" },
+    { .long_flag = "--zero-hpz-partition-size", .key = ZO "zero_hpz_partition_size", .type = OPT_WHOLE, ZC(hpz_partition_size),
+      .lo = 1, .hi = 1 << 20, .def = "1", .trainer = OPT_BOTH,
+      .help = "stage 3, ZeRO++ hpZ: a secondary copy of the parameters sharded over n ranks (a node's), which the gathers "
+              "after a unit's first use read (1 = off)" },
+    { .long_flag = "--zero-quantized-weights", .key = ZO "zero_quantized_weights", .type = OPT_BOOL, ZC(quantized_weights),
+      .hi = 1, .def = "0", .trainer = OPT_BOTH, .help = "stage 3, ZeRO++ qwZ: parameters all-gathered as int8, a scale per 256" },
+    { .long_flag = "--zero-quantized-gradients", .key = ZO "zero_quantized_gradients", .type = OPT_BOOL, ZC(quantized_gradients),
+      .hi = 1, .def = "0", .trainer = OPT_BOTH,
+      .help = "stage 3, ZeRO++ qgZ: gradients reduce-scattered as int8, inside the node then across, summed in fp32 at each hop" },
+    { .long_flag = "--ranks-per-node", .type = OPT_WHOLE, ZC(ranks_per_node), .lo = 0, .hi = 1 << 20, .def = "0", .trainer = OPT_BOTH,
+      .help = "take consecutive groups of n ranks as nodes (0: MPI's shared-memory split)" },
+
+    // the training keys: the trainer's flags (-b, -l, -c, --grad-clip) override them
+    { .key = "train_batch_size", .type = OPT_WHOLE, ZC(train_batch_size), .lo = 1, .hi = ZMAX, .def = "-1", .trainer = OPT_BOTH,
+      .help = "sequences per optimizer step over all ranks (with micro and accumulation: DeepSpeed's batch rule)" },
+    { .key = "train_micro_batch_size_per_gpu", .type = OPT_WHOLE, ZC(train_micro_batch_size_per_gpu), .lo = 1, .hi = INT_MAX,
+      .def = "-1", .trainer = OPT_BOTH, .help = "sequences per rank per micro-step (-b)" },
+    { .key = "gradient_accumulation_steps", .type = OPT_WHOLE, ZC(gradient_accumulation_steps), .lo = 1, .hi = INT_MAX,
+      .def = "-1", .trainer = OPT_BOTH, .help = "micro-steps per optimizer step" },
+    { .key = "gradient_clipping", .type = OPT_FLOAT, ZC(gradient_clipping), .lo = 0, .hi = 1e6, .def = "nan", .trainer = OPT_BOTH,
+      .help = "global-norm clip, 0 = off (--grad-clip)" },
+    { .key = "optimizer.params.lr", .type = OPT_FLOAT, ZC(lr), .lo = 0, .lo_open = 1, .hi = 1e6, .def = "nan", .trainer = OPT_BOTH,
+      .help = "learning rate (-l)" },
+    { .key = "optimizer.params.betas[0]", .type = OPT_FLOAT, ZC(beta1), .lo = 0, .hi = 1, .hi_open = 1, .def = "nan",
+      .trainer = OPT_BOTH, .help = "AdamW beta1 (a beta of 1 never forgets, and divides by 0 in the bias correction)" },
+    { .key = "optimizer.params.betas[1]", .type = OPT_FLOAT, ZC(beta2), .lo = 0, .hi = 1, .hi_open = 1, .def = "nan",
+      .trainer = OPT_BOTH, .help = "AdamW beta2" },
+    // eps must be > 0: a parameter whose gradient is always zero (an unused vocabulary row)
+    // has v = 0, and eps is then all that keeps the update from being 0/0
+    { .key = "optimizer.params.eps", .type = OPT_FLOAT, ZC(eps), .lo = 0, .lo_open = 1, .hi = 1, .def = "nan", .trainer = OPT_BOTH,
+      .help = "AdamW epsilon" },
+    { .key = "optimizer.params.weight_decay", .type = OPT_FLOAT, ZC(weight_decay), .lo = 0, .hi = 1e6, .def = "nan",
+      .trainer = OPT_BOTH, .help = "decoupled weight decay (-c)" },
+    { .key = "bf16.enabled", .type = OPT_BOOL, ZC(bf16), .hi = 1, .def = "-1", .trainer = OPT_BOTH,
+      .help = "bf16 training: the build decides (the CPU trainer fp32, the GPU trainer bf16); another value is a warning" },
+};
+const int zero_num_options = (int)(sizeof(zero_options) / sizeof(zero_options[0]));
+
 void zero_config_defaults(ZeroConfig* c) {
     memset(c, 0, sizeof(*c));
-    c->stage = 0;
-    c->reduce_bucket_size = 500000000LL;
-    c->allgather_bucket_size = 500000000LL;
-    c->overlap_comm = 0;
-    c->contiguous_gradients = 1;
-    c->reduce_scatter = 1;
-    c->prefetch_bucket_size = 50000000LL;
-    c->param_persistence_threshold = 100000LL;
-    c->max_live_parameters = 1000000000LL;
-    c->max_reuse_distance = 1000000000LL;
-    c->sub_group_size = 1000000000LL;
-    c->prefetch_depth = 2;
-    c->offload_optimizer = ZERO_OFFLOAD_NONE;
-    c->offload_param = ZERO_OFFLOAD_NONE;
-    c->nvme_path[0] = '\0';
-    c->pin_memory = 0;
-    c->buffer_count = 4;
-    c->param_buffer_count = 5;
-    c->pipeline_read = 0;
-    c->pipeline_write = 0;
-    c->max_in_cpu = 1000000000LL;
-    c->mics_shard_size = -1;
-    c->mics_hierarchical_params_gather = 0;
-    c->hpz_partition_size = 1;
-    c->quantized_weights = 0;
-    c->quantized_gradients = 0;
-    c->ranks_per_node = 0;
-    c->train_batch_size = -1;
-    c->train_micro_batch_size_per_gpu = -1;
-    c->gradient_accumulation_steps = -1;
-    c->lr = NAN;
-    c->beta1 = NAN;
-    c->beta2 = NAN;
-    c->eps = NAN;
-    c->weight_decay = NAN;
-    c->gradient_clipping = NAN;
-    c->bf16 = -1;
-    c->comm_dtype = ZERO_COMM_MODEL;
+    opt_defaults(zero_options, zero_num_options, c);
 }
-
 const char* zero_comm_dtype_name(ZeroCommDtype t) {
     switch (t) {
         case ZERO_COMM_MODEL: return "model";
@@ -59,45 +156,6 @@ const char* zero_offload_name(ZeroOffload o) {
         case ZERO_OFFLOAD_NVME: return "nvme";
     }
     return "?";
-}
-
-int zero_check_whole(const char* what, double v, long long lo, long long hi, long long* out) {
-    // a double outside [-2^53, 2^53] is no longer exact, and a cast of one outside
-    // long long's range is undefined: bound it before converting
-    if (!isfinite(v) || v < -(double)ZERO_SIZE_MAX || v > (double)ZERO_SIZE_MAX) {
-        return zero_error("%s: %g is out of range [%lld, %lld]", what, v, lo, hi);
-    }
-    long long w = (long long)v;
-    if ((double)w != v) { return zero_error("%s: %g is not a whole number", what, v); }
-    if (w < lo || w > hi) { return zero_error("%s: %lld is out of range [%lld, %lld]", what, w, lo, hi); }
-    *out = w;
-    return 0;
-}
-
-// a flag value that must be a whole number: "500000000", "5e8" and "5.0e8" all give 5e8
-static int zero_parse_whole(const char* what, const char* s, long long lo, long long hi, long long* out) {
-    if (s == NULL || *s == '\0') { return zero_error("%s needs a value", what); }
-    // strtod alone would take leading blanks, hex ("0x10"), "inf" and "nan": allow only
-    // the characters of a decimal number so that none of those slip through
-    for (const char* p = s; *p; p++) {
-        if (!((*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.' || *p == 'e' || *p == 'E')) {
-            return zero_error("%s: '%s' is not a number", what, s);
-        }
-    }
-    char* end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*end == '\0') {  // a plain integer: exact, no trip through double
-        if (errno == ERANGE || v < lo || v > hi) { return zero_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
-        *out = v;
-        return 0;
-    }
-    errno = 0;
-    double d = strtod(s, &end);
-    if (end == s || *end != '\0') { return zero_error("%s: '%s' is not a number", what, s); }
-    if (errno == ERANGE && d != 0.0) { return zero_error("%s: %s is out of range [%lld, %lld]", what, s, lo, hi); }
-    if (errno == ERANGE) { return zero_error("%s: %s is not a whole number", what, s); }  // underflow: 1e-400
-    return zero_check_whole(what, d, lo, hi, out);
 }
 
 int zero_parse_offload(const char* what, const char* s, ZeroOffload* out) {
@@ -131,70 +189,22 @@ int zero_parse_comm_dtype(const char* what, const char* s, ZeroCommDtype* out) {
     return 0;
 }
 
-int zero_set_path(const char* what, const char* s, char* dst, size_t cap) {
-    if (s == NULL || *s == '\0') { return zero_error("%s: the path is empty", what); }
-    if (strlen(s) >= cap) { return zero_error("%s: the path is longer than %zu characters", what, cap - 1); }
-    memcpy(dst, s, strlen(s) + 1);
-    return 0;
-}
-
 int zero_config_set_flag(ZeroConfig* c, const char* name, const char* value) {
-    if (name == NULL) { return 1; }
-    // sizes: what to set, and the smallest value that makes sense. A bucket or a
-    // sub-group of zero elements could never hold anything; a zero prefetch bucket,
-    // persistence threshold, live limit or reuse distance just switches the feature off.
-    static const struct { const char* flag; size_t offset; long long lo; } sizes[] = {
-        { "--reduce-bucket-size", offsetof(ZeroConfig, reduce_bucket_size), 1 },
-        { "--prefetch-bucket-size", offsetof(ZeroConfig, prefetch_bucket_size), 0 },
-        { "--param-persistence-threshold", offsetof(ZeroConfig, param_persistence_threshold), 0 },
-        { "--max-live-parameters", offsetof(ZeroConfig, max_live_parameters), 0 },
-        { "--max-reuse-distance", offsetof(ZeroConfig, max_reuse_distance), 0 },
-        { "--sub-group-size", offsetof(ZeroConfig, sub_group_size), 1 },
-        { "--max-in-cpu", offsetof(ZeroConfig, max_in_cpu), 0 },
-    };
+    // long flags only: -z is the trainer's (opt_parse_args finds it in the same row)
+    if (name == NULL || strncmp(name, "--", 2) != 0) { return 1; }
+    const OptRow* r = opt_find_flag(zero_options, zero_num_options, name);
+    if (r == NULL) { return 1; }  // not ours: --ds-config included, which the trainer loads itself
     char what[128];
     snprintf(what, sizeof(what), "flag %s", name);
-    long long v = 0;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        if (strcmp(name, sizes[i].flag) == 0) {
-            if (zero_parse_whole(what, value, sizes[i].lo, ZERO_SIZE_MAX, &v) != 0) { return -1; }
-            *(long long*)((char*)c + sizes[i].offset) = v;
-            return 0;
-        }
+    return opt_set_text(r, c, what, value);
+}
+
+const OptRow* zero_option(const char* name) {
+    for (int i = 0; i < zero_num_options; i++) {
+        const OptRow* r = &zero_options[i];
+        if ((r->key && strcmp(r->key, name) == 0) || (r->long_flag && strcmp(r->long_flag, name) == 0)) { return r; }
     }
-    if (strcmp(name, "--zero-stage") == 0) {
-        if (zero_parse_whole(what, value, 0, 3, &v) != 0) { return -1; }
-        c->stage = (int)v;
-    } else if (strcmp(name, "--prefetch") == 0) {
-        if (zero_parse_whole(what, value, 0, 64, &v) != 0) { return -1; }
-        c->prefetch_depth = (int)v;
-    } else if (strcmp(name, "--offload-optimizer") == 0) {
-        return zero_parse_offload(what, value, &c->offload_optimizer);
-    } else if (strcmp(name, "--offload-param") == 0) {
-        return zero_parse_offload(what, value, &c->offload_param);
-    } else if (strcmp(name, "--nvme-path") == 0) {
-        return zero_set_path(what, value, c->nvme_path, sizeof(c->nvme_path));
-    } else if (strcmp(name, "--mics-shard-size") == 0) {
-        if (zero_parse_whole(what, value, -1, 1 << 20, &v) != 0) { return -1; }
-        c->mics_shard_size = (int)v;
-    } else if (strcmp(name, "--zero-hpz-partition-size") == 0) {
-        if (zero_parse_whole(what, value, 1, 1 << 20, &v) != 0) { return -1; }
-        c->hpz_partition_size = (int)v;
-    } else if (strcmp(name, "--ranks-per-node") == 0) {
-        if (zero_parse_whole(what, value, 0, 1 << 20, &v) != 0) { return -1; }
-        c->ranks_per_node = (int)v;
-    } else if (strcmp(name, "--mics-hierarchical-params-gather") == 0 || strcmp(name, "--zero-quantized-weights") == 0 ||
-               strcmp(name, "--zero-quantized-gradients") == 0) {
-        if (zero_parse_whole(what, value, 0, 1, &v) != 0) { return -1; }
-        int* f = name[2] == 'm' ? &c->mics_hierarchical_params_gather
-               : strcmp(name, "--zero-quantized-weights") == 0 ? &c->quantized_weights : &c->quantized_gradients;
-        *f = (int)v;
-    } else if (strcmp(name, "--communication-data-type") == 0) {
-        return zero_parse_comm_dtype(what, value, &c->comm_dtype);
-    } else {
-        return 1;  // not ours: --ds-config included, which the trainer loads itself
-    }
-    return 0;
+    return NULL;
 }
 
 void zero_json_warn(ZeroJsonCtx* x, const char* fmt, ...) {
@@ -215,22 +225,8 @@ void zero_json_warn(ZeroJsonCtx* x, const char* fmt, ...) {
 }
 
 int zero_config_validate(const ZeroConfig* c) {
-    if (c->stage < 0 || c->stage > 3) { return zero_error("zero config: stage %d is out of range [0, 3]", c->stage); }
-    if (c->prefetch_depth < 0 || c->prefetch_depth > 64) { return zero_error("zero config: prefetch depth %d is out of range [0, 64]", c->prefetch_depth); }
-    if (c->reduce_bucket_size < 1) { return zero_error("zero config: reduce_bucket_size %lld must be >= 1", c->reduce_bucket_size); }
-    if (c->allgather_bucket_size < 1) { return zero_error("zero config: allgather_bucket_size %lld must be >= 1", c->allgather_bucket_size); }
-    if (c->sub_group_size < 1) { return zero_error("zero config: sub_group_size %lld must be >= 1", c->sub_group_size); }
-    if (c->prefetch_bucket_size < 0 || c->param_persistence_threshold < 0 || c->max_live_parameters < 0 ||
-        c->max_reuse_distance < 0 || c->max_in_cpu < 0) {
-        return zero_error("zero config: prefetch_bucket_size, param_persistence_threshold, max_live_parameters, "
-                          "max_reuse_distance and max_in_cpu must be >= 0");
-    }
-    if (c->buffer_count < 1 || c->param_buffer_count < 1) {
-        return zero_error("zero config: offload buffer_count must be >= 1 (optimizer %d, param %d)", c->buffer_count, c->param_buffer_count);
-    }
-    if ((unsigned)c->offload_optimizer > ZERO_OFFLOAD_NVME || (unsigned)c->offload_param > ZERO_OFFLOAD_NVME) {
-        return zero_error("zero config: unknown offload device");
-    }
+    // every field in its row's range (zero3/options.h), then the fields together
+    if (opt_check_ranges(zero_options, zero_num_options, c, "zero config") != 0) { return -1; }
     // stage 0 keeps the whole optimizer state on every rank: there is no partition to move
     if (c->offload_optimizer != ZERO_OFFLOAD_NONE && c->stage < 1) {
         return zero_error("zero config: offload_optimizer %s needs ZeRO stage 1, 2 or 3 (stage is %d)",
@@ -254,8 +250,6 @@ int zero_config_validate(const ZeroConfig* c) {
     if (beyond && c->stage != 3) {
         return zero_error("zero config: mics_shard_size, zero_hpz_partition_size and zero_quantized_weights/gradients need ZeRO stage 3 (stage is %d)", c->stage);
     }
-    if (c->mics_shard_size == 0 || c->mics_shard_size < -1) { return zero_error("zero config: mics_shard_size %d must be >= 1 (or -1 for off)", c->mics_shard_size); }
-    if (c->hpz_partition_size < 1) { return zero_error("zero config: zero_hpz_partition_size %d must be >= 1", c->hpz_partition_size); }
     if (c->mics_shard_size > 0 && c->hpz_partition_size > 1) {
         return zero_error("zero config: mics_shard_size and zero_hpz_partition_size together: choose one (MiCS keeps its gathers inside the shard group already)");
     }
@@ -266,38 +260,13 @@ int zero_config_validate(const ZeroConfig* c) {
     if (c->mics_hierarchical_params_gather && c->mics_shard_size <= 0) {
         return zero_error("zero config: mics_hierarchical_params_gather needs mics_shard_size");
     }
-    if (c->ranks_per_node < 0) { return zero_error("zero config: ranks_per_node %d must be >= 0", c->ranks_per_node); }
-    int bools[] = { c->overlap_comm, c->contiguous_gradients, c->reduce_scatter, c->pin_memory, c->pipeline_read, c->pipeline_write,
-                    c->mics_hierarchical_params_gather, c->quantized_weights, c->quantized_gradients };
-    for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++) {
-        if (bools[i] != 0 && bools[i] != 1) { return zero_error("zero config: a boolean setting holds %d (0 or 1)", bools[i]); }
-    }
-    if (c->bf16 < -1 || c->bf16 > 1) { return zero_error("zero config: bf16 holds %d (0, 1 or -1 for unset)", c->bf16); }
-    if ((unsigned)c->comm_dtype > ZERO_COMM_BF16) { return zero_error("zero config: unknown communication data type %d", (int)c->comm_dtype); }
-    if (c->train_batch_size == 0 || c->train_batch_size < -1) { return zero_error("zero config: train_batch_size %lld must be >= 1 (or -1 for unset)", c->train_batch_size); }
-    if (c->train_micro_batch_size_per_gpu == 0 || c->train_micro_batch_size_per_gpu < -1) {
-        return zero_error("zero config: train_micro_batch_size_per_gpu %d must be >= 1 (or -1 for unset)", c->train_micro_batch_size_per_gpu);
-    }
-    if (c->gradient_accumulation_steps == 0 || c->gradient_accumulation_steps < -1) {
-        return zero_error("zero config: gradient_accumulation_steps %d must be >= 1 (or -1 for unset)", c->gradient_accumulation_steps);
-    }
-    if (!isnan(c->lr) && !(c->lr > 0.0f && isfinite(c->lr))) { return zero_error("zero config: lr %g must be > 0", (double)c->lr); }
-    if (!isnan(c->beta1) && !(c->beta1 >= 0.0f && c->beta1 < 1.0f)) { return zero_error("zero config: beta1 %g is out of range [0, 1)", (double)c->beta1); }
-    if (!isnan(c->beta2) && !(c->beta2 >= 0.0f && c->beta2 < 1.0f)) { return zero_error("zero config: beta2 %g is out of range [0, 1)", (double)c->beta2); }
-    if (!isnan(c->eps) && !(c->eps > 0.0f && isfinite(c->eps))) { return zero_error("zero config: eps %g must be > 0", (double)c->eps); }
-    if (!isnan(c->weight_decay) && !(c->weight_decay >= 0.0f && isfinite(c->weight_decay))) {
-        return zero_error("zero config: weight_decay %g must be >= 0", (double)c->weight_decay);
-    }
-    if (!isnan(c->gradient_clipping) && !(c->gradient_clipping >= 0.0f && isfinite(c->gradient_clipping))) {
-        return zero_error("zero config: gradient_clipping %g must be >= 0", (double)c->gradient_clipping);
-    }
     return 0;
 }
 
 void zero_config_warnings(const ZeroConfig* c, char* warnings, size_t cap) {
     ZeroConfig d;
     zero_config_defaults(&d);
-    ZeroJsonCtx x = { "", warnings, cap };
+    ZeroJsonCtx x = { "", warnings, cap, NULL };
     const struct { const char* key; int changed, applies; const char* needs; } knobs[] = {
         { "prefetch (--prefetch)", c->prefetch_depth != d.prefetch_depth, c->stage == 3, "ZeRO stage 3" },
         { "prefetch_bucket_size", c->prefetch_bucket_size != d.prefetch_bucket_size, c->stage == 3, "ZeRO stage 3" },
@@ -397,14 +366,12 @@ uint64_t zero_config_hash(const ZeroConfig* c) {
     return h;
 }
 
-// 100000 -> "1e5", 500000000 -> "5e8", 1234 -> "1234": DeepSpeed's own way of writing sizes
-static const char* zero_format_count(long long v, char* buf, size_t cap) {
-    int e = 0;
-    long long m = v;
-    while (m != 0 && m % 10 == 0) { m /= 10; e++; }
-    if (e >= 3) { snprintf(buf, cap, "%llde%d", m, e); }
-    else { snprintf(buf, cap, "%lld", v); }
-    return buf;
+// the value of the option `name` (its key or long flag) as the table writes it: counts as
+// DeepSpeed does (1e5, 5e8), devices by name
+static const char* zero_value(const ZeroConfig* c, const char* name, char* buf, size_t cap) {
+    const OptRow* r = zero_option(name);
+    if (r == NULL) { snprintf(buf, cap, "?"); return buf; }
+    return opt_format(r, c, buf, cap);
 }
 
 // appends as much of s as fits: a log line may lose the end of a long path, never its terminator
@@ -416,37 +383,40 @@ static void zero_append(char* out, size_t len, const char* s) {
 
 void zero_config_describe(const ZeroConfig* c, char* out, size_t len) {
     if (out == NULL || len == 0) { return; }
-    char a[32], b[32], d[32], line[512];
+    char a[32], b[32], d[32], e[32], f[32], g[32], line[512];
+    const char* reduce = zero_value(c, ZO "reduce_bucket_size", a, sizeof(a));
+    const char* opt = zero_value(c, ZO "offload_optimizer.device", b, sizeof(b));
     if (c->stage == 3) {
-        snprintf(line, sizeof(line), "stage 3, prefetch %d, persistence %s, offload optimizer %s, param %s, buckets: prefetch %s, reduce %s",
-                 c->prefetch_depth, zero_format_count(c->param_persistence_threshold, a, sizeof(a)),
-                 zero_offload_name(c->offload_optimizer), zero_offload_name(c->offload_param),
-                 zero_format_count(c->prefetch_bucket_size, b, sizeof(b)), zero_format_count(c->reduce_bucket_size, d, sizeof(d)));
+        snprintf(line, sizeof(line), "stage 3, prefetch %s, persistence %s, offload optimizer %s, param %s, buckets: prefetch %s, reduce %s",
+                 zero_value(c, "--prefetch", d, sizeof(d)), zero_value(c, ZO "stage3_param_persistence_threshold", e, sizeof(e)),
+                 opt, zero_value(c, ZO "offload_param.device", f, sizeof(f)),
+                 zero_value(c, ZO "stage3_prefetch_bucket_size", g, sizeof(g)), reduce);
     } else if (c->stage == 0) {
-        snprintf(line, sizeof(line), "stage 0 (plain data parallel), reduce bucket %s", zero_format_count(c->reduce_bucket_size, a, sizeof(a)));
+        snprintf(line, sizeof(line), "stage 0 (plain data parallel), reduce bucket %s", reduce);
     } else {
-        snprintf(line, sizeof(line), "stage %d, offload optimizer %s, buckets: reduce %s", c->stage,
-                 zero_offload_name(c->offload_optimizer), zero_format_count(c->reduce_bucket_size, a, sizeof(a)));
+        snprintf(line, sizeof(line), "stage %d, offload optimizer %s, buckets: reduce %s", c->stage, opt, reduce);
     }
     out[0] = '\0';
     zero_append(out, len, line);
     if (c->comm_dtype != ZERO_COMM_MODEL) {
         zero_append(out, len, ", gradients reduced in ");
-        zero_append(out, len, zero_comm_dtype_name(c->comm_dtype));
+        zero_append(out, len, zero_value(c, "communication_data_type", a, sizeof(a)));
     }
-    if (c->mics_shard_size > 0) {
-        snprintf(line, sizeof(line), ", MiCS shard groups of %d", c->mics_shard_size);
-        zero_append(out, len, line);
-    }
-    if (c->hpz_partition_size > 1) {
-        snprintf(line, sizeof(line), ", hpZ groups of %d", c->hpz_partition_size);
-        zero_append(out, len, line);
-    }
-    if (c->quantized_weights) { zero_append(out, len, ", qwZ (int8 gathers)"); }
-    if (c->quantized_gradients) { zero_append(out, len, ", qgZ (int8 reduce-scatters)"); }
-    if (c->ranks_per_node > 0) {
-        snprintf(line, sizeof(line), ", nodes of %d ranks", c->ranks_per_node);
-        zero_append(out, len, line);
+    // the modes beyond one node, each when on: "LABEL VALUE LABEL2" in the table's words
+    static const struct { const char* name; const char* before; const char* after; } modes[] = {
+        { ZO "mics_shard_size", ", MiCS shard groups of ", "" },
+        { ZO "zero_hpz_partition_size", ", hpZ groups of ", "" },
+        { ZO "zero_quantized_weights", ", qwZ (int8 gathers)", NULL },
+        { ZO "zero_quantized_gradients", ", qgZ (int8 reduce-scatters)", NULL },
+        { "--ranks-per-node", ", nodes of ", " ranks" },
+    };
+    int on[] = { c->mics_shard_size > 0, c->hpz_partition_size > 1, c->quantized_weights, c->quantized_gradients, c->ranks_per_node > 0 };
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (!on[i]) { continue; }
+        zero_append(out, len, modes[i].before);
+        if (modes[i].after == NULL) { continue; }
+        zero_append(out, len, zero_value(c, modes[i].name, a, sizeof(a)));
+        zero_append(out, len, modes[i].after);
     }
     if (c->offload_optimizer == ZERO_OFFLOAD_NVME || c->offload_param == ZERO_OFFLOAD_NVME) {
         zero_append(out, len, ", nvme ");

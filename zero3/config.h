@@ -32,14 +32,13 @@
 
 #include <stdio.h>         // snprintf, vsnprintf
 #include <stdarg.h>        // va_list for the warning appender
-#include <stddef.h>        // offsetof: the flag and key tables point into ZeroConfig
+#include <stddef.h>        // size_t
 #include <stdint.h>        // uint64_t for the configuration hash
-#include <stdlib.h>        // strtoll, strtod
-#include <string.h>        // strcmp, strlen, memcpy, memchr
-#include <errno.h>         // errno, ERANGE
-#include <limits.h>        // INT_MAX: the batch rule's bounds
-#include <math.h>          // NAN, isnan, isfinite (macros only: no -lm needed)
+#include <string.h>        // strcmp, strncmp, strlen, memchr, memset, memcpy
+#include <limits.h>        // INT_MAX: the batch rule's bounds, the batch keys' range
+#include <math.h>          // isnan: the hash's unset floats (a macro: no -lm needed)
 #include "zero3/util.h"     // zero_error: the library error convention
+#include "zero3/options.h"  // OptRow: zero_options, the table of every ZeRO option (flag, key, range, default, help)
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,7 +90,18 @@ typedef struct {
 // 2^53: every whole number up to here is exact in a double, the type JSON numbers arrive in
 #define ZERO_SIZE_MAX (1LL << 53)
 
-// DeepSpeed's defaults for its keys, ours for prefetch_depth, "absent" for the training keys
+// Every ZeRO option once: its flags, its DeepSpeed key, type, range, default and help
+// (zero3/options.h). The defaults, the flags, the JSON's scalar keys, the range checks,
+// --help and the values of zero_config_describe all come from it.
+extern const OptRow zero_options[];
+extern const int zero_num_options;
+
+// the row whose DeepSpeed key or long flag is `name` ("zero_optimization.stage",
+// "--prefetch"); NULL when none
+const OptRow* zero_option(const char* name);
+
+// the table's defaults: DeepSpeed's for its keys, ours for prefetch_depth, "absent" for
+// the training keys
 void zero_config_defaults(ZeroConfig* c);
 
 // "model" (unset: the model's type), "fp32", "bf16"
@@ -100,10 +110,8 @@ const char* zero_comm_dtype_name(ZeroCommDtype t);
 const char* zero_offload_name(ZeroOffload o);
 
 // ----------------------------------------------------------------------------
-// value checks shared by the flags and the JSON reader. `what` names the source for
-// the message: "flag --zero-stage" or "--ds-config f.json: key 'zero_optimization.stage'".
-
-int zero_check_whole(const char* what, double v, long long lo, long long hi, long long* out);
+// value parsers of the enums, for the table and the trainers. `what` names the source for
+// the message: "flag --offload-param" or "--ds-config f.json: key 'zero_optimization.offload_param.device'".
 
 int zero_parse_offload(const char* what, const char* s, ZeroOffload* out);
 
@@ -114,20 +122,14 @@ int zero_streq_nocase(const char* a, const char* b);
 // for bf16); fp16 is DeepSpeed's too, but nothing here has fp16 gradients to reduce
 int zero_parse_comm_dtype(const char* what, const char* s, ZeroCommDtype* out);
 
-int zero_set_path(const char* what, const char* s, char* dst, size_t cap);
-
 // ----------------------------------------------------------------------------
 // command-line flags
 
-// One long flag, `name` as typed ("--zero-stage"), `value` its argument. Returns 0 when
-// applied, 1 when `name` is not a ZeRO flag (the caller tries its own; --ds-config is the
-// caller's), -1 with zero_errmsg() naming the flag on a bad value, leaving c unchanged.
-// Flags: --zero-stage 0..3, --prefetch 0..64, --offload-optimizer none|cpu|nvme,
-// --offload-param none|cpu|nvme, --nvme-path DIR, --reduce-bucket-size N,
-// --prefetch-bucket-size N, --param-persistence-threshold N, --max-live-parameters N,
-// --max-reuse-distance N, --sub-group-size N, --max-in-cpu N, --communication-data-type
-// fp32|bf16. (No flag for the keys that
-// have no effect: they exist for configs written for DeepSpeed.)
+// One long flag of zero_options, `name` as typed ("--zero-stage"), `value` its argument.
+// Returns 0 when applied, 1 when `name` is not a long flag of the table (the caller tries
+// its own; --ds-config is the caller's; -z too, which opt_parse_args finds in the same row),
+// -1 with zero_errmsg() naming the flag on a bad value, leaving c unchanged. (No flag for the
+// keys that have no effect: they exist for configs written for DeepSpeed.)
 int zero_config_set_flag(ZeroConfig* c, const char* name, const char* value);
 
 // ----------------------------------------------------------------------------
@@ -138,6 +140,7 @@ typedef struct {
     const char* path;     // the file, for messages
     char* warnings;       // appended to; may be NULL
     size_t warnings_len;
+    unsigned char* seen;  // per row of zero_options: 0, or given by its key (1) or its alias (2)
 } ZeroJsonCtx;
 
 // appends one line to the warnings; when the buffer is full the line is dropped rather

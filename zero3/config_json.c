@@ -40,52 +40,6 @@ static int zero_json_type_error(ZeroJsonCtx* x, const char* key, const char* exp
     return zero_error("--ds-config %s: key '%s': expected %s, got %s", x->path, key, expected, got);
 }
 
-static int zero_json_whole(ZeroJsonCtx* x, const cJSON* it, const char* key, long long lo, long long hi, long long* out) {
-    if (!cJSON_IsNumber(it)) { return zero_json_type_error(x, key, "a number", it); }
-    char what[1400];
-    snprintf(what, sizeof(what), "--ds-config %s: key '%s'", x->path, key);
-    return zero_check_whole(what, it->valuedouble, lo, hi, out);
-}
-
-static int zero_json_int(ZeroJsonCtx* x, const cJSON* it, const char* key, int lo, int hi, int* out) {
-    long long v = 0;
-    if (zero_json_whole(x, it, key, lo, hi, &v) != 0) { return -1; }
-    *out = (int)v;
-    return 0;
-}
-
-// DeepSpeed configs use true/false; 0 and 1 are taken too, as Python would
-static int zero_json_bool(ZeroJsonCtx* x, const cJSON* it, const char* key, int* out) {
-    if (cJSON_IsBool(it)) { *out = cJSON_IsTrue(it) ? 1 : 0; return 0; }
-    if (cJSON_IsNumber(it) && (it->valuedouble == 0.0 || it->valuedouble == 1.0)) { *out = (int)it->valuedouble; return 0; }
-    return zero_json_type_error(x, key, "true or false", it);
-}
-
-// a float in [lo, hi], or (lo, hi] when lo_open
-static int zero_json_float(ZeroJsonCtx* x, const cJSON* it, const char* key, double lo, int lo_open, double hi, float* out) {
-    if (!cJSON_IsNumber(it)) { return zero_json_type_error(x, key, "a number", it); }
-    double v = it->valuedouble;
-    int ok = isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi && v <= FLT_MAX;
-    // a positive value that rounds to 0 as a float would pass as > 0 and act as 0: in range
-    // as a number, so say what is wrong with it
-    if (ok && lo_open && (float)v <= (float)lo) {
-        return zero_error("--ds-config %s: key '%s': %g rounds to %g as a float (the smallest positive float is %g), "
-                          "which is out of range (%g, %g]", x->path, key, v, (double)(float)v, (double)FLT_TRUE_MIN, lo, hi);
-    }
-    if (!ok) {
-        return zero_error("--ds-config %s: key '%s': %g is out of range %c%g, %g]", x->path, key, v, lo_open ? '(' : '[', lo, hi);
-    }
-    *out = (float)v;
-    return 0;
-}
-
-static int zero_json_offload_device(ZeroJsonCtx* x, const cJSON* it, const char* key, ZeroOffload* out) {
-    if (!cJSON_IsString(it)) { return zero_json_type_error(x, key, "a string: none, cpu or nvme", it); }
-    char what[1400];
-    snprintf(what, sizeof(what), "--ds-config %s: key '%s'", x->path, key);
-    return zero_parse_offload(what, it->valuestring, out);
-}
-
 // by name, then by place in the object: the order is total, so the result does not
 // depend on how qsort breaks ties
 static int zero_json_key_cmp(const void* pa, const void* pb) {
@@ -143,6 +97,56 @@ static int zero_json_object(ZeroJsonCtx* x, const cJSON* it, const char* key) {
     return zero_json_no_duplicates(x, it, key);
 }
 
+// what a key of the file should have held, for the type error
+static const char* zero_json_expected(const OptRow* r, char* buf, size_t cap) {
+    switch (r->type) {
+        case OPT_BOOL: return "true or false";
+        case OPT_INT: case OPT_WHOLE: case OPT_FLOAT: return "a number";
+        case OPT_PATH: return "a string (a directory)";
+        default: snprintf(buf, cap, "a string: %s", r->arg ? r->arg : r->choices); return buf;
+    }
+}
+
+// One key of the file through its row of the table: the same setters and range checks as
+// the flag. A row given twice, by its key and its alias (stage3_prefetch_bucket_size and
+// prefetch_bucket_size; the two offload sections' nvme_path), must say the same both times.
+static int zero_json_scalar(ZeroJsonCtx* x, const OptRow* r, int is_alias, const cJSON* it, const char* key, ZeroConfig* c) {
+    char what[1400], exp[80];
+    snprintf(what, sizeof(what), "--ds-config %s: key '%s'", x->path, key);
+    // DeepSpeed writes null for an unused nvme_path and for the model's communication type
+    if (cJSON_IsNull(it) && r->offset == offsetof(ZeroConfig, nvme_path)) { return 0; }
+    if (cJSON_IsNull(it) && r->offset == offsetof(ZeroConfig, comm_dtype)) { c->comm_dtype = ZERO_COMM_MODEL; return 0; }
+    ZeroConfig probe = *c;
+    int rc = 0;
+    if (r->type == OPT_BOOL && cJSON_IsBool(it)) { rc = opt_set_bool(r, &probe, cJSON_IsTrue(it)); }
+    else if (r->type == OPT_BOOL && cJSON_IsNumber(it) && (it->valuedouble == 0.0 || it->valuedouble == 1.0)) {
+        rc = opt_set_number(r, &probe, what, it->valuedouble);
+    } else if ((r->type == OPT_INT || r->type == OPT_WHOLE || r->type == OPT_FLOAT) && cJSON_IsNumber(it)) {
+        rc = opt_set_number(r, &probe, what, it->valuedouble);
+    } else if (r->type != OPT_BOOL && r->type != OPT_INT && r->type != OPT_WHOLE && r->type != OPT_FLOAT && cJSON_IsString(it)) {
+        rc = opt_set_text(r, &probe, what, it->valuestring);
+    } else {
+        return zero_json_type_error(x, key, zero_json_expected(r, exp, sizeof(exp)), it);
+    }
+    if (rc != 0) { return -1; }
+    int row = (int)(r - zero_options);
+    if (x->seen[row] != 0 && !opt_same(r, c, &probe)) {
+        char before[1100], now[1100];
+        const char* other = x->seen[row] == 2 ? r->alias : r->key;
+        return zero_error("--ds-config %s: keys '%s' (%s) and '%s' (%s) disagree: %s", x->path, other,
+                          opt_format(r, c, before, sizeof(before)), key, opt_format(r, &probe, now, sizeof(now)),
+                          r->alias_why ? r->alias_why : "they are the same setting");
+    }
+    x->seen[row] = (unsigned char)(is_alias ? 2 : 1);
+    *c = probe;
+    if (r->no_effect != NULL) { zero_json_no_effect(x, key, r->no_effect); }
+    return 0;
+}
+
+static int zero_json_section(ZeroJsonCtx* x, const cJSON* obj, const char* prefix, ZeroConfig* c);
+
+// optimizer: its type is required and not a setting of ours (AdamW, or Adam decoupled as
+// DeepSpeed does); params.betas is an array of two rows; params.adam_w_mode is only checked
 static int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConfig* c) {
     char key[512];
     if (zero_json_object(x, opt, "optimizer") != 0) { return -1; }
@@ -165,30 +169,27 @@ static int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConfig* c) 
         for (const cJSON* it = params->child; it != NULL; it = it->next) {
             const char* k = zero_json_key(key, sizeof(key), "optimizer.params", it->string);
             int rc = 0;
-            if (strcmp(it->string, "lr") == 0) { rc = zero_json_float(x, it, k, 0.0, 1, 1e6, &c->lr); }
-            // eps must be > 0: a parameter whose gradient is always zero (an unused vocabulary
-            // row) has v = 0, and eps is then all that keeps the update from being 0/0
-            else if (strcmp(it->string, "eps") == 0) { rc = zero_json_float(x, it, k, 0.0, 1, 1.0, &c->eps); }
-            else if (strcmp(it->string, "weight_decay") == 0) { rc = zero_json_float(x, it, k, 0.0, 0, 1e6, &c->weight_decay); }
-            else if (strcmp(it->string, "adam_w_mode") == 0) { rc = zero_json_bool(x, it, k, &adam_w_mode); }
-            else if (strcmp(it->string, "betas") == 0) {
+            if (strcmp(it->string, "adam_w_mode") == 0) {
+                if (cJSON_IsBool(it)) { adam_w_mode = cJSON_IsTrue(it); }
+                else if (cJSON_IsNumber(it) && (it->valuedouble == 0.0 || it->valuedouble == 1.0)) { adam_w_mode = (int)it->valuedouble; }
+                else { return zero_json_type_error(x, k, "true or false", it); }
+            } else if (strcmp(it->string, "betas") == 0) {
                 if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2) { return zero_json_type_error(x, k, "an array of 2 numbers in [0, 1)", it); }
-                float b[2];
-                for (int i = 0; i < 2; i++) {
+                ZeroConfig probe = *c;
+                for (int i = 0; i < 2 && rc == 0; i++) {
                     const cJSON* e = cJSON_GetArrayItem(it, i);
                     char ek[560];
                     snprintf(ek, sizeof(ek), "%s[%d]", k, i);
                     if (!cJSON_IsNumber(e)) { return zero_json_type_error(x, ek, "a number in [0, 1)", e); }
-                    // a beta of 1 never forgets and divides by 1 - beta^t = 0 in the bias correction
-                    if (!(e->valuedouble >= 0.0 && e->valuedouble < 1.0) || (float)e->valuedouble >= 1.0f) {
-                        return zero_error("--ds-config %s: key '%s': %g is out of range [0, 1)", x->path, ek, e->valuedouble);
-                    }
-                    b[i] = (float)e->valuedouble;
+                    rc = zero_json_scalar(x, zero_option(ek), 0, e, ek, &probe);
                 }
-                c->beta1 = b[0];
-                c->beta2 = b[1];
+                if (rc == 0) { *c = probe; }
+            } else {
+                int alias = 0;
+                const OptRow* r = opt_find_key(zero_options, zero_num_options, k, &alias);
+                if (r != NULL) { rc = zero_json_scalar(x, r, alias, it, k, c); }
+                else { zero_json_unknown(x, k); }
             }
-            else { zero_json_unknown(x, k); }
             if (rc != 0) { return -1; }
         }
     }
@@ -204,134 +205,25 @@ static int zero_json_optimizer(ZeroJsonCtx* x, const cJSON* opt, ZeroConfig* c) 
     return 0;
 }
 
-static int zero_json_offload(ZeroJsonCtx* x, const cJSON* sec, const char* prefix, int is_param, ZeroConfig* c, ZeroJsonShared* sh) {
+// The keys of one object (its check for repeated keys done): a key of the table through
+// its row, a section (the prefix of some row's key: zero_optimization, its offload_*, bf16)
+// in turn, optimizer by hand; anything else is a warning.
+static int zero_json_section(ZeroJsonCtx* x, const cJSON* obj, const char* prefix, ZeroConfig* c) {
     char key[512];
-    if (zero_json_object(x, sec, prefix) != 0) { return -1; }
-    for (const cJSON* it = sec->child; it != NULL; it = it->next) {
+    for (const cJSON* it = obj->child; it != NULL; it = it->next) {
         const char* k = zero_json_key(key, sizeof(key), prefix, it->string);
-        const char* n = it->string;
-        int rc = 0;
-        long long v = 0;
-        if (strcmp(n, "device") == 0) {
-            rc = zero_json_offload_device(x, it, k, is_param ? &c->offload_param : &c->offload_optimizer);
-        } else if (strcmp(n, "nvme_path") == 0) {
-            // DeepSpeed leaves it null when unused
-            if (cJSON_IsNull(it)) { continue; }
-            if (!cJSON_IsString(it)) { return zero_json_type_error(x, k, "a string (a directory)", it); }
-            if (sh->nvme_key != NULL && strcmp(c->nvme_path, it->valuestring) != 0) {
-                return zero_error("--ds-config %s: key '%s' is '%s' but '%s' is '%s': both offloads use one nvme_path",
-                                  x->path, k, it->valuestring, sh->nvme_key, c->nvme_path);
-            }
-            char what[1400];
-            snprintf(what, sizeof(what), "--ds-config %s: key '%s'", x->path, k);
-            rc = zero_set_path(what, it->valuestring, c->nvme_path, sizeof(c->nvme_path));
-            snprintf(sh->nvme_key_buf, sizeof(sh->nvme_key_buf), "%s", k);
-            sh->nvme_key = sh->nvme_key_buf;
-        } else if (strcmp(n, "pin_memory") == 0) {
-            int b = 0;
-            rc = zero_json_bool(x, it, k, &b);
-            if (rc == 0 && sh->pin_key != NULL && b != c->pin_memory) {
-                return zero_error("--ds-config %s: key '%s' is %s but '%s' is %s: both offloads use one pin_memory",
-                                  x->path, k, b ? "true" : "false", sh->pin_key, c->pin_memory ? "true" : "false");
-            }
-            c->pin_memory = b;
-            snprintf(sh->pin_key_buf, sizeof(sh->pin_key_buf), "%s", k);
-            sh->pin_key = sh->pin_key_buf;
-            zero_json_no_effect(x, k, "the host buffers the GPU copies to and from are always pinned");
-        } else if (strcmp(n, "buffer_count") == 0) {
-            rc = zero_json_int(x, it, k, 1, 1 << 16, is_param ? &c->param_buffer_count : &c->buffer_count);
-            if (is_param) { zero_json_no_effect(x, k, "a unit's parameter shard is read from NVMe one at a time"); }
-        } else if (!is_param && (strcmp(n, "pipeline_read") == 0 || strcmp(n, "pipeline_write") == 0)) {
-            rc = zero_json_bool(x, it, k, strcmp(n, "pipeline_read") == 0 ? &c->pipeline_read : &c->pipeline_write);
-            zero_json_no_effect(x, k, "the NVMe step always overlaps its reads, updates and writes");
-        } else if (is_param && strcmp(n, "max_in_cpu") == 0) {
-            rc = zero_json_whole(x, it, k, 0, ZERO_SIZE_MAX, &v);
-            if (rc == 0) { c->max_in_cpu = v; }
-        } else {
-            zero_json_unknown(x, k);
+        int alias = 0, rc = 0;
+        const OptRow* r = opt_find_key(zero_options, zero_num_options, k, &alias);
+        if (strcmp(k, "optimizer") == 0) { rc = zero_json_optimizer(x, it, c); }
+        else if (r != NULL) { rc = zero_json_scalar(x, r, alias, it, k, c); }
+        else if (opt_is_section(zero_options, zero_num_options, k)) {
+            char sub[512];
+            snprintf(sub, sizeof(sub), "%s", k);
+            rc = zero_json_object(x, it, sub);
+            if (rc == 0) { rc = zero_json_section(x, it, sub, c); }
         }
-        if (rc != 0) { return -1; }
-    }
-    return 0;
-}
-
-static int zero_json_zero_optimization(ZeroJsonCtx* x, const cJSON* z, ZeroConfig* c) {
-    const char* P = "zero_optimization";
-    char key[512];
-    if (zero_json_object(x, z, P) != 0) { return -1; }
-    // sizes, with the stage3_ prefix optional (DeepSpeed documents the prefixed names;
-    // the bare ones are its internal field names and turn up in configs too)
-    static const struct ZeroSizeKey { const char* name; int stage3; size_t offset; long long lo; } sizes[] = {
-        { "reduce_bucket_size", 0, offsetof(ZeroConfig, reduce_bucket_size), 1 },
-        { "allgather_bucket_size", 0, offsetof(ZeroConfig, allgather_bucket_size), 1 },
-        { "sub_group_size", 0, offsetof(ZeroConfig, sub_group_size), 1 },
-        { "prefetch_bucket_size", 1, offsetof(ZeroConfig, prefetch_bucket_size), 0 },
-        { "param_persistence_threshold", 1, offsetof(ZeroConfig, param_persistence_threshold), 0 },
-        { "max_live_parameters", 1, offsetof(ZeroConfig, max_live_parameters), 0 },
-        { "max_reuse_distance", 1, offsetof(ZeroConfig, max_reuse_distance), 0 },
-    };
-    enum { NSIZES = sizeof(sizes) / sizeof(sizes[0]) };
-    const cJSON* seen[NSIZES] = { 0 };  // which key set each size, to catch both spellings disagreeing
-    ZeroJsonShared sh;
-    memset(&sh, 0, sizeof(sh));
-    for (const cJSON* it = z->child; it != NULL; it = it->next) {
-        const char* n = it->string;
-        const char* k = zero_json_key(key, sizeof(key), P, n);
-        int rc = 0, matched = 0;
-        for (int i = 0; i < NSIZES && !matched; i++) {
-            const char* bare = n;
-            if (sizes[i].stage3 && strncmp(n, "stage3_", 7) == 0) { bare = n + 7; }
-            if (strcmp(bare, sizes[i].name) != 0) { continue; }
-            matched = 1;
-            long long v = 0;
-            if (zero_json_whole(x, it, k, sizes[i].lo, ZERO_SIZE_MAX, &v) != 0) { return -1; }
-            long long* field = (long long*)((char*)c + sizes[i].offset);
-            if (seen[i] != NULL && *field != v) {
-                char other[512];
-                return zero_error("--ds-config %s: keys '%s' (%lld) and '%s' (%lld) disagree: they are the same setting",
-                                  x->path, zero_json_key(other, sizeof(other), P, seen[i]->string), *field, k, v);
-            }
-            *field = v;
-            seen[i] = it;
-            if (sizes[i].offset == offsetof(ZeroConfig, allgather_bucket_size)) {
-                zero_json_no_effect(x, k, "a unit is gathered whole (the unit is the bucket)");
-            }
-        }
-        if (matched) { continue; }
-        if (strcmp(n, "stage") == 0) { rc = zero_json_int(x, it, k, 0, 3, &c->stage); }
-        else if (strcmp(n, "mics_shard_size") == 0) { rc = zero_json_int(x, it, k, -1, 1 << 20, &c->mics_shard_size); }
-        else if (strcmp(n, "mics_hierarchical_params_gather") == 0) { rc = zero_json_bool(x, it, k, &c->mics_hierarchical_params_gather); }
-        else if (strcmp(n, "zero_hpz_partition_size") == 0) { rc = zero_json_int(x, it, k, 1, 1 << 20, &c->hpz_partition_size); }
-        else if (strcmp(n, "zero_quantized_weights") == 0) { rc = zero_json_bool(x, it, k, &c->quantized_weights); }
-        else if (strcmp(n, "zero_quantized_gradients") == 0) { rc = zero_json_bool(x, it, k, &c->quantized_gradients); }
-        else if (strcmp(n, "overlap_comm") == 0) {
-            rc = zero_json_bool(x, it, k, &c->overlap_comm);
-            zero_json_no_effect(x, k, "communication always overlaps computation (nonblocking collectives, NCCL on its own stream)");
-        } else if (strcmp(n, "contiguous_gradients") == 0) {
-            rc = zero_json_bool(x, it, k, &c->contiguous_gradients);
-            zero_json_no_effect(x, k, "each unit's gradient is one contiguous buffer already");
-        } else if (strcmp(n, "reduce_scatter") == 0) {
-            rc = zero_json_bool(x, it, k, &c->reduce_scatter);
-            zero_json_no_effect(x, k, "stages 1-3 always reduce-scatter, stage 0 all-reduces");
-        }
-        else if (strcmp(n, "offload_optimizer") == 0) { rc = zero_json_offload(x, it, k, 0, c, &sh); }
-        else if (strcmp(n, "offload_param") == 0) { rc = zero_json_offload(x, it, k, 1, c, &sh); }
         else { zero_json_unknown(x, k); }
         if (rc != 0) { return -1; }
-    }
-    return 0;
-}
-
-static int zero_json_bf16(ZeroJsonCtx* x, const cJSON* b, ZeroConfig* c) {
-    char key[512];
-    if (zero_json_object(x, b, "bf16") != 0) { return -1; }
-    for (const cJSON* it = b->child; it != NULL; it = it->next) {
-        const char* k = zero_json_key(key, sizeof(key), "bf16", it->string);
-        if (strcmp(it->string, "enabled") == 0) {
-            if (zero_json_bool(x, it, k, &c->bf16) != 0) { return -1; }
-        } else {
-            zero_json_unknown(x, k);
-        }
     }
     return 0;
 }
@@ -403,35 +295,19 @@ int zero_config_load_json(ZeroConfig* c, const char* path, char* warnings, size_
         free(text);
         return -1;
     }
-    ZeroJsonCtx x = { path, warnings, warnings_len };
+    ZeroJsonCtx x;
+    memset(&x, 0, sizeof(x));
+    x.path = path;
+    x.warnings = warnings;
+    x.warnings_len = warnings_len;
+    x.seen = (unsigned char*)calloc((size_t)zero_num_options, 1);
     ZeroConfig tmp = *c;  // committed only when the whole file is good
     int rc = 0;
-    char key[512];
-    if (!cJSON_IsObject(root)) { rc = zero_json_type_error(&x, "(top level)", "an object", root); }
+    if (x.seen == NULL) { rc = zero_error("--ds-config %s: out of memory", path); }
+    if (rc == 0 && !cJSON_IsObject(root)) { rc = zero_json_type_error(&x, "(top level)", "an object", root); }
     if (rc == 0) { rc = zero_json_no_duplicates(&x, root, ""); }
-    for (const cJSON* it = rc == 0 ? root->child : NULL; it != NULL && rc == 0; it = it->next) {
-        const char* n = it->string;
-        long long v = 0;
-        if (strcmp(n, "train_batch_size") == 0) {
-            rc = zero_json_whole(&x, it, n, 1, ZERO_SIZE_MAX, &v);
-            if (rc == 0) { tmp.train_batch_size = v; }
-        }
-        else if (strcmp(n, "train_micro_batch_size_per_gpu") == 0) { rc = zero_json_int(&x, it, n, 1, INT_MAX, &tmp.train_micro_batch_size_per_gpu); }
-        else if (strcmp(n, "gradient_accumulation_steps") == 0) { rc = zero_json_int(&x, it, n, 1, INT_MAX, &tmp.gradient_accumulation_steps); }
-        else if (strcmp(n, "gradient_clipping") == 0) { rc = zero_json_float(&x, it, n, 0.0, 0, 1e6, &tmp.gradient_clipping); }
-        else if (strcmp(n, "optimizer") == 0) { rc = zero_json_optimizer(&x, it, &tmp); }
-        else if (strcmp(n, "bf16") == 0) { rc = zero_json_bf16(&x, it, &tmp); }
-        else if (strcmp(n, "communication_data_type") == 0) {
-            // DeepSpeed's default is null: the model's type
-            if (cJSON_IsNull(it)) { tmp.comm_dtype = ZERO_COMM_MODEL; continue; }
-            if (!cJSON_IsString(it)) { rc = zero_json_type_error(&x, n, "a string: fp32 or bf16", it); continue; }
-            char what[1400];
-            snprintf(what, sizeof(what), "--ds-config %s: key '%s'", path, n);
-            rc = zero_parse_comm_dtype(what, it->valuestring, &tmp.comm_dtype);
-        }
-        else if (strcmp(n, "zero_optimization") == 0) { rc = zero_json_zero_optimization(&x, it, &tmp); }
-        else { zero_json_unknown(&x, zero_json_key(key, sizeof(key), "", n)); }
-    }
+    if (rc == 0) { rc = zero_json_section(&x, root, "", &tmp); }
+    free(x.seen);
     cJSON_Delete(root);
     free(text);
     if (rc != 0) { return -1; }

@@ -18,6 +18,11 @@
    pin_memory, buffer_count, max_in_cpu}.
 
  Decisions worth knowing:
+ - The keys are zero_options' (zero3/config.c): each goes through its row's setter with its
+   row's range, as its flag does; an object is a section when it is the prefix of some
+   row's key. Hand-written: optimizer.type (required), optimizer.params.betas (an array of
+   two rows), optimizer.params.adam_w_mode (only checked), and the nulls DeepSpeed writes
+   for an unused nvme_path and for the model's communication_data_type.
  - Every key read either works in both engines that run it (zero3/host.h, zero3/device.cuh)
    or is accepted, validated and reported at start-up as having no effect (the warnings
    below say why; docs/USAGE.md lists them): allgather_bucket_size (a unit is gathered
@@ -45,12 +50,12 @@
 #include <stdlib.h>        // malloc, free, qsort
 #include <string.h>        // strcmp, strlen, strerror
 #include <errno.h>         // errno
-#include <float.h>         // FLT_MAX, FLT_TRUE_MIN: JSON doubles must fit our float fields
-#include <math.h>          // isfinite, isnan (macros only: no -lm needed)
+#include <stddef.h>        // offsetof: the keys DeepSpeed may give as null
+#include <math.h>          // isnan: the weight decay the file left unset (a macro: no -lm needed)
 #include <sys/stat.h>      // fstat: a directory or a file over the size limit, before reading it
 #include <cjson/cJSON.h>   // cJSON_ParseWithOpts and the tree walk
 #include "common/file.h"   // file_fopen: --ds-config opened without blocking on a FIFO or a device
-#include "zero3/config.h"  // ZeroConfig, the value parsers, zero_json_warn: what the file sets
+#include "zero3/config.h"  // ZeroConfig, zero_options (each key's row: setter, range), zero_json_warn: what the file sets
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,10 +72,6 @@ typedef struct { const cJSON* item; size_t index; size_t* compares; } ZeroJsonKe
 // (NULL when none), found by sorting the keys: n log n comparisons of names, added to
 // *compares. Returns 0, or -1 when out of memory.
 int zero_json_find_repeat(const cJSON* obj, const cJSON** repeat, size_t* compares);
-
-// one offload section. `shared` carries nvme_path and pin_memory between the two
-// sections: each may set them, but the second must agree with the first
-typedef struct { const char* nvme_key; char nvme_key_buf[512]; const char* pin_key; char pin_key_buf[512]; } ZeroJsonShared;
 
 // Loads a DeepSpeed-style JSON file over c. Keys we do not read are not errors: each adds
 // the line "warning: --ds-config FILE: unknown key 'a.b.c' ignored" to `warnings` (a NUL-
