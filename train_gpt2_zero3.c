@@ -76,7 +76,7 @@ typedef struct {
 typedef struct {
     GPT2Config config;
     size_t num_params;
-    Zero zero;            // parameters, gradients and AdamW state, partitioned by ZeRO stage (the host engine)
+    Zero* zero;           // parameters, gradients and AdamW state, partitioned by ZeRO stage (the host engine)
     Activations acts;
     size_t acts_bytes;
     int B, T;             // the batch shape the activations were allocated for
@@ -174,12 +174,12 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
     Activations* a = &m->acts;
 
-    EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(&m->zero, 0));
+    EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(m->zero, 0));
     encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C);  // (B, T, C)
-    params_release(&m->zero, 0);
+    params_release(m->zero, 0);
 
     for (int l = 0; l < L; l++) {
-        BlockTensors w = gpt2_block_tensors(c, params_fetch(&m->zero, 1 + l));
+        BlockTensors w = gpt2_block_tensors(c, params_fetch(m->zero, 1 + l));
         float* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;  // (B, T, C)
         float* ln1 = a->ln1 + (m->recompute >= 2 ? 0 : l * BT * C);
         float* ln2 = a->ln2 + (m->recompute >= 2 ? 0 : l * BT * C);
@@ -199,15 +199,15 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         gelu_forward(fch_gelu, fch, BT * 4 * C);
         matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);        // (B, T, C)
         residual_forward(a->residual3 + l * BT * C, residual2, a->fcproj, BT * C);
-        params_release(&m->zero, 1 + l);
+        params_release(m->zero, 1 + l);
     }
 
-    FinalTensors fin = gpt2_final_tensors(c, params_fetch(&m->zero, L + 1));
+    FinalTensors fin = gpt2_final_tensors(c, params_fetch(m->zero, L + 1));
     float* residual = a->residual3 + (L - 1) * BT * C;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, fin.lnfw, fin.lnfb, B, T, C);
-    params_release(&m->zero, L + 1);
+    params_release(m->zero, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T
-    emb = gpt2_embed_tensors(c, params_fetch(&m->zero, 0));
+    emb = gpt2_embed_tensors(c, params_fetch(m->zero, 0));
     int Vt = m->vocab_tile;
     if (Vt == 0) {
         matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                     // (B, T, Vp)
@@ -225,7 +225,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
             matmul_forward(a->probs + (size_t)b * Vp, a->lnf + ((size_t)b * T + T - 1) * C, emb.wte, NULL, 1, 1, C, Vp);
         }
     }
-    params_release(&m->zero, 0);
+    params_release(m->zero, 0);
     if (Vt == 0) {
         softmax_forward(a->probs, a->logits, B, T, V, Vp);
     } else if (targets == NULL) {
@@ -261,8 +261,8 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
     }
 
     // classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf
-    EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(&m->zero, 0));
-    EmbedTensors demb = gpt2_embed_tensors(c, grads_unit(&m->zero, 0));  // live until the encoder's backward
+    EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(m->zero, 0));
+    EmbedTensors demb = gpt2_embed_tensors(c, grads_unit(m->zero, 0));  // live until the encoder's backward
     memset(a->dln, 0, BT * C * sizeof(float));
     if (Vt == 0) {
         matmul_backward(a->dln, demb.wte, NULL, a->dlogits, a->lnf, emb.wte, B, T, C, Vp);
@@ -276,22 +276,22 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
             matmul_backward(a->dln, demb.wte + (size_t)v0 * C, NULL, a->logits, a->lnf, emb.wte + (size_t)v0 * C, B, T, C, w);
         }
     }
-    params_release(&m->zero, 0);
+    params_release(m->zero, 0);
 
-    FinalTensors fin = gpt2_final_tensors(c, params_fetch(&m->zero, L + 1));
-    FinalTensors dfin = gpt2_final_tensors(c, grads_unit(&m->zero, L + 1));
+    FinalTensors fin = gpt2_final_tensors(c, params_fetch(m->zero, L + 1));
+    FinalTensors dfin = gpt2_final_tensors(c, grads_unit(m->zero, L + 1));
     memset(a->dresidual, 0, BT * C * sizeof(float));
     layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dln, a->residual3 + (L - 1) * BT * C,
                        fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C);
-    params_release(&m->zero, L + 1);
-    grads_reduce(&m->zero, L + 1);
+    params_release(m->zero, L + 1);
+    grads_reduce(m->zero, L + 1);
 
     // dresidual carries the gradient of the residual stream down through the blocks:
     // residual3 = residual2 + fcproj and residual2 = residual + attproj pass it through
     // unchanged, and each layernorm backward adds its branch into it.
     for (int l = L - 1; l >= 0; l--) {
-        BlockTensors w = gpt2_block_tensors(c, params_fetch(&m->zero, 1 + l));
-        BlockTensors dw = gpt2_block_tensors(c, grads_unit(&m->zero, 1 + l));
+        BlockTensors w = gpt2_block_tensors(c, params_fetch(m->zero, 1 + l));
+        BlockTensors dw = gpt2_block_tensors(c, grads_unit(m->zero, 1 + l));
         float* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
         float* residual2 = a->residual2 + l * BT * C;
         float* ln1 = a->ln1 + (m->recompute >= 2 ? 0 : l * BT * C);
@@ -324,12 +324,12 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         memset(a->dln, 0, BT * C * sizeof(float));
         matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, B, T, C, 3 * C);
         layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C);
-        params_release(&m->zero, 1 + l);
-        grads_reduce(&m->zero, 1 + l);  // its reduction overlaps the backward of the blocks below
+        params_release(m->zero, 1 + l);
+        grads_reduce(m->zero, 1 + l);  // its reduction overlaps the backward of the blocks below
     }
 
     encoder_backward(demb.wte, demb.wpe, a->dresidual, inputs, B, T, C);
-    grads_reduce(&m->zero, 0);
+    grads_reduce(m->zero, 0);
 }
 
 static void gpt2_free(GPT2* m) {
@@ -344,10 +344,10 @@ static void gpt2_free(GPT2* m) {
 
 static void train_micro(void* self, const int* inputs, const int* targets, int last_micro, int grad_accum) {
     GPT2* m = (GPT2*)self;
-    zeroCheck(zero_begin(&m->zero, ZERO_PASS_TRAIN, last_micro));
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_TRAIN, last_micro));
     gpt2_forward(m, inputs, targets, m->B, m->T);
     gpt2_backward(m, inputs, targets, m->B, m->T, 1.0f / grad_accum);
-    zeroCheck(zero_end(&m->zero));
+    zeroCheck(zero_end(m->zero));
     m->loss_sum += m->mean_loss;
 }
 
@@ -360,17 +360,17 @@ static double train_loss(void* self) {
 
 static float eval_loss(void* self, const int* inputs, const int* targets) {
     GPT2* m = (GPT2*)self;
-    zeroCheck(zero_begin(&m->zero, ZERO_PASS_FORWARD, 1));
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, inputs, targets, m->B, m->T);
-    zeroCheck(zero_end(&m->zero));
+    zeroCheck(zero_end(m->zero));
     return m->mean_loss;
 }
 
 static const float* eval_next_probs(void* self, const int* tokens, int t) {
     GPT2* m = (GPT2*)self;
-    zeroCheck(zero_begin(&m->zero, ZERO_PASS_FORWARD, 1));
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, tokens, NULL, 1, t);
-    zeroCheck(zero_end(&m->zero));
+    zeroCheck(zero_end(m->zero));
     // untiled: every position's probabilities, tiled: the last position's only
     return m->acts.probs + (m->vocab_tile == 0 ? (size_t)(t - 1) * m->config.padded_vocab_size : 0);
 }
@@ -418,8 +418,11 @@ int main(int argc, char** argv) {
 
     char notes[64];
     snprintf(notes, sizeof(notes), ", vocab tile %d", model.vocab_tile);
-    TrainerModel run = {&model, &model.zero, "cpu", "fp32", notes, -1.0, train_micro, train_loss, eval_loss, eval_next_probs,
-                        memory_figures, NULL, NULL, NULL};
+    TrainerModel run = {
+        .self = &model, .zero = model.zero, .device = "cpu", .precision = "fp32", .notes = notes, .peak_flops = -1.0,
+        .train_micro = train_micro, .train_loss = train_loss, .eval_loss = eval_loss, .next_probs = eval_next_probs,
+        .memory = memory_figures, .device_in_use = NULL, .range_push = NULL, .range_pop = NULL,
+    };
     trainer_run(&t, &run);
     gpt2_free(&model);
     trainer_finish(&t);

@@ -140,7 +140,7 @@ static_assert(offsetof(DevActs, ln_scratch) == ACT_COUNT * sizeof(void*), "DevAc
 typedef struct {
     GPT2Config config;
     size_t num_params;
-    Zero zero;                 // parameters, gradients and AdamW state: the device or the host-staged engine
+    Zero* zero;                // parameters, gradients and AdamW state: the device or the host-staged engine
     DevActs acts;
     int B, T, recompute;
     int vocab_tile;            // the classifier's tile of vocabulary columns, <= Vp; 0: untiled
@@ -275,13 +275,13 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     void* ws = m->lt_workspace;
     size_t wsb = m->lt_workspace_bytes;
 
-    DevEmbed emb = gpt2_embed(c, params_fetch(&m->zero, 0));
+    DevEmbed emb = gpt2_embed(c, params_fetch(m->zero, 0));
     encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C, s);  // (B,T,C)
-    params_release(&m->zero, 0);
+    params_release(m->zero, 0);
 
     for (int l = 0; l < L; l++) {
         NVTX_PUSH("layer");
-        DevBlock w = gpt2_block(c, params_fetch(&m->zero, 1 + l));
+        DevBlock w = gpt2_block(c, params_fetch(m->zero, 1 + l));
         floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;  // (B,T,C)
         floatX* ln1 = a->ln1 + (m->recompute >= 2 ? 0 : l * BT * C);
         floatX* ln2 = a->ln2 + (m->recompute >= 2 ? 0 : l * BT * C);
@@ -318,17 +318,17 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         matmul_forward(fch_gelu, ln2, w.fcw, w.fcb, bt, C, 4 * C, fch, 1, lt, ws, wsb, s);               // (B,T,4C)
         // fcproj is added to residual2 by the next unit (the next layer's ln1, or lnf)
         matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, bt, 4 * C, C, NULL, 0, lt, ws, wsb, s); // (B,T,C)
-        params_release(&m->zero, 1 + l);
+        params_release(m->zero, 1 + l);
         NVTX_POP();
     }
 
     // residual3 of the last layer = residual2 + fcproj, and lnf = layernorm(it)
-    DevFinal fin = gpt2_final(c, params_fetch(&m->zero, L + 1));
+    DevFinal fin = gpt2_final(c, params_fetch(m->zero, L + 1));
     fused_residual_layernorm_forward(a->residual3 + (L - 1) * BT * C, a->lnf, a->lnf_mean, a->lnf_rstd,
                                      a->residual2 + (L - 1) * BT * C, a->fcproj, fin.lnfw, fin.lnfb, bt, C, s);
-    params_release(&m->zero, L + 1);
+    params_release(m->zero, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T (all Vp columns)
-    emb = gpt2_embed(c, params_fetch(&m->zero, 0));
+    emb = gpt2_embed(c, params_fetch(m->zero, 0));
     int Vt = m->vocab_tile;
     if (Vt == 0) {
         matmul_forward(a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);             // (B,T,Vp)
@@ -348,7 +348,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
                            NULL, 0, lt, ws, wsb, s);
         }
     }
-    params_release(&m->zero, 0);
+    params_release(m->zero, 0);
 
     if (targets != NULL && Vt == 0) {
         fused_classifier(a->logits, a->losses, targets, dloss, bt, V, Vp, dloss > 0.0f, s);
@@ -384,8 +384,8 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
 
     // classifier: dlnf = dlogits @ wte (overwrite), dwte += dlogits^T @ lnf. The
     // embedding's gradient stays open until the encoder's backward at the end.
-    DevEmbed emb = gpt2_embed(c, params_fetch(&m->zero, 0));
-    DevEmbed demb = gpt2_embed(c, grads_unit(&m->zero, 0));
+    DevEmbed emb = gpt2_embed(c, params_fetch(m->zero, 0));
+    DevEmbed demb = gpt2_embed(c, grads_unit(m->zero, 0));
     int Vt = m->vocab_tile;
     if (Vt == 0) {
         matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);
@@ -403,24 +403,24 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
                             bt, C, w, NULL, v0 != last, lt, ws, wsb, s);
         }
     }
-    params_release(&m->zero, 0);
+    params_release(m->zero, 0);
 
     // final layernorm: dresidual = its input gradient (layernorm_backward accumulates)
-    DevFinal fin = gpt2_final(c, params_fetch(&m->zero, L + 1));
-    DevFinal dfin = gpt2_final(c, grads_unit(&m->zero, L + 1));
+    DevFinal fin = gpt2_final(c, params_fetch(m->zero, L + 1));
+    DevFinal dfin = gpt2_final(c, grads_unit(m->zero, L + 1));
     cudaCheck(cudaMemsetAsync(a->dresidual, 0, BT * C * sizeof(floatX), s));
     layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->ln_scratch, a->dln, a->residual3 + (L - 1) * BT * C,
                        fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C, s);
-    params_release(&m->zero, L + 1);
-    grads_reduce(&m->zero, L + 1);
+    params_release(m->zero, L + 1);
+    grads_reduce(m->zero, L + 1);
 
     // dresidual carries the gradient of the residual stream down through the blocks:
     // residual3 = residual2 + fcproj and residual2 = residual + attproj pass it through
     // unchanged, and each layernorm backward adds its branch into it.
     for (int l = L - 1; l >= 0; l--) {
         NVTX_PUSH("layer");
-        DevBlock w = gpt2_block(c, params_fetch(&m->zero, 1 + l));
-        DevBlock dw = gpt2_block(c, grads_unit(&m->zero, 1 + l));
+        DevBlock w = gpt2_block(c, params_fetch(m->zero, 1 + l));
+        DevBlock dw = gpt2_block(c, grads_unit(m->zero, 1 + l));
         floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
         floatX* residual2 = a->residual2 + l * BT * C;
         floatX* ln1 = a->ln1 + (m->recompute >= 2 ? 0 : l * BT * C);
@@ -456,14 +456,14 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         }
         matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch, bt, C, 3 * C, NULL, 0, lt, ws, wsb, s);
         layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->ln_scratch, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C, s);
-        params_release(&m->zero, 1 + l);
-        grads_reduce(&m->zero, 1 + l);  // its reduction overlaps the backward of the blocks below
+        params_release(m->zero, 1 + l);
+        grads_reduce(m->zero, 1 + l);  // its reduction overlaps the backward of the blocks below
         NVTX_POP();
     }
 
     // the encoder's backward needs the token ids, not the parameters: no fetch
     encoder_backward(demb.wte, demb.wpe, a->enc_scratch, a->dresidual, inputs, B, T, C, s);
-    grads_reduce(&m->zero, 0);
+    grads_reduce(m->zero, 0);
     NVTX_POP();
 }
 
@@ -512,11 +512,11 @@ static void train_micro(void* self, const int* inputs, const int* targets, int l
     // every micro-step, also when overfitting one batch: validation and sampling use the
     // same device buffers
     batch_to_device(m, inputs, targets, BT);
-    zeroCheck(zero_begin(&m->zero, ZERO_PASS_TRAIN, last_micro));
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_TRAIN, last_micro));
     float dloss = 1.0f / ((float)BT * grad_accum);  // the mean over positions and micro-steps
     gpt2_forward(m, m->cur_inputs, m->cur_targets, m->B, m->T, dloss);
     gpt2_backward(m, m->cur_inputs, m->cur_targets, m->B, m->T, dloss);
-    zeroCheck(zero_end(&m->zero));
+    zeroCheck(zero_end(m->zero));
 }
 
 // the micro-steps' mean losses, summed on the GPU; waits for the step
@@ -535,9 +535,9 @@ static double train_loss(void* self) {
 static float eval_loss(void* self, const int* inputs, const int* targets) {
     GPT2* m = (GPT2*)self;
     batch_to_device(m, inputs, targets, (size_t)m->B * m->T);
-    zeroCheck(zero_begin(&m->zero, ZERO_PASS_FORWARD, 1));
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, m->cur_inputs, m->cur_targets, m->B, m->T, 0.0f);
-    zeroCheck(zero_end(&m->zero));
+    zeroCheck(zero_end(m->zero));
     return m->mean_loss;
 }
 
@@ -560,9 +560,9 @@ static const float* eval_next_probs(void* self, const int* tokens, int t) {
     GPT2* m = (GPT2*)self;
     int Vp = m->config.padded_vocab_size, V = m->config.vocab_size;
     batch_to_device(m, tokens, NULL, (size_t)t);
-    zeroCheck(zero_begin(&m->zero, ZERO_PASS_FORWARD, 1));
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, m->cur_inputs, NULL, 1, t, 0.0f);
-    zeroCheck(zero_end(&m->zero));
+    zeroCheck(zero_end(m->zero));
     size_t row = m->vocab_tile == 0 ? (size_t)(t - 1) : 0;
     cudaCheck(cudaMemcpyAsync(m->host_logits, m->acts.logits + row * Vp, Vp * sizeof(floatX),
                               cudaMemcpyDeviceToHost, m->stream));
@@ -721,8 +721,11 @@ int main(int argc, char** argv) {
     char notes[128];
     snprintf(notes, sizeof(notes), ", attention %s, vocab tile %d, %d GPUs per node", use_flash ? "flash" : "cublas",
              model.vocab_tile, ndev);
-    TrainerModel run = {&model, &model.zero, prop.name, PRECISION_MODE, notes, peak_bf16_flops(prop.name), train_micro, train_loss,
-                        eval_loss, eval_next_probs, memory_figures, device_in_use, range_push, range_pop};
+    TrainerModel run = {
+        .self = &model, .zero = model.zero, .device = prop.name, .precision = PRECISION_MODE, .notes = notes, .peak_flops = peak_bf16_flops(prop.name),
+        .train_micro = train_micro, .train_loss = train_loss, .eval_loss = eval_loss, .next_probs = eval_next_probs,
+        .memory = memory_figures, .device_in_use = device_in_use, .range_push = range_push, .range_pop = range_pop,
+    };
     trainer_run(&t, &run);
     gpt2_free(&model);
     trainer_finish(&t);

@@ -48,7 +48,7 @@ typedef enum { ZERO_OFFLOAD_NONE = 0, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME } Zero
 // the type gradients are reduced in: the model's (unset), or named
 typedef enum { ZERO_COMM_MODEL = 0, ZERO_COMM_FP32, ZERO_COMM_BF16 } ZeroCommDtype;
 
-typedef struct {
+typedef struct ZeroConfig {
     int stage;                          // zero_optimization.stage: 0..3
     long long reduce_bucket_size;       // elements per gradient reduce bucket; 5e8
     long long allgather_bucket_size;    // no effect: a unit is gathered whole; 5e8

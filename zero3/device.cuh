@@ -95,7 +95,8 @@
 #include "zero3/adamw.cuh"       // adamw_update_cuda, global_norm_squared, the scale kernels
 #include "zero3/plan.h"          // ZeroPlan: padded units and shards
 #include "zero3/config.h"        // ZeroConfig
-#include "zero3/zero.h"          // the interface: ZeroOps, ZeroModel, ZeroStats
+#include "zero3/zero.h"          // the interface: ZeroModel, ZeroStats
+#include "zero3/engine.h"        // ZeroOps, zero_create: what an engine implements
 #include "zero3/schedule.h"      // ZeroSchedule: the uses and their decisions
 #include "zero3/pass.h"          // ZeroPass, ZeroMover: the pass driver and its moves
 #include "zero3/checkpoint.h"    // ZeroStateHeader: this engine's part of a checkpoint

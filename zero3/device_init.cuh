@@ -354,7 +354,7 @@ static const ZeroOps zero_dev_ops = {
 };
 
 // A device engine behind z (see ZeroInit). On failure nothing is left allocated.
-static int zero_dev_create(Zero* z, const ZeroInit* in) {
+static int zero_dev_create(Zero** z, const ZeroInit* in) {
     return zero_create(z, &zero_dev_ops, calloc(1, sizeof(ZeroDev)), zero_dev_init, in);
 }
 

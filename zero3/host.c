@@ -280,6 +280,6 @@ static const ZeroOps zero_host_ops = {
     .master_shard = zero_host_master_shard, .free = zero_host_free,
 };
 
-int zero_host_create(Zero* z, const ZeroInit* in) {
+int zero_host_create(Zero** z, const ZeroInit* in) {
     return zero_create(z, &zero_host_ops, calloc(1, sizeof(ZeroHost)), zero_host_init, in);
 }

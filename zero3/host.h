@@ -43,7 +43,8 @@
 #include "zero3/comm.h"        // ZeroComm: collectives with byte counters
 #include "zero3/groups.h"      // zero_groups_split: the shard group, replicas and hpZ groups
 #include "zero3/config.h"      // ZeroConfig
-#include "zero3/zero.h"        // the interface: ZeroOps, ZeroModel, ZeroStats
+#include "zero3/zero.h"        // the interface: ZeroModel, ZeroStats
+#include "zero3/engine.h"      // ZeroOps, zero_create: what an engine implements
 #include "zero3/schedule.h"    // ZeroSchedule: the uses and their decisions
 #include "zero3/pass.h"        // ZeroPass, ZeroMover: the pass driver and its moves
 #include "zero3/checkpoint.h"  // ZeroStateHeader: this engine's part of a checkpoint
@@ -264,7 +265,7 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
 int zero_host_stats(void* impl, ZeroStats* s);
 
 // A host engine behind z (see ZeroInit). On failure nothing is left allocated.
-int zero_host_create(Zero* z, const ZeroInit* in);
+int zero_host_create(Zero** z, const ZeroInit* in);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,7 @@
 #include "zero3/cuda_util.cuh"   // floatX, zero_cuda, the conversion kernels
 #include "zero3/plan.h"          // ZeroPlan: the device copies' padded layout
 #include "zero3/zero.h"          // the interface
+#include "zero3/engine.h"        // ZeroOps, zero_create: what an engine implements
 #include "zero3/host.h"          // the host engine underneath
 
 typedef struct {
@@ -199,7 +200,7 @@ static int zero_staged_init(void* impl, const ZeroInit* in) {
 }
 
 // A host-staged engine behind z (see ZeroInit). On failure nothing is left allocated.
-static int zero_staged_create(Zero* z, const ZeroInit* in) {
+static int zero_staged_create(Zero** z, const ZeroInit* in) {
     return zero_create(z, &zero_staged_ops, calloc(1, sizeof(ZeroStaged)), zero_staged_init, in);
 }
 

@@ -1,5 +1,14 @@
 // zero3/zero.c: the implementation (the interface and its notes: zero3/zero.h)
-#include "zero3/zero.h"  // this module's types and prototypes
+#include <stdlib.h>          // calloc, free
+#include "zero3/zero.h"      // this module's types and prototypes
+#include "zero3/engine.h"    // ZeroOps, zero_create: what the engines implement
+#include "zero3/watchdog.h"  // zero_watch_enter/leave: zero_fill_agree's blocking waits
+
+// an engine: its calls and its state
+struct Zero {
+    const ZeroOps* ops;
+    void* impl;
+};
 
 int zero_fill_agree(MPI_Comm comm, int failed) {
     int rank = 0, world = 1;
@@ -61,20 +70,31 @@ int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out) {
 
 const char* zero_name(const Zero* z) { return z->ops->name; }
 
-int zero_create(Zero* z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),
-                              const ZeroInit* in) {
-    memset(z, 0, sizeof(*z));
-    if (impl == NULL) { return zero_error("zero: out of memory for the %s engine", ops->name); }
+int zero_create(Zero** z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),
+                const ZeroInit* in) {
+    *z = NULL;
+    Zero* made = (Zero*)calloc(1, sizeof(Zero));
+    if (impl == NULL || made == NULL) {
+        free(impl);
+        free(made);
+        return zero_error("zero: out of memory for the %s engine", ops->name);
+    }
     if (init(impl, in) != 0) {
         ops->free(impl);
+        free(made);
         return -1;
     }
-    z->ops = ops;
-    z->impl = impl;
+    made->ops = ops;
+    made->impl = impl;
+    *z = made;
     return 0;
 }
 
-void zero_free(Zero* z) {
-    if (z->ops != NULL && z->impl != NULL) { z->ops->free(z->impl); }
-    memset(z, 0, sizeof(*z));
+void* zero_engine_state(const Zero* z) { return z->impl; }
+
+void zero_free(Zero** z) {
+    if (*z == NULL) { return; }
+    if ((*z)->ops != NULL && (*z)->impl != NULL) { (*z)->ops->free((*z)->impl); }
+    free(*z);
+    *z = NULL;
 }

@@ -39,9 +39,7 @@
 #include <string.h>         // memset
 #include <mpi.h>            // MPI_Comm: the ranks an engine partitions over
 #include "zero3/util.h"     // zero_error
-#include "zero3/config.h"   // ZeroConfig
-#include "zero3/comm.h"     // ZERO_NUM_COLLECTIVES: the collectives the byte counters tell apart
-#include "zero3/watchdog.h" // zero_watch_enter/leave: zero_fill_agree's blocking waits
+#include "zero3/comm.h"     // ZERO_NUM_COLLECTIVES, ZERO_NUM_LINKS: what the byte counters tell apart
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +50,9 @@ enum { ZERO_PASS_TRAIN, ZERO_PASS_FORWARD, ZERO_NUM_PASSES };
 
 // A tensor as the optimizer sees it: a range of a unit, with or without weight decay.
 typedef struct { int unit; size_t offset, size; int decay; } ZeroTensor;
+
+// the configuration (zero3/config.h: its keys, flags and checks), opaque here
+typedef struct ZeroConfig ZeroConfig;
 
 // What an engine is built for: the units' sizes, the tensors (weight decay is per tensor),
 // and for each pass the units in the order the model uses them (a unit may appear more
@@ -133,31 +134,10 @@ typedef struct {
 void zero_stats_add_traffic(ZeroStats* s, const double bytes[ZERO_NUM_COLLECTIVES],
                                           const double link_bytes[ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES]);
 
-// An engine: the calls above, on its own state (impl).
-typedef struct {
-    const char* name;  // the layout of its state: "host" (the host engine, staged or not) or "device"
-    int (*begin)(void* impl, int pass, int last_micro);
-    int (*fetch)(void* impl, int unit, void** params);
-    int (*release)(void* impl, int unit);
-    int (*grad)(void* impl, int unit, void** grad);
-    int (*reduce)(void* impl, int unit);
-    int (*end)(void* impl);
-    int (*step)(void* impl, const ZeroStep* step);
-    int (*flush)(void* impl);                    // work still running for an earlier step (--dpu's update) is applied
-    int (*stats)(void* impl, ZeroStats* out);    // may wait for the GPU: between steps
-    int (*save)(void* impl, FILE* fp);           // this rank's state (zero3/checkpoint.h)
-    int (*load)(void* impl, FILE* fp);
-    int (*master_shard)(void* impl, int unit, size_t* begin, size_t* n, float* out);
-                                                 // this rank's range of unit's fp32 master: its unit-local
-                                                 // start and real elements (no padding), copied to out
-                                                 // (room for *n) unless out is NULL
-    void (*free)(void* impl);
-} ZeroOps;
-
-typedef struct {
-    const ZeroOps* ops;
-    void* impl;
-} Zero;
+// An engine, opaque: made by an engine's create call (zero3/host.h's zero_host_create,
+// zero3/device.cuh's zero_dev_create, zero3/staged.cuh's zero_staged_create), used through
+// the calls below, freed by zero_free. What an engine implements is zero3/engine.h's.
+typedef struct Zero Zero;
 
 int zero_begin(Zero* z, int pass, int last_micro);
 int zero_fetch(Zero* z, int unit, void** params);
@@ -177,13 +157,8 @@ int zero_load(Zero* z, FILE* fp);
 int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out);
 const char* zero_name(const Zero* z);
 
-// Builds an engine behind z: init (the engine's) on impl, a zeroed allocation of the
-// engine's state; on failure the engine's free undoes what init did and z stays zeroed.
-int zero_create(Zero* z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),
-                              const ZeroInit* in);
-
-// frees the engine (harmless on a zeroed Zero, or twice)
-void zero_free(Zero* z);
+// frees the engine and sets *z to NULL (harmless on NULL, or twice)
+void zero_free(Zero** z);
 
 #ifdef __cplusplus
 }

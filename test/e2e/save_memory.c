@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     in.fill_ctx = &source;
     in.beta1 = 0.9f; in.beta2 = 0.95f; in.eps = 1e-8f;
     in.comm = MPI_COMM_WORLD;
-    Zero z;
+    Zero* z = NULL;
     if (zero_host_create(&z, &in) != 0) { fprintf(stderr, "save_memory: %s\n", zero_errmsg()); MPI_Abort(MPI_COMM_WORLD, 1); }
     ZeroPlan plan;
     if (zero_plan_init(&plan, model.unit_numel, model.num_units, world, rank, sizeof(float)) != 0) { MPI_Abort(MPI_COMM_WORLD, 1); }
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     t.world = world;
     TrainerModel m;
     memset(&m, 0, sizeof(m));
-    m.zero = &z;
+    m.zero = z;
     CheckpointHeader h;
     memset(&h, 0, sizeof(h));
     h.magic = CHECKPOINT_MAGIC; h.version = CHECKPOINT_VERSION;
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     alloc_peak_restart();
     char why[160];
     int finite = trainer_params_finite(&t, &m, why, sizeof(why));
-    int saved = checkpoint_save(argv[1], &h, &z, &c, atoi(argv[2]));
+    int saved = checkpoint_save(argv[1], &h, z, &c, atoi(argv[2]));
     long long extra = (long long)alloc_peak_peak() - before;
     long long bound = (long long)(largest * sizeof(float)) + (5ll << 20);
     int ok = finite && saved == 0 && extra <= bound;
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     // holds it: -inf at unit 1's element 148709 (block 0: ln1w, ln1b 128 each, qkvw 49152,
     // qkvb 384, attprojw 16384, attprojb, ln2w, ln2b 128 each, fcw 65536, fcb 512, so
     // fcprojw's element 16101) and NaN at unit 2's element 49578, on whichever ranks own them
-    ZeroHost* e = (ZeroHost*)z.impl;
+    ZeroHost* e = (ZeroHost*)zero_engine_state(z);
     const size_t poke_unit[2] = {1, 2}, poke_at[2] = {148709, 49578};
     for (int i = 0; i < 2; i++) {
         size_t shard = e->plan.units[poke_unit[i]].shard;

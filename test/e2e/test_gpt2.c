@@ -60,7 +60,7 @@
 
 // the host engine behind the model's interface: its stage-0 gradient buffer is what the
 // test compares
-static ZeroHost* host_engine(const GPT2* m) { return (ZeroHost*)m->zero.impl; }
+static ZeroHost* host_engine(const GPT2* m) { return (ZeroHost*)zero_engine_state(m->zero); }
 
 static int num_passed = 0, num_failed = 0;
 
@@ -221,10 +221,10 @@ static double padded_dwte(const GPT2* m, const Ref* r, const FileTensor* ft) {
 
 // one training micro-step as the trainer makes it: the forward and the backward in one pass
 static void train_pass(GPT2* m, const Ref* r, float loss_scale, int last_micro) {
-    zeroCheck(zero_begin(&m->zero, ZERO_PASS_TRAIN, last_micro));
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_TRAIN, last_micro));
     gpt2_forward(m, r->inputs, r->targets, r->B, r->T);
     gpt2_backward(m, r->inputs, r->targets, r->B, r->T, loss_scale);
-    zeroCheck(zero_end(&m->zero));
+    zeroCheck(zero_end(m->zero));
 }
 
 static void build(GPT2* m, const char* model_path, const Ref* r, int recompute, int vocab_tile) {
@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     FileTensor* ft = (FileTensor*)mallocCheck(nt * sizeof(FileTensor));
     file_tensors(&m, ft);
 
-    zeroCheck(zero_begin(&m.zero, ZERO_PASS_TRAIN, 1));
+    zeroCheck(zero_begin(m.zero, ZERO_PASS_TRAIN, 1));
     gpt2_forward(&m, r.inputs, r.targets, B, T);
     check("logits (B,T,Vp)", max_err(m.acts.logits, r.logits, BT * Vp), tolerance(r.err_logits, max_abs_d(r.logits, BT * Vp)));
     double pad_prob = 0.0;
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
     check("loss", fabs((double)m.mean_loss - r.loss), tolerance(r.err_loss, fabs(r.loss)));
 
     gpt2_backward(&m, r.inputs, r.targets, B, T, 1.0f);
-    zeroCheck(zero_end(&m.zero));
+    zeroCheck(zero_end(m.zero));
     compare_grads(&m, &r, ft, nt, "", 1);
     check("dwte padded rows == 0", padded_dwte(&m, &r, ft), 0.0);
 
@@ -318,9 +318,9 @@ int main(int argc, char** argv) {
             memcpy(in_h + (size_t)b * Th, r.inputs + (size_t)b * T, Th * sizeof(int));
             memcpy(ref_h + (size_t)b * Th * Vp, r.logits + (size_t)b * T * Vp, (size_t)Th * Vp * sizeof(double));
         }
-        zeroCheck(zero_begin(&m.zero, ZERO_PASS_FORWARD, 1));
+        zeroCheck(zero_begin(m.zero, ZERO_PASS_FORWARD, 1));
         gpt2_forward(&m, in_h, NULL, B, Th);
-        zeroCheck(zero_end(&m.zero));
+        zeroCheck(zero_end(m.zero));
         snprintf(name, sizeof(name), "logits, forward with T=%d", Th);
         check(name, max_err(m.acts.logits, ref_h, (size_t)B * Th * Vp), tolerance(r.err_logits, max_abs_d(r.logits, BT * Vp)));
         free(in_h);
@@ -348,9 +348,9 @@ int main(int argc, char** argv) {
         check(name, fabs((double)mt.mean_loss - r.loss), tolerance(r.err_loss, fabs(r.loss)));
         snprintf(name, sizeof(name), "grads, vocab tile %d (err/tol)", tile);
         check(name, compare_grads(&mt, &r, ft, nt, "", 0), 1.0);
-        zeroCheck(zero_begin(&mt.zero, ZERO_PASS_FORWARD, 1));
+        zeroCheck(zero_begin(mt.zero, ZERO_PASS_FORWARD, 1));
         gpt2_forward(&mt, r.inputs, NULL, B, T);
-        zeroCheck(zero_end(&mt.zero));
+        zeroCheck(zero_end(mt.zero));
         // softmax of the reference's last-position logits; an fp32 probability is within a
         // few ulp of itself plus the logits' error (d) times its derivative (<= 1/4)
         double worst = 0.0, tol = tolerance(r.err_logits, 1.0);
@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
         // the engine's step: global norm, clipping, AdamW, as in training
         ZeroStep st = {(float)r.lr, (float)r.wd, (float)r.clip, step + 1, 0, 0};
         ZeroStats zs;
-        if (zero_step(&m.zero, &st) != 0 || zero_stats(&m.zero, &zs) != 0) {
+        if (zero_step(m.zero, &st) != 0 || zero_stats(m.zero, &zs) != 0) {
             fprintf(stderr, "error: %s\n", zero_errmsg());
             return EXIT_FAILURE;
         }

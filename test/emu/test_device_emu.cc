@@ -181,8 +181,8 @@ int main(int argc, char** argv) {
     // (bf16: the dequantised value rounded to bf16 once more, another TOL_FIRST)
     if (qw) { tol_first += TOL_FIRST + 0.106 / 254.0 * (1.0 + 1e-6); tol_fetch += TOL_FIRST + 0.106 / 254.0 * (1.0 + 1e-6); }
     if (qw || qg) { tol_fetch += 1e-4; tol_norm = 1e-2; tol_master = 1e-4; }
-    Zero z;
-    auto engine_init = [&](Zero* e, const float* params) {
+    Zero* z = NULL;
+    auto engine_init = [&](Zero** e, const float* params) {
         ZeroInit in;
         memset(&in, 0, sizeof(in));
         in.cfg = &zc;
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
 
     // one pass (train or forward) as the GPU trainer walks it; vis: what fetches must give
     auto run_pass = [&](int train, int micro, int last_micro, const std::vector<float>& vis, int first) -> int {
-        if (zero_begin(&z, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD, last_micro) != 0) { return -1; }
+        if (zero_begin(z, train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD, last_micro) != 0) { return -1; }
         int len = sp.num_uses[train ? ZERO_PASS_TRAIN : ZERO_PASS_FORWARD];
         const int* sched = train ? train_uses : fwd_uses;
         int fwd_len = sp.num_uses[ZERO_PASS_FORWARD];  // the training schedule's forward part is the forward schedule
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
         for (int k = 0; k < len; k++) {
             int u = sched[k];
             void* pv = NULL;
-            if (zero_fetch(&z, u, &pv) != 0) { return -1; }
+            if (zero_fetch(z, u, &pv) != 0) { return -1; }
             off_boundary += (uintptr_t)pv % 256 != 0;
             handed_out++;
             // the layer's "kernels": work on the compute stream, as the trainer's are
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
             floatX* g = NULL;
             if (train && k >= fwd_len) {  // the backward's use of u: its gradient
                 void* gv = NULL;
-                if (zero_grad(&z, u, &gv) != 0) { return -1; }
+                if (zero_grad(z, u, &gv) != 0) { return -1; }
                 off_boundary += (uintptr_t)gv % 256 != 0;
                 handed_out++;
                 g = (floatX*)gv;
@@ -266,15 +266,15 @@ int main(int argc, char** argv) {
                 });
                 if (u == 0) { emb_grad = g; }
             }
-            if (zero_release(&z, u) != 0) { return -1; }
+            if (zero_release(z, u) != 0) { return -1; }
             if (train && k >= fwd_len && u != 0) {
                 if (stage >= 2 || last_micro) { note_reduced(u, g); }  // what this reduction reduces
-                if (zero_reduce(&z, u) != 0) { return -1; }
+                if (zero_reduce(z, u) != 0) { return -1; }
             }
         }
         if (train) {  // the encoder's backward: unit 0's gradient again, no fetch, then its reduction
             void* gv = NULL;
-            if (zero_grad(&z, 0, &gv) != 0) { return -1; }
+            if (zero_grad(z, 0, &gv) != 0) { return -1; }
             floatX* g = (floatX*)gv;
             if (g != emb_grad) { zero_error("unit 0's gradient buffer moved while open"); return -1; }
             size_t numel = sp.unit_numel[0];
@@ -283,9 +283,9 @@ int main(int argc, char** argv) {
                 for (size_t i = 0; i < numel; i++) { g[i] = (floatX)(to_float(g[i]) + grad_enc(i, r)); }
             });
             if (stage >= 2 || last_micro) { note_reduced(0, g); }
-            if (zero_reduce(&z, 0) != 0) { return -1; }
+            if (zero_reduce(z, 0) != 0) { return -1; }
         }
-        return zero_end(&z);
+        return zero_end(z);
     };
     // The reduced gradients the engine holds before its step against the exact sum over ranks
     // of red_mine: this rank's shard of each unit at stages 1-3 (fp32 or bf16 shards, fp32
@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     // gradients are fp32, bf16's after each of up to world hops otherwise.
     double max_red_err = 0.0, max_red_excess = 0.0;
     auto check_reduced = [&](void) {
-        const ZeroDev* d = (const ZeroDev*)z.impl;
+        const ZeroDev* d = (const ZeroDev*)zero_engine_state(z);
         if (cudaDeviceSynchronize() != cudaSuccess) { fail("cudaDeviceSynchronize"); }  // (the notes taken)
         std::vector<double> all(red_mine.size());
         MPI_Allreduce(red_mine.data(), all.data(), (int)all.size(), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
     };
     // the reductions the device engine has issued so far (its NCCL calls)
     auto reductions_so_far = [&]() -> long {
-        const ZeroDev* d = (const ZeroDev*)z.impl;
+        const ZeroDev* d = (const ZeroDev*)zero_engine_state(z);
         return d->nccl.calls[ZERO_ALLREDUCE] + d->nccl.calls[ZERO_REDUCE_SCATTER];
     };
 
@@ -343,13 +343,13 @@ int main(int argc, char** argv) {
             // rank), read back into a new engine made from other parameters, which carries on
             // in the old one's place
             FILE* fp = tmpfile();
-            if (fp == NULL || zero_save(&z, fp) != 0) { fail("zero_save"); }
+            if (fp == NULL || zero_save(z, fp) != 0) { fail("zero_save"); }
             floor = step;
             std::vector<float> other(total, 0.25f);
-            Zero e;
+            Zero* e = NULL;
             engine_init(&e, other.data());
             rewind(fp);
-            if (zero_load(&e, fp) != 0) { fail("zero_load"); }
+            if (zero_load(e, fp) != 0) { fail("zero_load"); }
             check("the state read back to its end", fgetc(fp) == EOF, "%g %g", 0.0, 0.0);
             fclose(fp);
             zero_free(&z);
@@ -369,7 +369,7 @@ int main(int argc, char** argv) {
         long expect = stage == 0 && world_ == 1 ? 0 : stage <= 1 ? nu : (long)nu * accum;
         if (reductions != expect) { check("reductions per step", 0, "%g, expected %g", (double)reductions, (double)expect); }
         ZeroStep st = {lr, wd, clip, step + 1, 1234u, 0};
-        if (zero_step(&z, &st) != 0) { fail("zero_step"); }
+        if (zero_step(z, &st) != 0) { fail("zero_step"); }
         // the reference step: the gradient summed over ranks and micro-steps at vis
         for (int u = 0; u < nu; u++) {
             for (size_t i = 0; i < sp.unit_numel[u]; i++) {
@@ -395,7 +395,7 @@ int main(int argc, char** argv) {
         P.push_back(next);
         if (host_sync) {
             ZeroStats zs;  // (synchronizes the compute stream, as the trainer's read of the norm does)
-            if (zero_stats(&z, &zs) != 0 || !(zs.wait_ms >= 0.0)) {
+            if (zero_stats(z, &zs) != 0 || !(zs.wait_ms >= 0.0)) {
                 check("zero_stats answers", 0, "%g ms %g", zs.wait_ms, 0.0);
             }
             double ne = fabs((double)zs.norm - norm) / norm;
@@ -403,7 +403,7 @@ int main(int argc, char** argv) {
         }
     }
     // the end of training: a pending --dpu update applied, then a forward sees the last parameters
-    if (zero_flush(&z) != 0 || run_pass(0, 0, 1, P.back(), 0) != 0) { fail("the last forward"); }
+    if (zero_flush(z) != 0 || run_pass(0, 0, 1, P.back(), 0) != 0) { fail("the last forward"); }
     cudaStreamSynchronize(compute);  // the fetch checks ran
 
     // fetches: exact before any update; within fp32 reordering after (sums over ranks and
@@ -423,8 +423,8 @@ int main(int argc, char** argv) {
     // where the traffic went (the engine's counters by link, this rank's)
     if (stage == 3 && per_node > 0 && world_ > per_node) {
         ZeroStats zs;
-        if (zero_stats(&z, &zs) != 0) { fail("zero_stats"); }
-        const ZeroDev* d = (const ZeroDev*)z.impl;
+        if (zero_stats(z, &zs) != 0) { fail("zero_stats"); }
+        const ZeroDev* d = (const ZeroDev*)zero_engine_state(z);
         const double* in = zs.link_bytes[ZERO_LINK_INTER];
         const double* on = zs.link_bytes[ZERO_LINK_INTRA];
         check("the report's layout: nodes and ranks per node", zs.links_known && zs.nodes == world_ / per_node &&
@@ -466,9 +466,9 @@ int main(int argc, char** argv) {
         std::vector<float> range;
         for (int u = 0; u < nu; u++) {
             size_t begin = 0, n = 0;
-            if (zero_master_shard(&z, u, &begin, &n, NULL) != 0) { fail("zero_master_shard"); }
+            if (zero_master_shard(z, u, &begin, &n, NULL) != 0) { fail("zero_master_shard"); }
             range.assign(n > 0 ? n : 1, 0.0f);
-            if (zero_master_shard(&z, u, &begin, &n, range.data()) != 0) { fail("zero_master_shard"); }
+            if (zero_master_shard(z, u, &begin, &n, range.data()) != 0) { fail("zero_master_shard"); }
             if (n > 0 && begin + n > sp.unit_numel[u]) { e = INFINITY; continue; }  // padding handed out as the model's
             for (size_t i = 0; i < n; i++) {
                 seen[unit_start[u] + begin + i]++;
@@ -478,7 +478,7 @@ int main(int argc, char** argv) {
         MPI_Allreduce(MPI_IN_PLACE, seen.data(), (int)total, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(MPI_IN_PLACE, &e, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         size_t once = 0;
-        int groups = world_ / ((const ZeroDev*)z.impl)->world;  // MiCS: each group holds the whole model
+        int groups = world_ / ((const ZeroDev*)zero_engine_state(z))->world;  // MiCS: each group holds the whole model
         for (size_t i = 0; i < total; i++) { once += seen[i] == groups; }
         check("the ranks' ranges of the master cover the model once (per MiCS group)", once == total, "%g of %g", (double)once, (double)total);
         check("every rank's range of the master equals the reference", e <= tol_master, "max err %g, tol %g", e, tol_master);
@@ -488,7 +488,7 @@ int main(int argc, char** argv) {
     // own, so that a step's downloads never queue behind the last step's uploads (a matter of
     // time, which the emulator does not model: checked on the streams themselves)
     if (offload) {
-        const ZeroDev* d = (const ZeroDev*)z.impl;
+        const ZeroDev* d = (const ZeroDev*)zero_engine_state(z);
         int apart = d->copy_out != NULL && d->copy_in != NULL && d->copy_out != d->copy_in && d->copy_out != d->compute &&
                     d->copy_in != d->compute && d->copy_out != d->nccl.stream && d->copy_in != d->nccl.stream;
         check("gradient downloads and parameter uploads on a copy stream each", apart, "%g %g", 0.0, 0.0);
@@ -499,13 +499,13 @@ int main(int argc, char** argv) {
     {
         void* p = NULL;
         int bad_unit = fwd_uses[0] == 1 ? 2 : 1;
-        int rc = zero_begin(&z, ZERO_PASS_FORWARD, 1) == 0 ? zero_fetch(&z, bad_unit, &p) : 0;
+        int rc = zero_begin(z, ZERO_PASS_FORWARD, 1) == 0 ? zero_fetch(z, bad_unit, &p) : 0;
         check("fetch out of schedule refused", rc != 0 && strstr(zero_errmsg(), "schedule") != NULL, "rc %g %g", (double)rc, 0.0);
         FILE* fp = tmpfile();
-        ZeroStateHeader h = zero_state_header("host", stage, &((ZeroDev*)z.impl)->plan, 4, 0);
+        ZeroStateHeader h = zero_state_header("host", stage, &((ZeroDev*)zero_engine_state(z))->plan, 4, 0);
         rc = fp != NULL && zero_state_write_header(fp, &h) == 0 ? 0 : -1;
         if (fp != NULL) { rewind(fp); }
-        rc = rc == 0 ? zero_load(&z, fp) : 0;
+        rc = rc == 0 ? zero_load(z, fp) : 0;
         check("a host engine's state refused, naming it", rc != 0 && strstr(zero_errmsg(), "host engine") != NULL, "rc %g %g", (double)rc, 0.0);
         if (fp != NULL) { fclose(fp); }
     }

@@ -23,7 +23,7 @@ static const size_t NUMEL[3] = {33, 25, 2};
 static const ZeroTensor TENSORS[3] = {{0, 0, 33, 1}, {1, 0, 25, 1}, {2, 0, 2, 0}};
 static const int FWD[4] = {0, 1, 2, 0};
 static const int TRAIN[7] = {0, 1, 2, 0, 0, 2, 1};
-static Zero engine;
+static Zero* engine;
 static CheckpointHeader want;
 
 // the initial parameters: element i of the model (unit order) is 0.01 i
@@ -69,7 +69,7 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
     const char* seed_dir = getenv("FUZZ_MAKE_SEED");
     if (seed_dir != NULL) {
         GPT2Config c = {.max_seq_len = 8, .vocab_size = 25, .padded_vocab_size = 25, .num_layers = 1, .num_heads = 1, .channels = 1};
-        if (checkpoint_save(seed_dir, &want, &engine, &c, 3) != 0) { fprintf(stderr, "fuzz_checkpoint: %s\n", llmc_errmsg()); exit(1); }
+        if (checkpoint_save(seed_dir, &want, engine, &c, 3) != 0) { fprintf(stderr, "fuzz_checkpoint: %s\n", llmc_errmsg()); exit(1); }
         zero_free(&engine);
         MPI_Finalize();
         exit(0);
@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_write_file("state_00000001_00000.bin", data, size);
     CheckpointHeader got;
     llmc_errbuf[0] = '\0';  // so that a refusal must record its own message
-    if (checkpoint_load(fuzz_dir, 1, &want, &engine, &got) == 0) {
+    if (checkpoint_load(fuzz_dir, 1, &want, engine, &got) == 0) {
         if (got.step != 1 || got.rank != 0 || got.world_size != 1) { abort(); }
     } else {
         fuzz_refused(llmc_errmsg());
