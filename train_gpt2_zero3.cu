@@ -159,9 +159,7 @@ typedef struct {
     floatX* host_logits;       // (Vp) pinned
     cudaStream_t stream;
     cublasHandle_t cublas;
-    cublasLtHandle_t lt;
-    void* lt_workspace;
-    size_t lt_workspace_bytes;
+    MatmulCtx mm;              // cuBLASLt's handle, its workspace, and the stream (the matmuls' context)
     double peak_in_use;        // the most device memory in use seen (cudaMemGetInfo)
 } GPT2;
 
@@ -204,8 +202,8 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, ZeroInit in, int device_eng
     }
     cublasCheck(cublasCreate(&m->cublas));
     cublasCheck(cublasSetStream(m->cublas, m->stream));
-    cublaslt_init(&m->lt, &m->lt_workspace, &m->lt_workspace_bytes);
-    g_device_alloc_bytes += m->lt_workspace_bytes;
+    cublaslt_init(&m->mm, m->stream);
+    g_device_alloc_bytes += m->mm.workspace_bytes;
     cudaCheck(cudaStreamSynchronize(m->stream));
 }
 
@@ -271,9 +269,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     int bt = (int)BT;
     DevActs* a = &m->acts;
     cudaStream_t s = m->stream;
-    cublasLtHandle_t lt = m->lt;
-    void* ws = m->lt_workspace;
-    size_t wsb = m->lt_workspace_bytes;
+    const MatmulCtx* mm = &m->mm;  // on stream s
 
     DevEmbed emb = gpt2_embed(c, params_fetch(m->zero, 0));
     encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C, s);  // (B,T,C)
@@ -301,13 +297,13 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
             fused_residual_layernorm_forward(residual, ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT,
                                              a->residual2 + (l - 1) * BT * C, a->fcproj, w.ln1w, w.ln1b, bt, C, s);
         }
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, bt, C, 3 * C, NULL, 0, lt, ws, wsb, s);                 // (B,T,3C)
+        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, bt, C, 3 * C, NULL, 0, mm);                 // (B,T,3C)
         if (m->use_flash) {
             attention_flash_forward(atty, a->lse + l * (size_t)B * NH * T, qkv, B, T, C, NH, s);          // (B,T,C)
         } else {
             attention_forward(atty, a->qkvr + l * BT * 3 * C, a->att + l * att, qkv, B, T, C, NH, m->cublas, s);
         }
-        matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, bt, C, C, NULL, 0, lt, ws, wsb, s);       // (B,T,C)
+        matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, bt, C, C, NULL, 0, mm);       // (B,T,C)
         // residual2 = residual + attproj; ln2 = layernorm(residual2)
         fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT,
                                          residual, a->attproj, w.ln2w, w.ln2b, bt, C, s);
@@ -315,9 +311,9 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         // matmul_forward + gelu_forward in one call, the GELU in cuBLASLt's epilogue in bf16,
         // and in fp32 by gelu_forward after the product, with llmc/gelu.h's formula (the
         // epilogue's is undocumented, and fp32 is held to the CPU's rounding; llmc/matmul.cuh)
-        matmul_forward(fch_gelu, ln2, w.fcw, w.fcb, bt, C, 4 * C, fch, 1, lt, ws, wsb, s);               // (B,T,4C)
+        matmul_forward(fch_gelu, ln2, w.fcw, w.fcb, bt, C, 4 * C, fch, 1, mm);               // (B,T,4C)
         // fcproj is added to residual2 by the next unit (the next layer's ln1, or lnf)
-        matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, bt, 4 * C, C, NULL, 0, lt, ws, wsb, s); // (B,T,C)
+        matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, bt, 4 * C, C, NULL, 0, mm); // (B,T,C)
         params_release(m->zero, 1 + l);
         NVTX_POP();
     }
@@ -331,13 +327,13 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     emb = gpt2_embed(c, params_fetch(m->zero, 0));
     int Vt = m->vocab_tile;
     if (Vt == 0) {
-        matmul_forward(a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);             // (B,T,Vp)
+        matmul_forward(a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, mm);             // (B,T,Vp)
     } else if (targets != NULL) {
         // one tile of columns [v0, v0 + w) at a time, folded into each row's online softmax
         // (llmc/fused_classifier.cuh); the last tile's dlogits (or logits) stay for the backward
         for (int v0 = 0; v0 < Vp; v0 += Vt) {
             int w = Vp - v0 < Vt ? Vp - v0 : Vt;
-            matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, bt, C, w, NULL, 0, lt, ws, wsb, s);  // (B,T,w)
+            matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, bt, C, w, NULL, 0, mm);  // (B,T,w)
             classifier_tile_forward(a->logits, a->cls_max, a->cls_sum, a->cls_target, a->losses, targets, dloss, bt,
                                     v0, w, V, Vp, dloss > 0.0f, s);
         }
@@ -345,7 +341,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         // no targets (sampling): the logits of each sequence's last position, (B,Vp)
         for (int b = 0; b < B; b++) {
             matmul_forward(a->logits + (size_t)b * Vp, a->lnf + ((size_t)b * T + T - 1) * C, emb.wte, NULL, 1, C, Vp,
-                           NULL, 0, lt, ws, wsb, s);
+                           NULL, 0, mm);
         }
     }
     params_release(m->zero, 0);
@@ -378,9 +374,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
     int bt = (int)BT;
     DevActs* a = &m->acts;
     cudaStream_t s = m->stream;
-    cublasLtHandle_t lt = m->lt;
-    void* ws = m->lt_workspace;
-    size_t wsb = m->lt_workspace_bytes;
+    const MatmulCtx* mm = &m->mm;  // on stream s
 
     // classifier: dlnf = dlogits @ wte (overwrite), dwte += dlogits^T @ lnf. The
     // embedding's gradient stays open until the encoder's backward at the end.
@@ -388,7 +382,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
     DevEmbed demb = gpt2_embed(c, grads_unit(m->zero, 0));
     int Vt = m->vocab_tile;
     if (Vt == 0) {
-        matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, lt, ws, wsb, s);
+        matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, mm);
     } else {
         // tile by tile from the last, whose dlogits the forward left: the others' logits again.
         // dlnf is accumulated over the tiles in its floatX buffer (one rounding per tile in bf16)
@@ -396,11 +390,11 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         for (int v0 = last; v0 >= 0; v0 -= Vt) {
             int w = Vp - v0 < Vt ? Vp - v0 : Vt;
             if (v0 != last) {
-                matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, bt, C, w, NULL, 0, lt, ws, wsb, s);  // (B,T,w)
+                matmul_forward(a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL, bt, C, w, NULL, 0, mm);  // (B,T,w)
                 classifier_tile_backward(a->logits, a->cls_max, a->cls_sum, targets, dloss, bt, v0, w, V, Vp, s);
             }
             matmul_backward(a->dln, demb.wte + (size_t)v0 * C, NULL, a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL,
-                            bt, C, w, NULL, v0 != last, lt, ws, wsb, s);
+                            bt, C, w, NULL, v0 != last, mm);
         }
     }
     params_release(m->zero, 0);
@@ -439,13 +433,13 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         // MLP: fcproj(gelu(fc(ln2(residual2)))); the GELU backward is fused into the
         // fcproj matmul's dinp through pre_gelu: dfch = (dresidual @ fcprojw) * gelu'(fch)
         matmul_backward(a->dfch, dw.fcprojw, dw.fcprojb, a->dresidual, fch_gelu, w.fcprojw, a->dbias_scratch,
-                        bt, 4 * C, C, fch, 0, lt, ws, wsb, s);
-        matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, a->dbias_scratch, bt, C, 4 * C, NULL, 0, lt, ws, wsb, s);
+                        bt, 4 * C, C, fch, 0, mm);
+        matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, a->dbias_scratch, bt, C, 4 * C, NULL, 0, mm);
         layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->ln_scratch, a->dln, residual2, w.ln2w, ln2_mean, ln2_rstd, B, T, C, s);
 
         // attention: attproj(attention(qkv(ln1(residual))))
         matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw,
-                        a->dbias_scratch, bt, C, C, NULL, 0, lt, ws, wsb, s);
+                        a->dbias_scratch, bt, C, C, NULL, 0, mm);
         cudaCheck(cudaMemsetAsync(a->dqkv, 0, BT * 3 * C * sizeof(floatX), s));  // attention_backward accumulates
         if (m->use_flash) {
             attention_flash_backward(a->dqkv, a->attn_fscratch, a->datty, qkv, a->atty + l * BT * C,
@@ -454,7 +448,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
             attention_backward(a->dqkv, a->dqkvr, a->datt, a->attn_scratch, a->datty, a->qkvr + l * BT * 3 * C,
                                a->att + l * att, B, T, C, NH, m->cublas, s);
         }
-        matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch, bt, C, 3 * C, NULL, 0, lt, ws, wsb, s);
+        matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch, bt, C, 3 * C, NULL, 0, mm);
         layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->ln_scratch, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C, s);
         params_release(m->zero, 1 + l);
         grads_reduce(m->zero, 1 + l);  // its reduction overlaps the backward of the blocks below
@@ -478,7 +472,7 @@ static void gpt2_free(GPT2* m) {
     }
     cudaCheck(cudaFreeHost(m->host_logits));
     free(m->host_logits_f);
-    cublaslt_free(m->lt, m->lt_workspace);
+    cublaslt_free(&m->mm);
     cublasCheck(cublasDestroy(m->cublas));
     cudaCheck(cudaStreamDestroy(m->stream));
 }
@@ -595,7 +589,7 @@ static double device_in_use(void* self) {
 static void memory_figures(void* self, const ZeroStats* zs, double* out) {
     GPT2* m = (GPT2*)self;
     device_in_use(m);
-    out[MEM_BUFFERS] += (double)m->lt_workspace_bytes;
+    out[MEM_BUFFERS] += (double)m->mm.workspace_bytes;
     out[MEM_ACTIVATIONS] = (double)m->bytes_acts;
     out[MEM_ALLOCATED] = (double)g_device_alloc_bytes + zs->mem_peak;
     out[MEM_PEAK] = m->peak_in_use;

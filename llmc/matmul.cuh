@@ -174,18 +174,28 @@ static inline MatmulAlgoSlot* matmul_algo_lookup(const MatmulAlgoKey* key, int* 
 // ----------------------------------------------------------------------------
 // handle and workspace
 
-// creates the cuBLASLt handle and its workspace (*bytes = CUBLASLT_WORKSPACE_BYTES)
-static inline void cublaslt_init(cublasLtHandle_t* lt, void** workspace, size_t* bytes) {
-    cublasCheck(cublasLtCreate(lt));
+// What every cuBLASLt product needs besides its operands, passed as one: the handle, its
+// workspace and the stream the product (and the kernels around it) is queued on.
+typedef struct {
+    cublasLtHandle_t lt;
+    void* workspace;
+    size_t workspace_bytes;   // CUBLASLT_WORKSPACE_BYTES
+    cudaStream_t stream;
+} MatmulCtx;
+
+// creates the cuBLASLt handle and its workspace, for work on stream s
+static inline void cublaslt_init(MatmulCtx* ctx, cudaStream_t s) {
+    cublasCheck(cublasLtCreate(&ctx->lt));
     matmul_algo_cache_clear();
-    *bytes = CUBLASLT_WORKSPACE_BYTES;
-    cudaCheck(cudaMalloc(workspace, *bytes));
+    ctx->workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+    cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
+    ctx->stream = s;
 }
 
-static inline void cublaslt_free(cublasLtHandle_t lt, void* workspace) {
+static inline void cublaslt_free(MatmulCtx* ctx) {
     matmul_algo_cache_clear();
-    cudaCheck(cudaFree(workspace));
-    cublasCheck(cublasLtDestroy(lt));
+    cudaCheck(cudaFree(ctx->workspace));
+    cublasCheck(cublasLtDestroy(ctx->lt));
 }
 
 // ----------------------------------------------------------------------------
@@ -270,8 +280,9 @@ static inline void matmul_check_ld(int ld, const char* what, const char* fn) {
 static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k,
                                    int trans_a, int trans_b, int lda, int ldb, int ldd, float beta,
                                    cublasLtEpilogue_t epilogue, const floatX* bias, floatX* aux, int ldaux,
-                                   cublasLtHandle_t lt, void* workspace, size_t workspace_bytes,
-                                   cudaStream_t s, const char* fn) {
+                                   const MatmulCtx* ctx, const char* fn) {
+    cublasLtHandle_t lt = ctx->lt;
+    size_t workspace_bytes = ctx->workspace_bytes;
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // fp32 accumulate, fp32 alpha/beta
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -335,7 +346,7 @@ static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, 
     float alpha = 1.0f;
     // C = D: beta = 1 accumulates into D, beta = 0 overwrites it (C is then not read)
     cublasCheck(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
-                               &slot->algo, workspace, workspace_bytes, s));
+                               &slot->algo, ctx->workspace, workspace_bytes, ctx->stream));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));
@@ -351,8 +362,8 @@ static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, 
 // kernel after the product in fp32 (see GELU at the top). C and OC must be multiples of 16
 // bytes of floatX.
 static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                                  int BT, int C, int OC, floatX* pre_gelu, int gelu_fusion,
-                                  cublasLtHandle_t lt, void* workspace, size_t workspace_bytes, cudaStream_t s) {
+                                  int BT, int C, int OC, floatX* pre_gelu, int gelu_fusion, const MatmulCtx* ctx) {
+    cudaStream_t s = ctx->stream;
     const char* fn = "matmul_forward";
     matmul_check_aligned(out, "out", fn);
     matmul_check_aligned(inp, "inp", fn);
@@ -383,7 +394,7 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
     }
     // d^T (OC,BT) = weight (stored col-major (C,OC), op T) @ inp (stored col-major (C,BT), op N)
     matmul_cublaslt(d, weight, inp, OC, BT, C, 1, 0, C, C, OC, 0.0f,
-                    epilogue, bias, aux, OC, lt, workspace, workspace_bytes, s, fn);
+                    epilogue, bias, aux, OC, ctx, fn);
     // out (BT,OC) = gelu(d), the formula of llmc/gelu.h (out may be d: elementwise)
     if (gelu_kernel) { gelu_forward(out, d, (size_t)BT * OC, s); }
 }
@@ -402,8 +413,8 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
                                    const floatX* dout, const floatX* inp, const floatX* weight,
                                    float* dbias_scratch, int BT, int C, int OC,
-                                   const floatX* pre_gelu, int accumulate_dinp,
-                                   cublasLtHandle_t lt, void* workspace, size_t workspace_bytes, cudaStream_t s) {
+                                   const floatX* pre_gelu, int accumulate_dinp, const MatmulCtx* ctx) {
+    cudaStream_t s = ctx->stream;
     const char* fn = "matmul_backward";
     matmul_check_aligned(dweight, "dweight", fn);
     matmul_check_aligned(dout, "dout", fn);
@@ -420,7 +431,7 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
         }
         // dinp^T (C,BT) = weight (stored col-major (C,OC), op N) @ dout (stored col-major (OC,BT), op N)
         matmul_cublaslt(dinp, weight, dout, C, BT, OC, 0, 0, C, OC, C, accumulate_dinp ? 1.0f : 0.0f,
-                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, lt, workspace, workspace_bytes, s, fn);
+                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, ctx, fn);
         if (pre_gelu != NULL) {
             size_t N = (size_t)BT * C;
             int threads = 256;
@@ -434,7 +445,7 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
     }
     // dweight^T (C,OC) += inp (stored col-major (C,BT), op N) @ dout (stored col-major (OC,BT), op T)
     matmul_cublaslt(dweight, inp, dout, C, OC, BT, 0, 1, C, OC, C, 1.0f,
-                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, lt, workspace, workspace_bytes, s, fn);
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, ctx, fn);
     if (dbias != NULL) {
         if (dbias_scratch == NULL) {
             fprintf(stderr, "error: %s: dbias needs dbias_scratch (MATMUL_DBIAS_SCRATCH_FLOATS(OC) floats)\n", fn);

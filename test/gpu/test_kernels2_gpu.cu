@@ -215,7 +215,7 @@ template <typename T> static T* dev_at(const std::vector<T>& h, size_t offset) {
     return d;
 }
 
-static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStream_t s, size_t offset) {
+static void test_matmul(const MatmulCtx* mm, size_t offset) {
     const int BT = 74, C = 96, OC = 288;
     char nm[160];
     auto name = [&](const char* what) { snprintf(nm, sizeof(nm), "%s [operands at 256 B + %zu]", what, offset); return nm; };
@@ -254,7 +254,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
     // 1. forward with bias
     std::vector<float> ref((size_t)BT * OC), tol((size_t)BT * OC);
     matmul_forward(ref.data(), inp_f.data(), w_f.data(), b_f.data(), 1, BT, C, OC);
-    matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
+    matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, (floatX*)NULL, 0, mm);
     for (size_t i = 0; i < ref.size(); i++) { tol[i] = mm_tol(C, fwd_S[i]); }
     check_close(name("matmul_forward bias"), to_floats(host_from(d_out, ref.size())), ref, tol);
 
@@ -262,7 +262,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
     {
         std::vector<float> ref_nb((size_t)BT * OC), tol_nb((size_t)BT * OC);
         matmul_forward(ref_nb.data(), inp_f.data(), w_f.data(), NULL, 1, BT, C, OC);
-        matmul_forward(d_out, d_inp, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
+        matmul_forward(d_out, d_inp, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, mm);
         for (size_t i = 0; i < ref_nb.size(); i++) { tol_nb[i] = mm_tol(C, fwd_S[i]); }
         check_close(name("matmul_forward no bias"), to_floats(host_from(d_out, ref_nb.size())), ref_nb, tol_nb);
     }
@@ -270,7 +270,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
     // 3. forward with GELU: pre_gelu = the biased product, out = gelu(pre_gelu); bf16 in
     // cuBLASLt's epilogue, fp32 by llmc/gelu.cuh's kernel after the product (tolerances above)
     {
-        matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, d_pre_out, 1, lt, ws, ws_bytes, s);
+        matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, d_pre_out, 1, mm);
         std::vector<float> pre_gpu = to_floats(host_from(d_pre_out, ref.size()));
         std::vector<float> out_gpu = to_floats(host_from(d_out, ref.size()));
         check_close(name("matmul_forward gelu: pre_gelu"), pre_gpu, ref, tol);
@@ -319,7 +319,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         std::vector<float> dinp_ref = dinp0_f, dw_ref = dw0_f, db_ref = db0_f;
         matmul_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout_f.data(), inp_f.data(), w_f.data(), 1, BT, C, OC);
         matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, BT, C, OC, (const floatX*)NULL, 1,
-                        lt, ws, ws_bytes, s);
+                        mm);
         std::vector<float> t_dinp(dinp_ref.size()), t_dw(dw_ref.size()), t_db(OC);
         for (size_t i = 0; i < t_dinp.size(); i++) { t_dinp[i] = mm_tol(OC, dinp_S[i] + fabsf(dinp0_f[i])); }
         for (size_t i = 0; i < t_dw.size(); i++) { t_dw[i] = mm_tol(BT, dw_S[i]); }
@@ -332,7 +332,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         std::vector<floatX> db_first = host_from(d_db, (size_t)OC);
         dev_set(d_db, db0);
         matmul_backward((floatX*)NULL, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, BT, C, OC, (const floatX*)NULL, 0,
-                        lt, ws, ws_bytes, s);
+                        mm);
         std::vector<floatX> db_second = host_from(d_db, (size_t)OC);
         report(name("matmul_backward dbias deterministic"), memcmp(db_first.data(), db_second.data(), OC * sizeof(floatX)) == 0, "");
     }
@@ -344,7 +344,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         cudaCheck(cudaMemset(d_dinp, 0xff, (size_t)BT * C * sizeof(floatX)));  // all-ones bits: NaN
         dev_set(d_dw, dw0);
         matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, (const floatX*)NULL, 0,
-                        lt, ws, ws_bytes, s);
+                        mm);
         std::vector<float> t_dinp(dinp_ref.size()), t_dw(dw_ref.size());
         for (size_t i = 0; i < t_dinp.size(); i++) { t_dinp[i] = mm_tol(OC, dinp_S[i]); }
         for (size_t i = 0; i < t_dw.size(); i++) { t_dw[i] = mm_tol(BT, dw_S[i]); }
@@ -359,7 +359,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
         gelu_backward(dinp_ref.data(), pre_f.data(), tmp.data(), BT * C);
         dev_set(d_dw, dw0);
         matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, d_pre, 0,
-                        lt, ws, ws_bytes, s);
+                        mm);
         std::vector<float> t_dinp(dinp_ref.size());
         for (size_t i = 0; i < t_dinp.size(); i++) {
             t_dinp[i] = 1.13f * mm_tol(OC, dinp_S[i]) + 1e-6f * fabsf(dinp_ref[i]) +
@@ -377,7 +377,7 @@ static void test_matmul(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStre
 // the same shape is another problem (its own heuristic call). Counted by matmul.cuh and,
 // emulated, by the cuBLASLt stand-in itself (test/emu/cublasLt.h), which sees the calls
 // the library gets.
-static void test_matmul_algo_cache(cublasLtHandle_t lt, void* ws, size_t ws_bytes, cudaStream_t s) {
+static void test_matmul_algo_cache(const MatmulCtx* mm) {
     const int BT = 40, C = 64, OC = 136;  // a shape no other test uses
     std::vector<float> inp_f, w_f;
     std::vector<floatX> inp = rand_x((size_t)BT * C + 64, -1.0f, 1.0f, inp_f);  // + 64: room for an offset
@@ -390,12 +390,12 @@ static void test_matmul_algo_cache(cublasLtHandle_t lt, void* ws, size_t ws_byte
     long lib0 = emu_lt_heuristic_calls;
 #endif
     for (int r = 0; r < 5; r++) {  // one problem, five times
-        matmul_forward(d_out, d_inp, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
+        matmul_forward(d_out, d_inp, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, mm);
     }
     long calls1 = matmul_heuristic_calls;
     const floatX* inp_64 = d_inp + 64 / sizeof(floatX);  // the same shape, inp 64 bytes past the boundary
     for (int r = 0; r < 5; r++) {
-        matmul_forward(d_out, inp_64, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, lt, ws, ws_bytes, s);
+        matmul_forward(d_out, inp_64, d_w, (const floatX*)NULL, BT, C, OC, (floatX*)NULL, 0, mm);
     }
     long calls2 = matmul_heuristic_calls;
     cudaCheck(cudaDeviceSynchronize());
@@ -1190,12 +1190,10 @@ int main(void) {
 
     cudaStream_t s;
     cudaCheck(cudaStreamCreate(&s));
-    cublasLtHandle_t lt;
-    void* ws = NULL;
-    size_t ws_bytes = 0;
-    cublaslt_init(&lt, &ws, &ws_bytes);
-    for (size_t offset : {(size_t)0, (size_t)64, (size_t)128}) { test_matmul(lt, ws, ws_bytes, s, offset); }
-    test_matmul_algo_cache(lt, ws, ws_bytes, s);
+    MatmulCtx mm;
+    cublaslt_init(&mm, s);
+    for (size_t offset : {(size_t)0, (size_t)64, (size_t)128}) { test_matmul(&mm, offset); }
+    test_matmul_algo_cache(&mm);
     test_classifier(s);
     test_adamw(s);
     test_global_norm(s);
@@ -1218,7 +1216,7 @@ int main(void) {
     cublasCheck(cublasDestroy(cublas));
     cudaCheck(cudaDeviceSynchronize());
 
-    cublaslt_free(lt, ws);
+    cublaslt_free(&mm);
     cudaCheck(cudaStreamDestroy(s));
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed == 0 ? 0 : 1;
