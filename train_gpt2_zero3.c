@@ -27,6 +27,7 @@
 #include "llmc/gelu.h"        // GELU, tanh form
 #include "llmc/residual.h"    // residual_forward
 #include "llmc/classifier.h"  // softmax, cross-entropy and their backward
+#include "llmc/activations.h" // the activations' table (both trainers'): which, their sizes
 #include "llmc/trainer.h"     // the run: start-up, data, the step loop, checkpoints, the report; the unit hooks
 #include "zero3/host.h"       // the host engine: fetch, release, reduce, step over MPI
 
@@ -55,10 +56,10 @@ typedef struct {
     float* lnf_rstd;   // (B, T)
     float* logits;     // (B, T, Vp), or one vocabulary tile's (B, T, Vt) with --vocab-tile
     float* probs;      // (B, T, Vp), or tiled (B, Vp): each sequence's last position (sampling)
-    float* losses;     // (B, T)
     float* cls_max;    // (B, T) tiled: each row's running max of the logits (online softmax)
     float* cls_sum;    // (B, T) tiled: each row's running sum of exp(logit - max)
     float* cls_target; // (B, T) tiled: each row's logit of its target
+    float* losses;     // (B, T)
     // backward scratch, one layer at a time
     float* preatt;     // (B, NH, T, T) forward scratch, not needed by the backward
     float* dresidual;  // (B, T, C) gradient of the residual stream
@@ -94,68 +95,36 @@ static int gpt2_build(GPT2* m, const GPT2Config* c, const ZeroInit* in) {
     return zero_host_create(&m->zero, in);
 }
 
-// The activation buffers for batches of up to B x T, each with its elements: one table
-// for their allocation and for --estimate. recompute 1 keeps one layer of GELU outputs,
-// recompute 2 also one layer of layernorm outputs; vocab_tile > 0 computes the classifier
-// in tiles of that many vocabulary columns (at most Vp: one tile). out: room for one entry
-// per pointer of Activations; returns the entries.
-typedef struct { float** ptr; size_t n; } ActBuf;
-#define ACT_BUFS (sizeof(Activations) / sizeof(float*))
-static size_t gpt2_activation_table(Activations* a, const GPT2Config* c, int B, int T, int recompute, int vocab_tile, ActBuf* out) {
-    size_t L = c->num_layers, NH = c->num_heads, C = c->channels;
-    size_t Vp = c->padded_vocab_size;
-    size_t BT = (size_t)B * T, att = (size_t)B * NH * T * T;
-    size_t keep_gelu = recompute >= 1 ? 1 : L, keep_ln = recompute >= 2 ? 1 : L;
-    size_t Vt = vocab_tile > 0 && (size_t)vocab_tile < Vp ? (size_t)vocab_tile : Vp;
-    size_t tiled = vocab_tile > 0 ? 1 : 0;
-    ActBuf bufs[] = {
-        {&a->encoded, BT * C},           {&a->ln1, keep_ln * BT * C},
-        {&a->ln1_mean, L * BT},          {&a->ln1_rstd, L * BT},
-        {&a->qkv, L * BT * 3 * C},       {&a->atty, L * BT * C},
-        {&a->att, L * att},              {&a->attproj, BT * C},
-        {&a->residual2, L * BT * C},     {&a->ln2, keep_ln * BT * C},
-        {&a->ln2_mean, L * BT},          {&a->ln2_rstd, L * BT},
-        {&a->fch, L * BT * 4 * C},       {&a->fch_gelu, keep_gelu * BT * 4 * C},
-        {&a->fcproj, BT * C},            {&a->residual3, L * BT * C},
-        {&a->lnf, BT * C},               {&a->lnf_mean, BT},
-        {&a->lnf_rstd, BT},              {&a->logits, BT * (tiled ? Vt : Vp)},
-        {&a->probs, (tiled ? (size_t)B : BT) * Vp}, {&a->losses, BT},
-        {&a->cls_max, tiled * BT},       {&a->cls_sum, tiled * BT},
-        {&a->cls_target, tiled * BT},
-        {&a->preatt, att},               {&a->dresidual, BT * C},
-        {&a->dln, BT * C},               {&a->datty, BT * C},
-        {&a->dqkv, BT * 3 * C},          {&a->dfch, BT * 4 * C},
-        {&a->dfch_gelu, BT * 4 * C},     {&a->dpreatt, att},
-        {&a->datt, att},                 {&a->dlogits, (1 - tiled) * BT * Vp},
-        {&a->dlosses, BT},
-    };
-    size_t n = sizeof(bufs) / sizeof(bufs[0]);
-    memcpy(out, bufs, n * sizeof(ActBuf));
-    return n;
-}
-
-// the activations' bytes at B x T (what gpt2_alloc_activations allocates)
+// the activations' bytes at B x T (what gpt2_alloc_activations allocates: llmc/activations.h's table)
 static double gpt2_activation_bytes(const GPT2Config* c, int B, int T, int recompute, int vocab_tile) {
-    Activations a;
-    ActBuf bufs[ACT_BUFS];
-    size_t n = gpt2_activation_table(&a, c, B, T, recompute, vocab_tile, bufs);
-    double bytes = 0;
-    for (size_t i = 0; i < n; i++) { bytes += (double)bufs[i].n * sizeof(float); }
-    return bytes;
+    return gpt2_activations_total(c, B, T, recompute, 0, vocab_tile, ACT_CPU, sizeof(float));
 }
 
-// allocates the activations for batches of up to B x T (gpt2_activation_table)
+// allocates the activations for batches of up to B x T: llmc/activations.h's rows that
+// are the CPU's, in its order, which is Activations'. recompute 1 keeps one layer of
+// GELU outputs, recompute 2 also one layer of layernorm outputs; vocab_tile > 0 computes
+// the classifier in tiles of that many vocabulary columns (at most Vp: one tile).
 static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int vocab_tile) {
-    ActBuf bufs[ACT_BUFS];
-    size_t n = gpt2_activation_table(&m->acts, &m->config, B, T, recompute, vocab_tile, bufs);
+    size_t bytes[ACT_COUNT];
+    gpt2_activations(&m->config, B, T, recompute, 0, vocab_tile, ACT_CPU, sizeof(float), bytes);
+    float** slots = (float**)&m->acts;
+    size_t k = 0, nslots = sizeof(Activations) / sizeof(float*);
+    for (int i = 0; i < ACT_COUNT; i++) { k += (act_trainer[i] & ACT_CPU) != 0; }
+    if (k != nslots) {
+        fprintf(stderr, "error: llmc/activations.h has %zu rows for the CPU trainer, Activations %zu buffers\n", k, nslots);
+        exit(EXIT_FAILURE);
+    }
+    k = 0;
     m->acts_bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        *bufs[i].ptr = (float*)calloc(bufs[i].n, sizeof(float));
-        if (*bufs[i].ptr == NULL && bufs[i].n > 0) {
+    for (int i = 0; i < ACT_COUNT; i++) {
+        if (!(act_trainer[i] & ACT_CPU)) { continue; }
+        slots[k] = (float*)calloc(bytes[i] / sizeof(float), sizeof(float));
+        if (slots[k] == NULL && bytes[i] > 0) {
             fprintf(stderr, "error: out of memory for activations (B=%d, T=%d): try a smaller -b or -t, or -r 2\n", B, T);
             exit(EXIT_FAILURE);
         }
-        m->acts_bytes += bufs[i].n * sizeof(float);
+        m->acts_bytes += bytes[i];
+        k++;
     }
     m->B = B;
     m->T = T;

@@ -135,7 +135,6 @@ typedef struct {
     float* dbias_scratch;  // matmul_backward's dbias partial sums
     void* enc_scratch;     // encoder_backward's sort buffers and partial sums
 } DevActs;
-static_assert(offsetof(DevActs, ln_scratch) == ACT_COUNT * sizeof(void*), "DevActs: the activations first, in ACT_* order");
 
 typedef struct {
     GPT2Config config;
@@ -214,9 +213,19 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
     DevActs* a = &m->acts;
     size_t before = g_device_alloc_bytes;
     size_t bytes[ACT_COUNT];
-    gpu_activations(&m->config, B, T, recompute, use_flash, vocab_tile, sizeof(floatX), bytes);
-    void** slots = (void**)a;
-    for (int i = 0; i < ACT_COUNT; i++) { slots[i] = dev_alloc(bytes[i]); }
+    gpt2_activations(&m->config, B, T, recompute, use_flash, vocab_tile, ACT_GPU, sizeof(floatX), bytes);
+    void** slots = (void**)a;  // DevActs: the GPU's rows first, in the table's order
+    size_t k = 0;
+    for (int i = 0; i < ACT_COUNT; i++) { k += (act_trainer[i] & ACT_GPU) != 0; }
+    if (k * sizeof(void*) != offsetof(DevActs, ln_scratch)) {
+        fprintf(stderr, "error: llmc/activations.h has %zu rows for the GPU trainer, DevActs %zu buffers\n",
+                k, offsetof(DevActs, ln_scratch) / sizeof(void*));
+        exit(EXIT_FAILURE);
+    }
+    k = 0;
+    for (int i = 0; i < ACT_COUNT; i++) {
+        if (act_trainer[i] & ACT_GPU) { slots[k++] = dev_alloc(bytes[i]); }
+    }
     a->ln_scratch = (float*)dev_alloc((size_t)2 * LN_BWD_MAX_CHUNKS * C * sizeof(float));
     a->dbias_scratch = (float*)dev_alloc(MATMUL_DBIAS_SCRATCH_FLOATS(4 * C) * sizeof(float));
     a->enc_scratch = dev_alloc(encoder_backward_scratch_bytes(B, T, (int)C));
@@ -235,7 +244,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
     m->B = B;
     m->T = T;
     m->recompute = recompute;
-    m->vocab_tile = gpu_vocab_tile(&m->config, vocab_tile);
+    m->vocab_tile = gpt2_vocab_tile(&m->config, vocab_tile);
     m->use_flash = use_flash;
 }
 

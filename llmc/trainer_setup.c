@@ -399,10 +399,10 @@ int trainer_estimate(Trainer* t, size_t x, double host_acts) {
         int comm_fp32 = tc->zero.comm_dtype == ZERO_COMM_FP32 && x == 2;
         zero_estimate_print(stdout, tc->model, (double)gpt2_num_params(c), largest, nodes, gpus, comm_fp32);
         int flash = !strcmp(tc->attention, "flash");
-        double act = gpu_activations_total(c, tc->B, tc->T, tc->recompute, flash, tc->vocab_tile, x);
+        double act = gpt2_activations_total(c, tc->B, tc->T, tc->recompute, flash, tc->vocab_tile, ACT_GPU, x);
         printf("activations: %.2f GiB per GPU (train_gpt2_zero3 in %s at -b %d -t %d -r %d --attention %s --vocab-tile %d; "
                "kernel scratch and cuBLASLt's workspace not counted)\n", act / 1073741824.0, x == 2 ? "bf16" : "fp32",
-               tc->B, tc->T, tc->recompute, tc->attention, gpu_vocab_tile(c, tc->vocab_tile));
+               tc->B, tc->T, tc->recompute, tc->attention, gpt2_vocab_tile(c, tc->vocab_tile));
         if (host_acts >= 0) { trainer_estimate_host(t, nodes * gpus, host_acts); }
     }
     trainer_finish(t);
