@@ -231,25 +231,34 @@ source test/e2e/lib.sh
 source test/e2e/netns_hosts.sh
 hosts_up || exit 99
 ip netns exec "$HOSTS_NS_A" sleep 300 &         # still running inside host A at the end
-echo "$HOSTS_NAME $!"
+# the hosts' name and the sleeper, told once the traps are set (written whole: a rename)
+echo "$HOSTS_NAME $!" > "$2.part" && mv "$2.part" "$2"
 case $1 in
     exit) sleep 0.5; exit 3 ;;
     term) while :; do sleep 0.1; done ;;      # until SIGTERM
 esac
 EOF
+# [the child's line comes in a file of its own, written after its traps are set: a SIGTERM
+# sent before them (on the strength of the last round's output, say) would be lost in the
+# window before the child's bash starts, and the round would wait forever]
 for how in exit term; do
-    bash "$tmp/child.sh" "$how" > "$tmp/child.out" 2>&1 &
+    rm -f "$tmp/child.ready"
+    bash "$tmp/child.sh" "$how" "$tmp/child.ready" > "$tmp/child.out" 2>&1 &
     cpid=$!
-    for _ in $(seq 100); do [ -s "$tmp/child.out" ] && break; sleep 0.1; done
-    read -r cname sleeper < "$tmp/child.out"
-    if [ "$how" = term ]; then kill -TERM $cpid; fi
+    for _ in $(seq 600); do [ -s "$tmp/child.ready" ] || ! kill -0 $cpid 2>/dev/null && break; sleep 0.1; done
+    cname=""; sleeper=""
+    [ -s "$tmp/child.ready" ] && read -r cname sleeper < "$tmp/child.ready"
+    if [ "$how" = term ]; then kill -TERM $cpid 2>/dev/null; fi
+    # a child that does not end within a minute is a failure, not a hang
+    for _ in $(seq 600); do kill -0 $cpid 2>/dev/null || break; sleep 0.1; done
+    kill -0 $cpid 2>/dev/null && { kill -KILL $cpid 2>/dev/null; echo "(still running after a minute: killed)" >> "$tmp/child.out"; }
     wait $cpid
     rc=$?
     l=$(leftovers "${cname:-none}")
     if [ -n "${cname:-}" ] && [ -z "$l" ] && ! kill -0 "$sleeper" 2>/dev/null; then
         ok "cleanup: a script that made hosts and $([ $how = exit ] && echo "exited with an error" || echo "got SIGTERM") (exit $rc) left nothing, its process inside a host killed"
     else
-        bad "cleanup after $how: $(cat "$tmp/child.out"); left over: $l"
+        bad "cleanup after $how: $(cat "$tmp/child.ready" "$tmp/child.out" 2>/dev/null); left over: $l"
         [ -n "${sleeper:-}" ] && kill -KILL "$sleeper" 2>/dev/null
     fi
 done
