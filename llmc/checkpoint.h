@@ -33,7 +33,7 @@
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
-#include <stdio.h>            // snprintf, fread, fwrite
+#include <stdio.h>            // FILE: CheckpointSet's files
 #include <stdint.h>           // int32_t, uint64_t
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState

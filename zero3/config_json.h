@@ -45,7 +45,7 @@
 #ifndef ZERO3_CONFIG_JSON_H
 #define ZERO3_CONFIG_JSON_H
 
-#include <stddef.h>        // offsetof: the keys DeepSpeed may give as null
+#include <stddef.h>        // size_t
 #include <cjson/cJSON.h>   // cJSON_ParseWithOpts and the tree walk
 typedef struct ZeroConfig ZeroConfig;  // zero_config_load_json's (zero3/config.h)
 
