@@ -30,6 +30,8 @@
 #include "llmc/activations.h" // the activations' table (both trainers'): which, their sizes
 #include "llmc/trainer.h"     // the run: start-up, data, the step loop, checkpoints, the report; the unit hooks
 #include "zero3/host.h"       // the host engine: fetch, release, reduce, step over MPI
+#include "llmc/trainer_proc.h" // params_fetch, grads_unit, grads_reduce, zeroCheck, die_all: the unit hooks
+#include "zero3/util.h"        // zero_errmsg
 
 // ----------------------------------------------------------------------------
 // activations

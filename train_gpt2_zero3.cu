@@ -35,6 +35,8 @@
 #include "llmc/attention.cuh"         // attention through cuBLAS, or the fused flash kernel
 #include "llmc/matmul.cuh"            // cuBLASLt matmuls with bias / GELU epilogues
 #include "llmc/fused_classifier.cuh"  // softmax + cross-entropy + its backward, in place
+#include "llmc/trainer_proc.h" // params_fetch, grads_unit, grads_reduce, zeroCheck, mpiCheck, die_all: the unit hooks
+#include "zero3/util.h"        // zero_errmsg
 
 // the host building blocks, shared with the CPU trainer (C headers compiled as C++).
 // nvcc's front end reports a false "set but never used" (#550) for a variable that

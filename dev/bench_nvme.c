@@ -12,6 +12,8 @@
 #include <stdio.h>        // printf, fopen
 #include <stdlib.h>       // atoi, exit
 #include <time.h>         // clock_gettime
+#include "zero3/util.h"     // zero_error, zero_errmsg
+#include <string.h>   // memset
 
 // exits with the swapper's message when a call failed (zero3/'s errors are zero_error's,
 // not llmc_error's: this program includes nothing of llmc/)

@@ -39,6 +39,8 @@
 #include "llmc/utils.h"       // llmc_error, AtomicFile, llmc_input_add, path_in_dir: no output over the checkpoint read
 #include "common/file.h"      // file_fopen: checkpoint files opened without blocking on a FIFO or a device
 #include "zero3/reshard.h"    // zero_state_read_range: one unit of one array from the ranks' files
+#include "llmc/manifest.h"  // checkpoint_name_parse, checkpoint_steps, CheckpointManifest: the DONE markers
+#include "zero3/util.h"     // zero_errmsg
 
 // extract-optimizer's file: this header, then m (numel fp32), then v (numel fp32), each in
 // llm.c's parameter order (the model file's body, unpadded)

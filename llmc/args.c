@@ -1,5 +1,10 @@
 // The trainer's command line (llmc/args.h): its table of options, usage, the strict parse.
 #include "llmc/args.h" // the interface, its types and the headers its bodies use
+#include <string.h>  // strcmp, strncmp, memset
+#include <math.h>    // isnan for the JSON's unset values
+#include "llmc/utils.h"  // llmc_error
+#include "zero3/config_json.h"  // zero_config_load_json: --ds-config
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 #define TC(m) OPT_FIELD(TrainConfig, m)
 #define K30 1073741824.0  // 2^30

@@ -10,11 +10,7 @@
 
 #include <stdio.h>   // FILE, fprintf
 #include <stdint.h>  // uint64_t
-#include <string.h>  // strcmp, strncmp, memset
-#include <math.h>    // isnan for the JSON's unset values
-#include "llmc/utils.h"  // llmc_error
 #include "zero3/config.h"  // ZeroConfig, zero_options: -z and the ZeRO long flags; OptRow, opt_parse_args (zero3/options.h)
-#include "zero3/config_json.h"  // zero_config_load_json: --ds-config
 
 #ifdef __cplusplus
 extern "C" {

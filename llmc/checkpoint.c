@@ -1,5 +1,20 @@
 // Checkpoint files (llmc/checkpoint.h): the state files, the model file, saving, finding, resuming and pruning.
 #include "llmc/checkpoint.h" // the interface, its types and the headers its bodies use
+#include <string.h>           // memset
+#include <errno.h>            // errno
+#include <limits.h>           // LONG_MAX: the payload's size before it is added to an offset; INT_MAX: no rank failed
+#include <unistd.h>           // unlink: the resharded section's temporary file; ftruncate, fsync, close: the model file
+#include <fcntl.h>            // O_WRONLY, O_RDONLY: the files opened through common/file.h
+#include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
+#include <stdlib.h>           // malloc
+#include "llmc/utils.h"       // llmc_error, AtomicFile
+#include "llmc/manifest.h"    // the DONE marker: checkpoint_manifest_write, checkpoint_verify, checkpoint_retire, checkpoint_steps
+#include "common/file.h"      // file_open, file_fopen: checkpoint files opened without blocking on a FIFO or a device
+#include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
+#include "zero3/watchdog.h"   // zero_watch_enter/leave, zero_watch_io_enter/leave: the save's collectives and file waits told to --collective-timeout's watchdog
+#include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "zero3/watch.h"    // zero_watch_enter/leave, zero_watch_io_enter/leave: waits told to the watchdog
 
 int checkpoint_agree(int ok, int rank, int step) {
     int first = ok ? INT_MAX : rank;

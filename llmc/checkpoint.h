@@ -33,24 +33,13 @@
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
-#include <stdio.h>            // snprintf, fread, fwrite
+#include <stdio.h>            // FILE: CheckpointSet's files
 #include <stdint.h>           // int32_t, uint64_t
-#include <string.h>           // memset
-#include <errno.h>            // errno
-#include <limits.h>           // LONG_MAX: the payload's size before it is added to an offset; INT_MAX: no rank failed
-#include <unistd.h>           // unlink: the resharded section's temporary file; ftruncate, fsync, close: the model file
-#include <fcntl.h>            // O_WRONLY, O_RDONLY: the files opened through common/file.h
-#include <mpi.h>              // MPI_Gather: every rank's checksum before the marker; the shared check
-#include <stdlib.h>           // malloc
-#include "llmc/utils.h"       // llmc_error, AtomicFile
-#include "llmc/manifest.h"    // the DONE marker: checkpoint_manifest_write, checkpoint_verify, checkpoint_retire, checkpoint_steps
-#include "common/file.h"      // file_open, file_fopen: checkpoint files opened without blocking on a FIFO or a device
 #include "llmc/gpt2.h"        // GPT2Config, gpt2_unit_parts, gpt2_fwrite_header, gpt2_pwrite_params: the model file by parts
 #include "llmc/dataloader.h"  // DataLoaderState
-#include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
-#include "zero3/watchdog.h"   // zero_watch_enter/leave, zero_watch_io_enter/leave: the save's collectives and file waits told to --collective-timeout's watchdog
 #include "zero3/reshard.h"    // ZeroStateSource, zero_reshard_write: a resume at another world size or stage
-#include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
+#include <stddef.h>           // size_t
+typedef struct Zero Zero;  // the engine, by pointer (zero3/zero.h)
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,16 @@
 // The token shards' loader (llmc/dataloader.h): the shards, their checks, batches, the state a checkpoint keeps.
 #include "llmc/dataloader.h" // the interface, its types and the headers its bodies use
+#include <stdlib.h>     // malloc, calloc, free, qsort
+#include <string.h>     // memset, memcpy, strlen, strcmp, strerror
+#include <limits.h>     // INT_MAX: rng_permute works on int indices
+#include <errno.h>      // errno, EINTR
+#include <glob.h>       // glob, globfree, GLOB_NOMATCH
+#include <fcntl.h>      // O_RDONLY
+#include <unistd.h>     // pread, close
+#include <sys/stat.h>   // fstat: the file size checked against the header
+#include "llmc/utils.h" // llmc_error: one-line error messages, return -1
+#include "common/file.h" // file_open: a shard that is a FIFO or a device is refused, never waited on
+#include "llmc/rand.h"  // Rng, rng_init, rng_u64, rng_permute: the shared deterministic RNG
 
 static int32_t dataloader_read_i32le(const uint8_t* p) {
     // assembled byte by byte so the format is read the same on any host byte order

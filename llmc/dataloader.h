@@ -35,17 +35,6 @@
 
 #include <stdint.h>     // uint8_t, uint64_t, int32_t, SIZE_MAX
 #include <stddef.h>     // size_t
-#include <stdlib.h>     // malloc, calloc, free, qsort
-#include <string.h>     // memset, memcpy, strlen, strcmp, strerror
-#include <limits.h>     // INT_MAX: rng_permute works on int indices
-#include <errno.h>      // errno, EINTR
-#include <glob.h>       // glob, globfree, GLOB_NOMATCH
-#include <fcntl.h>      // O_RDONLY
-#include <unistd.h>     // pread, close
-#include <sys/stat.h>   // fstat: the file size checked against the header
-#include "llmc/utils.h" // llmc_error: one-line error messages, return -1
-#include "common/file.h" // file_open: a shard that is a FIFO or a device is refused, never waited on
-#include "llmc/rand.h"  // Rng, rng_init, rng_u64, rng_permute: the shared deterministic RNG
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,14 @@
 // The GPT-2 model description (llmc/gpt2.h): sizes, units, descriptors, model files, random init.
 #include "llmc/gpt2.h" // the interface, its types and the headers its bodies use
+#include <stdlib.h>   // malloc, free, strtol
+#include <math.h>     // sqrtf, isfinite
+#include <errno.h>    // errno: the reason a read or write failed
+#include <fcntl.h>    // O_RDONLY: a model file for partitioned reads
+#include <unistd.h>   // pread, pwrite, close: each rank's parts of a model file
+#include <sys/stat.h> // fstat: the model file's kind and size
+#include "llmc/utils.h"  // llmc_error, AtomicFile
+#include "common/file.h" // file_open: a model file that is a FIFO or a device is refused, never waited on
+#include "llmc/rand.h"   // rng_normal_at: counter-based samples for init
 
 void gpt2_param_sizes(const GPT2Config* c, size_t sizes[NUM_PARAM_KINDS]) {
     size_t C = c->channels, Vp = c->padded_vocab_size, maxT = c->max_seq_len;

@@ -23,16 +23,8 @@
 
 #include <stdio.h>    // FILE, fwrite, snprintf
 #include <stdint.h>   // int32_t, uint16_t, uint32_t
-#include <stdlib.h>   // malloc, free, strtol
 #include <string.h>   // strcmp, strncmp, memcpy
-#include <math.h>     // sqrtf, isfinite
-#include <errno.h>    // errno: the reason a read or write failed
-#include <fcntl.h>    // O_RDONLY: a model file for partitioned reads
-#include <unistd.h>   // pread, pwrite, close: each rank's parts of a model file
-#include <sys/stat.h> // fstat: the model file's kind and size
-#include "llmc/utils.h"  // llmc_error, AtomicFile
-#include "common/file.h" // file_open: a model file that is a FIFO or a device is refused, never waited on
-#include "llmc/rand.h"   // rng_normal_at: counter-based samples for init
+#include <stddef.h>   // size_t
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,15 @@
 // The job around a run (llmc/job.h): the launcher's check, -o's lock, what the process is doing, the stop signals.
 #include "llmc/job.h" // the interface, its types and the headers its bodies use
+#include <stdio.h>       // snprintf, vsnprintf, fprintf
+#include <stdlib.h>      // getenv, strtol
+#include <stdarg.h>      // va_list: job_doing's format
+#include <string.h>      // strlen, strncmp, memset, strerror
+#include <errno.h>       // errno, EAGAIN, EACCES
+#include <time.h>        // time, localtime_r, strftime: the lock holder's start time
+#include <fcntl.h>       // O_RDWR, O_CREAT, O_NOFOLLOW: the lock file
+#include <unistd.h>      // write, alarm, _exit, pipe, read, gethostname, getpid, ftruncate, pwrite, pread, usleep
+#include "llmc/utils.h"  // llmc_error, llmc_input_add: no output replaces the lock file
+#include "common/file.h" // file_open, file_lock: the lock file, opened without blocking, locked as the swap files are
 
 // the process's state: -o's lock, what it is doing, the stop signals
 static int job_lock_fd = -1;  // held open for the whole process: closing it would drop the lock

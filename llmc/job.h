@@ -37,17 +37,7 @@
 #ifndef LLMC_JOB_H
 #define LLMC_JOB_H
 
-#include <stdio.h>       // snprintf, vsnprintf, fprintf
-#include <stdlib.h>      // getenv, strtol
-#include <stdarg.h>      // va_list: job_doing's format
-#include <string.h>      // strlen, strncmp, memset, strerror
-#include <errno.h>       // errno, EAGAIN, EACCES
 #include <signal.h>      // sigaction, sig_atomic_t, SIGTERM, SIGINT, SIGUSR1, SIGALRM
-#include <time.h>        // time, localtime_r, strftime: the lock holder's start time
-#include <fcntl.h>       // O_RDWR, O_CREAT, O_NOFOLLOW: the lock file
-#include <unistd.h>      // write, alarm, _exit, pipe, read, gethostname, getpid, ftruncate, pwrite, pread, usleep
-#include "llmc/utils.h"  // llmc_error, llmc_input_add: no output replaces the lock file
-#include "common/file.h" // file_open, file_lock: the lock file, opened without blocking, locked as the swap files are
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,18 @@
 // The checkpoint manifest (llmc/manifest.h): its file, its checks, the ranks' agreement.
 #include "llmc/manifest.h" // the interface, its types and the headers its bodies use
+#include <stdio.h>            // snprintf, sscanf, fread
+#include <fcntl.h>            // O_RDONLY: the marker opened through common/file.h
+#include <stdlib.h>           // malloc, calloc, realloc, free
+#include <string.h>           // strlen, strcmp, strtok, memset
+#include <errno.h>            // errno: the messages; EEXIST, ENOENT
+#include <dirent.h>           // opendir, readdir: the markers and a step's files
+#include <sys/stat.h>         // lstat: a marker must be a regular file; mkdir: the damaged ones' directory
+#include "llmc/utils.h"       // llmc_error, AtomicFile, fsync_parent_dir
+#include "common/file.h"      // file_fopen, file_kind: the marker opened without blocking on a FIFO
+#include "zero3/crc32c.h"     // crc32c_file, crc32c_update: the manifest's checksums
+#include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
+#include "zero3/watchdog.h"   // zero_watch_io_enter/leave: the read-back of a file just written told to the watchdog
+#include "zero3/watch.h"    // zero_watch_enter/leave, zero_watch_io_enter/leave: waits told to the watchdog
 
 void checkpoint_manifest_free(CheckpointManifest* m) {
     free(m->files);

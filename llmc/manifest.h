@@ -30,19 +30,8 @@
 #ifndef LLMC_MANIFEST_H
 #define LLMC_MANIFEST_H
 
-#include <stdio.h>            // snprintf, sscanf, fread
-#include <fcntl.h>            // O_RDONLY: the marker opened through common/file.h
 #include <stdint.h>           // uint32_t, uint64_t
-#include <stdlib.h>           // malloc, calloc, realloc, free
-#include <string.h>           // strlen, strcmp, strtok, memset
-#include <errno.h>            // errno: the messages; EEXIST, ENOENT
-#include <dirent.h>           // opendir, readdir: the markers and a step's files
-#include <sys/stat.h>         // lstat: a marker must be a regular file; mkdir: the damaged ones' directory
-#include "llmc/utils.h"       // llmc_error, AtomicFile, fsync_parent_dir
-#include "common/file.h"      // file_fopen, file_kind: the marker opened without blocking on a FIFO
-#include "zero3/crc32c.h"     // crc32c_file, crc32c_update: the manifest's checksums
-#include "zero3/plan.h"       // ZERO_PLAN_MAX_WORLD: the manifest's bound on ranks
-#include "zero3/watchdog.h"   // zero_watch_io_enter/leave: the read-back of a file just written told to the watchdog
+#include <stddef.h>           // size_t
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,11 @@
 // The GPT-2 tokenizer (llmc/tokenizer.h): its file, decoding, and the encoder tokenize uses.
 #include "llmc/tokenizer.h" // the interface, its types and the headers its bodies use
+#include <cjson/cJSON.h>  // cJSON_Parse: reading encoder.json
+#include <stdlib.h>       // malloc, realloc, calloc, free
+#include <string.h>       // memcpy, memcmp, strlen, strerror
+#include <errno.h>        // errno for the messages
+#include "llmc/utils.h"   // llmc_error: the 0 / -1 error convention; AtomicFile
+#include "common/file.h"  // file_fopen: the tokenizer, encoder.json and vocab.bpe opened without waiting on a FIFO
 
 static uint32_t tokenizer_read_u32le(const unsigned char* p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);

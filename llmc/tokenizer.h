@@ -35,15 +35,9 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>        // pcre2_compile, pcre2_match: GPT-2's pre-tokenizer regex
-#include <cjson/cJSON.h>  // cJSON_Parse: reading encoder.json
 #include <stdint.h>       // uint8_t, uint16_t, uint32_t, uint64_t
 #include <stddef.h>       // size_t
 #include <stdio.h>        // FILE, fread, fwrite
-#include <stdlib.h>       // malloc, realloc, calloc, free
-#include <string.h>       // memcpy, memcmp, strlen, strerror
-#include <errno.h>        // errno for the messages
-#include "llmc/utils.h"   // llmc_error: the 0 / -1 error convention; AtomicFile
-#include "common/file.h"  // file_fopen: the tokenizer, encoder.json and vocab.bpe opened without waiting on a FIFO
 
 #ifdef __cplusplus
 extern "C" {

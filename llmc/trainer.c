@@ -1,5 +1,16 @@
 // The training run's loop (llmc/trainer.h): evaluation between steps, the steps, the end.
 #include "llmc/trainer.h" // the interface, its types and the headers its bodies use
+#include <stdio.h>            // printf, snprintf
+#include <stdlib.h>           // getenv, atoi, free
+#include <string.h>           // strlen, memset
+#include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
+#include <mpi.h>              // the stop signal across ranks, the figures' gathers
+#include "llmc/trainer_proc.h"       // die_all, log_line, allreduce_mean, the unit hooks
+#include "llmc/trainer_checkpoint.h" // trainer_resume, trainer_checkpoint
+#include "llmc/job.h"                // job_doing, the stop signals
+#include "zero3/zero.h"              // zero_step, zero_stats, zero_flush; zero_now_ms (zero3/util.h)
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 // draws from probs (over the real vocabulary) with a uniform coin in [0, 1)
 static int sample_token(const float* probs, int V, float coin) {

@@ -26,19 +26,10 @@
 #ifndef LLMC_TRAINER_H
 #define LLMC_TRAINER_H
 
-#include <stdio.h>            // printf, snprintf
-#include <stdlib.h>           // getenv, atoi, free
-#include <string.h>           // strlen, memset
-#include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
-#include <mpi.h>              // the stop signal across ranks, the figures' gathers
-#include "llmc/trainer_proc.h"       // die_all, log_line, allreduce_mean, the unit hooks
 #include "llmc/trainer_setup.h"      // Trainer, TrainerModel, trainer_start ... trainer_finish
 #include "llmc/trainer_report.h"     // the header, memory, kernel figures, trainer_report
-#include "llmc/trainer_checkpoint.h" // trainer_resume, trainer_checkpoint
-#include "llmc/job.h"                // job_doing, the stop signals
 #include "llmc/rand.h"               // Rng: the sampler's coins
 #include "llmc/schedulers.h"         // LRScheduler
-#include "zero3/zero.h"              // zero_step, zero_stats, zero_flush; zero_now_ms (zero3/util.h)
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,16 @@
 // A training run's checkpoints and resume (llmc/trainer_checkpoint.h).
 #include "llmc/trainer_checkpoint.h" // the interface, its types and the headers its bodies use
+#include <stdio.h>            // printf, snprintf
+#include <stdlib.h>           // free
+#include <string.h>           // memset, strlen
+#include <math.h>             // isfinite
+#include <limits.h>           // LLONG_MAX: no non-finite parameter on a rank
+#include <mpi.h>              // the finiteness check across ranks
+#include "llmc/checkpoint.h"  // checkpoint_save, checkpoint_find_valid, checkpoint_resume, checkpoint_prune
+#include "zero3/zero.h"       // zero_master_shard
+#include "llmc/trainer_proc.h"  // die_all, trainer_fail, zeroCheck, mpiWatched
+#include "llmc/utils.h"  // llmc_errmsg, mallocCheck
+#include "llmc/job.h"  // job_doing
 
 // this rank's checkpoint header at `step`: where the run is, and what the data position
 // means (a resume checks these)

@@ -7,16 +7,9 @@
 #ifndef LLMC_TRAINER_CHECKPOINT_H
 #define LLMC_TRAINER_CHECKPOINT_H
 
-#include <stdio.h>            // printf, snprintf
-#include <stdlib.h>           // free
-#include <string.h>           // memset, strlen
-#include <math.h>             // isfinite
-#include <limits.h>           // LLONG_MAX: no non-finite parameter on a rank
-#include <mpi.h>              // the finiteness check across ranks
 #include "llmc/trainer_setup.h" // Trainer, TrainerModel
-#include "llmc/checkpoint.h"  // checkpoint_save, checkpoint_find_valid, checkpoint_resume, checkpoint_prune
 #include "llmc/rand.h"        // Rng: the sampler's state in a checkpoint
-#include "zero3/zero.h"       // zero_master_shard
+#include <stddef.h>             // size_t
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,7 @@
 // A training run's process plumbing (llmc/trainer_proc.h): failures, main.log, the all-reduce of a float.
 #include "llmc/trainer_proc.h" // the interface: mpiCheck, zeroCheck, Zero
+#include <mpi.h>              // MPI_Abort, MPI_Allreduce, MPI_Finalize
+#include "llmc/utils.h"       // llmc_errmsg
 #include <stdio.h>            // fprintf, snprintf, fdopen
 #include <stdlib.h>           // exit
 #include <string.h>           // strerror
@@ -8,6 +10,8 @@
 #include <unistd.h>           // close
 #include "common/file.h"      // file_open: main.log opened without blocking on a FIFO
 #include "zero3/nvme.h"       // nvme_remove_all: no swap file outlives a failed run
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "zero3/watchdog.h"  // zero_watchdog_stop
 
 void trainer_abort(void) {
     zero_watch_exit_hooks();

@@ -8,9 +8,8 @@
 #ifndef LLMC_TRAINER_PROC_H
 #define LLMC_TRAINER_PROC_H
 
-#include <mpi.h>              // MPI_Abort, MPI_Allreduce, MPI_Finalize
-#include "llmc/utils.h"       // llmc_errmsg
 #include "zero3/zero.h"       // Zero, zero_fetch ...; zero_watch_* (zero3/watchdog.h)
+#include "zero3/watch.h"     // zero_watch_enter/leave: mpiWatched
 
 #ifdef __cplusplus
 extern "C" {

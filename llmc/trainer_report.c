@@ -1,5 +1,13 @@
 // What a training run reports (llmc/trainer_report.h): the table, memory, the kernel's figures, the --report JSON.
 #include "llmc/trainer_report.h" // the interface, its types and the headers its bodies use
+#include <stdio.h>            // printf, fopen, fgets
+#include <stdlib.h>           // atof, free
+#include <string.h>           // strncmp, strstr, memset
+#include <mpi.h>              // MPI_Gather: every rank's memory figures
+#include <cjson/cJSON.h>      // the --report JSON
+#include "llmc/utils.h"       // llmc_error, AtomicFile
+#include "zero3/config.h"     // zero_config_describe
+#include "llmc/trainer_proc.h"  // zeroCheck, mpiWatched
 
 void trainer_memory(const TrainerModel* m, double* out) {
     ZeroStats zs;

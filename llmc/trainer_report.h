@@ -6,14 +6,7 @@
 #ifndef LLMC_TRAINER_REPORT_H
 #define LLMC_TRAINER_REPORT_H
 
-#include <stdio.h>            // printf, fopen, fgets
-#include <stdlib.h>           // atof, free
-#include <string.h>           // strncmp, strstr, memset
-#include <mpi.h>              // MPI_Gather: every rank's memory figures
-#include <cjson/cJSON.h>      // the --report JSON
 #include "llmc/trainer_setup.h" // Trainer, TrainerModel, MEM_*
-#include "llmc/utils.h"       // llmc_error, AtomicFile
-#include "zero3/config.h"     // zero_config_describe
 #include "zero3/zero.h"       // zero_stats, ZeroStats
 
 #ifdef __cplusplus

@@ -1,5 +1,24 @@
 // A training run's set-up (llmc/trainer_setup.h): start-up, the model, the checks, the engine for GPT-2, --estimate, the end.
 #include "llmc/trainer_setup.h" // the interface, its types and the headers its bodies use
+#include <stdio.h>            // printf, fprintf, snprintf
+#include <stdlib.h>           // malloc, getenv
+#include <string.h>           // strstr, memset
+#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
+#include <unistd.h>           // access, sysconf: cores per node
+#include <sys/stat.h>         // stat, mkdir
+#include <dirent.h>           // opendir: -o's files, against the inputs
+#include <mpi.h>              // ranks, the checks across ranks
+#include "llmc/trainer_proc.h" // die_all, mpiWatched, zeroCheck, trainer_fail
+#include "llmc/utils.h"       // llmc_error, mallocCheck
+#include "llmc/job.h"         // the launcher's check, -o's lock, the stop signals, job_doing
+#include "llmc/checkpoint.h"  // checkpoint_name_parse: which of -o's files are a run's
+#include "llmc/activations.h" // the GPU trainer's activations, for --estimate
+#include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe, zero_hash_bytes
+#include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
+#include "zero3/host.h"       // zero_host_estimate: the host engine's memory for --estimate
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "zero3/watchdog.h"  // zero_watchdog_start, zero_watchdog_stop
+#include "llmc/manifest.h"  // checkpoint_name_parse, CHECKPOINT_FILE_*: which of -o's files are a run's
 
 void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
     memset(t, 0, sizeof(*t));

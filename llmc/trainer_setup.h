@@ -13,27 +13,11 @@
 #ifndef LLMC_TRAINER_SETUP_H
 #define LLMC_TRAINER_SETUP_H
 
-#include <stdio.h>            // printf, fprintf, snprintf
-#include <stdlib.h>           // malloc, getenv
-#include <string.h>           // strstr, memset
-#include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
-#include <unistd.h>           // access, sysconf: cores per node
-#include <sys/stat.h>         // stat, mkdir
-#include <dirent.h>           // opendir: -o's files, against the inputs
-#include <mpi.h>              // ranks, the checks across ranks
-#include "llmc/trainer_proc.h" // die_all, mpiWatched, zeroCheck, trainer_fail
-#include "llmc/utils.h"       // llmc_error, mallocCheck
-#include "llmc/job.h"         // the launcher's check, -o's lock, the stop signals, job_doing
 #include "llmc/args.h"        // TrainConfig, args_parse
 #include "llmc/gpt2.h"        // model files, descriptors, init, the units, gpt2_schedule
 #include "llmc/dataloader.h"  // DataLoader
 #include "llmc/tokenizer.h"   // Tokenizer for samples
-#include "llmc/checkpoint.h"  // checkpoint_name_parse: which of -o's files are a run's
-#include "llmc/activations.h" // the GPU trainer's activations, for --estimate
-#include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe, zero_hash_bytes
 #include "zero3/zero.h"       // Zero, ZeroModel, ZeroInit: the engine's interface
-#include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
-#include "zero3/host.h"       // zero_host_estimate: the host engine's memory for --estimate
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,9 @@
 // Checked outputs, the run's inputs and files written whole (llmc/utils.h).
 #include "llmc/utils.h" // the interface, its types and the headers its bodies use
+#include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile; a directory, to fsync it
+#include <unistd.h>  // fsync, close, unlink
+#include <sys/stat.h> // lstat, stat: what is at an output's path, st_dev/st_ino of the inputs
+#include "common/file.h" // file_kind: the words for what a file is (its file_open opens every input)
 
 // llmc_error's message, one per thread
 _Thread_local char llmc_errbuf[1024];

@@ -16,10 +16,7 @@
 #include <stdarg.h>  // va_list for llmc_error
 #include <string.h>  // strerror, strdup, strcmp
 #include <errno.h>   // errno
-#include <fcntl.h>   // open: O_EXCL, O_NOFOLLOW for the temporary of an AtomicFile; a directory, to fsync it
-#include <unistd.h>  // fsync, close, unlink
-#include <sys/stat.h> // lstat, stat: what is at an output's path, st_dev/st_ino of the inputs
-#include "common/file.h" // file_kind: the words for what a file is (its file_open opens every input)
+struct stat;  // output_input_check's (<sys/stat.h>)
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,8 @@
 // zero3/checkpoint.c: the implementation (the interface and its notes: zero3/checkpoint.h)
 #include "zero3/checkpoint.h"  // this module's types and prototypes
+#include <string.h>         // memset, strncpy, strcmp
+#include <errno.h>          // errno
+#include "zero3/util.h"     // zero_error
 
 ZeroStateHeader zero_state_header(const char* engine, int stage, const ZeroPlan* p, int elem_bytes, size_t payload_bytes) {
     ZeroStateHeader h;

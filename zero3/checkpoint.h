@@ -26,10 +26,8 @@
 
 #include <stdio.h>          // FILE, fread, fwrite
 #include <stdint.h>         // int32_t, uint64_t
-#include <string.h>         // memset, strncpy, strcmp
-#include <errno.h>          // errno
-#include "zero3/util.h"     // zero_error
 #include "zero3/plan.h"     // ZeroPlan: the totals
+#include <stddef.h>         // size_t
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,11 @@
 // zero3/comm.c: the implementation (the interface and its notes: zero3/comm.h)
 #include "zero3/comm.h"  // this module's types and prototypes
+#include <stdlib.h>   // malloc, free: a multi-phase collective's scratch
+#include <string.h>   // memcpy, memset
+#include "zero3/util.h"   // zero_error: the 0 / -1 error convention
+#include "zero3/watchdog.h"  // zero_watch_enter/leave: every blocking wait told to --collective-timeout's watchdog
+#include "zero3/quant.h"     // zero_quantize, zero_dequantize: the int8 blocks of the quantised collectives
+#include "zero3/watch.h"    // zero_watch_enter/leave: every blocking wait told to --collective-timeout's watchdog
 
 static int zero_comm_progress(ZeroComm* c);
 

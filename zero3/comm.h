@@ -128,13 +128,8 @@
 #define ZERO3_COMM_H
 
 #include <stddef.h>   // size_t
-#include <stdlib.h>   // malloc, free: a multi-phase collective's scratch
-#include <string.h>   // memcpy, memset
 #include <limits.h>   // INT_MAX: the bound of an MPI count
 #include <mpi.h>      // MPI_Comm, MPI_Request, the collectives, MPI_Wtime
-#include "zero3/util.h"   // zero_error: the 0 / -1 error convention
-#include "zero3/watchdog.h"  // zero_watch_enter/leave: every blocking wait told to --collective-timeout's watchdog
-#include "zero3/quant.h"     // zero_quantize, zero_dequantize: the int8 blocks of the quantised collectives
 
 #ifdef __cplusplus
 extern "C" {

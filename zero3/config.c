@@ -1,5 +1,11 @@
 // zero3/config.c: the implementation (the interface and its notes: zero3/config.h)
 #include "zero3/config.h"  // this module's types and prototypes
+#include <stdio.h>         // snprintf, vsnprintf
+#include <stdarg.h>        // va_list for the warning appender
+#include <string.h>        // strcmp, strncmp, strlen, memchr, memset, memcpy
+#include <limits.h>        // INT_MAX: the batch rule's bounds, the batch keys' range
+#include <math.h>          // isnan: the hash's unset floats (a macro: no -lm needed)
+#include "zero3/util.h"     // zero_error: the library error convention
 
 // the enums as the table stores them (an int each)
 static int zero_offload_row_parse(const char* what, const char* s, int* out) {

@@ -30,14 +30,8 @@
 #ifndef ZERO3_CONFIG_H
 #define ZERO3_CONFIG_H
 
-#include <stdio.h>         // snprintf, vsnprintf
-#include <stdarg.h>        // va_list for the warning appender
 #include <stddef.h>        // size_t
 #include <stdint.h>        // uint64_t for the configuration hash
-#include <string.h>        // strcmp, strncmp, strlen, memchr, memset, memcpy
-#include <limits.h>        // INT_MAX: the batch rule's bounds, the batch keys' range
-#include <math.h>          // isnan: the hash's unset floats (a macro: no -lm needed)
-#include "zero3/util.h"     // zero_error: the library error convention
 #include "zero3/options.h"  // OptRow: zero_options, the table of every ZeRO option (flag, key, range, default, help)
 
 #ifdef __cplusplus

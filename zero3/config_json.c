@@ -1,5 +1,15 @@
 // zero3/config_json.c: the implementation (the interface and its notes: zero3/config_json.h)
 #include "zero3/config_json.h"  // this module's types and prototypes
+#include <stdio.h>         // FILE, fread, snprintf
+#include <fcntl.h>         // O_RDONLY
+#include <stdlib.h>        // malloc, free, qsort
+#include <string.h>        // strcmp, strlen, strerror
+#include <errno.h>         // errno
+#include <math.h>          // isnan: the weight decay the file left unset (a macro: no -lm needed)
+#include <sys/stat.h>      // fstat: a directory or a file over the size limit, before reading it
+#include "common/file.h"   // file_fopen: --ds-config opened without blocking on a FIFO or a device
+#include "zero3/config.h"  // ZeroConfig, zero_options (each key's row: setter, range), zero_json_warn: what the file sets
+#include "zero3/util.h"     // zero_error, zero_errmsg
 
 static void zero_json_unknown(ZeroJsonCtx* x, const char* key) {
     zero_json_warn(x, "warning: --ds-config %s: unknown key '%s' ignored", x->path, key);

@@ -45,17 +45,9 @@
 #ifndef ZERO3_CONFIG_JSON_H
 #define ZERO3_CONFIG_JSON_H
 
-#include <stdio.h>         // FILE, fread, snprintf
-#include <fcntl.h>         // O_RDONLY
-#include <stdlib.h>        // malloc, free, qsort
-#include <string.h>        // strcmp, strlen, strerror
-#include <errno.h>         // errno
-#include <stddef.h>        // offsetof: the keys DeepSpeed may give as null
-#include <math.h>          // isnan: the weight decay the file left unset (a macro: no -lm needed)
-#include <sys/stat.h>      // fstat: a directory or a file over the size limit, before reading it
+#include <stddef.h>        // size_t
 #include <cjson/cJSON.h>   // cJSON_ParseWithOpts and the tree walk
-#include "common/file.h"   // file_fopen: --ds-config opened without blocking on a FIFO or a device
-#include "zero3/config.h"  // ZeroConfig, zero_options (each key's row: setter, range), zero_json_warn: what the file sets
+typedef struct ZeroConfig ZeroConfig;  // zero_config_load_json's (zero3/config.h)
 
 #ifdef __cplusplus
 extern "C" {

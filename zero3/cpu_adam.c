@@ -1,5 +1,9 @@
 // zero3/cpu_adam.c: the implementation (the interface and its notes: zero3/cpu_adam.h)
 #include "zero3/cpu_adam.h"  // this module's types and prototypes
+#include <string.h>       // memcpy (bit casts, tail buffers), strcmp (ISA names)
+#include <math.h>         // pow, sqrt, sqrtf, isfinite (pow/sqrt need -lm)
+#include <immintrin.h>    // AVX2 / AVX-512 intrinsics; usable in target() functions without -mavx2
+#include "zero3/util.h"    // zero_error: the 0 / -1 error convention
 
 uint16_t cpu_adam_f32_to_bf16(float x) {
     uint32_t u;

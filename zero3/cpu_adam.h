@@ -52,10 +52,6 @@
 
 #include <stddef.h>       // size_t
 #include <stdint.h>       // uint16_t, uint32_t, SIZE_MAX: bf16 bits and the overflow check
-#include <string.h>       // memcpy (bit casts, tail buffers), strcmp (ISA names)
-#include <math.h>         // pow, sqrt, sqrtf, isfinite (pow/sqrt need -lm)
-#include <immintrin.h>    // AVX2 / AVX-512 intrinsics; usable in target() functions without -mavx2
-#include "zero3/util.h"    // zero_error: the 0 / -1 error convention
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,7 @@
 // zero3/estimate.c: the implementation (the interface and its notes: zero3/estimate.h)
 #include "zero3/estimate.h"  // this module's types and prototypes
+#include <math.h>           // isfinite (a macro: no -lm needed)
+#include "zero3/util.h"     // zero_error: the library error convention
 
 int zero_estimate(double num_params, double largest_layer, int num_nodes, int gpus_per_node, int stage,
                                 ZeroOffload opt, ZeroOffload param, ZeroEstimate* out) {

@@ -64,8 +64,6 @@
 #define ZERO3_ESTIMATE_H
 
 #include <stdio.h>          // FILE, fprintf for the table
-#include <math.h>           // isfinite (a macro: no -lm needed)
-#include "zero3/util.h"     // zero_error: the library error convention
 #include "zero3/config.h"   // ZeroOffload, zero_offload_name
 
 #ifdef __cplusplus

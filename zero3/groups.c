@@ -1,5 +1,6 @@
 // zero3/groups.c: the ranks' groups (the interface and its notes: zero3/groups.h)
 #include <string.h>         // memset
+#include "zero3/config.h"   // ZeroConfig: mics_shard_size, zero_hpz_partition_size, ranks_per_node
 #include "zero3/util.h"     // zero_error
 #include "zero3/comm.h"     // zero_comm_node, zero_comm_span, zero_comm_mpi_error
 #include "zero3/groups.h"   // this module's types and prototypes

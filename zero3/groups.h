@@ -15,7 +15,7 @@
 #define ZERO3_GROUPS_H
 
 #include <mpi.h>            // MPI_Comm, MPI_Comm_split
-#include "zero3/config.h"   // ZeroConfig: mics_shard_size, zero_hpz_partition_size, ranks_per_node
+typedef struct ZeroConfig ZeroConfig;  // zero_groups_split's (zero3/config.h)
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,7 @@
 // zero3/host.c: the implementation (the interface and its notes: zero3/host.h)
 #include "zero3/host.h"  // this module's types and prototypes
 #include "zero3/host_internal.h"  // the helpers host*.c share
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 static const char* const zero_mem_names[ZERO_MEM_KINDS] = {"params", "grads", "optimizer", "buffers",
     "host params", "host grads", "host optimizer", "host buffers"};

@@ -34,22 +34,14 @@
 #ifndef ZERO3_HOST_H
 #define ZERO3_HOST_H
 
-#include <stdlib.h>            // aligned_alloc, free
-#include <string.h>            // memset, memcpy
-#include <math.h>              // isfinite: a non-finite norm skips the step
-#include "zero3/util.h"        // zero_error
-#include "zero3/adamw.h"       // grad_norm_squared, adamw_grad_scale
 #include "zero3/plan.h"        // ZeroPlan: padded units and shards
 #include "zero3/comm.h"        // ZeroComm: collectives with byte counters
-#include "zero3/groups.h"      // zero_groups_split: the shard group, replicas and hpZ groups
 #include "zero3/config.h"      // ZeroConfig
 #include "zero3/zero.h"        // the interface: ZeroModel, ZeroStats
-#include "zero3/engine.h"      // ZeroOps, zero_create: what an engine implements
 #include "zero3/schedule.h"    // ZeroSchedule: the uses and their decisions
 #include "zero3/pass.h"        // ZeroPass, ZeroMover: the pass driver and its moves
-#include "zero3/checkpoint.h"  // ZeroStateHeader: this engine's part of a checkpoint
-#include "zero3/cpu_adam.h"    // cpu_adam_step: SIMD AdamW over host shards
 #include "zero3/nvme.h"        // NvmeFile: io_uring swapper for the NVMe tier
+#include <stdio.h>              // FILE: zero_host_save, zero_host_load
 
 #ifdef __cplusplus
 extern "C" {

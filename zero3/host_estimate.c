@@ -1,6 +1,7 @@
 // zero3/host_estimate.c: the host engine's memory estimate, its pool counted through the pass driver (the interface and its notes: zero3/host.h)
 #include "zero3/host.h"           // ZeroHost, the engine's prototypes
 #include "zero3/host_internal.h"  // the helpers host*.c share
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 // the pool by size, as zero_buf_get/put hold it: a size's allocation is the most held at once
 typedef struct { size_t* elems; int* held; int* most; int n; } ZeroPoolWalk;

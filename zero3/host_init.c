@@ -1,6 +1,7 @@
 // zero3/host_init.c: the host engine's init, free of the parts set up at init, and the checkpoint I/O (the interface and its notes: zero3/host.h)
 #include "zero3/host.h"           // ZeroHost, the engine's prototypes
 #include "zero3/host_internal.h"  // the helpers host*.c share
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 // Opens this rank's swap file: the optimizer's regions (master, m, v, gradients) when it
 // is on NVMe, then the parameter region for the units not cached on the host.

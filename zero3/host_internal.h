@@ -3,6 +3,15 @@
 #define ZERO3_HOST_INTERNAL_H
 
 #include "zero3/host.h"  // ZeroHost
+#include <stdlib.h>            // aligned_alloc, free
+#include <string.h>            // memset, memcpy
+#include <math.h>              // isfinite: a non-finite norm skips the step
+#include "zero3/util.h"        // zero_error
+#include "zero3/adamw.h"       // grad_norm_squared, adamw_grad_scale
+#include "zero3/groups.h"      // zero_groups_split: the shard group, replicas and hpZ groups
+#include "zero3/engine.h"      // ZeroOps, zero_create: what an engine implements
+#include "zero3/checkpoint.h"  // ZeroStateHeader: this engine's part of a checkpoint
+#include "zero3/cpu_adam.h"    // cpu_adam_step: SIMD AdamW over host shards
 
 // zero3/host.c
 void* zero_alloc(ZeroHost* e, int kind, size_t elems);

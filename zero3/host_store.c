@@ -1,6 +1,7 @@
 // zero3/host_store.c: the host engine's the parameter store (host shards, or the NVMe tier's swap file) and the step (the interface and its notes: zero3/host.h)
 #include "zero3/host.h"           // ZeroHost, the engine's prototypes
 #include "zero3/host_internal.h"  // the helpers host*.c share
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 float* zero_param_shard(ZeroHost* e, int u) {
     ZeroUnit* pu = &e->plan.units[u];

@@ -1,5 +1,15 @@
 // zero3/nvme.c: the implementation (the interface and its notes: zero3/nvme.h)
 #include "zero3/nvme.h"  // this module's types and prototypes
+#include <stdio.h>       // snprintf, fprintf: path, the buffered-I/O notice
+#include <stdlib.h>      // posix_memalign, calloc, realloc, free
+#include <string.h>      // memset, strerror
+#include <errno.h>       // errno, EINVAL, EINTR
+#include <unistd.h>      // close, unlink, ftruncate
+#include <sys/stat.h>    // stat, S_ISDIR: tell "missing directory" from other failures
+#include "zero3/util.h"  // zero_error, zero_now_ms
+#include "common/file.h"  // file_open: no FIFO or device opened as a swap file; file_lock
+#include "zero3/watch.h" // zero_watch_io_enter/leave: the completion waits told to the watchdog; zero_watch_on_exit
+#include "zero3/crc32c.h" // crc32c_blocks: the blocks' checksums
 
 static char nvme_live[NVME_MAX_LIVE][4096];
 

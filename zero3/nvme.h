@@ -94,20 +94,10 @@
 
 #include <stddef.h>      // size_t
 #include <stdint.h>      // uint64_t, uintptr_t: tags, alignment checks
-#include <stdio.h>       // snprintf, fprintf: path, the buffered-I/O notice
-#include <stdlib.h>      // posix_memalign, calloc, realloc, free
-#include <string.h>      // memset, strerror
-#include <errno.h>       // errno, EINVAL, EINTR
 #include <fcntl.h>       // O_RDWR, O_DIRECT, fallocate
-#include <unistd.h>      // close, unlink, ftruncate
-#include <sys/stat.h>    // stat, S_ISDIR: tell "missing directory" from other failures
 #include <sys/uio.h>     // struct iovec: registered buffers
 #include <sys/mman.h>    // madvise: huge pages for the registered buffers
 #include <liburing.h>    // io_uring_*: the submission and completion rings
-#include "zero3/util.h"  // zero_error, zero_now_ms
-#include "common/file.h"  // file_open: no FIFO or device opened as a swap file; file_lock
-#include "zero3/watch.h" // zero_watch_io_enter/leave: the completion waits told to the watchdog; zero_watch_on_exit
-#include "zero3/crc32c.h" // crc32c_blocks: the blocks' checksums
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,12 @@
 // zero3/options.c: the implementation (the interface and its notes: zero3/options.h)
 #include "zero3/options.h"  // this module's types and prototypes
+#include <stdint.h>        // uint64_t: OPT_U64
+#include <stdlib.h>        // strtol, strtoll, strtoull, strtod, strtof
+#include <string.h>        // strcmp, strlen, strncmp, memcpy, memcmp
+#include <errno.h>         // ERANGE
+#include <float.h>         // FLT_MAX, FLT_MIN, FLT_TRUE_MIN: a value that overflows or underflows a float
+#include <math.h>          // isnan, isfinite, fabsf (macros and a builtin: no -lm needed)
+#include "zero3/util.h"    // zero_error: the library error convention
 
 // 2^53: every whole number up to here is exact in a double, the type JSON numbers arrive in
 #define OPT_WHOLE_MAX 9007199254740992.0

@@ -27,13 +27,6 @@
 
 #include <stdio.h>         // FILE for the help, snprintf
 #include <stddef.h>        // size_t, offsetof for OPT_FIELD
-#include <stdint.h>        // uint64_t: OPT_U64
-#include <stdlib.h>        // strtol, strtoll, strtoull, strtod, strtof
-#include <string.h>        // strcmp, strlen, strncmp, memcpy, memcmp
-#include <errno.h>         // ERANGE
-#include <float.h>         // FLT_MAX, FLT_MIN, FLT_TRUE_MIN: a value that overflows or underflows a float
-#include <math.h>          // isnan, isfinite, fabsf (macros and a builtin: no -lm needed)
-#include "zero3/util.h"    // zero_error: the library error convention
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,9 @@
 // zero3/plan.c: the implementation (the interface and its notes: zero3/plan.h)
 #include "zero3/plan.h"  // this module's types and prototypes
+#include <stdint.h>       // SIZE_MAX: overflow checks
+#include <stdlib.h>       // calloc, free
+#include <string.h>       // memset
+#include "zero3/util.h"    // zero_error: the 0 / -1 error convention
 
 void zero_plan_free(ZeroPlan* p) {
     if (p == NULL) { return; }

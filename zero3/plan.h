@@ -39,10 +39,6 @@
 #define ZERO3_PLAN_H
 
 #include <stddef.h>       // size_t
-#include <stdint.h>       // SIZE_MAX: overflow checks
-#include <stdlib.h>       // calloc, free
-#include <string.h>       // memset
-#include "zero3/util.h"    // zero_error: the 0 / -1 error convention
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,9 @@
 // zero3/reshard.c: the implementation (the interface and its notes: zero3/reshard.h)
 #include "zero3/reshard.h"  // this module's types and prototypes
+#include <stdlib.h>             // malloc, calloc, free
+#include <string.h>             // memset, strcmp, strerror
+#include <errno.h>              // errno: why a write of the resharded section failed
+#include "zero3/util.h"         // zero_error
 
 void zero_state_layout_free(ZeroStateLayout* l) { zero_plan_free(&l->plan); }
 

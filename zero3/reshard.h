@@ -33,11 +33,7 @@
 #define ZERO3_RESHARD_H
 
 #include <stdio.h>              // FILE, fread, fwrite, fseeko, ftello
-#include <stdlib.h>             // malloc, calloc, free
-#include <string.h>             // memset, strcmp, strerror
-#include <errno.h>              // errno: why a write of the resharded section failed
 #include <sys/types.h>          // off_t
-#include "zero3/util.h"         // zero_error
 #include "zero3/plan.h"         // ZeroPlan: the offsets of both layouts
 #include "zero3/checkpoint.h"   // ZeroStateHeader, zero_state_header, zero_state_read_raw
 

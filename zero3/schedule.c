@@ -1,5 +1,9 @@
 // zero3/schedule.c: the implementation (the interface and its notes: zero3/schedule.h)
 #include "zero3/schedule.h"  // this module's types and prototypes
+#include <stdlib.h>         // calloc, free
+#include <string.h>         // memset, memcpy
+#include "zero3/util.h"     // zero_error
+#include "zero3/config.h"   // ZeroConfig: the knobs
 
 void zero_schedule_free(ZeroSchedule* s) {
     free(s->numel); free(s->padded); free(s->persistent); free(s->grad_open); free(s->reduced); free(s->state); free(s->reducing);

@@ -35,12 +35,9 @@
 #ifndef ZERO3_SCHEDULE_H
 #define ZERO3_SCHEDULE_H
 
-#include <stdlib.h>         // calloc, free
-#include <string.h>         // memset, memcpy
-#include "zero3/util.h"     // zero_error
 #include "zero3/plan.h"     // ZeroPlan: unit sizes, padded
-#include "zero3/config.h"   // ZeroConfig: the knobs
 #include "zero3/zero.h"     // ZeroModel, ZERO_PASS_*
+#include <stddef.h>         // size_t
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,10 @@
 // zero3/watch.c: the implementation (the interface and its notes: zero3/watch.h)
 #include "zero3/watch.h"  // this module's types and prototypes
+#include <stdlib.h>      // getenv, atoi
+#include <string.h>      // strstr, strchr, strcmp, strlen, memcpy
+#include <signal.h>      // raise, SIGSTOP: the stop hook
+#include <unistd.h>      // sleep: the stall hook
+#include "zero3/util.h"  // zero_now_ms
 
 ZeroWatch zero_watch;
 

@@ -32,11 +32,6 @@
 #define ZERO3_WATCH_H
 
 #include <stdint.h>      // int64_t: the shared slot
-#include <stdlib.h>      // getenv, atoi
-#include <string.h>      // strstr, strchr, strcmp, strlen, memcpy
-#include <signal.h>      // raise, SIGSTOP: the stop hook
-#include <unistd.h>      // sleep: the stall hook
-#include "zero3/util.h"  // zero_now_ms
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,10 @@
 // zero3/watchdog.c: the implementation (the interface and its notes: zero3/watchdog.h)
 #include "zero3/watchdog.h"  // this module's types and prototypes
+#include <stdio.h>        // fprintf, snprintf
+#include <stdlib.h>       // malloc, free
+#include <unistd.h>       // usleep, _exit
+#include "zero3/util.h"   // zero_error, zero_now_ms
+#include "zero3/watch.h"  // zero_watch: what this rank waits for; the slots' fields; the exit hooks
 
 static ZeroWatchdog zero_watchdog;
 

@@ -38,14 +38,9 @@
 #ifndef ZERO3_WATCHDOG_H
 #define ZERO3_WATCHDOG_H
 
-#include <stdio.h>        // fprintf, snprintf
-#include <stdlib.h>       // malloc, free
 #include <stdint.h>       // int64_t: the shared slots
 #include <pthread.h>      // the watchdog thread
-#include <unistd.h>       // usleep, _exit
 #include <mpi.h>          // the node's shared-memory window, the ranks' numbers
-#include "zero3/util.h"   // zero_error, zero_now_ms
-#include "zero3/watch.h"  // zero_watch: what this rank waits for; the slots' fields; the exit hooks
 
 #ifdef __cplusplus
 extern "C" {

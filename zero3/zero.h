@@ -36,9 +36,7 @@
 #include <stdio.h>          // FILE: checkpoints
 #include <stddef.h>         // size_t
 #include <stdint.h>         // uint64_t
-#include <string.h>         // memset
 #include <mpi.h>            // MPI_Comm: the ranks an engine partitions over
-#include "zero3/util.h"     // zero_error
 #include "zero3/comm.h"     // ZERO_NUM_COLLECTIVES, ZERO_NUM_LINKS: what the byte counters tell apart
 
 #ifdef __cplusplus

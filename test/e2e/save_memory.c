@@ -25,6 +25,8 @@
 #include "zero3/host.h"       // zero_host_create: the CPU trainer's engine
 #include "zero3/plan.h"       // zero_plan_init: the largest shard, for the bound
 #include "test/e2e/alloc_peak.c" // malloc and friends counted: alloc_peak_restart, alloc_peak_peak
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);

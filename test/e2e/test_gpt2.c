@@ -52,6 +52,9 @@
 */
 #define TESTING
 #include "train_gpt2_zero3.c"
+#include "zero3/engine.h"   // zero_engine_state
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 #define REF_MAGIC 20240917
 #define TOL_MULT 10.0

@@ -17,6 +17,8 @@
 #include "llmc/checkpoint.h"      // checkpoint_load, checkpoint_save, CheckpointHeader
 #include "zero3/host.h"           // zero_host_create: the host engine
 #include "test/fuzz/fuzz_file.h"  // fuzz_write_file, fuzz_dir: the input as a file
+#include "zero3/util.h"     // zero_error, zero_errmsg
+#include "llmc/utils.h"     // llmc_errmsg
 
 // GPT-2 at max_seq_len 8, vocab 25, one layer, one channel: the embedding, the block, the final layernorm
 static const size_t NUMEL[3] = {33, 25, 2};

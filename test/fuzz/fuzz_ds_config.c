@@ -7,6 +7,7 @@
 #include "zero3/config.h"    // zero_config_defaults, zero_config_validate, zero_config_describe
 #include "zero3/config_json.h"  // zero_config_load_json
 #include "test/fuzz/fuzz_file.h"  // fuzz_write_file: the input as a file
+#include "zero3/util.h"     // zero_error, zero_errmsg
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_write_file("ds_config.json", data, size);

@@ -9,6 +9,7 @@
 #include <string.h>          // memcpy
 #include "llmc/gpt2.h"       // gpt2_source_open, gpt2_source_read, the units
 #include "test/fuzz/fuzz_file.h"  // fuzz_write_file: the input as a file
+#include "llmc/utils.h"     // llmc_errmsg
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_write_file("model.bin", data, size);

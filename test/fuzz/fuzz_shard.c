@@ -6,6 +6,7 @@
 #include <stdlib.h>          // abort
 #include "llmc/dataloader.h" // dataloader_init, dataloader_next_batch, dataloader_free
 #include "test/fuzz/fuzz_file.h"  // fuzz_write_file: the input as a file
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_write_file("shard_000000.bin", data, size);

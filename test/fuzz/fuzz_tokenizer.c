@@ -6,6 +6,7 @@
 #include <string.h>          // strlen
 #include "llmc/tokenizer.h"  // tokenizer_init, tokenizer_decode_len, tokenizer_free
 #include "test/fuzz/fuzz_file.h"  // fuzz_write_file: the input as a file
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_write_file("tokenizer.bin", data, size);

@@ -80,6 +80,7 @@
 #include "zero3/adamw.cuh"            // GPU adamw_update_cuda, global_norm_squared
 #include "zero3/quant.cuh"            // GPU zero_quantize_cuda, zero_dequantize_cuda, _add_cuda; quant.h's zero_quantize
 #include "llmc/attention.cuh"        // GPU attention_flash_forward / _backward and the cuBLAS path
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 static const double U = 5.9604644775390625e-08;  // 2^-24
 

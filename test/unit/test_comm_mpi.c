@@ -17,6 +17,8 @@
 #include <math.h>     // fabs
 #include <mpi.h>      // MPI_Init, MPI_Allreduce of the failure counts
 #include "zero3/comm.h"  // the code under test
+#include "zero3/util.h"     // zero_error, zero_errmsg
+#include "zero3/quant.h"    // zero_quant_bytes, zero_quantize
 
 static int world_rank = 0, world_size = 1;
 static int n_passed = 0, n_failed = 0;

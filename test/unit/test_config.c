@@ -15,6 +15,7 @@
 #include "zero3/config.h"         // ZeroConfig, its flags and checks: code under test
 #include "zero3/config_json.h"    // zero_config_load_json, zero_json_find_repeat: code under test
 #include "zero3/estimate.h"       // zero_estimate: code under test
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 // ----------------------------------------------------------------------------
 // a fresh temp directory per test; Criterion runs each test in its own process

@@ -30,6 +30,7 @@
 #include <criterion/criterion.h>  // Test, cr_assert*, cr_assert_fail
 #include "zero3/adamw.h"           // adamw_update: the reference
 #include "zero3/cpu_adam.h"       // the code under test
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 // one float's unit roundoff
 #define U_RND (1.0f / 16777216.0f)

@@ -14,6 +14,7 @@
 #include <unistd.h>             // unlink, rmdir, truncate
 #include <criterion/criterion.h> // Test, TestSuite, cr_assert*
 #include "llmc/dataloader.h"    // the code under test
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 // ----------------------------------------------------------------------------
 // fixture: a fresh temp dir per test

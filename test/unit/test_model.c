@@ -12,6 +12,8 @@
 #include <sys/stat.h>             // mkdir, mkfifo: a directory and a FIFO given as a model file
 #include "llmc/gpt2.h"            // the code under test
 #include "llmc/args.h"            // the code under test
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
+#include "llmc/rand.h"      // Rng, rng_init, rng_below, rng_permute, rng_normal_at
 
 // ----------------------------------------------------------------------------
 // helpers

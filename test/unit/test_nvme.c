@@ -17,6 +17,9 @@
 #include <sys/mount.h>        // mount, umount2: a tiny tmpfs for ENOSPC
 #include <sys/wait.h>         // waitpid: the unprivileged child
 #include <unistd.h>           // fork, setuid, pipe, dup, dup2, ftruncate, rmdir
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include <stdio.h>          // snprintf, fopen, fgets, sscanf
+#include "zero3/crc32c.h"   // crc32c_update, crc32c_blocks
 
 static char g_dir[4096];
 

@@ -19,6 +19,8 @@
 #include "llmc/args.h"            // args_parse, args_usage, args_option_table, TrainConfig: code under test
 #include "zero3/config.h"         // zero_options, zero_config_set_flag, zero_config_validate: code under test
 #include "zero3/config_json.h"    // zero_config_load_json: code under test
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 static char tmpdir[64];
 static void make_tmpdir(void) {

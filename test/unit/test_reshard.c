@@ -20,6 +20,7 @@
 #include <unistd.h>               // ftruncate: a truncated state file
 #include <criterion/criterion.h>  // Test, cr_assert*, cr_assert_fail
 #include "zero3/reshard.h"        // the code under test
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 #define CHECK(cond, ...) do { if (!(cond)) { cr_assert_fail(__VA_ARGS__); } } while (0)
 

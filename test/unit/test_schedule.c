@@ -11,6 +11,8 @@
 #include <criterion/criterion.h> // Test, cr_assert*
 #include "zero3/schedule.h"      // the code under test
 #include "zero3/pass.h"          // ... and its driver
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "zero3/config.h"   // ZeroConfig, zero_config_defaults
 
 // A model of 4 units: 0 the embedding (used by the first and the last layers, like
 // GPT-2's wte), 1 and 2 two blocks of the same size, 3 a small final norm.

@@ -13,6 +13,7 @@
 #include <string.h>               // strlen, strstr, memcmp
 #include <unistd.h>               // access: checking no .tmp file is left
 #include "llmc/tokenizer.h"       // Bpe, Tokenizer: the code under test
+#include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 
 #define ENCODER_JSON "dev/data/gpt2/encoder.json"
 #define VOCAB_BPE "dev/data/gpt2/vocab.bpe"
