@@ -21,8 +21,11 @@
 #include <string.h>           // memset, strstr
 #include <math.h>             // NAN, INFINITY: the parameters the finiteness check must find
 #include <mpi.h>              // MPI_Init: the engine and the save are collective
-#include "llmc/trainer.h"     // trainer_params_finite, checkpoint_save (llmc/checkpoint.h), gpt2_engine_model
+#include "llmc/trainer.h"     // gpt2_engine_model
+#include "llmc/trainer_checkpoint.h" // trainer_params_finite
+#include "llmc/checkpoint.h"  // CheckpointHeader, checkpoint_save
 #include "zero3/host.h"       // zero_host_create: the CPU trainer's engine
+#include "zero3/engine.h"     // zero_engine_state: the engine's memory, read white-box
 #include "zero3/plan.h"       // zero_plan_init: the largest shard, for the bound
 #include "test/e2e/alloc_peak.c" // malloc and friends counted: alloc_peak_restart, alloc_peak_peak
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
