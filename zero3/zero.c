@@ -4,7 +4,6 @@
 #include "zero3/util.h"     // zero_error
 #include "zero3/zero.h"      // this module's types and prototypes
 #include "zero3/engine.h"    // ZeroOps, zero_create: what the engines implement
-#include "zero3/watchdog.h"  // zero_watch_enter/leave: zero_fill_agree's blocking waits
 #include "zero3/watch.h"    // zero_watch_enter/leave: the agreement's collective told to the watchdog
 
 // an engine: its calls and its state
