@@ -32,7 +32,8 @@
 # them): FC_BUDGET, FC_STEPS ("a b c d e f g"), FC_MAX_<step> and FC_MIN_<step> (a step's
 # time limit, and the time it must have left to start), FC_C_SECTIONS, FC_KERNEL_TESTS,
 # FC_KERNEL_TIMEOUT,
-# FC_SANITIZER (the compute-sanitizer binary), FC_E_RUNS ("memcheck:none memcheck:cpu
+# FC_SANITIZER (the compute-sanitizer binary), FC_TRAINER (what the runs of (f) and (g) start,
+# default ./train_gpt2_zero3: the rehearsal's stand-in lingers after its report), FC_E_RUNS ("memcheck:none memcheck:cpu
 # racecheck:none racecheck:cpu": tool and optimizer offload), FC_E_RUN_MAX (60 s a run),
 # FC_F_MODEL FC_F_T
 # FC_F_BATCHES FC_F_STEPS FC_F_WARMUP FC_F_RECOMPUTE, FC_G_MODEL FC_G_T FC_G_BATCHES
@@ -93,15 +94,31 @@ batch_that_fits() {
     return 1
 }
 # ours NAME TIMEOUT FLAGS...: ./train_gpt2_zero3 FLAGS, report in $WORK/reports/NAME.json
+# ours NAME SECONDS FLAGS...: a run of ./train_gpt2_zero3 under its time limit. A run stopped
+# by the limit after it wrote the report of all its -x steps (a d48 run spends a minute
+# starting and some seconds ending) counts, with a line saying so; `why NAME` says why one failed.
 ours() {
     local name=$1 t=$2 rc; shift 2
     echo "--- $name: ./train_gpt2_zero3 $*"
-    timeout -k 5 "$t" ./train_gpt2_zero3 "$@" --report "$WORK/reports/$name.json" > "$WORK/logs/$name.log" 2>&1
+    timeout -k 5 "$t" "${FC_TRAINER:-./train_gpt2_zero3}" "$@" --report "$WORK/reports/$name.json" > "$WORK/logs/$name.log" 2>&1
     rc=$?
     tail -4 "$WORK/logs/$name.log"
-    [ "$rc" -eq 0 ] || echo "--- $name: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)')"
+    local done_steps want
+    done_steps=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["steps"]))' "$WORK/reports/$name.json" 2>/dev/null || echo 0)
+    want=$(printf '%s\n' "$@" | grep -A1 -x -- -x | tail -1)
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        if [ -n "$want" ] && [ "$done_steps" = "$want" ]; then
+            echo "--- $name: stopped by its ${t} s limit after its last step and its report: counted"
+            return 0
+        fi
+        echo "timed out after ${t} s, ${done_steps} of ${want:-?} steps done" > "$WORK/logs/$name.why"
+    elif [ "$rc" -ne 0 ]; then
+        echo "exit $rc: $(grep -m1 -i -E 'error|out of memory' "$WORK/logs/$name.log")" > "$WORK/logs/$name.why"
+    fi
+    [ "$rc" -eq 0 ] || echo "--- $name: $(cat "$WORK/logs/$name.why")"
     return "$rc"
 }
+why() { cat "$WORK/logs/$1.why" 2>/dev/null; }
 
 step_a() {  # the machine
     kv host.cpus "$(nproc)"
@@ -202,7 +219,7 @@ step_f() {  # throughput at d12, and PyTorch
         if ours "f_z$z" "$(time_for 10)" -e "$model" -b "$b" -t "$t" -r "$r" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 -z "$z"; then
             figures "z$z" "$WORK/reports/f_z$z.json" "$w" && check PASS "-z $z at B=$b: $(sed -n "s/^z$z.tokens_per_s=//p" "$WORK/steps/f.kv") tokens/s"
         else
-            check FAIL "-z $z at B=$b: $(grep -m1 -i -E 'error|out of memory' "$WORK/logs/f_z$z.log")"
+            check FAIL "-z $z at B=$b: $(why "f_z$z")"
         fi
     done
     # PyTorch: compiled when there is a C compiler for Triton's launchers and the time for it
@@ -235,7 +252,7 @@ step_g() {  # d48, with and without CPU optimizer offload
         if ours "g_$name" "$(time_for 5)" -e "$model" -b "$b" -t "$t" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 ${cfg#*:}; then
             figures "$name" "$WORK/reports/g_$name.json" "$w" && check PASS "$name (${cfg#*:}) at B=$b: $(sed -n "s/^$name.tokens_per_s=//p" "$WORK/steps/g.kv") tokens/s"
         else
-            check FAIL "$name (${cfg#*:}): $(grep -m1 -i -E 'error|out of memory' "$WORK/logs/g_$name.log")"
+            check FAIL "$name (${cfg#*:}): $(why "g_$name")"
         fi
     done
 }

@@ -45,12 +45,12 @@ for s in scripts/*.sh; do
     [ "$s" = scripts/run_common.sh ] && continue
     if [ -x "$s" ] && git ls-files -s "$s" | grep -q '^100755'; then ok "executable: $s"; else bad "$s is not executable (chmod +x, and commit the mode)"; fi
 done
-for p in dev/bench_torch_gpt2.py dev/report_figures.py; do
+for p in dev/bench_torch_gpt2.py dev/report_figures.py dev/kernel_times.py; do
     if "$PY" -m py_compile "$p" 2> "$tmp/err"; then ok "py_compile $p"; else bad "py_compile $p: $(tail -1 "$tmp/err")"; fi
 done
 if command -v shellcheck > /dev/null; then
     new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh scripts/bench_comm.sh
-         scripts/gpu_first_contact.sh test/e2e/netns_hosts.sh test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh
+         scripts/gpu_first_contact.sh scripts/gpu_kernel_times.sh test/e2e/netns_hosts.sh test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh
          test/gpu/standin/nvidia-smi test/gpu/standin/compute-sanitizer)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
     else bad "shellcheck: $(grep -m1 -E '^In |SC[0-9]+' "$tmp/sc")"; fi
@@ -224,6 +224,8 @@ if [ "$have_gpu" = 0 ]; then
     expect_error "bench_gpu.sh without a GPU" "no NVIDIA GPU" env OUT="$tmp/b" bash scripts/bench_gpu.sh
     expect_error "profile.sh without a GPU" "no NVIDIA GPU" env NSYS=/bin/true OUT_DIR="$tmp/p" bash scripts/profile.sh
     expect_error "profile.sh without nsys" "nsys" env NSYS="$tmp/no-nsys" bash scripts/profile.sh
+    expect_error "gpu_kernel_times.sh without a GPU" "no NVIDIA GPU" env NCU=/bin/true bash scripts/gpu_kernel_times.sh "$tmp/kt"
+    expect_error "gpu_kernel_times.sh without ncu" "ncu (Nsight Compute) not found" env NCU="$tmp/no-ncu" bash scripts/gpu_kernel_times.sh "$tmp/kt"
     expect_error "bench_torch_gpt2.py without CUDA" "no CUDA device" "$PY" dev/bench_torch_gpt2.py --steps 2 --warmup 0
 fi
 
@@ -365,6 +367,19 @@ if "$PY" dev/report_figures.py "$tmp/torch.json" 1 > "$tmp/figs" 2>&1 \
 else
     bad "report_figures.py: $(tail -1 "$tmp/figs")"
 fi
+# dev/kernel_times.py on Nsight Compute's raw CSV (every 8th kernel of an H200 run): its
+# kernels' time a step and the idle share against the same sums taken here by awk
+kt_ms=$(awk -F'","' 'NR > 2 {gsub(/"/, "", $NF); t += $NF} END {printf "%.2f", t / 2}' test/e2e/data/ncu_raw_h200.csv)
+if "$PY" dev/kernel_times.py test/e2e/data/ncu_raw_h200.csv 2 40 5 > "$tmp/kt.txt" 2>&1 \
+   && grep -q "^83 kernels over 2 steps: $kt_ms ms of kernels a step" "$tmp/kt.txt" \
+   && grep -q "^step 40.00 ms unprofiled: kernels $kt_ms ms .* no kernel running $(awk -v k="$kt_ms" 'BEGIN {printf "%.2f", 40 - k}') ms" "$tmp/kt.txt" \
+   && [ "$(grep -c '^class ' "$tmp/kt.txt")" = 2 ]; then
+    ok "dev/kernel_times.py: $kt_ms ms of kernels a step, the idle rest, two classes"
+else
+    bad "dev/kernel_times.py: $(head -1 "$tmp/kt.txt") (awk: $kt_ms)"
+fi
+printf '"ID","Kernel Name"\n"0","k"\n' > "$tmp/nodur.csv"
+expect_error "kernel_times.py on a CSV without durations" "gpu__time_duration.sum" "$PY" dev/kernel_times.py "$tmp/nodur.csv" 1
 wait $zpid; rc=$?
 bench_script bench_zero_cpu.sh "^zero_cpu: stage3_vs_stage0=$G stage3_noprefetch_vs_stage0=$G stage3_noreuse_vs_stage0=$G" \
     bash -c "cat '$tmp/zero_cpu.bg'; exit $rc"
@@ -378,7 +393,7 @@ for sc in scripts/*.sh; do
         run_common.sh|run_gpt2_*|run_gpt3_*) continue ;;             # the run scripts' dry runs above
         install_deps.sh) continue ;;                                 # make test runs it (make deps)
         gpu_first_contact.sh) continue ;;                            # rehearsed by test/gpu/test_gpu_bundle.sh
-        bench_gpu.sh|profile.sh) [ "$have_gpu" = 0 ] && continue ;;  # need a GPU: their refusal is checked above
+        bench_gpu.sh|profile.sh|gpu_kernel_times.sh) [ "$have_gpu" = 0 ] && continue ;;  # need a GPU: their refusal is checked above
     esac
     grep -qF "scripts/$b" "$0" && continue
     bad "scripts/$b is neither run by $0 nor skipped by name"

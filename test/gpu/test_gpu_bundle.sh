@@ -87,8 +87,12 @@ pid1=$!
 # step b's own runs (the first run hung it; the kernels' first tests: the second ones take
 # 13 s each emulated), a sanitizer report of ours, and a step without the time it needs
 # skipped: checked after the first contact's results
-MACHINE=$M2 contact "$tmp/fc2" "$tmp/ns2" FC_STEPS="a b e g" FC_KERNEL_TESTS="build/test_kernels_gpu_fp32 build/test_kernels_gpu" \
-    STANDIN_SANITIZER_REPORTS=ours FC_E_RUNS=memcheck:none FC_MIN_g=100000 > "$tmp/fc2.log" 2>&1 &
+# (f)'s runs through a trainer that lingers after its report: the first is stopped by its
+# limit after its last step and counts; the second, left 1 s, times out and says so
+printf '#!/usr/bin/env bash\n./train_gpt2_zero3 "$@" || exit\nexec sleep 1000\n' > "$tmp/slow_exit"; chmod +x "$tmp/slow_exit"
+MACHINE=$M2 contact "$tmp/fc2" "$tmp/ns2" FC_STEPS="a b e f g" FC_KERNEL_TESTS="build/test_kernels_gpu_fp32 build/test_kernels_gpu" \
+    STANDIN_SANITIZER_REPORTS=ours FC_E_RUNS=memcheck:none FC_MIN_g=100000 FC_TRAINER="$tmp/slow_exit" FC_MAX_f=45 \
+    FC_F_MODEL=d2 FC_F_T=32 FC_F_BATCHES=2 FC_F_STEPS=2 FC_F_WARMUP=1 > "$tmp/fc2.log" 2>&1 &
 pid2=$!
 wait $pid1
 rc=$?
@@ -147,7 +151,7 @@ for s in a b c d e f g; do grep -q "^=== \[$s\]" "$tmp/fc/log" || grep -q "^\[$s
 
 # the second contact's checks
 wait $pid2
-if $PY - "$tmp/fc2/summary.json" <<'EOF' > "$tmp/check2.log" 2>&1
+if $PY - "$tmp/fc2/summary.json" "$tmp/fc2/log" <<'EOF' > "$tmp/check2.log" 2>&1
 import json, sys
 s = json.load(open(sys.argv[1]))
 st = {x["id"]: x for x in s["steps"]}
@@ -156,8 +160,13 @@ assert st["b"]["status"] == "ok" and len(b) == 2 and all(w.endswith(" passed, 0 
 assert st["g"]["status"] == "skipped" and "results" not in st["g"], st["g"]
 e = [c["what"] for c in st["e"].get("checks", []) if c["result"] == "FAIL"]
 assert st["e"]["status"] == "failed" and len(e) == 1 and "1 errors of ours" in e[0] and "Invalid __global__ read" in e[0], st["e"]
+f = {c["result"] + " " + c["what"] for c in st["f"].get("checks", [])}
+assert any(w.startswith("PASS -z 0 at B=2: ") for w in f), f
+assert "FAIL -z 3 at B=2: timed out after 1 s, 0 of 2 steps done" in f, f
+import re
+assert re.search(r"f_z0: stopped by its [0-9]+ s limit after its last step and its report: counted", open(sys.argv[2]).read())
 EOF
-then ok "(b) the kernel tests (emulated) pass; (e) a report of ours fails; a step without its minimum time is skipped"
+then ok "(b) the kernel tests (emulated) pass; (e) a report of ours fails; a step without its minimum time is skipped; (f) a run stopped after its report counts, one that timed out says so"
 else bad "limits: $(tail -1 "$tmp/check2.log")"; fi
 
 [ ! -s "$tmp/called" ] && ok "nothing on the machine called make, apt or a compiler" || bad "called: $(sort -u "$tmp/called" | head -3 | tr '\n' ';')"
