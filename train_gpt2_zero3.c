@@ -110,8 +110,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int voc
     size_t bytes[ACT_COUNT];
     gpt2_activations(&m->config, B, T, recompute, 0, vocab_tile, ACT_CPU, sizeof(float), bytes);
     float** slots = (float**)&m->acts;
-    size_t k = 0, nslots = sizeof(Activations) / sizeof(float*);
-    for (int i = 0; i < ACT_COUNT; i++) { k += (act_trainer[i] & ACT_CPU) != 0; }
+    size_t k = act_rows(ACT_CPU), nslots = sizeof(Activations) / sizeof(float*);
     if (k != nslots) {
         fprintf(stderr, "error: llmc/activations.h has %zu rows for the CPU trainer, Activations %zu buffers\n", k, nslots);
         exit(EXIT_FAILURE);

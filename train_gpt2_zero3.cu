@@ -217,8 +217,7 @@ static void gpt2_alloc_activations(GPT2* m, int B, int T, int recompute, int use
     size_t bytes[ACT_COUNT];
     gpt2_activations(&m->config, B, T, recompute, use_flash, vocab_tile, ACT_GPU, sizeof(floatX), bytes);
     void** slots = (void**)a;  // DevActs: the GPU's rows first, in the table's order
-    size_t k = 0;
-    for (int i = 0; i < ACT_COUNT; i++) { k += (act_trainer[i] & ACT_GPU) != 0; }
+    size_t k = act_rows(ACT_GPU);
     if (k * sizeof(void*) != offsetof(DevActs, ln_scratch)) {
         fprintf(stderr, "error: llmc/activations.h has %zu rows for the GPU trainer, DevActs %zu buffers\n",
                 k, offsetof(DevActs, ln_scratch) / sizeof(void*));

@@ -113,6 +113,14 @@ static void gpt2_activations(const GPT2Config* c, int B, int T, int recompute, i
     }
 }
 
+// how many of the table's rows are the trainer's (ACT_CPU or ACT_GPU): the number of
+// buffers its activations struct must have, which each trainer checks at allocation
+static inline size_t act_rows(int trainer) {
+    size_t k = 0;
+    for (int i = 0; i < ACT_COUNT; i++) { k += (act_trainer[i] & trainer) != 0; }
+    return k;
+}
+
 // their total in bytes
 static double gpt2_activations_total(const GPT2Config* c, int B, int T, int recompute, int flash, int vocab_tile,
                                      int trainer, size_t x) {
