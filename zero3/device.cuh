@@ -146,6 +146,47 @@ typedef struct {
     char msg[1024];               // the thread's error (zero_error's buffer is per thread)
 } ZeroDevUpdate;
 
+// One piece of the step's update: a tensor (stage 0) or a tensor's part of this rank's
+// shard (stages 1-3), with the arrays AdamW reads and writes found at init. The GPU's
+// AdamW reads the gradient at grad32 or gradx, whichever the stage and the reductions'
+// precision keep (the other is NULL); offload's CPU Adam reads the host's copies, at sh.
+typedef struct {
+    floatX* param;                // the compute copy: the full buffer (stages 0-2) or the shard (3)
+    float* master;
+    float* m;
+    float* v;
+    const float* grad32;          // fp32: comm32's buffers, or the accumulators of stages 2-3
+    const floatX* gradx;          // floatX: stages 0-1 reducing in floatX
+    size_t n;
+    size_t off;                   // its place in the padded model: the stochastic rounding's bits
+    size_t sh;                    // its place in the shard buffers: offload's gradient and compute copies
+    int decay;
+} ZeroDevPiece;
+
+// The step's layout: what the stage, the reductions' precision and the offload choice make
+// of the optimizer step, resolved once at init (zero_dev_step_plan_init), so that
+// zero_dev_step follows it without asking them again.
+typedef struct {
+    const float* norm32;          // the gradient the norm is taken over: fp32 ...
+    const floatX* normx;          // ... or floatX (the other NULL)
+    size_t norm_n;
+    int norm_allreduce;           // each rank holds the squares of its shards only: summed over the ranks
+    ZeroDevPiece* pieces;         // (npieces) in tensor order
+    int npieces;
+    // the update: AdamW's kernels (and *grad_scale stays 1: they read the scale on the
+    // GPU), or with offload the waits that let the CPU Adam start (*grad_scale read back)
+    int (*update)(struct ZeroDev* d, const ZeroStep* st, float* grad_scale);
+    void* clear;                  // the accumulated gradient cleared after the update, clear_bytes of it
+    size_t clear_bytes;
+    // after the update: the parameters shared (share), or with offload the CPU Adam, its
+    // upload and then share
+    int (*after)(struct ZeroDev* d, const ZeroStep* st, float grad_scale);
+    // the updated shards to every rank: all-gathered (stages 1-2), the persistent units
+    // refreshed (stage 3), or nothing (stage 0)
+    int (*share)(struct ZeroDev* d);
+    floatX** unit_shard;          // (num_units) unit u's shard of the compute copy: where offload uploads it
+} ZeroDevStepPlan;
+
 typedef struct ZeroDev {
     ZeroPlan plan;
     ZeroConfig cfg;
@@ -213,6 +254,7 @@ typedef struct ZeroDev {
     ZeroDevUpdate update_args;
     floatX* h_params_buf[2];      // (shard_total) pinned: the updated compute-copy shards; two with dpu
     floatX* h_params;             //   (one being uploaded, one being written by the thread), h_params the one written next
+    ZeroDevStepPlan step;         // the optimizer step's layout, resolved at init
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)
     // accounting (bytes on the GPU, and pinned on the host)

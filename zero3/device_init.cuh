@@ -297,7 +297,7 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
         if (d->unit_ptr[u] == NULL) { return -1; }
         zero_schedule_gathered(&d->sched, u);
     }
-    if (zero_dev_pools_init(d) != 0) { return -1; }
+    if (zero_dev_pools_init(d) != 0 || zero_dev_step_plan_init(d) != 0) { return -1; }
     return zero_dev_fill_params(d, in);
 }
 
@@ -338,6 +338,7 @@ static void zero_dev_free(void* impl) {
     }
     cudaFree(d->norm_scratch); cudaFree(d->norm_out); cudaFree(d->norm_sum); cudaFree(d->wait_clock);
     if (d->host_norm != NULL) { cudaFreeHost(d->host_norm); }
+    free(d->step.pieces); free(d->step.unit_shard);
     free(d->tensors); free(d->unit_ptr); free(d->unit_buf); free(d->grad_buf); free(d->reduced_ev);
     zero_schedule_free(&d->sched);
     zero_plan_free(&d->plan);

@@ -32,15 +32,11 @@ static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float
     size_t gb = zero_dev_shard_grad_bytes(d);
     CpuAdamDtype gt = gb == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
     CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
-    for (int i = 0; i < d->num_tensors; i++) {
-        const ZeroTensor* tr = &d->tensors[i];
-        size_t off, sh, n;  // this rank's part of the tensor (zero3/plan.h)
-        int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
-        if (in < 0) { return -1; }
-        if (in == 0) { continue; }
-        hp.weight_decay = tr->decay ? weight_decay : 0.0f;
-        if (cpu_adam_step(d->master + sh, (const char*)grads + sh * gb, gt, d->m + sh, d->v + sh, n, &hp,
-                          out + sh, ot) != 0) {
+    for (int i = 0; i < d->step.npieces; i++) {
+        const ZeroDevPiece* pc = &d->step.pieces[i];
+        hp.weight_decay = pc->decay ? weight_decay : 0.0f;
+        if (cpu_adam_step(pc->master, (const char*)grads + pc->sh * gb, gt, pc->m, pc->v, pc->n, &hp,
+                          out + pc->sh, ot) != 0) {
             return -1;
         }
     }
@@ -57,24 +53,31 @@ static void* zero_dev_update_main(void* arg) {
     return NULL;
 }
 
-// after an update: every rank's updated shards to every rank, in place (stages 1-2), or
-// the persistent units refreshed (stage 3); the next forward waits on the GPU
-static int zero_dev_share_params(ZeroDev* d) {
-    cudaStream_t s = d->compute;
-    if (d->stage == 1 || d->stage == 2) {
-        if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_group_start(&d->nccl, "all-gather of the updated shards", -1) != 0) { return -1; }
-        for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
-            if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX, u) != 0) {
-                zero_nccl_group_end();
-                return -1;
-            }
+// after an update at stage 0: every rank updated the whole model alike
+static int zero_dev_share_none(ZeroDev* d) {
+    (void)d;
+    return 0;
+}
+
+// after an update at stages 1-2: every rank's updated shards to every rank, in place; the
+// next forward waits on the GPU
+static int zero_dev_share_allgather(ZeroDev* d) {
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_nccl_group_start(&d->nccl, "all-gather of the updated shards", -1) != 0) { return -1; }
+    for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
+        if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX, u) != 0) {
+            zero_nccl_group_end();
+            return -1;
         }
-        if (zero_nccl_group_end() != 0 || zero_dev_join(d) != 0) { return -1; }
-    } else if (d->stage == 3) {
-        if (zero_nccl_after(&d->nccl, s) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
-        d->shards_written = 1;
-        zero_pass_params_changed(&d->pass);  // hpZ: slices of the old parameters
     }
+    return zero_nccl_group_end() != 0 || zero_dev_join(d) != 0 ? -1 : 0;
+}
+
+// after an update at stage 3: the persistent units refreshed (the others are gathered at
+// their next use, from the shards just written)
+static int zero_dev_share_refresh(ZeroDev* d) {
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0) { return -1; }
+    d->shards_written = 1;
+    zero_pass_params_changed(&d->pass);  // hpZ: slices of the old parameters
     return 0;
 }
 
@@ -91,8 +94,7 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
     }
     for (int u = 0; u < d->plan.num_units; u++) {
         const ZeroUnit* pu = &d->plan.units[u];
-        floatX* dst = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
-        if (zero_cuda(cudaMemcpyAsync(dst, src + pu->shard_offset, pu->shard * sizeof(floatX),
+        if (zero_cuda(cudaMemcpyAsync(d->step.unit_shard[u], src + pu->shard_offset, pu->shard * sizeof(floatX),
                                       cudaMemcpyHostToDevice, d->copy_in), "copying a parameter shard in") != 0) {
             return -1;
         }
@@ -101,7 +103,7 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
     if (zero_cuda(cudaEventRecord(d->copied_ev, d->copy_in), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
         return -1;
     }
-    return zero_dev_share_params(d);
+    return d->step.share(d);
 }
 
 // dpu: waits for the pending CPU update and uploads its result (at the end of the next
@@ -154,29 +156,121 @@ static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scal
     return 0;
 }
 
+// AdamW on the GPU, one launch per piece; the scale is read on the GPU (scale_dev)
+static int zero_dev_update_gpu(ZeroDev* d, const ZeroStep* st, float* grad_scale) {
+    unsigned int run_seed = (unsigned int)(st->seed ^ (st->seed >> 32));
+    const float* scale_dev = d->norm_out + 1;
+    for (int i = 0; i < d->step.npieces; i++) {
+        const ZeroDevPiece* pc = &d->step.pieces[i];
+        float wd = pc->decay ? st->weight_decay : 0.0f;
+        int rc = pc->grad32 != NULL
+                     ? adamw_update_cuda(pc->param, pc->master, pc->grad32, pc->m, pc->v, pc->n, st->lr, d->beta1, d->beta2, d->eps,
+                                         wd, *grad_scale, st->t, run_seed, d->compute, pc->off, scale_dev)
+                     : adamw_update_cuda(pc->param, pc->master, pc->gradx, pc->m, pc->v, pc->n, st->lr, d->beta1, d->beta2, d->eps,
+                                         wd, *grad_scale, st->t, run_seed, d->compute, pc->off, scale_dev);
+        if (rc != 0) { return -1; }
+    }
+    return 0;
+}
+
+// offload: the CPU Adam needs the scale, every gradient shard on the host, and the
+// h_params buffers free; the update itself runs after the accumulators are cleared
+// (zero_dev_offload_step), which must wait for the copies that read them
+static int zero_dev_update_offload_ready(ZeroDev* d, const ZeroStep* st, float* grad_scale) {
+    (void)st;
+    if (zero_gpu_wait(d->compute, NULL, "waiting for the norm") != 0) { return -1; }
+    *grad_scale = d->host_norm[0];
+    double w0 = zero_now_ms();
+    if (zero_gpu_wait(d->copy_out, NULL, "waiting for the gradient copies") != 0) { return -1; }
+    d->host_wait_ms += zero_now_ms() - w0;
+    // every earlier upload from an h_params buffer is done before the CPU Adam writes
+    // one again (the compute stream, just synchronized, waited for them too: this keeps
+    // the guarantee where it is needed)
+    return zero_gpu_wait(d->copy_in, NULL, "waiting for the uploads");
+}
+
+// without offload, the updated parameters are shared at once
+static int zero_dev_after_share(ZeroDev* d, const ZeroStep* st, float grad_scale) {
+    (void)st; (void)grad_scale;
+    return d->step.share(d);
+}
+
+// the update's pieces: each tensor whole (stage 0), or its part of this rank's shard
+static int zero_dev_pieces_init(ZeroDev* d) {
+    ZeroDevStepPlan* pl = &d->step;
+    pl->pieces = (ZeroDevPiece*)calloc(d->num_tensors > 0 ? (size_t)d->num_tensors : 1, sizeof(ZeroDevPiece));
+    if (pl->pieces == NULL) { return zero_error("zero device: out of memory for the step's pieces"); }
+    for (int i = 0; i < d->num_tensors; i++) {
+        const ZeroTensor* tr = &d->tensors[i];
+        // this rank's part of the tensor: at `off` in the padded model (the rounding bits,
+        // and the compute copy at stages 0-2), at `sh` in the shard buffers (stages 1-3)
+        size_t off = d->plan.units[tr->unit].full_offset + tr->offset, sh = 0, n = tr->size;
+        if (d->stage >= 1) {
+            int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
+            if (in < 0) { return -1; }
+            if (in == 0) { continue; }  // no element of this tensor in this rank's shard
+        }
+        size_t at = d->stage == 0 ? off : sh;  // master, moments and gradient: the whole model, or the shards
+        ZeroDevPiece piece = {d->stage < 3 ? d->params + off : d->shard_params + sh, d->master + at, d->m + at, d->v + at,
+                              NULL, NULL, n, off, sh, tr->decay};
+        ZeroDevPiece* pc = &pl->pieces[pl->npieces++];
+        *pc = piece;
+        if (d->grads32 != NULL) { pc->grad32 = d->grads32 + at; }
+        else if (d->gshard32 != NULL) { pc->grad32 = d->gshard32 + at; }
+        else if (d->acc != NULL) { pc->grad32 = d->acc + at; }
+        else if (d->gshard != NULL) { pc->gradx = d->gshard + at; }
+        else { pc->gradx = d->grads + at; }
+    }
+    return 0;
+}
+
+// Resolves the step's layout (d->step) once the engine's arrays are allocated: they are
+// not moved after init (--dpu's double buffers are the offload's, read at the step).
+static int zero_dev_step_plan_init(ZeroDev* d) {
+    ZeroDevStepPlan* pl = &d->step;
+    const ZeroPlan* p = &d->plan;
+    pl->unit_shard = (floatX**)calloc((size_t)p->num_units, sizeof(floatX*));
+    if (pl->unit_shard == NULL) { return zero_error("zero device: out of memory for the step's layout"); }
+    for (int u = 0; u < p->num_units; u++) {
+        const ZeroUnit* pu = &p->units[u];
+        pl->unit_shard[u] = d->stage == 3 ? d->shard_params + pu->shard_offset : d->params + pu->full_offset + (size_t)d->rank * pu->shard;
+    }
+    // the norm's source: the gradient as reduced (stage 0 whole, stage 1 its shard, in
+    // fp32 with comm32), or the fp32 accumulators of stages 2-3
+    pl->norm_n = d->stage == 0 ? p->padded_total : p->shard_total;
+    pl->norm32 = d->grads32 != NULL ? d->grads32 : d->gshard32 != NULL ? d->gshard32 : d->acc;
+    pl->normx = pl->norm32 != NULL ? NULL : d->gshard != NULL ? d->gshard : d->grads;
+    pl->norm_allreduce = d->stage >= 1 && d->world > 1;
+    // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken)
+    pl->clear = d->stage < 2 ? (void*)d->grads : (void*)d->acc;
+    pl->clear_bytes = d->stage < 2 ? p->padded_total * sizeof(floatX) : p->shard_total * sizeof(float);
+    pl->update = d->offload ? zero_dev_update_offload_ready : zero_dev_update_gpu;
+    pl->after = d->offload ? zero_dev_offload_step : zero_dev_after_share;
+    pl->share = d->stage == 3 ? zero_dev_share_refresh : d->stage >= 1 ? zero_dev_share_allgather : zero_dev_share_none;
+    return zero_dev_pieces_init(d);
+}
+
 // Global norm of the mean gradient, clipping, AdamW on this rank's part of every tensor
 // (one launch each; an element's stochastic rounding bits depend on its place in the
 // padded model, so every stage draws the same bits for it), then the updated parameters
-// go to every rank. The gradients are sums over ranks: the 1/world of the mean is folded
-// into AdamW's gradient scale. The norm, its sum over ranks (an NCCL all-reduce) and the
-// scale are computed on the GPU, where AdamW reads the scale: without offload the host does
-// not wait. With offload the CPU Adam waits for the scale, and for the gradient copies anyway.
+// go to every rank, all as d->step says (zero_dev_step_plan_init). The gradients are sums
+// over ranks: the 1/world of the mean is folded into AdamW's gradient scale. The norm, its
+// sum over ranks (an NCCL all-reduce) and the scale are computed on the GPU, where AdamW
+// reads the scale: without offload the host does not wait. With offload the CPU Adam waits
+// for the scale, and for the gradient copies anyway.
 static int zero_dev_step(void* impl, const ZeroStep* st) {
     ZeroDev* d = (ZeroDev*)impl;
+    const ZeroDevStepPlan* pl = &d->step;
     cudaStream_t s = d->compute;
     if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
-    int rc = 0;
-    if (d->stage == 0 && d->comm32) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads32, d->plan.padded_total, s); }
-    else if (d->stage == 0) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->grads, d->plan.padded_total, s); }
-    else if (d->stage == 1 && d->comm32) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->gshard32, d->plan.shard_total, s); }
-    else if (d->stage == 1) { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->gshard, d->plan.shard_total, s); }
-    else { rc = global_norm_squared(d->norm_out, d->norm_scratch, d->acc, d->plan.shard_total, s); }
+    int rc = pl->norm32 != NULL ? global_norm_squared(d->norm_out, d->norm_scratch, pl->norm32, pl->norm_n, s)
+                                : global_norm_squared(d->norm_out, d->norm_scratch, pl->normx, pl->norm_n, s);
     if (rc != 0) { return -1; }
     // this rank's squared norm widened to double, summed over ranks at stages 1-3 (each rank
     // holds the squares of its shards), then the scale and the norm: all on the GPU
     adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
     if (zero_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
-    if (d->stage >= 1 && d->world > 1) {  // 8 bytes, left out of the model's traffic counters (the host engine's scalar sums are too)
+    if (pl->norm_allreduce) {  // 8 bytes, left out of the model's traffic counters (the host engine's scalar sums are too)
         if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_watch_begin(d->nccl.stream, "all-reduce of the gradient norm", -1) != 0 ||
             zero_nccl_watched(zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm,
                                                             d->nccl.stream), "the norm's all-reduce")) != 0 ||
@@ -194,59 +288,9 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
         return -1;
     }
     float grad_scale = 1.0f;  // the CPU Adam's copy (offload)
-    if (d->offload) {
-        if (zero_gpu_wait(s, NULL, "waiting for the norm") != 0) { return -1; }
-        grad_scale = d->host_norm[0];
-        // every gradient shard is on the host once the copy-out stream is through; before
-        // the accumulators the copies read from are cleared below
-        double w0 = zero_now_ms();
-        if (zero_gpu_wait(d->copy_out, NULL, "waiting for the gradient copies") != 0) { return -1; }
-        d->host_wait_ms += zero_now_ms() - w0;
-        // every earlier upload from an h_params buffer is done before the CPU Adam writes
-        // one again (the compute stream, just synchronized, waited for them too: this keeps
-        // the guarantee where it is needed)
-        if (zero_gpu_wait(d->copy_in, NULL, "waiting for the uploads") != 0) { return -1; }
-    }
-    unsigned int run_seed = (unsigned int)(st->seed ^ (st->seed >> 32));
-    const float* scale_dev = d->norm_out + 1;  // AdamW on the GPU reads it there
-    for (int i = 0; !d->offload && i < d->num_tensors; i++) {
-        const ZeroTensor* tr = &d->tensors[i];
-        // this rank's part of the tensor: at `off` in the padded model (the rounding bits,
-        // and the compute copy at stages 0-2), at `sh` in the shard buffers (stages 1-3)
-        size_t off = d->plan.units[tr->unit].full_offset + tr->offset, sh = 0, n = tr->size;
-        if (d->stage >= 1) {
-            int in = zero_plan_tensor_part(&d->plan, tr->unit, d->rank, tr->offset, tr->offset + tr->size, &off, &sh, &n);
-            if (in < 0) { return -1; }
-            if (in == 0) { continue; }  // no element of this tensor in this rank's shard
-        }
-        float wd = tr->decay ? st->weight_decay : 0.0f;
-        if (d->stage == 0 && d->comm32) {
-            rc = adamw_update_cuda(d->params + off, d->master + off, d->grads32 + off, d->m + off, d->v + off, n,
-                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
-        } else if (d->stage == 0) {
-            rc = adamw_update_cuda(d->params + off, d->master + off, d->grads + off, d->m + off, d->v + off, n,
-                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
-        } else if (d->stage == 1 && d->comm32) {
-            rc = adamw_update_cuda(d->params + off, d->master + sh, d->gshard32 + sh, d->m + sh, d->v + sh, n,
-                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
-        } else if (d->stage == 1) {
-            rc = adamw_update_cuda(d->params + off, d->master + sh, d->gshard + sh, d->m + sh, d->v + sh, n,
-                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
-        } else {
-            floatX* p = d->stage == 2 ? d->params + off : d->shard_params + sh;
-            rc = adamw_update_cuda(p, d->master + sh, d->acc + sh, d->m + sh, d->v + sh, n,
-                                   st->lr, d->beta1, d->beta2, d->eps, wd, grad_scale, st->t, run_seed, s, off, scale_dev);
-        }
-        if (rc != 0) { return -1; }
-    }
-    // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken)
-    if (d->stage < 2 && zero_cuda(cudaMemsetAsync(d->grads, 0, d->plan.padded_total * sizeof(floatX), s), "cudaMemsetAsync") != 0) {
-        return -1;
-    }
-    if (d->stage >= 2 && zero_cuda(cudaMemsetAsync(d->acc, 0, d->plan.shard_total * sizeof(float), s), "cudaMemsetAsync") != 0) {
-        return -1;
-    }
-    return d->offload ? zero_dev_offload_step(d, st, grad_scale) : zero_dev_share_params(d);
+    if (pl->update(d, st, &grad_scale) != 0) { return -1; }
+    if (zero_cuda(cudaMemsetAsync(pl->clear, 0, pl->clear_bytes, s), "cudaMemsetAsync") != 0) { return -1; }
+    return pl->after(d, st, grad_scale);
 }
 
 // ----------------------------------------------------------------------------

@@ -230,7 +230,7 @@ void zero_host_free(void* impl) {
     free(e->m); free(e->v);
     free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv); free(e->red_stage);
     for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
-    free(e->segs); free(e->host_grads); free(e->host_master); free(e->grad_in_file);
+    free(e->segs); free(e->step.pieces); free(e->host_grads); free(e->host_master); free(e->grad_in_file);
     free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
     if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
     free(e->grad_stage);  // after the close, which waits for a write still reading it

@@ -41,6 +41,7 @@
 #include "zero3/schedule.h"    // ZeroSchedule: the uses and their decisions
 #include "zero3/pass.h"        // ZeroPass, ZeroMover: the pass driver and its moves
 #include "zero3/nvme.h"        // NvmeFile: io_uring swapper for the NVMe tier
+#include "zero3/cpu_adam.h"    // CpuAdamParams: what the step's update routine is given
 #include <stdio.h>              // FILE: zero_host_save, zero_host_load
 
 #ifdef __cplusplus
@@ -62,7 +63,47 @@ typedef struct { size_t begin, end; int unit; size_t unit_lo; int decay; } ZeroS
 
 #define ZERO_POOL_MAX 64
 
+// One piece of the step's update: a run of elements that AdamW updates with one weight
+// decay (a tensor at stage 0, a tensor's part of this rank's shard after), its arrays found
+// at init. With the optimizer offloaded, master is the host copy and the parameter shard
+// it is copied into is asked for at the step (zero_param_out: a unit's shard may live on
+// NVMe and be staged then); unit and unit_lo say where in it.
 typedef struct {
+    float* master;          // the fp32 parameters AdamW updates in place
+    const float* grad;
+    float* m;
+    float* v;
+    size_t n;
+    int unit;               // offload: the unit whose parameter shard gets the update, at unit_lo
+    size_t unit_lo;
+    int decay;
+} ZeroHostPiece;
+
+// The step's layout: what the stage and the offload choice make of the optimizer step,
+// resolved once at init (zero_host_step_plan_init), so that zero_host_step follows it
+// without asking the stage again.
+struct ZeroHost;
+typedef struct {
+    // before the norm: at one rank, stage 1 reduced nothing: the full gradient is copied
+    // into the shard (and to the host copy with offload); NULL where nothing is copied
+    int (*collect)(struct ZeroHost* e);
+    ZeroComm* rep_sum;          // MiCS: the second hop of the gradient sum (stages 1-3), or NULL
+    const float* norm_src;      // the gradient the norm is taken over; NULL: summed as it was
+                                // written (grad_sumsq, the optimizer on NVMe)
+    size_t norm_n;
+    ZeroComm* norm_sum;         // the ranks whose squares add up to the norm; NULL: replicated (stage 0)
+    ZeroHostPiece* pieces;      // (npieces) what the in-place and offloaded updates walk, in order
+                                // (the NVMe one walks segs, group by group)
+    int npieces;
+    // the update: in place (stage 0, and stages 1-3 in memory), offloaded to the CPU Adam
+    // writing the compute copy, or streamed from NVMe group by group
+    int (*update)(struct ZeroHost* e, CpuAdamParams* hp, float weight_decay);
+    // after it: the updated shards to every rank (stages 1-2: all-gathered; stage 3: the
+    // persistent units refreshed, the rest gathered at their next use; stage 0: nothing)
+    int (*share)(struct ZeroHost* e);
+} ZeroHostStepPlan;
+
+typedef struct ZeroHost {
     ZeroConfig cfg;
     ZeroPlan plan;
     ZeroComm comm;          // the ranks the model states are sharded over: all of them, or (MiCS) this rank's shard group
@@ -107,6 +148,7 @@ typedef struct {
 
     ZeroSegment* segs;      // (nsegs) stages 1-3
     int nsegs;
+    ZeroHostStepPlan step;  // the optimizer step's layout, resolved at init
 
     // offload (--offload-optimizer cpu|nvme, --offload-param cpu)
     int offload_opt, offload_param;
@@ -176,6 +218,10 @@ int zero_host_end(void* impl);
 
 // zeroes the accumulated gradients (zero_step does it after each update)
 void zero_host_clear_grads(ZeroHost* e);
+
+// Resolves the step's layout (e->step) from the stage, the world and the offload choice,
+// once the engine's arrays are allocated: they are not moved after init.
+int zero_host_step_plan_init(ZeroHost* e);
 
 // ----------------------------------------------------------------------------
 // the NVMe tier: this rank's fp32 master shards, m, v and reduced gradient shards in four

@@ -266,7 +266,7 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     }
     if (e->stage >= 1 && zero_segments_init(e) != 0) { return -1; }
     if (e->offload_opt != ZERO_OFFLOAD_NONE && zero_offload_init(e) != 0) { return -1; }
-    return 0;
+    return zero_host_step_plan_init(e);  // last: it points into the arrays above
 }
 
 int zero_host_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {

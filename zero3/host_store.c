@@ -260,91 +260,129 @@ done:
     return rc;
 }
 
+// stage 1 at one rank reduced nothing: the full gradient is the shard (and, with the
+// optimizer offloaded, the host's copy of it, which a reduction would have filled)
+static int zero_host_collect_local(ZeroHost* e) {
+    memcpy(e->shard_grads, e->full_grads, e->plan.shard_total * sizeof(float));
+    if (e->host_grads != NULL) {
+        memcpy(e->host_grads, e->shard_grads, e->plan.shard_total * sizeof(float));
+        e->moved[ZERO_MOVE_D2H] += e->plan.shard_total * sizeof(float);
+    }
+    return 0;
+}
+
+// Every path updates with the SIMD CPU Adam (zero3/cpu_adam.h), in place: on the CPU
+// trainer the "device" is host memory too. zero3/adamw.h's scalar adamw_update stays as
+// the tests' reference.
+static int zero_host_update_in_place(ZeroHost* e, CpuAdamParams* hp, float weight_decay) {
+    for (int i = 0; i < e->step.npieces; i++) {
+        const ZeroHostPiece* pc = &e->step.pieces[i];
+        hp->weight_decay = pc->decay ? weight_decay : 0.0f;
+        if (cpu_adam_step(pc->master, pc->grad, CPU_ADAM_FP32, pc->m, pc->v, pc->n, hp, NULL, CPU_ADAM_FP32) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// offload cpu: AdamW on the host shards; the updated parameters go straight to the
+// device's shard (the copy back), which zero_param_out finds (or stages) per unit
+static int zero_host_update_offload(ZeroHost* e, CpuAdamParams* hp, float weight_decay) {
+    for (int i = 0; i < e->step.npieces; i++) {
+        const ZeroHostPiece* pc = &e->step.pieces[i];
+        hp->weight_decay = pc->decay ? weight_decay : 0.0f;
+        float* out = zero_param_out(e, pc->unit);
+        if (out == NULL || cpu_adam_step(pc->master, pc->grad, CPU_ADAM_FP32, pc->m, pc->v, pc->n, hp,
+                                         out + pc->unit_lo, CPU_ADAM_FP32) != 0) { return -1; }
+        e->moved[ZERO_MOVE_H2D] += pc->n * sizeof(float);
+    }
+    return zero_param_flush(e);
+}
+
+// stage 0: every rank updated the whole model alike, nothing to share
+static int zero_host_share_none(ZeroHost* e) {
+    (void)e;
+    return 0;
+}
+
+// stages 1-2: every rank's updated shards into every rank's full buffer
+static int zero_host_share_allgather(ZeroHost* e) {
+    for (int u = 0; u < e->plan.num_units; u++) {
+        ZeroUnit* pu = &e->plan.units[u];
+        if (zero_allgather(&e->comm, e->full_params + pu->full_offset, pu->shard, &e->unit_req[u]) != 0) { return -1; }
+    }
+    for (int u = 0; u < e->plan.num_units; u++) {
+        if (zero_comm_wait(&e->comm, &e->unit_req[u]) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// the update's pieces: each tensor whole (stage 0), or each segment of this rank's shard
+// read from the shard arrays (the host ones with the optimizer offloaded to the CPU)
+static int zero_host_pieces_init(ZeroHost* e) {
+    ZeroHostStepPlan* pl = &e->step;
+    int n = e->stage == 0 ? e->num_tensors : e->nsegs;
+    pl->pieces = (ZeroHostPiece*)calloc(n > 0 ? (size_t)n : 1, sizeof(ZeroHostPiece));
+    if (pl->pieces == NULL) { return zero_error("zero: out of memory for the step's pieces"); }
+    pl->npieces = n;
+    int off_cpu = e->offload_opt == ZERO_OFFLOAD_CPU;
+    for (int i = 0; i < n; i++) {
+        ZeroHostPiece* pc = &pl->pieces[i];
+        if (e->stage == 0) {
+            ZeroTensor tr = e->tensors[i];
+            size_t off = e->plan.units[tr.unit].full_offset + tr.offset;
+            *pc = (ZeroHostPiece){e->full_params + off, e->full_grads + off, e->m + off, e->v + off, tr.size, tr.unit, 0, tr.decay};
+            continue;
+        }
+        ZeroSegment sg = e->segs[i];
+        float* master = off_cpu ? e->host_master + sg.begin : zero_param_shard(e, sg.unit) + sg.unit_lo;
+        const float* grad = (off_cpu ? e->host_grads : e->shard_grads) + sg.begin;
+        *pc = (ZeroHostPiece){master, grad, e->m + sg.begin, e->v + sg.begin, sg.end - sg.begin, sg.unit, sg.unit_lo, sg.decay};
+    }
+    return 0;
+}
+
+int zero_host_step_plan_init(ZeroHost* e) {
+    ZeroHostStepPlan* pl = &e->step;
+    memset(pl, 0, sizeof(*pl));
+    pl->collect = e->stage == 1 && e->world == 1 ? zero_host_collect_local : NULL;
+    // MiCS: each group reduced its own ranks' gradients; the second hop sums them over
+    // the groups (the ranks holding the same shards), once per step
+    pl->rep_sum = e->stage >= 1 && e->rep.world > 1 ? &e->rep : NULL;
+    if (e->stage == 0) {  // replicated: no communication
+        pl->norm_src = e->full_grads;
+        pl->norm_n = e->plan.padded_total;
+    } else {
+        pl->norm_src = e->host_grads != NULL ? e->host_grads : e->shard_grads;  // NULL: on NVMe, grad_sumsq
+        pl->norm_n = e->plan.shard_total;
+        pl->norm_sum = &e->comm;
+    }
+    pl->update = e->offload_opt == ZERO_OFFLOAD_NVME ? zero_nvme_step
+               : e->offload_opt == ZERO_OFFLOAD_CPU ? zero_host_update_offload : zero_host_update_in_place;
+    pl->share = e->stage == 3 ? zero_refresh_persistent : e->stage >= 1 ? zero_host_share_allgather : zero_host_share_none;
+    return e->offload_opt == ZERO_OFFLOAD_NVME ? 0 : zero_host_pieces_init(e);
+}
+
+// The step follows e->step (zero_host_step_plan_init): the gradient gathered where the
+// norm and the update read it, the norm summed over the ranks that share it, the update,
+// then the updated parameters shared.
 int zero_host_step(void* impl, const ZeroStep* st) {
     ZeroHost* e = (ZeroHost*)impl;
-    float lr = st->lr, weight_decay = st->weight_decay;
-    int t = st->t;
+    const ZeroHostStepPlan* pl = &e->step;
     if (zero_reduce_drain(e) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
-    double sumsq;
-    if (e->stage == 0) {
-        sumsq = grad_norm_squared(e->full_grads, e->plan.padded_total);  // replicated: no communication
-    } else {
-        if (e->stage == 1 && e->world == 1) {  // stage 1 at one rank did not reduce: the full gradient is the shard
-            memcpy(e->shard_grads, e->full_grads, e->plan.shard_total * sizeof(float));
-            if (e->host_grads != NULL) {
-                memcpy(e->host_grads, e->shard_grads, e->plan.shard_total * sizeof(float));
-                e->moved[ZERO_MOVE_D2H] += e->plan.shard_total * sizeof(float);
-            }
-        }
-        // MiCS: each group reduced its own ranks' gradients; the second hop sums them over
-        // the groups (the ranks holding the same shards), once per step (stage 3, no offload)
-        if (e->rep.world > 1 && zero_allreduce(&e->rep, e->shard_grads, e->plan.shard_total, NULL, NULL) != 0) { return -1; }
-        if (e->shard_grads == NULL) {
-            sumsq = e->grad_sumsq;
-        } else {
-            sumsq = grad_norm_squared(e->host_grads != NULL ? e->host_grads : e->shard_grads, e->plan.shard_total);
-        }
-        if (zero_allreduce_scalars(&e->comm, &sumsq, 1) != 0) { return -1; }
-    }
+    if (pl->collect != NULL && pl->collect(e) != 0) { return -1; }
+    if (pl->rep_sum != NULL && zero_allreduce(pl->rep_sum, e->shard_grads, e->plan.shard_total, NULL, NULL) != 0) { return -1; }
+    double sumsq = pl->norm_src != NULL ? grad_norm_squared(pl->norm_src, pl->norm_n) : e->grad_sumsq;
+    if (pl->norm_sum != NULL && zero_allreduce_scalars(pl->norm_sum, &sumsq, 1) != 0) { return -1; }
     float scale = adamw_grad_scale(sumsq, e->dp_world, st->grad_clip, &e->norm);
     if (st->skip || !isfinite(e->norm)) {  // an overflow: nothing changes, the gradients go
         zero_host_clear_grads(e);
         return 0;
     }
-    CpuAdamParams hp = {lr, e->beta1, e->beta2, e->eps, 0.0f, scale, t};
-
-    // Every path updates with the SIMD CPU Adam (zero3/cpu_adam.h), in place: on the
-    // CPU trainer the "device" is host memory too. zero3/adamw.h's scalar adamw_update
-    // stays as the tests' reference.
+    CpuAdamParams hp = {st->lr, e->beta1, e->beta2, e->eps, 0.0f, scale, st->t};
     double t_update = zero_now_ms(), nvme_wait0 = e->nvme.wait_ms;
-    if (e->stage == 0) {
-        for (int i = 0; i < e->num_tensors; i++) {
-            ZeroTensor tr = e->tensors[i];
-            size_t off = e->plan.units[tr.unit].full_offset + tr.offset;
-            hp.weight_decay = tr.decay ? weight_decay : 0.0f;
-            if (cpu_adam_step(e->full_params + off, e->full_grads + off, CPU_ADAM_FP32, e->m + off, e->v + off,
-                              tr.size, &hp, NULL, CPU_ADAM_FP32) != 0) { return -1; }
-        }
-    } else if (e->offload_opt == ZERO_OFFLOAD_NONE) {
-        for (int i = 0; i < e->nsegs; i++) {
-            ZeroSegment sg = e->segs[i];
-            hp.weight_decay = sg.decay ? weight_decay : 0.0f;
-            if (cpu_adam_step(zero_param_shard(e, sg.unit) + sg.unit_lo, e->shard_grads + sg.begin, CPU_ADAM_FP32,
-                              e->m + sg.begin, e->v + sg.begin, sg.end - sg.begin, &hp, NULL, CPU_ADAM_FP32) != 0) { return -1; }
-        }
-    } else if (e->offload_opt == ZERO_OFFLOAD_CPU) {
-        // SIMD AdamW on the host shards; the updated parameters go straight to the
-        // device's shard (the copy back)
-        for (int i = 0; i < e->nsegs; i++) {
-            ZeroSegment sg = e->segs[i];
-            size_t n = sg.end - sg.begin;
-            hp.weight_decay = sg.decay ? weight_decay : 0.0f;
-            float* out = zero_param_out(e, sg.unit);
-            if (out == NULL || cpu_adam_step(e->host_master + sg.begin, e->host_grads + sg.begin, CPU_ADAM_FP32, e->m + sg.begin,
-                                             e->v + sg.begin, n, &hp, out + sg.unit_lo, CPU_ADAM_FP32) != 0) { return -1; }
-            e->moved[ZERO_MOVE_H2D] += n * sizeof(float);
-        }
-        if (zero_param_flush(e) != 0) { return -1; }
-    } else if (zero_nvme_step(e, &hp, weight_decay) != 0) {
-        return -1;
-    }
+    if (pl->update(e, &hp, st->weight_decay) != 0) { return -1; }
     e->update_ms += zero_now_ms() - t_update;
     e->update_nvme_wait_ms += e->nvme.wait_ms - nvme_wait0;
-
-    // the updated shards go to every rank: stages 1-2 all-gather into the full buffer;
-    // stage 3 refreshes its persistent units (the others are gathered at their next use)
-    if (e->stage == 1 || e->stage == 2) {
-        for (int u = 0; u < e->plan.num_units; u++) {
-            ZeroUnit* pu = &e->plan.units[u];
-            if (zero_allgather(&e->comm, e->full_params + pu->full_offset, pu->shard, &e->unit_req[u]) != 0) { return -1; }
-        }
-        for (int u = 0; u < e->plan.num_units; u++) {
-            if (zero_comm_wait(&e->comm, &e->unit_req[u]) != 0) { return -1; }
-        }
-    } else if (e->stage == 3) {
-        if (zero_refresh_persistent(e) != 0) { return -1; }
-    }
-
+    if (pl->share(e) != 0) { return -1; }
     zero_pass_params_changed(&e->pass);  // hpZ: the slices are of the old parameters
     zero_host_clear_grads(e);
     return 0;
