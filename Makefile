@@ -70,6 +70,14 @@ FUZZ_LIB = build/lib/fuzz/lib.a
 EMU_LIB  = build/lib/emu/lib.a
 GPU_LIB  = build/lib/gpu/lib.a
 lib_objs = $(patsubst %.c,build/lib/$(1)/%.o,$(LIB_SRCS))
+# The GPU engines' CUDA code (zero3/*.cu, which include the engine .cuh files): objects of
+# their own, one per CUDA build and precision (floatX), build/lib/gpu/bf16, gpu/fp32 (nvcc)
+# and emu/bf16, emu/fp32 (the emulator's), each linked into the trainer of its build and
+# precision; tracked as the library's (CUDADEP: nvcc takes gcc's flags)
+CUDA_LIB_SRCS := $(wildcard zero3/*.cu)
+CUDA_BUILDS    = gpu/bf16 gpu/fp32 emu/bf16 emu/fp32
+cuda_objs      = $(patsubst %.cu,build/lib/$(1)/%.o,$(CUDA_LIB_SRCS))
+CUDADEP        = -MMD -MP -MT $@ -MF $(@:.o=.d)
 
 build/lib/opt/%.o: %.c | build
 	@mkdir -p $(dir $@)
@@ -97,7 +105,8 @@ $(foreach f,$(LIB_FLAVOURS),build/lib/$(f)/lib.a): | build
 	rm -f $@
 	ar rcs $@ $(filter %.o,$^)
 libs: $(foreach f,$(LIB_FLAVOURS),build/lib/$(f)/lib.a)
--include $(foreach f,$(LIB_FLAVOURS),$(patsubst %.o,%.d,$(call lib_objs,$(f)))) $(wildcard build/dep/*.d)
+-include $(foreach f,$(LIB_FLAVOURS),$(patsubst %.o,%.d,$(call lib_objs,$(f)))) $(wildcard build/dep/*.d) \
+         $(foreach b,$(CUDA_BUILDS),$(patsubst %.o,%.d,$(call cuda_objs,$(b))))
 
 # idempotent: does nothing when every package is there
 deps:
@@ -174,7 +183,7 @@ CXX      ?= g++
 EMU_SED   = sed -E -e 's/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\(/emu_launch(\1, \3)(/' \
                    -e 's/extern __shared__ ([A-Za-z_0-9]+) ([A-Za-z_0-9]+)\[\];/EMU_DYNAMIC_SMEM(\1, \2);/' \
                    -e 's/^(\s*__shared__ [A-Za-z_0-9]+ ([A-Za-z_0-9]+)(\[[^;]*\])*;)/\1 static int emu_shared_\2 __attribute__((unused)) = emu_shared_register(\&\2, sizeof(\2));/'
-EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) test/gpu/test_kernels_gpu.cu \
+EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) $(CUDA_LIB_SRCS) test/gpu/test_kernels_gpu.cu \
                                      test/gpu/test_kernels2_gpu.cu train_gpt2_zero3.cu)
 EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*.cuh test/emu/*/*.h test/emu/cub/device/*.cuh)
 build/emu/%: % | build
@@ -212,8 +221,10 @@ build/obj/build/test_nccl_emu.o: test/emu/test_nccl_emu.cc $(EMU_DEPS) | build
 	$(MPICXX) -O1 -g $(EMU_FLAGS) -Ibuild/emu -Itest/emu -I. $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 # the kernels' GPU tests, fp32 and bf16
 EMU_KERNEL_TESTS = build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32
-# (a whole program from one rewritten .cu: fp32 when the target's name says so)
-EMU_PROGRAM = -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -DEMU_DEFINE_GLOBALS -x c++ -Ibuild/emu -Itest/emu -I.
+# (a rewritten .cu: fp32 when the target's name says so; a program's own, EMU_PROGRAM, also
+# defines the emulator's globals, which the engines' objects, EMU_OBJECT, share)
+EMU_OBJECT  = -O2 $(EMU_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) -x c++ -Ibuild/emu -Itest/emu -I.
+EMU_PROGRAM = $(EMU_OBJECT) -DEMU_DEFINE_GLOBALS
 # (linked apart from their compile, as the programs above: EMU_LINK)
 EMU_LINK = -O2 $(EMU_FLAGS)
 build/test_kernels_emu build/test_kernels_emu_fp32 build/test_kernels2_emu build/test_kernels2_emu_fp32: %: build/obj/%.o $(EMU_LIB)
@@ -225,12 +236,22 @@ $(patsubst %,build/obj/%.o,build/test_kernels2_emu build/test_kernels2_emu_fp32)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) -c build/emu/test/gpu/test_kernels2_gpu.cu -o $@
 # the GPU trainer itself, bf16 and fp32, every kernel and the device engine emulated (slow:
-# for tiny models)
-build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32: %: build/obj/%.o $(EMU_LIB)
-	$(MPICXX) $(EMU_LINK) $< $(EMU_LIB) -o $@ $(PKG_LIBS)
-$(patsubst %,build/obj/%.o,build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32): build/obj/build/train_gpt2_zero3_emu%.o: $(EMU_DEPS) | build
+# for tiny models); the engines are objects of their own (emu/bf16, emu/fp32). The rewritten
+# copies are made first (order-only); what each object includes is then tracked by its
+# dependency file, so an engine file's change recompiles the engines' object, not the trainer's.
+build/train_gpt2_zero3_emu: build/obj/build/train_gpt2_zero3_emu.o $(call cuda_objs,emu/bf16) $(EMU_LIB)
+build/train_gpt2_zero3_emu_fp32: build/obj/build/train_gpt2_zero3_emu_fp32.o $(call cuda_objs,emu/fp32) $(EMU_LIB)
+build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32:
+	$(MPICXX) $(EMU_LINK) $(filter %.o,$^) $(EMU_LIB) -o $@ $(PKG_LIBS)
+$(patsubst %,build/obj/%.o,build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32): build/obj/build/train_gpt2_zero3_emu%.o: build/emu/train_gpt2_zero3.cu | $(EMU_DEPS) build
 	@mkdir -p $(dir $@)
 	$(MPICXX) $(EMU_PROGRAM) $(PKG_CFLAGS) $(BINDEP) -c build/emu/train_gpt2_zero3.cu -o $@
+build/lib/emu/bf16/%.o: build/emu/%.cu | $(EMU_DEPS) build
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(EMU_OBJECT) $(PKG_CFLAGS) $(CUDADEP) -c $< -o $@
+build/lib/emu/fp32/%.o: build/emu/%.cu | $(EMU_DEPS) build
+	@mkdir -p $(dir $@)
+	$(MPICXX) $(EMU_OBJECT) $(PKG_CFLAGS) $(CUDADEP) -c $< -o $@
 
 # built without -march=native: the run-time ISA dispatch is what gets tested (so it compiles
 # the few library files it needs itself, not the library's -march=native objects)
@@ -345,10 +366,21 @@ test-gpu: deps
 GPU_TRAINER_FLAGS = $(NVCCFLAGS) $(MPI_CFLAGS) $(PKG_CFLAGS)
 GPU_TRAINER_LIBS  = $(CUDA_LIBS) $(MPI_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 
-train_gpt2_zero3: train_gpt2_zero3.cu $(CUDA_HEADERS)
-	$(NVCC) $(GPU_TRAINER_FLAGS) $< $(GPU_LIB) -o $@ $(GPU_TRAINER_LIBS)
-train_gpt2_zero3_fp32: train_gpt2_zero3.cu $(CUDA_HEADERS)
-	$(NVCC) $(GPU_TRAINER_FLAGS) -DENABLE_FP32 $< $(GPU_LIB) -o $@ $(GPU_TRAINER_LIBS)
+# (the trainer's own .cu compiles to build/obj, the engines to their objects, gpu/bf16 and
+# gpu/fp32, each tracked: a change to an engine file recompiles the engines' object and relinks)
+train_gpt2_zero3: build/obj/train_gpt2_zero3.o $(call cuda_objs,gpu/bf16) $(GPU_LIB)
+train_gpt2_zero3_fp32: build/obj/train_gpt2_zero3_fp32.o $(call cuda_objs,gpu/fp32) $(GPU_LIB)
+train_gpt2_zero3 train_gpt2_zero3_fp32:
+	$(NVCC) $(GPU_TRAINER_FLAGS) $(filter %.o,$^) $(GPU_LIB) -o $@ $(GPU_TRAINER_LIBS)
+build/obj/train_gpt2_zero3.o build/obj/train_gpt2_zero3_fp32.o: build/obj/%.o: train_gpt2_zero3.cu | build
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GPU_TRAINER_FLAGS) $(if $(findstring fp32,$@),-DENABLE_FP32) $(BINDEP) -c $< -o $@
+build/lib/gpu/bf16/%.o: %.cu | build
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GPU_TRAINER_FLAGS) $(CUDADEP) -c $< -o $@
+build/lib/gpu/fp32/%.o: %.cu | build
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GPU_TRAINER_FLAGS) -DENABLE_FP32 $(CUDADEP) -c $< -o $@
 
 clean:
 	rm -rf build train_gpt2_zero3_cpu checkpoint_tool train_gpt2_zero3 train_gpt2_zero3_fp32 tokenize $(TOKENIZER) dev/data/tinyshakespeare/*.bin log_demo

@@ -47,8 +47,7 @@
 #include "llmc/activations.h"  // the activations' sizes
 #include "llmc/trainer.h"      // the run: start-up, data, the step loop, checkpoints, the report; the unit hooks
 #pragma nv_diag_default 550
-#include "zero3/device.cuh"    // the device engine
-#include "zero3/staged.cuh"    // the host-staged engine
+#include "zero3/device.h"      // the engines, compiled apart (zero3/device.cu): zero_dev_create, zero_staged_create, zero_gpu_wait
 
 #define NVTX_PUSH(name) nvtxRangePushA(name)
 #define NVTX_POP() nvtxRangePop()

@@ -53,14 +53,18 @@ __device__ __forceinline__ unsigned long long gpu_clock_ns(void) {
 #endif
 }
 
+// The engines' conversion kernels: static, as this file is included by the engines'
+// translation unit (zero3/device.cu) and by the trainer's, which does not use them
+// (maybe_unused: nvcc would say "declared but never referenced" there)
+
 // floatX (n,) <- fp32 (n,), rounded to nearest: parameters uploaded from an fp32 master
-__global__ void zero_to_floatx_kernel(floatX* dst, const float* src, size_t n) {
+[[maybe_unused]] static __global__ void zero_to_floatx_kernel(floatX* dst, const float* src, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { dst[i] = from_float<floatX>(src[i]); }
 }
 
 // fp32 (n,) <- floatX (n,): gradients on their way to an fp32 accumulator
-__global__ void zero_to_float_kernel(float* dst, const floatX* src, size_t n) {
+[[maybe_unused]] static __global__ void zero_to_float_kernel(float* dst, const floatX* src, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { dst[i] = to_float(src[i]); }
 }

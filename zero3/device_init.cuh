@@ -354,8 +354,9 @@ static const ZeroOps zero_dev_ops = {
     .master_shard = zero_dev_master_shard, .free = zero_dev_free,
 };
 
-// A device engine behind z (see ZeroInit). On failure nothing is left allocated.
-static int zero_dev_create(Zero** z, const ZeroInit* in) {
+// A device engine behind z (see ZeroInit). On failure nothing is left allocated. Defined
+// once per program: zero3/device.cu (zero3/device.h), or a test that includes this whole.
+int zero_dev_create(Zero** z, const ZeroInit* in) {
     return zero_create(z, &zero_dev_ops, calloc(1, sizeof(ZeroDev)), zero_dev_init, in);
 }
 

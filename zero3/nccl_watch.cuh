@@ -29,7 +29,8 @@
 
  One thread (the trainer's) issues and waits; the watchdog's thread only runs the exit hook
  (ncclCommAbort may be called from another thread: that is what it is for). The state is
- the process's, in statics.
+ the process's, in statics: this file is compiled in one translation unit of a program
+ (zero3/device.cu; a test that includes it whole), whose zero_gpu_wait the rest calls.
 */
 #ifndef ZERO3_NCCL_WATCH_CUH
 #define ZERO3_NCCL_WATCH_CUH
@@ -90,7 +91,7 @@ static inline void zero_nccl_watch_remove(ncclComm_t c) {
     }
 }
 
-static int zero_gpu_wait(cudaStream_t s, cudaEvent_t ev, const char* what);  // below
+int zero_gpu_wait(cudaStream_t s, cudaEvent_t ev, const char* what);  // below
 
 // A collective (or a group of them) is about to be issued on stream s: its start event.
 // Inside an open record, nothing (it is part of that one).
@@ -173,8 +174,10 @@ static int zero_nccl_watch_poll(void) {
 
 // The host waits for ev (or, when NULL, for everything issued on s), as cudaEventSynchronize
 // (cudaStreamSynchronize) would, but watched: see the top. -1 with a message on a CUDA or an
-// NCCL error. `what` names the wait in a CUDA error's message.
-static int zero_gpu_wait(cudaStream_t s, cudaEvent_t ev, const char* what) {
+// NCCL error. `what` names the wait in a CUDA error's message. Defined once per program, with
+// the state it polls: zero3/device.cu (the trainer calls it through zero3/device.h), or a
+// test that includes this whole.
+int zero_gpu_wait(cudaStream_t s, cudaEvent_t ev, const char* what) {
     int rc = 0;
     for (;;) {
         cudaError_t q = ev != NULL ? cudaEventQuery(ev) : cudaStreamQuery(s);

@@ -200,7 +200,8 @@ static int zero_staged_init(void* impl, const ZeroInit* in) {
 }
 
 // A host-staged engine behind z (see ZeroInit). On failure nothing is left allocated.
-static int zero_staged_create(Zero** z, const ZeroInit* in) {
+// Defined once per program: zero3/device.cu (zero3/device.h).
+int zero_staged_create(Zero** z, const ZeroInit* in) {
     return zero_create(z, &zero_staged_ops, calloc(1, sizeof(ZeroStaged)), zero_staged_init, in);
 }
 

@@ -20,7 +20,7 @@ includes() { grep -H -o '^#include "[^"]*"' "$@" | sed -E 's/:#include "(.*)"$/ 
 bad_common=$(includes common/*.h common/*.c | awk '$2 !~ /^common\//')
 if [ -z "$bad_common" ]; then ok "common/ includes nothing of the project"; else bad "common/ reaches up: $bad_common"; fi
 
-bad_zero3=$(includes zero3/*.h zero3/*.c zero3/*.cuh | awk '$2 !~ /^(zero3|common)\//')
+bad_zero3=$(includes zero3/*.h zero3/*.c zero3/*.cu zero3/*.cuh | awk '$2 !~ /^(zero3|common)\//')
 if [ -z "$bad_zero3" ]; then ok "zero3/ includes only zero3/ and common/"; else bad "zero3/ reaches outside itself: $bad_zero3"; fi
 
 glue="llmc/args.h llmc/trainer.h llmc/trainer_proc.h llmc/trainer_setup.h llmc/trainer_report.h llmc/trainer_checkpoint.h llmc/checkpoint.h llmc/manifest.h llmc/cuda_common.cuh"
@@ -32,7 +32,7 @@ done)
 if [ -z "$bad_llmc" ]; then ok "llmc/'s model and ops include nothing of zero3/ (only the glue: $glue)"
 else bad "llmc/ model code includes zero3/: $bad_llmc"; fi
 
-bad_up=$(includes common/*.h llmc/*.h llmc/*.c llmc/*.cuh zero3/*.h zero3/*.cuh dev/*.c | awk '$2 ~ /^(train_gpt2_zero3|test\/|dev\/)/')
+bad_up=$(includes common/*.h llmc/*.h llmc/*.c llmc/*.cuh zero3/*.h zero3/*.cu zero3/*.cuh dev/*.c | awk '$2 ~ /^(train_gpt2_zero3|test\/|dev\/)/')
 if [ -z "$bad_up" ]; then ok "no library file includes a trainer, a tool or a test"; else bad "includes reaching up: $bad_up"; fi
 
 # sizes a reader can hold: no file of common/, llmc/ or zero3/ over 800 lines, no C function
@@ -43,7 +43,7 @@ else bad "sizes: $(echo "$sizes" | tr '\n' ';')"; fi
 # the folder graph, for the record (and the check that it has no cycle: zero3 -> llmc
 # never appears, nor anything out of common/, which the first checks already hold)
 echo "folder include graph:"
-includes train_gpt2_zero3.c train_gpt2_zero3.cu common/*.h llmc/*.h llmc/*.cuh zero3/*.h zero3/*.cuh dev/*.c | awk '
+includes train_gpt2_zero3.c train_gpt2_zero3.cu common/*.h llmc/*.h llmc/*.cuh zero3/*.h zero3/*.cu zero3/*.cuh dev/*.c | awk '
     { split($1, a, "/"); from = (a[2] == "" ? "trainers" : a[1]); split($2, b, "/"); to = b[1];
       if (from ~ /^train_gpt2/) from = "trainers"; if (from != to) edge[from " -> " to] = 1 }
     END { for (e in edge) print "  " e }' | sort
