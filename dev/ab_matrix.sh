@@ -114,7 +114,17 @@ if [ "$ROWS" != cpu ]; then
         row "gpu${s}_dev_dpu"    1 $b $G -z 2 --zero-backend device --offload-optimizer cpu --dpu 1
         row "gpu${s}_host_z3"    2 $b $G -z 3 --zero-backend host
         row "gpu${s}_host_nvme"  2 $b $G -z 3 --zero-backend host --offload-optimizer nvme --offload-param cpu --nvme-path @OUT
+        # the device engine's other layouts of the step (stages 1-2, one rank, offload at stage 1)
+        row "gpu${s}_dev_z1"     2 $b $G -z 1 --zero-backend device
+        row "gpu${s}_dev_z2"     2 $b $G -z 2 --zero-backend device
+        row "gpu${s}_dev_z1_off" 2 $b $G -z 1 --zero-backend device --offload-optimizer cpu
+        row "gpu${s}_dev_z0_n1"  1 $b $G -z 0 --zero-backend device
+        row "gpu${s}_dev_z1_n1"  1 $b $G -z 1 --zero-backend device
     done
+    # bf16 with the gradients reduced in fp32 (the norm and AdamW read the fp32 copies)
+    b=build/train_gpt2_zero3_emu
+    for z in 0 1 2 3; do row "gpu_bf16_dev_z${z}_c32" 2 $b $G -z $z --zero-backend device --communication-data-type fp32; done
+    row "gpu_bf16_dev_z1_c32_off" 2 $b $G -z 1 --zero-backend device --communication-data-type fp32 --offload-optimizer cpu
 fi
 
 echo "$same same, $diff different$([ $notrun -gt 0 ] && echo ", $notrun not run")"
