@@ -195,6 +195,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, ZeroInit in, int device_eng
     }
     cudaCheck(cudaStreamCreate(&m->stream));
     in.stream = m->stream;
+    in.param_bytes = sizeof(floatX);
     int rc = device_engine ? zero_dev_create(&m->zero, &in) : zero_staged_create(&m->zero, &in);
     if (rc != 0) {
         fprintf(stderr, "error: rank %d: %s\n", rank, zero_errmsg());

@@ -33,6 +33,15 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
+// An engine object is compiled for one floatX (zero3/device.cu, once per precision): 0 when
+// the trainer's parameters (trainer_bytes each) are of that type, else -1 with a zero_error
+// naming both, for the engine object of one precision linked into the other's build.
+static inline int zero_gpu_check_floatx(size_t trainer_bytes, const char* engine) {
+    if (trainer_bytes == sizeof(floatX)) { return 0; }
+    return zero_error("zero %s engine: built for %s parameters (%zu bytes), the trainer's are %zu bytes: "
+                      "link the engine object of the trainer's precision", engine, PRECISION_MODE, sizeof(floatX), trainer_bytes);
+}
+
 // 0, or -1 with a zero_error line naming `what` and CUDA's reason
 static inline int zero_cuda(cudaError_t e, const char* what) {
     if (e == cudaSuccess) { return 0; }

@@ -6,7 +6,8 @@
  change to an engine file recompiles that object, not the trainer.
 
  floatX is the trainer's and the object's alike (zero3/cuda_util.cuh: bf16, or fp32 with
- -DENABLE_FP32): the Makefile links each trainer with the object of its own precision.
+ -DENABLE_FP32): the Makefile links each trainer with the object of its own precision, and
+ both constructors refuse a ZeroInit whose param_bytes is not their sizeof(floatX).
  Everything else of an engine is reached through zero3/zero.h's calls.
 */
 #ifndef ZERO3_DEVICE_H

@@ -36,15 +36,13 @@ static int zero_dev_count_free(void* be, int u) {
     return 0;
 }
 
-static int zero_dev_count_none(void* be, int u) { (void)be; (void)u; return 0; }
-static void* zero_dev_count_params(void* be, int u) { (void)be; (void)u; return NULL; }
 static int zero_dev_count_grad(void* be, int u, void** out) { (void)be; (void)u; *out = NULL; return 0; }
 
 static const ZeroMover zero_dev_count_mover = {
-    .gather_start = zero_dev_count_gather, .gather_wait = zero_dev_count_none,
-    .gather_free = zero_dev_count_free, .params = zero_dev_count_params,
-    .grad_buf = zero_dev_count_grad, .reduce_start = zero_dev_count_none,
-    .reduce_complete = zero_dev_count_none, .poll = NULL,
+    .gather_start = zero_dev_count_gather, .gather_wait = zero_mover_nothing,
+    .gather_free = zero_dev_count_free, .params = zero_mover_no_params,
+    .grad_buf = zero_dev_count_grad, .reduce_start = zero_mover_nothing,
+    .reduce_complete = zero_mover_nothing, .poll = NULL,
 };
 
 // the pools: stage 3's gather buffers, as many of each size as the pass driver ever holds
@@ -191,6 +189,7 @@ static int zero_dev_zeropp_init(ZeroDev* d) {
 // in->model, its work ordered after in->stream, the model's.
 static int zero_dev_init(void* impl, const ZeroInit* in) {
     ZeroDev* d = (ZeroDev*)impl;
+    if (zero_gpu_check_floatx(in->param_bytes, "device") != 0) { return -1; }
     const ZeroConfig* cfg = in->cfg;
     int num_units = in->model->num_units;
     memset(d, 0, sizeof(*d));

@@ -31,15 +31,11 @@ static int zero_count_gather_start(void* be, int u, int how) {
     return 0;
 }
 
-static int zero_count_gather_wait(void* be, int u) { (void)be; (void)u; return 0; }
-
 static int zero_count_gather_free(void* be, int u) {
     ZeroCount* c = (ZeroCount*)be;
     zero_pool_walk(&c->w, c->plan->units[u].padded, -1);
     return 0;
 }
-
-static void* zero_count_params(void* be, int u) { (void)be; (void)u; return NULL; }
 
 static int zero_count_grad_buf(void* be, int u, void** out) {
     ZeroCount* c = (ZeroCount*)be;
@@ -67,8 +63,8 @@ static int zero_count_reduce_complete(void* be, int u) {
 }
 
 static const ZeroMover zero_count_mover = {
-    .gather_start = zero_count_gather_start, .gather_wait = zero_count_gather_wait,
-    .gather_free = zero_count_gather_free, .params = zero_count_params,
+    .gather_start = zero_count_gather_start, .gather_wait = zero_mover_nothing,
+    .gather_free = zero_count_gather_free, .params = zero_mover_no_params,
     .grad_buf = zero_count_grad_buf, .reduce_start = zero_count_reduce_start,
     .reduce_complete = zero_count_reduce_complete, .poll = NULL,
 };

@@ -96,6 +96,11 @@ void zero_pass_params_changed(ZeroPass* p);
 // persistent units must be gathered already; the walk leaves none of the others gathered.
 int zero_pass_walk(ZeroPass* p);
 
+// For the movers that count instead of moving (zero_pass_walk's users): a call with nothing
+// to do (0), and no parameters to show (NULL)
+int zero_mover_nothing(void* be, int u);
+void* zero_mover_no_params(void* be, int u);
+
 #ifdef __cplusplus
 }
 #endif

@@ -175,6 +175,7 @@ static const ZeroOps zero_staged_ops = {
 // and the staging; ordered on in->stream, the model's
 static int zero_staged_init(void* impl, const ZeroInit* in) {
     ZeroStaged* e = (ZeroStaged*)impl;
+    if (zero_gpu_check_floatx(in->param_bytes, "host-staged") != 0) { return -1; }
     e->stream = (cudaStream_t)in->stream;
     const ZeroModel* model = in->model;
     e->host = (ZeroHost*)calloc(1, sizeof(ZeroHost));

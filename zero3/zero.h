@@ -79,6 +79,7 @@ typedef struct {
     int dpu;                 // device engine: ZeRO-Offload's delayed parameter update (--dpu)
     int threads;             // device engine: the CPU Adam's OpenMP threads; 0: OpenMP's default
     void* stream;            // device and staged engines: the model's cudaStream_t, their work ordered after it
+    size_t param_bytes;      // device and staged engines: the trainer's bytes per GPU parameter (sizeof its floatX)
 } ZeroInit;
 
 // [Note: partitioned init] An engine calls in->fill for the real elements of its own shard

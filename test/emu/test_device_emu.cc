@@ -195,6 +195,7 @@ int main(int argc, char** argv) {
         in.stream = compute;
         in.dpu = dpu;
         in.threads = 1;
+        in.param_bytes = sizeof(floatX);
         if (zero_dev_create(e, &in) != 0) {
             fprintf(stderr, "FAIL rank %d: zero_dev_create: %s\n", rank_, zero_errmsg());
             MPI_Abort(MPI_COMM_WORLD, 1);
@@ -204,6 +205,22 @@ int main(int argc, char** argv) {
         fprintf(stderr, "FAIL rank %d: %s: %s\n", rank_, what, zero_errmsg());
         MPI_Abort(MPI_COMM_WORLD, 1);
     };
+    // an engine object of one precision (zero3/device.cu is built once per floatX) refuses
+    // a trainer of the other, naming both, before it touches the GPU or the ranks
+    {
+        ZeroInit in;
+        memset(&in, 0, sizeof(in));
+        in.cfg = &zc;
+        in.model = &sp;
+        in.comm = MPI_COMM_WORLD;
+        in.stream = compute;
+        in.param_bytes = sizeof(floatX) == 2 ? 4 : 2;
+        Zero* wrong = NULL;
+        int rc = zero_dev_create(&wrong, &in);
+        check("a trainer of the other precision refused, naming it", rc != 0 && wrong == NULL &&
+              strstr(zero_errmsg(), "the trainer's are") != NULL && strstr(zero_errmsg(), PRECISION_MODE) != NULL,
+              "rc %g %g", (double)rc, 0.0);
+    }
     engine_init(&z, init.data());
 
     // the reference: P[j], the parameters after j updates; the model sees P[k] at step k,
