@@ -22,8 +22,8 @@ for c in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
     [ -n "$ncu" ] || { [ -x "$c" ] && ncu=$c; }
 done
 [ -x "${ncu:-/nonexistent}" ] || die "ncu (Nsight Compute) not found${ncu:+ at $ncu}: set NCU=/path/to/ncu"
-[ -x ./train_gpt2_zero3 ] || die "./train_gpt2_zero3 is not built"
 require_gpu "scripts/gpu_kernel_times.sh"
+[ -x ./train_gpt2_zero3 ] || die "./train_gpt2_zero3 is not built (make train_gpt2_zero3, or run this through scripts/gpu_bundle.sh exec DIR)"
 steps=${KT_STEPS:-1} limit=${KT_TIMEOUT:-300}
 args=(-e d12 -b 32 -t 1024 -v 0 -s 0 -n 0 "$@")
 
