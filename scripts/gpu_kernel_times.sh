@@ -30,7 +30,8 @@ args=(-e d12 -b 32 -t 1024 -v 0 -s 0 -n 0 "$@")
 # the step time, unprofiled: the steps after two of warm-up
 timeout -k 5 "$limit" ./train_gpt2_zero3 "${args[@]}" -x $((steps + 4)) --report "$dir/plain.json" \
     > "$dir/run.log" 2>&1 || die "the unprofiled run failed: $(tail -3 "$dir/run.log")"
-step_ms=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["steps"][2:]; print(sum(x["ms"] for x in s)/len(s))' "$dir/plain.json")
+step_ms=$(python3 -c 'import sys; sys.path.insert(0, "dev"); from report_figures import figures; print(figures(sys.argv[1], 2)[3])' \
+          "$dir/plain.json") || die "no step time in $dir/plain.json"
 
 # every kernel of a short run, timed by the profiler (the few kernels of the set-up included)
 echo "profiling with $ncu: ./train_gpt2_zero3 ${args[*]} -x $steps" | tee -a "$dir/run.log"
