@@ -40,8 +40,9 @@ echo "bench_nvme: $DIR on $(df -T "$DIR" | awk 'NR==2 {print $1, $2}')${dev:+ (b
 echo "bench_nvme: ${SIZE_MIB} MiB, ${BS_MIB} MiB requests, queue depth $QD, O_DIRECT, $RUNS alternated runs"
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
-# requests and sectors completed by the device so far (reads + writes)
-disk_snap() { if [ -n "$dev" ]; then awk -v d="$dev" '$3==d {print $4+$8, $6+$10}' /proc/diskstats; else echo "0 0"; fi; }
+# requests and sectors completed by the device so far (reads + writes); printf,
+# because mawk prints sums past 2^31 as 2.1e+09, which bash's arithmetic refuses
+disk_snap() { if [ -n "$dev" ]; then awk -v d="$dev" '$3==d {printf "%.0f %.0f\n", $4+$8, $6+$10}' /proc/diskstats; else echo "0 0"; fi; }
 # average KiB per device request between two snapshots "n s" "n s"
 disk_avg() {
     local a=($1) b=($2)
