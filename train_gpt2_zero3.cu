@@ -664,17 +664,21 @@ int main(int argc, char** argv) {
     omp_set_num_threads(t.threads);  // the CPU Adam's (offload)
 
     // Where the model states live. The device engine: every stage, optimizer offload to
-    // the CPU, one GPU per rank (NCCL). The host-staged engine: also NVMe and parameter
-    // offload, ranks sharing a GPU. auto takes the device engine where it can.
-    int device_ok = tc->zero.offload_param == ZERO_OFFLOAD_NONE && tc->zero.offload_optimizer != ZERO_OFFLOAD_NVME &&
-                    !(tc->zero.offload_optimizer == ZERO_OFFLOAD_CPU && tc->zero.stage == 0);
+    // the CPU, parameter offload to the CPU (stage 3, with the optimizer's), one GPU per
+    // rank (NCCL). The host-staged engine: also NVMe offload, ranks sharing a GPU. auto
+    // takes the device engine where it can.
+    const ZeroConfig* zc = &tc->zero;
+    int device_ok = zc->offload_param != ZERO_OFFLOAD_NVME && zc->offload_optimizer != ZERO_OFFLOAD_NVME &&
+                    !(zc->offload_optimizer == ZERO_OFFLOAD_CPU && zc->stage == 0) &&
+                    !(zc->offload_param == ZERO_OFFLOAD_CPU && (zc->offload_optimizer == ZERO_OFFLOAD_NONE || zc->hpz_partition_size > 1));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &gpus_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));  // every node
     int device_engine = !strcmp(tc->zero_backend, "device") || (!strcmp(tc->zero_backend, "auto") && device_ok && gpus_ok);
     if (device_engine && !device_ok) {
         char msg[512];
-        snprintf(msg, sizeof(msg), "--zero-backend device offloads the optimizer to the CPU at stages 1-3 only (got -z %d, "
-                 "offload optimizer %s, param %s): use --zero-backend host (or auto) for NVMe and parameter offload",
-                 tc->zero.stage, zero_offload_name(tc->zero.offload_optimizer), zero_offload_name(tc->zero.offload_param));
+        snprintf(msg, sizeof(msg), "--zero-backend device offloads the optimizer to the CPU at stages 1-3, and the parameters "
+                 "to the CPU at stage 3 with the optimizer's and without hpZ (got -z %d, offload optimizer %s, param %s): use "
+                 "--zero-backend host (or auto) for NVMe offload", zc->stage, zero_offload_name(zc->offload_optimizer),
+                 zero_offload_name(zc->offload_param));
         die_all(rank, msg);
     }
     if (device_engine && !gpus_ok) {
@@ -688,7 +692,7 @@ int main(int argc, char** argv) {
                 "this build's gradients are fp32, reduced in fp32" : "the host backend reduces the gradients in fp32 on the host");
     }
     if (!device_engine && tc->dpu) {
-        die_all(rank, "--dpu runs on the device backend (--offload-optimizer cpu, no NVMe or parameter offload, one GPU per rank)");
+        die_all(rank, "--dpu runs on the device backend (--offload-optimizer cpu, no NVMe offload, one GPU per rank)");
     }
     int use_flash = !strcmp(tc->attention, "flash");
 

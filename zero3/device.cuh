@@ -26,8 +26,19 @@
  whole model's shards issued at the end of the step before).
  With dpu (ZeRO-Offload's one-step delayed parameter update, --dpu 1) the CPU Adam of
  step i runs on a thread while the GPU computes step i+1 with the parameters of step i-1;
- its result is uploaded at the end of step i+1. NVMe and parameter offload are the host
- engine's (the GPU trainer's host-staged backend, zero3/staged.cuh).
+ its result is uploaded at the end of step i+1.
+ --offload-param cpu (stage 3, with the optimizer's offload; ZeRO-Infinity's parameter
+ tier): this rank's floatX shards live in pinned host memory (the h_params buffer the CPU
+ Adam writes: nothing is uploaded after a step). A gather uploads the unit's shard on
+ copy_in, inside the schedule's prefetch window, and its all-gather waits for that upload
+ (up_ev). No shard-sized array is on the GPU: the gradient shards leave it unit by unit
+ (grads_host): each reduce-scatter's output (the gradient buffer's own rs_out or rs32) goes
+ on copy_out into a pinned slot of a small ring, the buffer is free once that copy is
+ done, and the host adds the slot into its fp32 accumulators (h_grads) at the next release
+ that finds the copy over (the mover's poll), or when it needs the slot; the step's start
+ adds the rest, and the squared norm, summed in double unit by unit on the last micro-step,
+ goes to the GPU for the ranks' sum. hpZ (a slice of every unit on the GPU) is refused.
+ NVMe offload is the host engine's (the GPU trainer's host-staged backend, zero3/staged.cuh).
 
  Beyond one node (stage 3; the host engine's modes, zero3/host.h, on NCCL). The ranks learn
  their node (zero_comm_node) and each communicator its span over the nodes
@@ -122,10 +133,22 @@ __global__ void zero_dev_accumulate_kernel(float* acc, const T* got, size_t n) {
 typedef struct {
     floatX* buf;          // (elems)
     floatX* rs_out;       // gradient buffers: the reduce-scatter's output, (elems / world); NULL with comm32
+    float* rs32;          // gradient buffers with the shards sent to the host, reduced in fp32 (comm32, qgZ):
+                          //   the reduced shard, (elems / world), in place of the shared wide_out
     int unit;             // the unit it holds, -1 when free
     cudaEvent_t free_ev;  // the last use of buf is done once this event has passed
     cudaEvent_t ready_ev; // parameter buffers: the gather into buf is done
+    cudaEvent_t up_ev;    // parameter buffers, parameter offload: this rank's shard is uploaded into buf
 } ZeroDevBuf;
+
+// Parameter offload: a reduced gradient shard on its way to the host accumulators, in a
+// pinned slot of the largest shard (fp32 bytes) until the host has added it in
+#define ZERO_DEV_SLOTS 4
+typedef struct {
+    void* host;           // (largest shard) fp32, or floatX (widened in place when it is added)
+    cudaEvent_t done;     // the copy into host is over (recorded on copy_out)
+    int unit, last_micro, x;   // x: host holds floatX
+} ZeroDevSlot;
 
 typedef struct {
     size_t elems;         // a unit's padded size
@@ -254,12 +277,24 @@ typedef struct ZeroDev {
     ZeroDevUpdate update_args;
     floatX* h_params_buf[2];      // (shard_total) pinned: the updated compute-copy shards; two with dpu
     floatX* h_params;             //   (one being uploaded, one being written by the thread), h_params the one written next
+    // --offload-param cpu (stage 3): shard_params is one of the h_params buffers, in pinned host
+    // memory, the one in use; a gather uploads this rank's shard on copy_in before its all-gather
+    int offload_param;
+    // The gradient shards leave the GPU unit by unit (stage 3 with parameter offload): each
+    // reduced shard goes on copy_out into a staging slot, and the host adds it into h_grads
+    // (zero_dev_slots_poll); no shard-sized gradient array is on the GPU
+    int grads_host;
+    ZeroDevSlot slots[ZERO_DEV_SLOTS];
+    int slot_head, slot_count;    // the slots in flight, oldest first (a ring)
+    unsigned char* acc_started;   // (num_units) grads_host: the unit's accumulator holds this step's sum so far
+    double grad_sumsq;            // grads_host: the step's squared norm, summed unit by unit on the last micro-step
+    double* host_sumsq;           // (1,) pinned: it, on its way to norm_sum
     ZeroDevStepPlan step;         // the optimizer step's layout, resolved at init
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)
     // accounting (bytes on the GPU, and pinned on the host)
     double bytes_params, bytes_grads, bytes_optimizer, bytes_buffers;
-    double host_bytes_grads, host_bytes_optimizer, host_bytes_params;
+    double host_bytes_grads, host_bytes_optimizer, host_bytes_params, host_bytes_buffers;
 } ZeroDev;
 
 // a zeroed device allocation, counted into *bytes
@@ -355,8 +390,9 @@ static ZeroDevBuf* zero_dev_take(ZeroDev* d, ZeroDevPool* pools, int npools, int
     return NULL;
 }
 
-// allocates count buffers in each pool (with the reduce-scatter's output: gradient pools)
-static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int with_rs) {
+// allocates count buffers in each pool; gradient pools with the reduce-scatter's output:
+// floatX (with_rs), or fp32 of their own (with_rs32, the shards sent to the host)
+static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int with_rs, int with_rs32) {
     for (int i = 0; i < npools; i++) {
         ZeroDevPool* p = &pools[i];
         p->next = 0;
@@ -371,8 +407,13 @@ static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int 
                 b->rs_out = (floatX*)zero_dev_alloc(p->elems / d->world * sizeof(floatX), &d->bytes_buffers);
                 if (b->rs_out == NULL) { return -1; }
             }
+            if (with_rs32) {
+                b->rs32 = (float*)zero_dev_alloc(p->elems / d->world * sizeof(float), &d->bytes_buffers);
+                if (b->rs32 == NULL) { return -1; }
+            }
             if (zero_cuda(cudaEventCreateWithFlags(&b->free_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
-                zero_cuda(cudaEventCreateWithFlags(&b->ready_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+                zero_cuda(cudaEventCreateWithFlags(&b->ready_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
+                zero_cuda(cudaEventCreateWithFlags(&b->up_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
                 return -1;
             }
         }
@@ -386,6 +427,8 @@ static void zero_dev_pools_free(ZeroDevPool* pools, int npools) {
             ZeroDevBuf* b = &pools[i].bufs[k];
             cudaFree(b->buf);
             cudaFree(b->rs_out);
+            cudaFree(b->rs32);
+            if (b->up_ev != NULL) { cudaEventDestroy(b->up_ev); }
             if (b->free_ev != NULL) { cudaEventDestroy(b->free_ev); }
             if (b->ready_ev != NULL) { cudaEventDestroy(b->ready_ev); }
         }
@@ -421,8 +464,20 @@ static int zero_dev_gather_start(void* be, int u, int how) {
             return -1;
         }
     } else {
-        if (zero_cuda(cudaMemcpyAsync(b->buf + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
-                                      pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0) {
+        floatX* mine = b->buf + (size_t)d->rank * pu->shard;
+        if (d->offload_param) {
+            // the shard leaves pinned host memory on the copy-in stream (uploads overlap the
+            // collectives of the units before), and the all-gather waits for it
+            if (zero_cuda(cudaStreamWaitEvent(d->copy_in, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
+                zero_cuda(cudaMemcpyAsync(mine, d->shard_params + pu->shard_offset, pu->shard * sizeof(floatX),
+                                          cudaMemcpyHostToDevice, d->copy_in), "uploading a parameter shard") != 0 ||
+                zero_cuda(cudaEventRecord(b->up_ev, d->copy_in), "cudaEventRecord") != 0 ||
+                zero_cuda(cudaStreamWaitEvent(ns, b->up_ev, 0), "cudaStreamWaitEvent") != 0) {
+                return -1;
+            }
+            d->moved_h2d += (double)pu->shard * sizeof(floatX);
+        } else if (zero_cuda(cudaMemcpyAsync(mine, d->shard_params + pu->shard_offset, pu->shard * sizeof(floatX),
+                                             cudaMemcpyDeviceToDevice, ns), "copying a shard") != 0) {
             return -1;
         }
         int rc = d->cfg.quantized_weights ? zero_nccl_allgather_q<floatX>(&d->nccl, b->buf, pu->shard, d->qscratch, u)
@@ -522,6 +577,83 @@ static int zero_dev_copy_out(ZeroDev* d, int u) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// gradient shards to the host (grads_host): a ring of pinned slots on copy_out, added into
+// the host's fp32 accumulators (h_grads) by the host, in the order they were sent
+
+// the oldest slot's shard, arrived, into unit u's accumulator: the step's first add starts
+// from zero (0 + g, as the GPU's zeroed accumulators do); on the last micro-step the sum's
+// squares go to the step's norm (in double, unit by unit, as the host engine's NVMe tier)
+static void zero_dev_slot_add(ZeroDev* d) {
+    ZeroDevSlot* sl = &d->slots[d->slot_head];
+    const ZeroUnit* pu = &d->plan.units[sl->unit];
+    float* got = (float*)sl->host;
+    if (sl->x && sizeof(floatX) == 2) {  // bf16 widened in place, from the end (each value doubles in size)
+        const uint16_t* bits = (const uint16_t*)sl->host;
+        for (size_t i = pu->shard; i-- > 0;) { got[i] = cpu_adam_bf16_to_f32(bits[i]); }
+    }
+    float* acc = (float*)d->h_grads + pu->shard_offset;
+    if (d->acc_started[sl->unit]) {
+        for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+    } else {
+        for (size_t i = 0; i < pu->shard; i++) { acc[i] = 0.0f + got[i]; }
+        d->acc_started[sl->unit] = 1;
+    }
+    if (sl->last_micro) { d->grad_sumsq += grad_norm_squared(acc, pu->shard); }
+    d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;
+    d->slot_count--;
+}
+
+// adds the shards that have arrived (the mover's poll: at every release), without waiting
+static int zero_dev_slots_poll(void* be) {
+    ZeroDev* d = (ZeroDev*)be;
+    while (d->slot_count > 0) {
+        cudaError_t q = cudaEventQuery(d->slots[d->slot_head].done);
+        if (q == cudaErrorNotReady) { (void)cudaGetLastError(); return 0; }  // (the runtime keeps it as its last error)
+        if (zero_cuda(q, "cudaEventQuery") != 0) { return -1; }
+        zero_dev_slot_add(d);
+    }
+    return 0;
+}
+
+// waits for the oldest slot's copy and adds it (a watched wait: a failed collective before it ends it)
+static int zero_dev_slot_drain_one(ZeroDev* d) {
+    double w0 = zero_now_ms();
+    if (zero_gpu_wait(NULL, d->slots[d->slot_head].done, "waiting for a gradient shard's copy") != 0) { return -1; }
+    d->host_wait_ms += zero_now_ms() - w0;
+    zero_dev_slot_add(d);
+    return 0;
+}
+
+// every shard sent is added (the step's start)
+static int zero_dev_slots_drain(ZeroDev* d) {
+    while (d->slot_count > 0) {
+        if (zero_dev_slot_drain_one(d) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// unit u's reduced shard (red: fp32, or floatX when x), just issued on the NCCL stream, to
+// a slot on copy_out; the gradient buffer b is free once the copy has read it
+static int zero_dev_send_shard(ZeroDev* d, int u, ZeroDevBuf* b, const void* red, int x) {
+    if (d->slot_count == ZERO_DEV_SLOTS && zero_dev_slot_drain_one(d) != 0) { return -1; }
+    ZeroDevSlot* sl = &d->slots[(d->slot_head + d->slot_count) % ZERO_DEV_SLOTS];
+    size_t bytes = d->plan.units[u].shard * (x ? sizeof(floatX) : sizeof(float));
+    if (zero_cuda(cudaEventRecord(d->reduced_out_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
+        zero_cuda(cudaStreamWaitEvent(d->copy_out, d->reduced_out_ev, 0), "cudaStreamWaitEvent") != 0 ||
+        zero_cuda(cudaMemcpyAsync(sl->host, red, bytes, cudaMemcpyDeviceToHost, d->copy_out), "copying a gradient shard out") != 0 ||
+        zero_cuda(cudaEventRecord(sl->done, d->copy_out), "cudaEventRecord") != 0 ||
+        zero_cuda(cudaEventRecord(b->free_ev, d->copy_out), "cudaEventRecord") != 0) {
+        return -1;
+    }
+    sl->unit = u;
+    sl->last_micro = d->sched.last_micro;
+    sl->x = x;
+    d->slot_count++;
+    d->moved_d2h += (double)bytes;
+    return 0;
+}
+
 // The unit's gradient is complete for this micro-step: its collective goes on the NCCL
 // stream, after the compute stream's kernels so far (the backward that wrote it).
 static int zero_dev_reduce_start(void* be, int u) {
@@ -548,22 +680,32 @@ static int zero_dev_reduce_start(void* be, int u) {
         if (zero_nccl_reduce_scatter(&d->nccl, d->grads + pu->full_offset, d->gshard + pu->shard_offset, pu->shard, NCCL_FLOATX, u) != 0) { return -1; }
     } else {
         d->grad_buf[u] = NULL;
-        if (d->cfg.quantized_gradients) {  // qgZ: int8 hops, summed in fp32 into wide_out
-            if (zero_nccl_reduce_scatter_q<floatX>(&d->nccl, b->buf, d->wide_out, pu->shard, d->qscratch, u) != 0) { return -1; }
-            zero_dev_accumulate_kernel<float><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, d->wide_out, pu->shard);
+        // the reduced shard: fp32 (qgZ's int8 hops are summed in fp32, comm32) into the
+        // buffer's own rs32 when it goes to the host, else the shared wide_out; or floatX
+        float* out32 = b->rs32 != NULL ? b->rs32 : d->wide_out;
+        int red32 = d->cfg.quantized_gradients || d->comm32;
+        if (d->cfg.quantized_gradients) {
+            if (zero_nccl_reduce_scatter_q<floatX>(&d->nccl, b->buf, out32, pu->shard, d->qscratch, u) != 0) { return -1; }
         } else if (d->comm32) {
             if (zero_dev_widen(d, d->wide, b->buf, pu->padded) != 0 ||
-                zero_nccl_reduce_scatter(&d->nccl, d->wide, d->wide_out, pu->shard, ncclFloat32, u) != 0) {
+                zero_nccl_reduce_scatter(&d->nccl, d->wide, out32, pu->shard, ncclFloat32, u) != 0) {
                 return -1;
             }
-            zero_dev_accumulate_kernel<float><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, d->wide_out, pu->shard);
-        } else {
-            if (zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX, u) != 0) { return -1; }
-            zero_dev_accumulate_kernel<floatX><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, b->rs_out, pu->shard);
-        }
-        if (zero_cuda(cudaGetLastError(), "the accumulate kernel") != 0 ||
-            zero_cuda(cudaEventRecord(b->free_ev, d->nccl.stream), "cudaEventRecord") != 0) {
+        } else if (zero_nccl_reduce_scatter(&d->nccl, b->buf, b->rs_out, pu->shard, NCCL_FLOATX, u) != 0) {
             return -1;
+        }
+        if (d->grads_host) {  // to the host's accumulator (b is free once the copy has read it)
+            if (zero_dev_send_shard(d, u, b, red32 ? (const void*)out32 : (const void*)b->rs_out, !red32) != 0) { return -1; }
+        } else {
+            if (red32) {
+                zero_dev_accumulate_kernel<float><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, out32, pu->shard);
+            } else {
+                zero_dev_accumulate_kernel<floatX><<<grid, 256, 0, d->nccl.stream>>>(d->acc + pu->shard_offset, b->rs_out, pu->shard);
+            }
+            if (zero_cuda(cudaGetLastError(), "the accumulate kernel") != 0 ||
+                zero_cuda(cudaEventRecord(b->free_ev, d->nccl.stream), "cudaEventRecord") != 0) {
+                return -1;
+            }
         }
         b->unit = -1;
         // MiCS: the step's sum of this group, all-reduced with the other groups' (the
@@ -574,14 +716,15 @@ static int zero_dev_reduce_start(void* be, int u) {
         }
     }
     if (zero_cuda(cudaEventRecord(d->reduced_ev[u], d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
-    return s->last_micro ? zero_dev_copy_out(d, u) : 0;
+    return s->last_micro && !d->grads_host ? zero_dev_copy_out(d, u) : 0;
 }
 
 static const ZeroMover zero_dev_mover = {
     .gather_start = zero_dev_gather_start, .gather_wait = zero_dev_gather_wait,
     .gather_free = zero_dev_gather_free, .params = zero_dev_params,
     .grad_buf = zero_dev_grad_buf, .reduce_start = zero_dev_reduce_start,
-    .reduce_complete = zero_dev_reduce_complete, .poll = NULL,  // NCCL progresses on its own
+    .reduce_complete = zero_dev_reduce_complete,
+    .poll = zero_dev_slots_poll,  // (NCCL progresses on its own; the host adds the gradient shards that arrived)
 };
 
 // ----------------------------------------------------------------------------

@@ -68,7 +68,7 @@ static int zero_dev_pools_init(ZeroDev* d) {
     for (int i = 0; i < d->nppool; i++) {
         if (d->ppool[i].count == 0) { d->ppool[i].count = 1; }
     }
-    if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0) != 0) { return -1; }
+    if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0, 0) != 0) { return -1; }
     if (d->stage < 2) { return 0; }
     int units_of[ZERO_DEV_MAX_POOLS] = {0};
     for (int u = 0; u < p->num_units; u++) {
@@ -81,7 +81,8 @@ static int zero_dev_pools_init(ZeroDev* d) {
         gp->count = units_of[i] < 2 ? units_of[i] : 2;
         if (units_of[i] > 1 && gp->elems == p->units[0].padded) { gp->count++; }
     }
-    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !d->comm32 && !d->cfg.quantized_gradients);  // those reduce into d->wide_out
+    int red32 = d->comm32 || d->cfg.quantized_gradients;  // those reduce into d->wide_out, or with grads_host their own rs32
+    return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !red32, red32 && d->grads_host);
 }
 
 // The initial parameters (zero3/zero.h's [Note: partitioned init]), unit by unit: this
@@ -99,7 +100,10 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
     float* host_shard = (float*)malloc(largest_shard * sizeof(float));
     double scratch_bytes = 0;
     float* dev_unit = (float*)zero_dev_alloc(largest * sizeof(float), &scratch_bytes);
-    int rc = host_shard != NULL && dev_unit != NULL ? 0 : zero_error("zero device: out of memory for the initial parameters");
+    // parameter offload: each shard converted on the GPU, then copied to the host's shards
+    floatX* dev_shard = d->offload_param ? (floatX*)zero_dev_alloc(largest_shard * sizeof(floatX), &scratch_bytes) : NULL;
+    int rc = host_shard != NULL && dev_unit != NULL && (dev_shard != NULL || !d->offload_param)
+                 ? 0 : zero_error("zero device: out of memory for the initial parameters");
     for (int u = 0; u < p->num_units && rc == 0; u++) {
         const ZeroUnit* pu = &p->units[u];
         size_t n = zero_plan_shard_numel(p, u, d->rank);
@@ -122,16 +126,22 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
         if (d->stage < 3) {
             zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->params + pu->full_offset, dev_unit, pu->padded);
         } else {
-            zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256>>>(d->shard_params + pu->shard_offset, mine, pu->shard);
+            floatX* to = d->offload_param ? dev_shard : d->shard_params + pu->shard_offset;
+            zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->shard, (size_t)256), 256>>>(to, mine, pu->shard);
             if (d->sched.persistent[u]) {
                 zero_to_floatx_kernel<<<(unsigned)CEIL_DIV(pu->padded, (size_t)256), 256>>>(d->unit_ptr[u], dev_unit, pu->padded);
             }
         }
         rc = zero_cuda(cudaGetLastError(), "launching the conversion");
+        if (rc == 0 && d->offload_param && d->stage == 3) {
+            rc = zero_cuda(cudaMemcpy(d->shard_params + pu->shard_offset, dev_shard, pu->shard * sizeof(floatX), cudaMemcpyDeviceToHost),
+                           "copying a parameter shard to the host");
+        }
         if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "converting a unit"); }  // dev_unit is reused next
     }
     free(host_shard);
     cudaFree(dev_unit);
+    cudaFree(dev_shard);
     d->shards_written = 1;
     return rc;
 }
@@ -174,7 +184,7 @@ static int zero_dev_zeropp_init(ZeroDev* d) {
         if (qg > scratch) { scratch = qg; }
     }
     if (scratch > 0 && (d->qscratch = (unsigned char*)zero_dev_alloc(scratch, &d->bytes_buffers)) == NULL) { return -1; }
-    if ((d->comm32 || d->cfg.quantized_gradients) && d->stage >= 2 &&
+    if ((d->comm32 || d->cfg.quantized_gradients) && d->stage >= 2 && !d->grads_host &&
         (d->wide_out = (float*)zero_dev_alloc(largest_shard * sizeof(float), &d->bytes_buffers)) == NULL) {
         return -1;
     }
@@ -183,6 +193,24 @@ static int zero_dev_zeropp_init(ZeroDev* d) {
         if (d->sec == NULL) { return -1; }
     }
     return 0;
+}
+
+// grads_host: the staging slots (pinned, the largest shard in fp32 each), their events,
+// the accumulators' flags and the norm's pinned word
+static int zero_dev_slots_init(ZeroDev* d) {
+    size_t largest_shard = 0;
+    for (int u = 0; u < d->plan.num_units; u++) {
+        if (d->plan.units[u].shard > largest_shard) { largest_shard = d->plan.units[u].shard; }
+    }
+    for (int i = 0; i < ZERO_DEV_SLOTS; i++) {
+        if ((d->slots[i].host = zero_dev_alloc_host(largest_shard * sizeof(float), &d->host_bytes_buffers)) == NULL ||
+            zero_cuda(cudaEventCreateWithFlags(&d->slots[i].done, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+            return -1;
+        }
+    }
+    d->acc_started = (unsigned char*)calloc((size_t)d->plan.num_units, 1);
+    if (d->acc_started == NULL) { return zero_error("zero device: out of memory"); }
+    return zero_cuda(cudaMallocHost((void**)&d->host_sumsq, sizeof(double)), "cudaMallocHost");
 }
 
 // Builds the device engine over in->comm (one GPU per rank, the device set) for
@@ -198,14 +226,22 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     d->compute = (cudaStream_t)in->stream;
     d->comm = in->comm;
     d->beta1 = in->beta1; d->beta2 = in->beta2; d->eps = in->eps;
-    if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param != ZERO_OFFLOAD_NONE) {
-        return zero_error("zero device: NVMe and parameter offload run on the host backend (--zero-backend host)");
+    if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param == ZERO_OFFLOAD_NVME) {
+        return zero_error("zero device: NVMe offload runs on the host backend (--zero-backend host)");
     }
     d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
+    d->offload_param = cfg->offload_param == ZERO_OFFLOAD_CPU;
     d->dpu = in->dpu;
     d->omp_threads = in->threads;
     if (d->offload && d->stage == 0) { return zero_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
     if (d->dpu && !d->offload) { return zero_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
+    if (d->offload_param && (d->stage != 3 || !d->offload)) {  // (the fp32 master would be a shard-sized array on the GPU)
+        return zero_error("zero device: parameter offload needs ZeRO stage 3 and the optimizer offloaded too (--offload-optimizer cpu)");
+    }
+    if (d->offload_param && cfg->hpz_partition_size > 1) {
+        return zero_error("zero device: hpZ (zero_hpz_partition_size) keeps a slice of every unit on the GPU: not with parameter offload");
+    }
+    d->grads_host = d->offload_param;
     if (zero_dev_comms_init(d) != 0) { return -1; }
     if (zero_plan_init(&d->plan, in->model->unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0 ||
         zero_schedule_init(&d->sched, in->model, &d->plan, cfg) != 0) {
@@ -232,12 +268,12 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     d->opt_elems = d->stage == 0 ? np : ns;
     if (d->stage < 3) {
         if ((d->params = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_params)) == NULL) { return -1; }
-    } else if ((d->shard_params = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_params)) == NULL) {
+    } else if (!d->offload_param && (d->shard_params = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_params)) == NULL) {
         return -1;
     }
     if (d->stage < 2 && (d->grads = (floatX*)zero_dev_alloc(np * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
     if (d->stage == 1 && !d->comm32 && (d->gshard = (floatX*)zero_dev_alloc(ns * sizeof(floatX), &d->bytes_grads)) == NULL) { return -1; }
-    if (d->stage >= 2 && (d->acc = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) { return -1; }
+    if (d->stage >= 2 && !d->grads_host && (d->acc = (float*)zero_dev_alloc(ns * sizeof(float), &d->bytes_grads)) == NULL) { return -1; }
     if (d->comm32) {  // the fp32 reductions' buffers (see the top of the file)
         size_t largest = 0, largest_shard = 0;
         for (int u = 0; u < num_units; u++) {
@@ -268,6 +304,8 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
         }
         d->h_grads = d->h_grads_buf[0];
         d->h_params = d->h_params_buf[0];
+        if (d->offload_param) { d->shard_params = d->h_params; }  // the CPU Adam writes the shards the gathers upload
+        if (d->grads_host && zero_dev_slots_init(d) != 0) { return -1; }
         if (zero_cuda(cudaStreamCreateWithFlags(&d->copy_out, cudaStreamNonBlocking), "creating the copy-out stream") != 0 ||
             zero_cuda(cudaStreamCreateWithFlags(&d->copy_in, cudaStreamNonBlocking), "creating the copy-in stream") != 0 ||
             zero_cuda(cudaEventCreateWithFlags(&d->reduced_out_ev, cudaEventDisableTiming), "cudaEventCreate") != 0 ||
@@ -319,7 +357,14 @@ static void zero_dev_free(void* impl) {
     for (int u = 0; d->reduced_ev != NULL && u < d->plan.num_units; u++) {
         if (d->reduced_ev[u] != NULL) { cudaEventDestroy(d->reduced_ev[u]); }
     }
-    cudaFree(d->params); cudaFree(d->shard_params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
+    if (!d->offload_param) { cudaFree(d->shard_params); }  // (else one of the h_params buffers)
+    cudaFree(d->params); cudaFree(d->grads); cudaFree(d->gshard); cudaFree(d->acc);
+    for (int i = 0; i < ZERO_DEV_SLOTS; i++) {
+        if (d->slots[i].host != NULL) { cudaFreeHost(d->slots[i].host); }
+        if (d->slots[i].done != NULL) { cudaEventDestroy(d->slots[i].done); }
+    }
+    if (d->host_sumsq != NULL) { cudaFreeHost(d->host_sumsq); }
+    free(d->acc_started);
     cudaFree(d->grads32); cudaFree(d->gshard32); cudaFree(d->wide); cudaFree(d->wide_out);
     if (d->offload) {
         if (d->update_pending) { pthread_join(d->update_thread, NULL); }  // it writes these

@@ -10,16 +10,18 @@
 // ----------------------------------------------------------------------------
 // the optimizer step
 
-// stage 3: the persistent units get this rank's updated shard and every other rank's
+// stage 3: the persistent units get this rank's updated shard (on the GPU, or the host's
+// with parameter offload: cudaMemcpyDefault) and every other rank's
 static int zero_dev_refresh_persistent(ZeroDev* d) {
     for (int u = 0; u < d->plan.num_units; u++) {
         if (!d->sched.persistent[u]) { continue; }
         const ZeroUnit* pu = &d->plan.units[u];
         if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
-                                      pu->shard * sizeof(floatX), cudaMemcpyDeviceToDevice, d->nccl.stream), "copying a shard") != 0 ||
+                                      pu->shard * sizeof(floatX), cudaMemcpyDefault, d->nccl.stream), "copying a shard") != 0 ||
             zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX, u) != 0) {
             return -1;
         }
+        if (d->offload_param) { d->moved_h2d += (double)pu->shard * sizeof(floatX); }
     }
     return 0;
 }
@@ -82,7 +84,8 @@ static int zero_dev_share_refresh(ZeroDev* d) {
 }
 
 // offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy-in
-// stream, the compute stream waiting for them; then every rank's shards to every rank
+// stream, the compute stream waiting for them; then every rank's shards to every rank.
+// With parameter offload src becomes the shards the gathers upload from.
 static int zero_dev_upload(ZeroDev* d, const floatX* src) {
     cudaStream_t s = d->compute;
     // the copies overwrite parameters that work queued on the compute stream (and the
@@ -91,6 +94,10 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
     if (zero_cuda(cudaEventRecord(d->upload_ev, s), "cudaEventRecord") != 0 ||
         zero_cuda(cudaStreamWaitEvent(d->copy_in, d->upload_ev, 0), "cudaStreamWaitEvent") != 0) {
         return -1;
+    }
+    if (d->offload_param) {  // src holds the parameters from now on: the gathers upload them unit by unit
+        d->shard_params = (floatX*)src;
+        return d->step.share(d);
     }
     for (int u = 0; u < d->plan.num_units; u++) {
         const ZeroUnit* pu = &d->plan.units[u];
@@ -241,7 +248,8 @@ static int zero_dev_step_plan_init(ZeroDev* d) {
     pl->norm32 = d->grads32 != NULL ? d->grads32 : d->gshard32 != NULL ? d->gshard32 : d->acc;
     pl->normx = pl->norm32 != NULL ? NULL : d->gshard != NULL ? d->gshard : d->grads;
     pl->norm_allreduce = d->stage >= 1 && d->world > 1;
-    // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken)
+    // the next step accumulates from zero (stages 2-3 zero each unit's buffer when taken;
+    // grads_host's first add of a step starts from zero: nothing to clear)
     pl->clear = d->stage < 2 ? (void*)d->grads : (void*)d->acc;
     pl->clear_bytes = d->stage < 2 ? p->padded_total * sizeof(floatX) : p->shard_total * sizeof(float);
     pl->update = d->offload ? zero_dev_update_offload_ready : zero_dev_update_gpu;
@@ -263,13 +271,25 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     const ZeroDevStepPlan* pl = &d->step;
     cudaStream_t s = d->compute;
     if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
-    int rc = pl->norm32 != NULL ? global_norm_squared(d->norm_out, d->norm_scratch, pl->norm32, pl->norm_n, s)
-                                : global_norm_squared(d->norm_out, d->norm_scratch, pl->normx, pl->norm_n, s);
-    if (rc != 0) { return -1; }
-    // this rank's squared norm widened to double, summed over ranks at stages 1-3 (each rank
-    // holds the squares of its shards), then the scale and the norm: all on the GPU
-    adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
-    if (zero_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
+    if (d->grads_host) {
+        // the shards are summed on the host, and so are their squares: every shard sent is
+        // added, and the squared norm goes to the GPU, where the ranks' sum and the scale are
+        if (zero_dev_slots_drain(d) != 0) { return -1; }
+        *d->host_sumsq = d->grad_sumsq;
+        d->grad_sumsq = 0.0;
+        memset(d->acc_started, 0, (size_t)d->plan.num_units);  // the next step's first adds start from zero
+        if (zero_cuda(cudaMemcpyAsync(d->norm_sum, d->host_sumsq, sizeof(double), cudaMemcpyHostToDevice, s), "copying the norm") != 0) {
+            return -1;
+        }
+    } else {
+        int rc = pl->norm32 != NULL ? global_norm_squared(d->norm_out, d->norm_scratch, pl->norm32, pl->norm_n, s)
+                                    : global_norm_squared(d->norm_out, d->norm_scratch, pl->normx, pl->norm_n, s);
+        if (rc != 0) { return -1; }
+        // this rank's squared norm widened to double, summed over ranks at stages 1-3 (each rank
+        // holds the squares of its shards), then the scale and the norm: all on the GPU
+        adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
+        if (zero_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
+    }
     if (pl->norm_allreduce) {  // 8 bytes, left out of the model's traffic counters (the host engine's scalar sums are too)
         if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_watch_begin(d->nccl.stream, "all-reduce of the gradient norm", -1) != 0 ||
             zero_nccl_watched(zero_nccl_error(ncclAllReduce(d->norm_sum, d->norm_sum, 1, ncclFloat64, ncclSum, d->nccl.comm,
@@ -289,7 +309,7 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     }
     float grad_scale = 1.0f;  // the CPU Adam's copy (offload)
     if (pl->update(d, st, &grad_scale) != 0) { return -1; }
-    if (zero_cuda(cudaMemsetAsync(pl->clear, 0, pl->clear_bytes, s), "cudaMemsetAsync") != 0) { return -1; }
+    if (pl->clear != NULL && zero_cuda(cudaMemsetAsync(pl->clear, 0, pl->clear_bytes, s), "cudaMemsetAsync") != 0) { return -1; }
     return pl->after(d, st, grad_scale);
 }
 
@@ -328,6 +348,7 @@ static int zero_dev_stats(void* impl, ZeroStats* out) {
     out->mem[ZERO_MEM_HOST_PARAMS] = d->host_bytes_params;
     out->mem[ZERO_MEM_HOST_GRADS] = d->host_bytes_grads;
     out->mem[ZERO_MEM_HOST_OPTIMIZER] = d->host_bytes_optimizer;
+    out->mem[ZERO_MEM_HOST_BUFFERS] = d->host_bytes_buffers;
     out->mem_peak = d->bytes_params + d->bytes_grads + d->bytes_optimizer + d->bytes_buffers;  // allocated once, at init
     out->padded_total = d->plan.padded_total;
     return 0;

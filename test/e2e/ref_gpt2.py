@@ -3,7 +3,8 @@
 Reference GPT-2 in PyTorch (float64) for the C trainer's tests.
 
     /usr/bin/python3 test/e2e/ref_gpt2.py OUTDIR
-    python3 test/e2e/ref_gpt2.py --inputs-only OUTDIR   # model.bin and train.bin only, stdlib only
+    python3 test/e2e/ref_gpt2.py --inputs-only OUTDIR [L]   # model.bin and train.bin only, stdlib only
+                                                            # (L layers: a deeper model of the same widths)
 
 Builds a small random GPT-2 (L=2, NH=4, C=64, maxT=64, V=211, Vp=256: odd V on purpose,
 so the padded vocabulary columns V..Vp-1 are exercised), computes on one batch (B=8,
@@ -116,7 +117,9 @@ def write_inputs_only(outdir):
     return 0
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--inputs-only"] and len(sys.argv) == 3:
+if __name__ == "__main__" and sys.argv[1:2] == ["--inputs-only"] and len(sys.argv) in (3, 4):
+    if len(sys.argv) == 4:  # a deeper model (the memory tests: many small units)
+        L = int(sys.argv[3])
     sys.exit(write_inputs_only(sys.argv[2]))  # before numpy and torch are imported
 
 import numpy as np  # noqa: E402 (after the stdlib-only mode above)

@@ -39,12 +39,15 @@ ENGINE_RUNS=(
     "3 -z 2 -o 1 -a 2 -n 4"
     "3 -z 3 -o 1 -p 1 -n 5 -r 2"
     "3 -z 1 -o 1 -p 1 -n 4"
+    "2 -z 3 -o 2 -t 0 -f 3 -k 0 -n 3"
+    "3 -z 3 -o 2 -p 1 -n 4 -r 2"
 )
 # the trainer's: a tiny random model, a few steps, device engine
 mkdir -p "$work/ref"
 /usr/bin/python3 test/e2e/ref_gpt2.py "$work/ref" > "$work/ref.log" 2>&1 || { echo "ref_gpt2.py failed"; exit 1; }
 TRAIN="-e $work/ref/model.bin -i $work/ref/train.bin -j $work/ref/train.bin -b 4 -t 64 -x 3 -v 0 -s 0 --zero-backend device"
-TRAINER_RUNS=("1 -z 3" "1 -z 3 --offload-optimizer cpu --dpu 1" "2 -z 2 -d 1024" "1 -z 3 -d 1024")
+TRAINER_RUNS=("1 -z 3" "1 -z 3 --offload-optimizer cpu --dpu 1" "2 -z 2 -d 1024" "1 -z 3 -d 1024"
+             "1 -z 3 --offload-optimizer cpu --offload-param cpu --param-persistence-threshold 0")
 
 # every call site: FILE LINE K (the K-th wait call on that line)
 PATTERN='(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after|zero_gpu_wait)\s*\('

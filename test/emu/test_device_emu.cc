@@ -42,7 +42,7 @@
  off by at most max|x| / 254 per value and hop: see the tolerances below), and shown to be
  inexact (so quantised), with qgZ's inter-node bytes in the ratio its two hops send.
 
- usage: test_device_emu -z stage [-o 1 (offload cpu)] [-p 1 (dpu)] [-a micro-steps]
+ usage: test_device_emu -z stage [-o 1 (offload cpu) | 2 (and the parameters: stage 3)] [-p 1 (dpu)] [-a micro-steps]
         [-n steps] [-f prefetch] [-t persistence threshold] [-l max live] [-c clip]
         [-r K (checkpoint after K steps, resumed into a new engine)]
         [-m fp32|bf16 (--communication-data-type; default the model's)] [-k 0 (the host never
@@ -162,6 +162,7 @@ int main(int argc, char** argv) {
     zero_config_defaults(&zc);
     zc.stage = stage;
     zc.offload_optimizer = offload ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+    zc.offload_param = offload == 2 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
     zc.prefetch_depth = prefetch;
     zc.param_persistence_threshold = persistence;
     zc.max_live_parameters = max_live;
@@ -314,6 +315,8 @@ int main(int argc, char** argv) {
     auto check_reduced = [&](void) {
         const ZeroDev* d = (const ZeroDev*)zero_engine_state(z);
         if (cudaDeviceSynchronize() != cudaSuccess) { fail("cudaDeviceSynchronize"); }  // (the notes taken)
+        // parameter offload: the shards sent are added into the host's accumulators first
+        if (d->grads_host && zero_dev_slots_drain((ZeroDev*)d) != 0) { fail("zero_dev_slots_drain"); }
         std::vector<double> all(red_mine.size());
         MPI_Allreduce(red_mine.data(), all.data(), (int)all.size(), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         // (the engine's buffers read on the "GPU", after the synchronisation above)
@@ -332,7 +335,7 @@ int main(int argc, char** argv) {
                 for (size_t i = lo; i < hi && i < pu->numel; i++) {
                     double got;
                     size_t sh = pu->shard_offset + (i - lo), full = pu->full_offset + i;
-                    if (stage >= 2) { got = d->acc[sh]; }
+                    if (stage >= 2) { got = d->grads_host ? ((const float*)d->h_grads)[sh] : d->acc[sh]; }
                     else if (stage == 1) { got = d->comm32 ? (double)d->gshard32[sh] : (double)to_float(d->gshard[sh]); }
                     else { got = d->comm32 ? (double)d->grads32[full] : (double)to_float(d->grads[full]); }
                     double want = all[unit_start[u] + i], tol = exact ? 0.0 : rel * all[total + unit_start[u] + i] + qtol;

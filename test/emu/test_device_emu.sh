@@ -58,6 +58,13 @@ for n in 1 3; do
         emu "$n" -z "$z" -o 1 -p 1 -n 4
     done
 done
+# parameter offload (stage 3, -o 2): the shards uploaded at every gather, the gradient
+# shards added on the host; every unit gathered, no host synchronisation between steps,
+# accumulation, --dpu, a resume, and the bf16 build's reductions in fp32 and in bf16
+emu 3 -z 3 -o 2 -t 0 -a 2 -n 4
+emu 2 -z 3 -o 2 -t 0 -f 3 -k 0 -n 3
+emu 3 -z 3 -o 2 -p 1 -n 5 -r 2
+for m in fp32 bf16; do EMU_BIN=$EMU16 emu 3 -z 3 -o 2 -t 0 -a 2 -m "$m"; done
 # resume: the state a checkpoint holds, read into a new engine after 2 of 4 steps (the
 # pending --dpu update applied first, as a checkpoint does)
 for z in 0 1 2 3; do emu 2 -z "$z" -n 4 -r 2 -t 0; done

@@ -28,6 +28,10 @@
 #   flash attention   --attention flash against the cuBLAS path (fp32, bf16)
 #   device offload    --offload-optimizer cpu on the device engine against no offload,
 #                     its report, bit-identical resume; --dpu's one-step delay, exactly
+#   infinity          --offload-param cpu on the device engine against the optimizer's
+#                     offload alone, bit for bit (1-2 ranks, fp32/bf16, accumulation, --dpu,
+#                     fp32 and quantised reductions), resumes across the tiers, the GPU's
+#                     peak on a deep model below a whole-model copy
 #   refusals          --zero-backend device with NVMe offload, or with ranks sharing a GPU
 #   beyond one node   emulated: the device backend's hpZ, MiCS, qwZ + qgZ on 2 ranks taken as
 #                     2 nodes, against plain ZeRO-3, and the report's network split
@@ -35,7 +39,7 @@
 #                     ranks of the device backend, byte for byte (fp32) and consolidate's (bf16)
 #
 # SECTIONS="reference stages ..." runs only the named sections (default: all of them):
-# reference recompute tiles accumulation resume report stages offload validation flash host
+# reference recompute tiles accumulation resume report stages offload infinity validation flash host
 # host_more refusals emulated (the three runs every section compares against, fp32, bf16 and the CPU's,
 # always run; a section makes the other runs it compares against itself when they are
 # missing). HOST_CASES="RANKS:STAGE ..." picks the host backend's multi-rank runs (default
@@ -405,6 +409,81 @@ done
 expect_error "--dpu on the host backend refused" "--dpu runs on the device backend" $GPU $RUN -z 2 --offload-optimizer cpu --dpu 1 --zero-backend host
 expect_error "--dpu without offload refused" "needs --offload-optimizer cpu" $GPU $RUN -z 2 --dpu 1 --zero-backend device
 fi  # offload
+
+# ---------------------------------------------------------------------------
+if section infinity; then
+# ZeRO-Infinity on the device engine (stage 3): the parameter shards in pinned host memory
+# (--offload-param cpu), uploaded unit by unit inside the prefetch window, and the gradient
+# shards leaving the GPU unit by unit into the host's fp32 accumulators. Against the
+# optimizer's offload alone, bit for bit: the same fp32 sums in the same order (0 + g, then
+# + g per micro-step), the same CPU Adam, and a norm summed on the host in double (the
+# GPU's: in double too, from fp32 squares); at 1 and 2 ranks, fp32 and bf16 (fp32 and
+# quantised reductions), accumulation, --dpu, and resumes from one tier into the other.
+OPT="-z 3 --offload-optimizer cpu --zero-backend device"
+R2=${RUN/-b 8/-b 4}
+inf_pair() {  # NAME RANKS BIN ARGS...: the run with the parameters offloaded against the one without
+    local name=$1 n=$2 bin=$3; shift 3
+    gpu_mrun "${name}_o" "$n" "$bin" "$@" $OPT || bad "$name: optimizer offload run"
+    gpu_mrun "${name}_p" "$n" "$bin" "$@" $OPT --offload-param cpu || bad "$name: parameter offload run"
+    same_losses "${name}_o" "${name}_p" 0 "device --offload-param cpu = optimizer offload alone, bit for bit ($name)"
+}
+# the paths of a shard to the host: fp32 (fp32 build), bf16 widened on the host, fp32 from
+# quantised or fp32 reductions (bf16 build); accumulation with --dpu's double buffers
+inf_pair if32 1 $GPU32 $RUN
+inf_pair ibf16n2 2 $GPU $R2 -x 4
+inf_pair iqz 2 $GPU $R2 -x 4 --zero-quantized-gradients 1 --zero-quantized-weights 1
+inf_pair iaccdpu 2 $GPU32 ${ACC} -b 2 -d 256 -x 4 --dpu 1
+baseline d_z3 gpu_run d_z3 $GPU32 $RUN -z 3 --zero-backend device
+same_losses d_z3 if32_p 1e-5 "device --offload-param cpu = no offload (fp32, the CPU Adam's ulps)"
+# resumes across the tiers: a checkpoint of either tier resumed by the other repeats the
+# uninterrupted run bit for bit (the engine's state is the same: master, moments, compute copy)
+CKI="$CK $OPT"
+gpu_run ir_straight $GPU $CKI || bad "offload 4-step run"
+for t in "o:p:--offload-param cpu:" "p:o::--offload-param cpu"; do
+    IFS=: read -r a b resume_args first_args <<< "$t"
+    rm -rf "$tmp/cki_$a"
+    gpu_run "ir_first_$a" $GPU $CKI $first_args -n 2 -o "$tmp/cki_$a" || bad "checkpointed run ($a)"
+    rm -f "$tmp/cki_$a/DONE_00000004"
+    gpu_run "ir_res_$b" $GPU $CKI $resume_args -n 2 -o "$tmp/cki_$a" -y 1 || bad "resumed run ($a into $b)"
+    if [ -f "$tmp/ir_straight.json" ] && [ -f "$tmp/ir_res_$b.json" ]; then
+        losses "$tmp/ir_straight.json" | tail -2 > "$tmp/l_s"; losses "$tmp/ir_res_$b.json" > "$tmp/l_r"
+        d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
+        within "$d" 0 && ok "a checkpoint of tier $a resumed with tier $b = uninterrupted, bit for bit" || bad "resume $a into $b: max diff $d"
+    fi
+done
+# The GPU's memory: on a model 12 times deeper (24 blocks of the same widths: many small
+# units) with a working set of a few units, the emulated GPU's peak (every allocation,
+# cudaMemGetInfo's count) less the activations and cuBLASLt's 32 MiB workspace stays below a
+# whole-model copy in the compute type, and drops by at least the shard-sized arrays that
+# the optimizer's offload alone keeps there (the parameter shards and fp32 accumulators)
+DEEP=$tmp/deep
+$PY test/e2e/ref_gpt2.py --inputs-only "$DEEP" 24 > /dev/null
+DK="-e $DEEP/model.bin -i $DEEP/train.bin -b 4 -t 64 -x 2 -v 0 -s 0 $OPT --param-persistence-threshold 0 --max-reuse-distance 1 --max-live-parameters 2e5"
+gpu_run deep_o $GPU $DK || bad "deep model, optimizer offload"
+gpu_run deep_p $GPU $DK --offload-param cpu || bad "deep model, parameter offload"
+if [ -f "$tmp/deep_o.json" ] && [ -f "$tmp/deep_p.json" ]; then
+    $PY - "$tmp/deep_o.json" "$tmp/deep_p.json" <<'EOF' > "$tmp/deep.txt" && ok "deep model's GPU peak: $(cat "$tmp/deep.txt")" || bad "deep model's GPU peak: $(tail -1 "$tmp/deep.txt")"
+import json, sys
+o, p = (json.load(open(f)) for f in sys.argv[1:3])
+mo, mp = o["memory"]["per_rank"][0], p["memory"]["per_rank"][0]
+# the engine's own count: no parameter, gradient or optimizer array on the GPU; the
+# parameters cross PCIe at every gather (forward and backward), not once a step
+assert mp["params"] == 0 and mp["grads"] == 0 and mp["optimizer"] == 0, mp
+assert mp["host_params"] > 0 and mp["host_grads"] > 0 and mp["host_buffers"] > 0, mp
+assert p["transfers_per_step"]["host_to_device"] > 1.5 * o["transfers_per_step"]["host_to_device"], (p["transfers_per_step"], o["transfers_per_step"])
+x = 2  # bf16
+copy = x * p["num_parameters_padded"]
+rest = mp["peak"] - mp["activations"] - 32 * 2**20
+shard_arrays = mo["params"] + mo["grads"]
+print("engine %.2f MB < whole bf16 copy %.2f MB; %.2f MB less than the optimizer's offload alone (its shard arrays %.2f MB)"
+      % (rest / 1e6, copy / 1e6, (mo["peak"] - mp["peak"]) / 1e6, shard_arrays / 1e6))
+assert 0 < rest < copy, (rest, copy)
+assert mo["peak"] - mp["peak"] >= shard_arrays, (mo["peak"], mp["peak"], shard_arrays)
+EOF
+fi
+expect_error "parameter offload without the optimizer's refused (device)" "with the optimizer's" $GPU $RUN -z 3 --offload-param cpu --zero-backend device
+expect_error "parameter offload with hpZ refused (device)" "without hpZ" $GPU ${R2} $OPT --offload-param cpu --zero-hpz-partition-size 2
+fi  # infinity
 
 # ---------------------------------------------------------------------------
 if section validation; then
