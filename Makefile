@@ -276,7 +276,7 @@ build/asan/test_%: build/obj/build/asan/test_%.o $(SAN_LIB)
 build/obj/build/asan/test_%.o: test/unit/test_%.c | build
 	@mkdir -p $(dir $@)
 	$(MPICC) $(SAN_CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
-SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config \
+SAN_UNIT_TESTS = build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_swap build/asan/test_config \
                  build/asan/test_options
 SAN_TESTS = build/train_gpt2_zero3_cpu_asan build/asan/test_comm_mpi $(SAN_UNIT_TESTS)
 
@@ -295,7 +295,7 @@ build/alloc_peak.so: test/e2e/alloc_peak.c | build
 	$(CC) -O2 -Wall -Wextra -shared -fPIC $< -o $@
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
-             build/test_options build/test_cpu_adam build/test_nvme build/test_file
+             build/test_options build/test_cpu_adam build/test_nvme build/test_swap build/test_file
 MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
 

@@ -77,7 +77,7 @@ run_suite "fuzzing the readers"   bash test/fuzz/run_fuzz.sh
 # SAN_TESTS): any report fails the run. Open MPI's own allocations at exit are not ours, so
 # the MPI programs run without the leak check; the units keep it.
 SAN=(env UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
-for t in build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_config \
+for t in build/asan/test_plan build/asan/test_reshard build/asan/test_schedule build/asan/test_cpu_adam build/asan/test_nvme build/asan/test_swap build/asan/test_config \
          build/asan/test_options; do
     run_suite "$(basename "$t") (ASan+UBSan)" "${SAN[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$t" --jobs 2
 done

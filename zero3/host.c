@@ -153,7 +153,7 @@ static int zero_host_reduce_complete(void* be, int u) {
     if (e->stage >= 2) {
         const float* got = e->red_recv[u];
         if (e->shard_grads == NULL) {
-            if (zero_grad_nvme_add(e, u, got) != 0) { return -1; }
+            if (zero_swap_grad_add(&e->swap, u, got, e->sched.last_micro) != 0) { return -1; }
             if (e->sched.last_micro) { e->moved[ZERO_MOVE_D2H] += pu->shard * sizeof(float); }
         } else {
             float* acc = e->shard_grads + pu->shard_offset;
@@ -230,10 +230,9 @@ void zero_host_free(void* impl) {
     free(e->m); free(e->v);
     free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv); free(e->red_stage);
     for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
-    free(e->segs); free(e->step.pieces); free(e->host_grads); free(e->host_master); free(e->grad_in_file);
-    free(e->param_ptr); free(e->param_file_off); free(e->param_stage);
-    if (e->nvme_ready) { nvme_close(&e->nvme, 1); }  // also frees the registered buffers
-    free(e->grad_stage);  // after the close, which waits for a write still reading it
+    zero_swap_close(&e->swap);  // waits for its requests in flight, removes the file
+    free(e->segs); free(e->step.pieces); free(e->host_grads); free(e->host_master);
+    free(e->param_ptr);
     zero_schedule_free(&e->sched);
     zero_plan_free(&e->plan);
     free(e->sec); free(e->unit_how);
@@ -262,8 +261,11 @@ int zero_host_stats(void* impl, ZeroStats* s) {
     s->nodes = e->nodes;
     s->ranks_per_node = e->per_node;
     memcpy(s->moved, e->moved, sizeof(s->moved));
+    ZeroSwapCounters sc = zero_swap_counters(&e->swap);
+    s->moved[ZERO_MOVE_NVME_READ] += sc.read_bytes;
+    s->moved[ZERO_MOVE_NVME_WRITE] += sc.write_bytes;
     s->update_ms = e->update_ms;
-    s->nvme_wait_ms = e->nvme.wait_ms;
+    s->nvme_wait_ms = sc.wait_ms;
     s->update_nvme_wait_ms = e->update_nvme_wait_ms;
     memcpy(s->mem, e->mem.peak, sizeof(s->mem));
     s->mem_peak = e->mem.total_peak;

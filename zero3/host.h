@@ -40,7 +40,7 @@
 #include "zero3/zero.h"        // the interface: ZeroModel, ZeroStats
 #include "zero3/schedule.h"    // ZeroSchedule: the uses and their decisions
 #include "zero3/pass.h"        // ZeroPass, ZeroMover: the pass driver and its moves
-#include "zero3/nvme.h"        // NvmeFile: io_uring swapper for the NVMe tier
+#include "zero3/swap.h"        // ZeroSwap, ZeroSegment: the NVMe tier
 #include "zero3/cpu_adam.h"    // CpuAdamParams: what the step's update routine is given
 #include <stdio.h>              // FILE: zero_host_save, zero_host_load
 
@@ -56,10 +56,6 @@ typedef struct {
     double total, total_peak;   // the "device" kinds only: what must fit where the model computes
     double nvme_bytes;          // the swap file
 } ZeroMemory;
-
-// A tensor's part of this rank's shard, in shard-buffer offsets [begin, end): what AdamW
-// walks (weight decay is per tensor), found once at init.
-typedef struct { size_t begin, end; int unit; size_t unit_lo; int decay; } ZeroSegment;
 
 #define ZERO_POOL_MAX 64
 
@@ -150,35 +146,20 @@ typedef struct ZeroHost {
     int nsegs;
     ZeroHostStepPlan step;  // the optimizer step's layout, resolved at init
 
-    // offload (--offload-optimizer cpu|nvme, --offload-param cpu)
+    // offload (--offload-optimizer cpu|nvme, --offload-param cpu|nvme)
     int offload_opt, offload_param;
     float* host_grads;      // (shard_total) cpu: each unit's gradient shard, copied out once reduced
     float* host_master;     // (shard_total) cpu: the fp32 master shards
-    NvmeFile nvme;          // nvme: master, m, v and gradient regions of this rank's swap file
-    int nvme_ready;
-    size_t nvme_region;     // bytes of each region, a multiple of 4 KiB
-    size_t group;           // elements of a sub-group (sub_group_size, a multiple of 1024)
-    int nbufs;              // buffer_count: registered group buffers, one per region each (p, m, v, g)
-    void** nvme_bufs;       // (nbufs * 4)
-    // the gradient region (optimizer on NVMe): each unit's shard is added there as its
-    // reduction completes, through one 4 KiB-aligned staging buffer whose write is in flight
-    // until the next unit's turn
-    float* grad_stage;
-    size_t grad_stage_bytes;
-    int grad_write_pending;
-    unsigned char* grad_in_file;  // (num_units) the unit's shard in the file is this step's sum so far
-    double grad_sumsq;      // the accumulated shards' squared norm, added unit by unit on the last micro-step
-    double moved[ZERO_NUM_MOVES];
+    // nvme: this rank's swap file (zero3/swap.h): the optimizer's regions (master, m, v and
+    // the reduced gradient shards, added there as each reduction completes), and with
+    // --offload-param nvme the shards of the units not kept on the host
+    ZeroSwap swap;
+    double moved[ZERO_NUM_MOVES];  // (the swap file's bytes are the swap's counters)
     double update_ms;       // cumulative wall time of the AdamW update, wherever it runs (device, CPU Adam, NVMe)
     double update_nvme_wait_ms;  // the NVMe waits inside it
-    // --offload-param nvme (stage 3): the shards of units not cached on the host live in
-    // the swap file's parameter region; max_in_cpu elements (persistent units first)
-    // stay on the host
-    float** param_ptr;      // (num_units) stage 3: the unit's shard on the host, NULL if on NVMe
-    size_t* param_file_off; // (num_units) byte offset of an NVMe unit's shard in the swap file
-    float* param_stage;     // 4 KiB-aligned staging for one shard: reads, and the step's output
-    size_t param_stage_bytes;
-    int staged_unit;        // the unit whose updated shard sits in param_stage, -1 if none
+    // stage 3: the parameter shards of the units kept on the host (all of them without
+    // --offload-param nvme; else max_in_cpu elements, persistent units first)
+    float** param_ptr;      // (num_units) the unit's shard on the host, NULL if in the swap file
 
     // working-set buffers freed during the step, kept for reuse by size: no allocation
     // (and no page faults) in the steady state
@@ -222,13 +203,6 @@ void zero_host_clear_grads(ZeroHost* e);
 // Resolves the step's layout (e->step) from the stage, the world and the offload choice,
 // once the engine's arrays are allocated: they are not moved after init.
 int zero_host_step_plan_init(ZeroHost* e);
-
-// ----------------------------------------------------------------------------
-// the NVMe tier: this rank's fp32 master shards, m, v and reduced gradient shards in four
-// regions of its swap file, each in shard-buffer order; the step updates them sub-group by
-// sub-group
-
-enum { NVME_P, NVME_M, NVME_V, NVME_G, NVME_REGIONS };
 
 // AdamW over this rank's part of every tensor. The gradients are sums over ranks: the
 // mean is folded into AdamW's gradient scale together with the clipping factor.

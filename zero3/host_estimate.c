@@ -93,7 +93,7 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
     ZeroPoolWalk* w = &c.w;
     size_t* red_stage = NULL;
     int* on_host = NULL;
-    size_t max_shard = 0, max_padded = 0, file_bytes = 0;
+    size_t max_padded = 0, file_bytes = 0;
     const double f = sizeof(float);
     double params, grads, opt_elems, moments, cpu;
     memset(out, 0, sizeof(*out));
@@ -106,7 +106,6 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
     if (zero_plan_init(&p, model->unit_numel, model->num_units, world, 0, sizeof(float)) != 0) { return -1; }
     if (zero_schedule_init(&s, model, &p, cfg) != 0) { goto done; }
     for (int u = 0; u < nu; u++) {
-        max_shard = p.units[u].shard > max_shard ? p.units[u].shard : max_shard;
         max_padded = p.units[u].padded > max_padded ? p.units[u].padded : max_padded;
     }
     w->elems = (size_t*)calloc(3 * (size_t)nu, sizeof(size_t));   // sizes: a unit's padded, shard and staging
@@ -141,14 +140,13 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
             break;
         }
     }
-    if (nvme_opt) {
-        double group = (double)zero_nvme_group_size(cfg, p.shard_total);
-        out->host_buffers += zero_nvme_buffer_sets(cfg) * (double)NVME_REGIONS * group * f + (double)zero_grad_stage_bytes(max_shard);
-        out->swap += NVME_REGIONS * (double)((p.shard_total + 1023) / 1024 * 1024) * f;
+    if (nvme_opt || file_bytes > 0) {  // the swap file and its host buffers, as zero_swap_open makes them
+        ZeroSwapOpen o = zero_host_swap_open(&p, cfg, 0, NULL, 0, stage == 3 ? on_host : NULL);
+        size_t host_bytes = 0, swap_bytes = 0;
+        zero_swap_size(&o, &host_bytes, &swap_bytes);
+        out->host_buffers += (double)host_bytes;
+        out->swap += (double)swap_bytes;
     }
-    if (file_bytes > 0) { out->host_buffers += (double)zero_align4k(max_shard * sizeof(float)); }
-    out->swap += (double)file_bytes;
-    if (out->swap > 0) { out->host_buffers += (double)nvme_sums_bytes((size_t)out->swap); }  // the blocks' checksums
     out->unit = (double)max_padded * f;
     rc = 0;
 done:

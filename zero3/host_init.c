@@ -3,77 +3,61 @@
 #include "zero3/host_internal.h"  // the helpers host*.c share
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
-// Opens this rank's swap file: the optimizer's regions (master, m, v, gradients) when it
-// is on NVMe, then the parameter region for the units not cached on the host.
-static int zero_nvme_open(ZeroHost* e, size_t param_bytes) {
-    ZeroPlan* p = &e->plan;
-    size_t whole = (p->shard_total + 1023) / 1024 * 1024;
-    e->nvme_region = whole * sizeof(float);
-    size_t opt_bytes = e->offload_opt == ZERO_OFFLOAD_NVME ? NVME_REGIONS * e->nvme_region : 0;
-    if (nvme_open(&e->nvme, e->cfg.nvme_path, e->rank, opt_bytes + param_bytes, 8) != 0) { return -1; }
-    e->nvme_ready = 1;
-    e->mem.nvme_bytes = (double)(opt_bytes + param_bytes);
-    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)nvme_sums_bytes(opt_bytes + param_bytes);  // the blocks' checksums
-    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
-    return 0;
-}
-
 size_t zero_param_placement(const ZeroPlan* p, const ZeroSchedule* sched, const ZeroConfig* cfg, int* on_host,
                                    size_t* file_bytes) {
-    size_t host_elems = 0;
     double budget = cfg->offload_param == ZERO_OFFLOAD_NVME ? (double)cfg->max_in_cpu : 1e300;
-    for (int pass = 0; pass < 2; pass++) {  // persistent units first, then in order
-        for (int u = 0; u < p->num_units; u++) {
-            int persistent = sched->persistent[u];
-            if (persistent != (pass == 0) || on_host[u]) { continue; }
-            if (persistent || (double)(host_elems + p->units[u].shard) <= budget) {
-                on_host[u] = 1;
-                host_elems += p->units[u].shard;
-            }
-        }
-    }
-    *file_bytes = 0;
-    for (int u = 0; u < p->num_units; u++) {
-        if (!on_host[u]) { *file_bytes += zero_align4k(p->units[u].shard * sizeof(float)); }
-    }
-    return host_elems;
+    return zero_swap_placement(p, sched->persistent, budget, sizeof(float), on_host, file_bytes);
 }
 
-// Stage 3: where each unit's parameter shard lives (zero_param_placement).
+ZeroSwapOpen zero_host_swap_open(const ZeroPlan* p, const ZeroConfig* cfg, int rank, const ZeroSegment* segs, int nsegs,
+                                 const int* on_host) {
+    ZeroSwapOpen o;
+    memset(&o, 0, sizeof(o));
+    o.plan = p;
+    o.dir = cfg->nvme_path;
+    o.rank = rank;
+    o.queue_depth = 8;
+    o.optimizer = cfg->offload_optimizer == ZERO_OFFLOAD_NVME;
+    o.segs = segs;
+    o.nsegs = nsegs;
+    o.sub_group_size = cfg->sub_group_size;
+    o.buffer_count = cfg->buffer_count;
+    o.on_host = on_host;
+    o.param_elem_bytes = sizeof(float);
+    return o;
+}
+
+// Stage 3: where each unit's parameter shard lives (zero_param_placement): the host's in
+// one array, the others in the swap file, opened here with the optimizer's regions when
+// the optimizer is on NVMe (the segments are found already).
 static int zero_param_store_init(ZeroHost* e) {
     ZeroPlan* p = &e->plan;
-    int nu = p->num_units;
+    int nu = p->num_units, rc = -1;
     e->param_ptr = (float**)calloc(nu, sizeof(float*));
-    e->param_file_off = (size_t*)calloc(nu, sizeof(size_t));
     int* on_host = (int*)calloc(nu, sizeof(int));
-    if (e->param_ptr == NULL || e->param_file_off == NULL || on_host == NULL) { free(on_host); return zero_error("zero: out of memory"); }
-    e->staged_unit = -1;
-    size_t file_bytes = 0, max_shard = zero_max_shard(e) * sizeof(float);
+    if (e->param_ptr == NULL || on_host == NULL) { free(on_host); return zero_error("zero: out of memory"); }
+    size_t file_bytes = 0;
     size_t host_elems = zero_param_placement(p, &e->sched, &e->cfg, on_host, &file_bytes);
     int kind = e->offload_param != ZERO_OFFLOAD_NONE ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS;
     e->shard_params = (float*)zero_alloc(e, kind, host_elems);
-    if (e->shard_params == NULL) { free(on_host); return -1; }
-    int need_nvme = file_bytes > 0 || e->offload_opt == ZERO_OFFLOAD_NVME;
-    if (need_nvme && zero_nvme_open(e, file_bytes) != 0) { free(on_host); return -1; }
-    size_t host_off = 0, file_off = e->offload_opt == ZERO_OFFLOAD_NVME ? NVME_REGIONS * e->nvme_region : 0;
-    for (int u = 0; u < nu; u++) {
-        if (on_host[u]) {
-            e->param_ptr[u] = e->shard_params + host_off;
-            host_off += p->units[u].shard;
-        } else {
-            e->param_file_off[u] = file_off;
-            file_off += zero_align4k(p->units[u].shard * sizeof(float));
-        }
-    }
-    free(on_host);
-    if (file_bytes > 0) {
-        e->param_stage_bytes = zero_align4k(max_shard);
-        e->param_stage = (float*)nvme_alloc(e->param_stage_bytes);  // huge pages: few segments per O_DIRECT request
-        if (e->param_stage == NULL) { return zero_error("zero: out of memory for the parameter staging buffer"); }
-        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->param_stage_bytes;
+    if (e->shard_params == NULL) { goto done; }
+    if (file_bytes > 0 || e->offload_opt == ZERO_OFFLOAD_NVME) {
+        ZeroSwapOpen o = zero_host_swap_open(p, &e->cfg, e->rank, e->segs, e->nsegs, on_host);
+        if (zero_swap_open(&e->swap, &o) != 0) { goto done; }
+        e->mem.nvme_bytes = (double)e->swap.file_bytes;
+        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->swap.host_bytes;  // its buffers, the blocks' checksums
         e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     }
-    return 0;
+    size_t host_off = 0;
+    for (int u = 0; u < nu; u++) {
+        if (!on_host[u]) { continue; }
+        e->param_ptr[u] = e->shard_params + host_off;
+        host_off += p->units[u].shard;
+    }
+    rc = 0;
+done:
+    free(on_host);
+    return rc;
 }
 
 // the tensors' parts of this rank's shard, in shard-buffer order
@@ -101,22 +85,9 @@ static int zero_shards_copy_out(ZeroHost* e, float* dst) {
     return 0;
 }
 
-size_t zero_nvme_group_size(const ZeroConfig* cfg, size_t shard_total) {
-    size_t g = ((size_t)cfg->sub_group_size + 1023) / 1024 * 1024;
-    size_t whole = (shard_total + 1023) / 1024 * 1024, most = ((size_t)1 << 30) / sizeof(float);
-    g = g < whole ? g : whole;
-    return g < most ? g : most;
-}
-
-int zero_nvme_buffer_sets(const ZeroConfig* cfg) { return cfg->buffer_count >= 2 ? cfg->buffer_count : 2; }
-
-size_t zero_grad_stage_bytes(size_t max_shard) { return zero_align4k(max_shard * sizeof(float)) + NVME_ALIGN; }
-
 // Optimizer offload. cpu: the gradient shards, the fp32 master and the moments on the
-// host. nvme (stage 3; the file was opened with the parameter store): master, moments and
-// gradient shards in this rank's swap file, moved by sub-groups of sub_group_size
-// elements (whole 4 KiB blocks, at most the 1 GiB a registered buffer may hold) through
-// buffer_count sets of group buffers, and one unit's gradient shard staged at a time.
+// host. nvme (stage 3; the swap file was opened with the parameter store, zero3/swap.h):
+// master, moments and gradient shards in this rank's swap file.
 static int zero_offload_init(ZeroHost* e) {
     ZeroPlan* p = &e->plan;
     if (e->offload_opt == ZERO_OFFLOAD_CPU) {
@@ -125,22 +96,10 @@ static int zero_offload_init(ZeroHost* e) {
         if (e->host_master == NULL) { return -1; }
         return zero_shards_copy_out(e, e->host_master);
     }
-    e->group = zero_nvme_group_size(&e->cfg, p->shard_total);
-    e->nbufs = zero_nvme_buffer_sets(&e->cfg);
-    void** bufs = NULL;
-    if (nvme_buffers_alloc(&e->nvme, e->nbufs * NVME_REGIONS, e->group * sizeof(float), &bufs) != 0) { return -1; }
-    e->nvme_bufs = bufs;
-    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->nbufs * NVME_REGIONS * e->group * sizeof(float);
-    e->grad_stage_bytes = zero_grad_stage_bytes(zero_max_shard(e));
-    e->grad_stage = (float*)nvme_alloc(e->grad_stage_bytes);
-    e->grad_in_file = (unsigned char*)calloc((size_t)p->num_units, 1);
-    if (e->grad_stage == NULL || e->grad_in_file == NULL) { return zero_error("zero: out of memory for the gradient staging buffer"); }
-    e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->grad_stage_bytes;
-    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     // the master shards from the parameter store, zero moments (the gradient region is
-    // written before it is read: grad_in_file)
-    if (zero_nvme_write_master(e) != 0 || zero_nvme_stream(e, NVME_M, NULL, 1) != 0) { return -1; }
-    return zero_nvme_stream(e, NVME_V, NULL, 1);
+    // written before it is read: the swap's first add of a unit overwrites)
+    if (zero_nvme_write_master(e) != 0 || zero_swap_region_load(&e->swap, ZERO_SWAP_M, NULL) != 0) { return -1; }
+    return zero_swap_region_load(&e->swap, ZERO_SWAP_V, NULL);
 }
 
 // Unit u's initial parameters: this rank's shard from in->fill (into the full buffer, or
@@ -198,7 +157,6 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     e->stage = cfg->stage;
     e->offload_opt = cfg->offload_optimizer;
     e->offload_param = cfg->offload_param;
-    e->staged_unit = -1;  // no NVMe parameter shard staged
     if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
         return zero_error("zero: parameter offload needs ZeRO stage 3");
     }
@@ -226,6 +184,7 @@ int zero_host_init(void* impl, const ZeroInit* in) {
         return zero_error("zero: out of memory for the engine's tables");
     }
     memcpy(e->tensors, model->tensors, model->num_tensors * sizeof(ZeroTensor));
+    if (e->stage >= 1 && zero_segments_init(e) != 0) { return -1; }  // before the swap file, which walks them
     for (int u = 0; u < num_units; u++) { e->unit_req[u].unit = e->red_req[u].unit = u; }  // named by the watchdog
 
     // the initial parameters (zero3/zero.h's [Note: partitioned init]): stages 0-2 keep the
@@ -264,7 +223,6 @@ int zero_host_init(void* impl, const ZeroInit* in) {
         e->v = (float*)zero_alloc(e, kind, e->opt_elems);
         if (e->m == NULL || e->v == NULL) { return -1; }
     }
-    if (e->stage >= 1 && zero_segments_init(e) != 0) { return -1; }
     if (e->offload_opt != ZERO_OFFLOAD_NONE && zero_offload_init(e) != 0) { return -1; }
     return zero_host_step_plan_init(e);  // last: it points into the arrays above
 }
@@ -292,7 +250,7 @@ int zero_host_save(void* impl, FILE* fp) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroPlan* p = &e->plan;
     ZeroStateHeader h = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
-    if (zero_state_write_header(fp, &h) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
+    if (zero_state_write_header(fp, &h) != 0 || zero_swap_grad_settle(&e->swap) != 0) { return -1; }
     int ok = 1;
     if (e->stage == 0) {
         ok = fwrite(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
@@ -306,7 +264,7 @@ int zero_host_save(void* impl, FILE* fp) {
         free(tmp);
     }
     if (ok && e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments come from the swap file
-        return zero_nvme_stream(e, NVME_M, fp, 0) != 0 || zero_nvme_stream(e, NVME_V, fp, 0) != 0 ? -1 : 0;
+        return zero_swap_region_save(&e->swap, ZERO_SWAP_M, fp) != 0 || zero_swap_region_save(&e->swap, ZERO_SWAP_V, fp) != 0 ? -1 : 0;
     }
     ok = ok && fwrite(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;
     ok = ok && fwrite(e->v, sizeof(float), e->opt_elems, fp) == e->opt_elems;
@@ -317,7 +275,7 @@ int zero_host_load(void* impl, FILE* fp) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroPlan* p = &e->plan;
     ZeroStateHeader want = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
-    if (zero_state_read_header(fp, &want) != 0 || zero_grad_nvme_settle(e) != 0) { return -1; }
+    if (zero_state_read_header(fp, &want) != 0 || zero_swap_grad_settle(&e->swap) != 0) { return -1; }
     int ok = 1;
     if (e->stage == 0) {
         ok = fread(e->full_params, sizeof(float), p->padded_total, fp) == p->padded_total;
@@ -332,7 +290,7 @@ int zero_host_load(void* impl, FILE* fp) {
     }
     if (!ok) { return zero_error("zero: the optimizer state is truncated or the swap file failed"); }
     if (e->offload_opt == ZERO_OFFLOAD_NVME) {  // the moments go to the swap file, the master too
-        if (zero_nvme_stream(e, NVME_M, fp, 1) != 0 || zero_nvme_stream(e, NVME_V, fp, 1) != 0 ||
+        if (zero_swap_region_load(&e->swap, ZERO_SWAP_M, fp) != 0 || zero_swap_region_load(&e->swap, ZERO_SWAP_V, fp) != 0 ||
             zero_nvme_write_master(e) != 0) { return -1; }
     } else {
         ok = fread(e->m, sizeof(float), e->opt_elems, fp) == e->opt_elems;

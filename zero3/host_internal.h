@@ -37,10 +37,8 @@ int zero_reduce_drain(ZeroHost* e);
 
 // zero3/host_store.c
 // the parameter shard that AdamW updates, for unit u: in the full buffer (stages 1-2)
-// or the shard buffer (stage 3)
+// or the shard buffer (stage 3; NULL: in the swap file)
 float* zero_param_shard(ZeroHost* e, int u);
-
-size_t zero_align4k(size_t bytes);
 
 // copies the first n elements (at most the shard) of unit u's parameter shard into dst,
 // from the host or from NVMe
@@ -52,51 +50,27 @@ int zero_param_shard_put(ZeroHost* e, int u, const float* src);
 // stage 3: the always-gathered units get their updated shards from every rank
 int zero_refresh_persistent(ZeroHost* e);
 
-// the gradient staging buffer's write, if one is in flight, is done (it is the only
-// asynchronous request outside the step: the parameter reads wait for themselves)
-int zero_grad_nvme_settle(ZeroHost* e);
-
-// Adds unit u's reduced gradient shard (got) into the swap file's gradient region. The
-// shard's bytes [lo, hi) rarely fall on 4 KiB blocks, and O_DIRECT moves whole blocks,
-// so the span written is [lo, hi) widened to blocks; the neighbours' parts of its first
-// and last block are read first and written back as they were. The first add of a step
-// starts from zero (0 + got, as the in-memory accumulator does: -0 becomes +0); later
-// micro-steps read the span, add and write it back. On the last micro-step the sum's
-// squared norm is added to grad_sumsq for the step's clipping. One write is left in
-// flight, overlapping the backward of the next units; the next add waits for it first,
-// since two spans may share a block.
-int zero_grad_nvme_add(ZeroHost* e, int u, const float* got);
-
-// Streams a region of the swap file to a checkpoint (to_swap 0) or from one into the
-// file (to_swap 1; fp NULL: zeroes), group by group through buffer 0: checkpoints and
-// init hold one group, never the region.
-int zero_nvme_stream(ZeroHost* e, int region, FILE* fp, int to_swap);
-
 // largest parameter shard of any unit, in elements
 size_t zero_max_shard(const ZeroHost* e);
 
 // The master region from the parameter shards (init, load): unit by unit through one
-// shard-sized buffer into group buffer 0, each group written once it is full.
+// shard-sized buffer (zero_swap_master_*).
 int zero_nvme_write_master(ZeroHost* e);
 
 
 // zero3/host_init.c
 // Stage 3: which units' parameter shards stay on the host (on_host[u] = 1) and the rest
 // in the swap file: with --offload-param nvme, units stay while max_in_cpu elements allow,
-// the schedule's persistent ones first. Returns the host's elements; *file_bytes gets the
-// swap file's parameter region (each shard 4 KiB-aligned).
+// the schedule's persistent ones first (zero_swap_placement). Returns the host's elements;
+// *file_bytes gets the swap file's parameter region (each shard 4 KiB-aligned).
 size_t zero_param_placement(const ZeroPlan* p, const ZeroSchedule* sched, const ZeroConfig* cfg, int* on_host,
                                    size_t* file_bytes);
 
-// the NVMe step's sub-group: sub_group_size elements in whole 4 KiB blocks, at most the
-// (4 KiB-padded) shard and the 1 GiB one registered buffer may hold
-size_t zero_nvme_group_size(const ZeroConfig* cfg, size_t shard_total);
-
-// sets of group buffers (p, m, v, g each): buffer_count, at least 2 (one read ahead while one updates)
-int zero_nvme_buffer_sets(const ZeroConfig* cfg);
-
-// a shard's span in the gradient region: its bytes widened to 4 KiB blocks at both ends
-size_t zero_grad_stage_bytes(size_t max_shard);
+// what the host engine asks of the swap file (zero3/swap.h): the optimizer's regions with
+// the optimizer on NVMe, the parameter region for the units on_host leaves out (on_host
+// NULL: none), fp32 parameters
+ZeroSwapOpen zero_host_swap_open(const ZeroPlan* p, const ZeroConfig* cfg, int rank, const ZeroSegment* segs, int nsegs,
+                                 const int* on_host);
 
 
 #endif // ZERO3_HOST_INTERNAL_H

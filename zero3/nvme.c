@@ -294,14 +294,21 @@ static void nvme_push_done(NvmeFile* f, int ri) {
 
 // waits for one CQE and accounts it: a short piece is resubmitted on the same slot, a
 // finished or failed piece frees its slot, and a request whose last piece is in is queued
-static int nvme_reap_one(NvmeFile* f) {
+// Reaps one completion: waits for it (block), or takes one only if the ring has one
+// (returns 1 when it did, 0 when there was none).
+static int nvme_reap(NvmeFile* f, int block) {
     struct io_uring_cqe* cqe;
     int rc;
-    double t0 = zero_now_ms();
-    zero_watch_io_enter("read or write", f->path);  // a stuck device never completes: the watchdog's to time
-    do { rc = io_uring_wait_cqe(&f->ring, &cqe); } while (rc == -EINTR);
-    zero_watch_io_leave();
-    f->wait_ms += zero_now_ms() - t0;
+    if (!block) {
+        rc = io_uring_peek_cqe(&f->ring, &cqe);
+        if (rc == -EAGAIN) { return 0; }
+    } else {
+        double t0 = zero_now_ms();
+        zero_watch_io_enter("read or write", f->path);  // a stuck device never completes: the watchdog's to time
+        do { rc = io_uring_wait_cqe(&f->ring, &cqe); } while (rc == -EINTR);
+        zero_watch_io_leave();
+        f->wait_ms += zero_now_ms() - t0;
+    }
     if (rc < 0) {
         f->broken = 1;
         return zero_error("nvme: %s: waiting for a completion failed: %s", f->path, strerror(-rc));
@@ -321,7 +328,7 @@ static int nvme_reap_one(NvmeFile* f) {
             s->bytes -= (size_t)res;
             f->retries++;
             if (nvme_prep(f, si) != 0) { return -1; }
-            return nvme_flush(f);
+            return nvme_flush(f) != 0 ? -1 : 1;
         }
     } else if (r->err == 0 && r->eof == 0) {
         // keep the first failure of the request; its other pieces still complete normally
@@ -333,7 +340,7 @@ static int nvme_reap_one(NvmeFile* f) {
     f->inflight--;
     r->pieces--;
     if (r->pieces == 0 && !r->submitting) { nvme_push_done(f, ri); }
-    return 0;
+    return 1;
 }
 
 // a free request record (the array grows; records are addressed by index)
@@ -403,7 +410,7 @@ static int nvme_submit(NvmeFile* f, int is_write, const void* buf, size_t offset
     while (done < bytes) {
         if (f->n_free_slots == 0) {
             // queue full: make room, completed requests wait on the FIFO for nvme_wait
-            if (nvme_flush(f) != 0 || nvme_reap_one(f) != 0) { return -1; }
+            if (nvme_flush(f) != 0 || nvme_reap(f, 1) < 0) { return -1; }
             continue;
         }
         int si = f->free_slots[--f->n_free_slots];
@@ -471,19 +478,34 @@ int nvme_write_async(NvmeFile* f, const void* buf, size_t offset, size_t bytes, 
     return nvme_submit(f, 1, buf, offset, bytes, tag, NULL);
 }
 
+// returns the oldest completed request (there is one) to the caller
+static int nvme_pop_done(NvmeFile* f, uint64_t* tag) {
+    int ri = f->done_head;
+    f->done_head = f->reqs[ri].next;
+    if (f->done_head < 0) { f->done_tail = -1; }
+    *tag = f->reqs[ri].tag;
+    return nvme_finish(f, ri);
+}
+
 int nvme_wait(NvmeFile* f, uint64_t* tag) {
     if (nvme_check_usable(f, "nvme_wait") != 0) { return -1; }
     while (f->done_head < 0) {
         if (f->outstanding == 0 || f->inflight == 0) {
             return zero_error("nvme_wait: %s: no request in flight", f->path);
         }
-        if (nvme_flush(f) != 0 || nvme_reap_one(f) != 0) { return -1; }
+        if (nvme_flush(f) != 0 || nvme_reap(f, 1) < 0) { return -1; }
     }
-    int ri = f->done_head;
-    f->done_head = f->reqs[ri].next;
-    if (f->done_head < 0) { f->done_tail = -1; }
-    *tag = f->reqs[ri].tag;
-    return nvme_finish(f, ri);
+    return nvme_pop_done(f, tag);
+}
+
+int nvme_poll(NvmeFile* f, uint64_t* tag) {
+    if (nvme_check_usable(f, "nvme_poll") != 0) { return -1; }
+    if (nvme_flush(f) != 0) { return -1; }
+    for (int rc = 1; f->done_head < 0 && f->inflight > 0 && rc == 1;) {
+        if ((rc = nvme_reap(f, 0)) < 0) { return -1; }
+    }
+    if (f->done_head < 0) { return 0; }
+    return nvme_pop_done(f, tag) != 0 ? -1 : 1;
 }
 
 int nvme_wait_all(NvmeFile* f) {
@@ -512,7 +534,7 @@ static int nvme_io_sync(NvmeFile* f, int is_write, const void* buf, size_t offse
             if (f->done_tail == i) { f->done_tail = prev; }
             return nvme_finish(f, ri);
         }
-        if (nvme_flush(f) != 0 || nvme_reap_one(f) != 0) { return -1; }
+        if (nvme_flush(f) != 0 || nvme_reap(f, 1) < 0) { return -1; }
     }
 }
 

@@ -212,6 +212,10 @@ int nvme_write_async(NvmeFile* f, const void* buf, size_t offset, size_t bytes, 
 
 int nvme_wait(NvmeFile* f, uint64_t* tag);
 
+// nvme_wait without waiting: 1 and *tag when a request is complete (reaping what the
+// ring has), 0 when none is yet; -1 (with *tag set) for a failed request
+int nvme_poll(NvmeFile* f, uint64_t* tag);
+
 // waits for every outstanding request; -1 (with the first failure's message) if any failed
 int nvme_wait_all(NvmeFile* f);
 

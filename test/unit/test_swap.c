@@ -1,0 +1,261 @@
+/*
+ Tests of zero3/swap.h, the NVMe tier both engines use, for what the host engine's
+ offload suite (test/e2e/test_offload.sh: the same losses and bytes as without offload)
+ does not reach: a parameter region of 2-byte elements (the device engine's bf16 compute
+ copy), reads ahead of a unit's shard waited for later and among other requests in
+ flight, a step writing bf16 through the engine's callback, the master by ranges, and
+ the refusals (units out of order, waits without a read).
+
+ The plan is rank 1 of 2 over three units, so that shards start at odd places of the
+ regions; the file goes to a fresh directory under /tmp (buffered I/O if the filesystem
+ refuses O_DIRECT: the swapper falls back by itself).
+*/
+#include "zero3/swap.h"           // first: _GNU_SOURCE; the module under test
+#include <criterion/criterion.h>  // Test, cr_assert*
+#include <stdint.h>               // uint16_t
+#include <stdlib.h>               // mkdtemp, aligned_alloc
+#include <string.h>               // memset, memcmp
+#include <unistd.h>               // rmdir
+#include "zero3/util.h"           // zero_errmsg
+#include "zero3/cpu_adam.h"       // cpu_adam_step: the step's reference
+
+static char g_dir[256];
+static ZeroPlan g_plan;
+static const size_t g_numel[3] = {1000, 3000, 5000};
+
+static void setup(void) {
+    snprintf(g_dir, sizeof(g_dir), "/tmp/test_swap.XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+    cr_assert_eq(zero_plan_init(&g_plan, g_numel, 3, 2, 1, sizeof(float)), 0, "%s", zero_errmsg());
+}
+
+static void teardown(void) {
+    zero_plan_free(&g_plan);
+    rmdir(g_dir);  // the swap file went at zero_swap_close
+}
+
+TestSuite(swap, .init = setup, .fini = teardown);
+
+// units 1 and 2 in the parameter region, unit 0 on the host
+static const int g_on_host[3] = {1, 0, 0};
+
+static ZeroSwapOpen params_only(size_t elem_bytes) {
+    ZeroSwapOpen o;
+    memset(&o, 0, sizeof(o));
+    o.plan = &g_plan;
+    o.dir = g_dir;
+    o.rank = 1;
+    o.on_host = g_on_host;
+    o.param_elem_bytes = elem_bytes;
+    return o;
+}
+
+static void* abuf(size_t bytes) {
+    void* p = aligned_alloc(NVME_ALIGN, bytes);
+    cr_assert_not_null(p);
+    memset(p, 0xAB, bytes);
+    return p;
+}
+
+// a pattern of 2-byte elements that differs by unit and by seed
+static void fill16(uint16_t* x, size_t n, int unit, int seed) {
+    for (size_t i = 0; i < n; i++) { x[i] = (uint16_t)(i * 7 + (size_t)unit * 1000 + (size_t)seed * 31); }
+}
+
+Test(swap, parameter_region_in_two_byte_elements) {
+    ZeroSwap s2, s4;
+    ZeroSwapOpen o2 = params_only(2), o4 = params_only(4);
+    cr_assert_eq(zero_swap_open(&s4, &o4), 0, "%s", zero_errmsg());
+    size_t bytes4 = s4.file_bytes;
+    zero_swap_close(&s4);
+    cr_assert_eq(zero_swap_open(&s2, &o2), 0, "%s", zero_errmsg());
+    // the region holds units 1 and 2 only, each 4 KiB-aligned in 2-byte elements
+    size_t want = zero_swap_align(g_plan.units[1].shard * 2) + zero_swap_align(g_plan.units[2].shard * 2);
+    cr_assert_eq(s2.file_bytes, want);
+    cr_assert_eq(zero_swap_param_bytes(&s2, 2), zero_swap_align(g_plan.units[2].shard * 2));
+    cr_assert(!zero_swap_param_on_nvme(&s2, 0) && zero_swap_param_on_nvme(&s2, 1) && zero_swap_param_on_nvme(&s2, 2));
+    size_t host = 0, file = 0;
+    zero_swap_size(&o2, &host, &file);
+    cr_assert_eq(file, s2.file_bytes);
+    cr_assert_eq(host, s2.host_bytes);
+    cr_assert_gt(bytes4, s2.file_bytes, "4-byte elements take more of the file");
+    // each unit's shard comes back as written, the neighbour untouched
+    size_t n1 = g_plan.units[1].shard, n2 = g_plan.units[2].shard;
+    uint16_t* a = (uint16_t*)calloc(n2, 2);
+    uint16_t* b = (uint16_t*)calloc(n2, 2);
+    fill16(a, n2, 2, 1);
+    cr_assert_eq(zero_swap_param_write(&s2, 2, a), 0, "%s", zero_errmsg());
+    fill16(a, n1, 1, 1);
+    cr_assert_eq(zero_swap_param_write(&s2, 1, a), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_read(&s2, 2, b, n2), 0, "%s", zero_errmsg());
+    fill16(a, n2, 2, 1);
+    cr_assert_eq(memcmp(a, b, n2 * 2), 0, "unit 2 changed by unit 1's write");
+    cr_assert_eq(zero_swap_param_read(&s2, 1, b, n1), 0, "%s", zero_errmsg());
+    fill16(a, n1, 1, 1);
+    cr_assert_eq(memcmp(a, b, n1 * 2), 0);
+    // a unit on the host is refused
+    cr_assert_eq(zero_swap_param_read(&s2, 0, b, 1), -1);
+    ZeroSwapCounters c = zero_swap_counters(&s2);
+    cr_assert_eq(c.write_bytes, (double)want);
+    cr_assert_eq(c.read_bytes, (double)want);
+    free(a);
+    free(b);
+    zero_swap_close(&s2);
+}
+
+Test(swap, reads_ahead_complete_in_any_order) {
+    ZeroSwap s;
+    ZeroSwapOpen o = params_only(2);
+    cr_assert_eq(zero_swap_open(&s, &o), 0, "%s", zero_errmsg());
+    size_t n1 = g_plan.units[1].shard, n2 = g_plan.units[2].shard;
+    uint16_t* want = (uint16_t*)calloc(n2, 2);
+    for (int u = 1; u <= 2; u++) {
+        fill16(want, g_plan.units[u].shard, u, 5);
+        cr_assert_eq(zero_swap_param_write(&s, u, want), 0, "%s", zero_errmsg());
+    }
+    uint16_t* b1 = (uint16_t*)abuf(zero_swap_param_bytes(&s, 1));
+    uint16_t* b2 = (uint16_t*)abuf(zero_swap_param_bytes(&s, 2));
+    cr_assert_eq(zero_swap_param_wait(&s, 1), -1, "a wait without a read ahead");
+    cr_assert_eq(zero_swap_param_read_start(&s, 1, b1), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_read_start(&s, 1, b1), -1, "a second read ahead of the same unit");
+    cr_assert_eq(zero_swap_param_read_start(&s, 0, b1), -1, "a unit on the host");
+    cr_assert_eq(zero_swap_param_read_start(&s, 2, b2), 0, "%s", zero_errmsg());
+    // the later one waited for first: the earlier one's completion is kept for it
+    cr_assert_eq(zero_swap_param_wait(&s, 2), 0, "%s", zero_errmsg());
+    fill16(want, n2, 2, 5);
+    cr_assert_eq(memcmp(b2, want, n2 * 2), 0);
+    int done = 0;
+    for (int i = 0; i < 100000 && done == 0; i++) { done = zero_swap_param_read_test(&s, 1); }
+    cr_assert_eq(done, 1, "unit 1's read never completed (%s)", zero_errmsg());
+    cr_assert_eq(zero_swap_param_wait(&s, 1), 0, "%s", zero_errmsg());
+    fill16(want, n1, 1, 5);
+    cr_assert_eq(memcmp(b1, want, n1 * 2), 0);
+    cr_assert_eq(zero_swap_param_wait(&s, 1), -1, "waited for twice");
+    // a synchronous read of a unit being read ahead waits for the read first
+    cr_assert_eq(zero_swap_param_read_start(&s, 1, b1), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_read(&s, 1, want, n1), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_read_start(&s, 1, b1), 0, "the read ahead was settled: %s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_wait(&s, 1), 0, "%s", zero_errmsg());
+    free(want);
+    free(b1);
+    free(b2);
+    zero_swap_close(&s);
+}
+
+// the optimizer's regions and a parameter region on one file
+static ZeroSwapOpen with_optimizer(const ZeroSegment* segs, int nsegs) {
+    ZeroSwapOpen o = params_only(2);
+    o.optimizer = 1;
+    o.segs = segs;
+    o.nsegs = nsegs;
+    o.sub_group_size = 1024;  // several groups: the pipeline turns
+    o.buffer_count = 2;
+    return o;
+}
+
+// segments: each unit's shard whole, decaying but for unit 1
+static int segments(ZeroSegment* segs) {
+    for (int u = 0; u < 3; u++) {
+        size_t b = g_plan.units[u].shard_offset;
+        segs[u] = (ZeroSegment){b, b + g_plan.units[u].shard, u, 0, u != 1};
+    }
+    return 3;
+}
+
+typedef struct { ZeroSwap* s; uint16_t* host0; int flushed; } OutCtx;
+
+static void* out_unit(void* ctx, int u) {
+    OutCtx* c = (OutCtx*)ctx;
+    return u == 0 ? (void*)c->host0 : zero_swap_param_out(c->s, u);
+}
+
+static int out_flush(void* ctx) {
+    OutCtx* c = (OutCtx*)ctx;
+    c->flushed++;
+    return zero_swap_param_flush(c->s);
+}
+
+Test(swap, step_writes_bf16_through_the_callback) {
+    ZeroSegment segs[3];
+    ZeroSwap s;
+    ZeroSwapOpen o = with_optimizer(segs, segments(segs));
+    cr_assert_eq(zero_swap_open(&s, &o), 0, "%s", zero_errmsg());
+    size_t total = g_plan.shard_total;
+    float* master = (float*)calloc(total, sizeof(float));
+    float* grad = (float*)calloc(total, sizeof(float));
+    for (size_t i = 0; i < total; i++) { master[i] = 0.001f * (float)(i % 977) - 0.4f; grad[i] = 0.01f * (float)(i % 13) - 0.06f; }
+    cr_assert_eq(zero_swap_master_begin(&s), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_master_unit(&s, 1, master + g_plan.units[1].shard_offset), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_master_unit(&s, 0, master), -1, "a unit out of order");
+    cr_assert_eq(zero_swap_master_unit(&s, 2, master + g_plan.units[2].shard_offset), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_master_end(&s), 0, "%s", zero_errmsg());
+    memset(master, 0, g_plan.units[0].shard * sizeof(float));  // unit 0 was left out: zeros
+    // the gradient in two micro-steps: the sum, its squares from the last one only
+    float* half = (float*)calloc(total, sizeof(float));
+    for (size_t i = 0; i < total; i++) { half[i] = grad[i] * 0.5f; }
+    for (int micro = 0; micro < 2; micro++) {
+        for (int u = 2; u >= 0; u--) {
+            cr_assert_eq(zero_swap_grad_add(&s, u, half + g_plan.units[u].shard_offset, micro == 1), 0, "%s", zero_errmsg());
+        }
+    }
+    double sumsq = 0.0;
+    for (size_t i = 0; i < total; i++) { sumsq += (double)(half[i] + half[i]) * (half[i] + half[i]); }
+    cr_assert_float_eq(zero_swap_grad_sumsq(&s), sumsq, 1e-9 * sumsq);
+    // the step against cpu_adam_step over the same arrays
+    CpuAdamParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1};
+    uint16_t* host0 = (uint16_t*)calloc(g_plan.units[0].shard, 2);
+    OutCtx ctx = {&s, host0, 0};
+    cr_assert_eq(zero_swap_step(&s, &hp, 0.1f, out_unit, CPU_ADAM_BF16, out_flush, &ctx), 0, "%s", zero_errmsg());
+    cr_assert_eq(ctx.flushed, 1);
+    float* m = (float*)calloc(total, sizeof(float));
+    float* v = (float*)calloc(total, sizeof(float));
+    uint16_t* want = (uint16_t*)calloc(total, 2);
+    for (size_t i = 0; i < total; i++) { grad[i] = half[i] + half[i]; }
+    for (int u = 0; u < 3; u++) {
+        size_t b = g_plan.units[u].shard_offset, n = g_plan.units[u].shard;
+        hp.weight_decay = u != 1 ? 0.1f : 0.0f;
+        cr_assert_eq(cpu_adam_step(master + b, grad + b, CPU_ADAM_FP32, m + b, v + b, n, &hp, want + b, CPU_ADAM_BF16), 0);
+    }
+    cr_assert_eq(memcmp(host0, want, g_plan.units[0].shard * 2), 0, "unit 0's bf16 copy on the host");
+    uint16_t* got = (uint16_t*)calloc(g_plan.units[2].shard, 2);
+    for (int u = 1; u <= 2; u++) {
+        cr_assert_eq(zero_swap_param_read(&s, u, got, g_plan.units[u].shard), 0, "%s", zero_errmsg());
+        cr_assert_eq(memcmp(got, want + g_plan.units[u].shard_offset, g_plan.units[u].shard * 2), 0, "unit %d's bf16 shard on NVMe", u);
+    }
+    // the master, updated, by ranges
+    float part[100];
+    cr_assert_eq(zero_swap_master_read(&s, 2, 17, 100, part), 0, "%s", zero_errmsg());
+    cr_assert_eq(memcmp(part, master + g_plan.units[2].shard_offset + 17, sizeof(part)), 0);
+    cr_assert_eq(zero_swap_master_read(&s, 0, g_plan.units[0].shard, 1, part), -1, "past the shard");
+    free(master); free(grad); free(half); free(host0); free(m); free(v); free(want); free(got);
+    zero_swap_close(&s);
+}
+
+Test(swap, read_ahead_beside_the_gradient_write) {
+    ZeroSegment segs[3];
+    ZeroSwap s;
+    ZeroSwapOpen o = with_optimizer(segs, segments(segs));
+    cr_assert_eq(zero_swap_open(&s, &o), 0, "%s", zero_errmsg());
+    size_t n2 = g_plan.units[2].shard;
+    uint16_t* want = (uint16_t*)calloc(n2, 2);
+    fill16(want, n2, 2, 9);
+    cr_assert_eq(zero_swap_param_write(&s, 2, want), 0, "%s", zero_errmsg());
+    float* g = (float*)calloc(n2, sizeof(float));
+    for (size_t i = 0; i < n2; i++) { g[i] = (float)i; }
+    uint16_t* b = (uint16_t*)abuf(zero_swap_param_bytes(&s, 2));
+    // the gradient's write and the read ahead in flight together; each wait finds its own
+    cr_assert_eq(zero_swap_grad_add(&s, 2, g, 1), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_read_start(&s, 2, b), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_wait(&s, 2), 0, "%s", zero_errmsg());
+    cr_assert_eq(memcmp(b, want, n2 * 2), 0);
+    cr_assert_eq(zero_swap_grad_settle(&s), 0, "%s", zero_errmsg());
+    cr_assert_eq(s.grad_pending, 0);
+    // the second add reads the first back: twice the shard
+    cr_assert_eq(zero_swap_grad_add(&s, 2, g, 1), 0, "%s", zero_errmsg());
+    cr_assert_float_eq(zero_swap_grad_sumsq(&s), 5.0 * (double)(n2 - 1) * (double)n2 * (double)(2 * n2 - 1) / 6.0,
+                       1e-6 * (double)n2 * n2 * n2);
+    zero_swap_grad_clear(&s);
+    cr_assert_eq(zero_swap_grad_sumsq(&s), 0.0);
+    free(want); free(g); free(b);
+    zero_swap_close(&s);
+}

@@ -1,0 +1,488 @@
+// zero3/swap.c: the implementation (the interface and its notes: zero3/swap.h)
+#include "zero3/swap.h"     // first: _GNU_SOURCE; this module's types and prototypes
+#include <stdlib.h>         // calloc, malloc, free
+#include <string.h>         // memset, memcpy, strerror
+#include <errno.h>          // errno: a failed fwrite's reason
+#include "zero3/util.h"     // zero_error, zero_now_ms
+#include "zero3/adamw.h"    // grad_norm_squared: the gradient's squared norm
+
+// Every request on the file carries its owner in the tag's top bits, so that whichever
+// wait takes its completion can record it for its owner (zero_swap_reap).
+#define SWAP_TAG_GRAD ((uint64_t)1 << 60)   // the gradient's write
+#define SWAP_TAG_READ ((uint64_t)2 << 60)   // a unit's read ahead: | unit
+#define SWAP_TAG_STEP ((uint64_t)3 << 60)   // the step: | group * 8 + (is_write << 2) + region
+#define SWAP_TAG_KIND ((uint64_t)15 << 60)
+
+size_t zero_swap_align(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
+
+size_t zero_swap_placement(const ZeroPlan* p, const int* persistent, double max_in_cpu, size_t elem_bytes,
+                           int* on_host, size_t* file_bytes) {
+    size_t host_elems = 0;
+    for (int pass = 0; pass < 2; pass++) {  // persistent units first, then in order
+        for (int u = 0; u < p->num_units; u++) {
+            int pers = persistent != NULL && persistent[u];
+            if (pers != (pass == 0) || on_host[u]) { continue; }
+            if (pers || (double)(host_elems + p->units[u].shard) <= max_in_cpu) {
+                on_host[u] = 1;
+                host_elems += p->units[u].shard;
+            }
+        }
+    }
+    *file_bytes = 0;
+    for (int u = 0; u < p->num_units; u++) {
+        if (!on_host[u]) { *file_bytes += zero_swap_align(p->units[u].shard * elem_bytes); }
+    }
+    return host_elems;
+}
+
+size_t zero_swap_group_size(long long sub_group_size, size_t shard_total) {
+    size_t g = ((size_t)sub_group_size + 1023) / 1024 * 1024;
+    size_t whole = (shard_total + 1023) / 1024 * 1024, most = ((size_t)1 << 30) / sizeof(float);
+    g = g < whole ? g : whole;
+    return g < most ? g : most;
+}
+
+static size_t zero_swap_max_shard(const ZeroPlan* p) {
+    size_t m = 0;
+    for (int u = 0; u < p->num_units; u++) { m = p->units[u].shard > m ? p->units[u].shard : m; }
+    return m;
+}
+
+// the parts of zero_swap_size: the regions' bytes, the parameter region's, each staging
+typedef struct { size_t region, group, bufs, grad_stage, param_file, param_stage; int nbufs; } ZeroSwapSizes;
+
+static ZeroSwapSizes zero_swap_sizes(const ZeroSwapOpen* o) {
+    ZeroSwapSizes z;
+    memset(&z, 0, sizeof(z));
+    const ZeroPlan* p = o->plan;
+    size_t max_shard = zero_swap_max_shard(p);
+    if (o->optimizer) {
+        z.region = (p->shard_total + 1023) / 1024 * 1024 * sizeof(float);
+        z.group = zero_swap_group_size(o->sub_group_size, p->shard_total);
+        z.nbufs = o->buffer_count >= 2 ? o->buffer_count : 2;  // one read ahead while one updates
+        z.bufs = (size_t)z.nbufs * ZERO_SWAP_REGIONS * z.group * sizeof(float);
+        // a shard's span in G: its bytes widened to 4 KiB blocks at both ends
+        z.grad_stage = zero_swap_align(max_shard * sizeof(float)) + NVME_ALIGN;
+    }
+    for (int u = 0; o->on_host != NULL && u < p->num_units; u++) {
+        if (!o->on_host[u]) { z.param_file += zero_swap_align(p->units[u].shard * o->param_elem_bytes); }
+    }
+    if (z.param_file > 0) { z.param_stage = zero_swap_align(max_shard * o->param_elem_bytes); }
+    return z;
+}
+
+void zero_swap_size(const ZeroSwapOpen* o, size_t* host_bytes, size_t* file_bytes) {
+    ZeroSwapSizes z = zero_swap_sizes(o);
+    *file_bytes = ZERO_SWAP_REGIONS * z.region + z.param_file;
+    *host_bytes = z.bufs + z.grad_stage + z.param_stage + (*file_bytes > 0 ? nvme_sums_bytes(*file_bytes) : 0);
+}
+
+// the parameter region's tables: each NVMe unit's offset after the optimizer's regions
+static int zero_swap_param_init(ZeroSwap* s, const ZeroSwapOpen* o, const ZeroSwapSizes* z) {
+    int nu = s->plan->num_units;
+    s->param_off = (size_t*)malloc((size_t)nu * sizeof(size_t));
+    s->reading = (unsigned char*)calloc((size_t)nu, 1);
+    if (s->param_off == NULL || s->reading == NULL) { return zero_error("zero swap: out of memory for the parameter tables"); }
+    size_t off = ZERO_SWAP_REGIONS * z->region;
+    for (int u = 0; u < nu; u++) {
+        s->param_off[u] = (size_t)-1;
+        if (o->on_host == NULL || o->on_host[u]) { continue; }
+        s->param_off[u] = off;
+        off += zero_swap_align(s->plan->units[u].shard * s->param_elem);
+    }
+    if (z->param_stage == 0) { return 0; }
+    s->param_stage_bytes = z->param_stage;
+    s->param_stage = (char*)nvme_alloc(s->param_stage_bytes);  // huge pages: few segments per O_DIRECT request
+    return s->param_stage != NULL ? 0 : zero_error("zero swap: out of memory for the parameter staging buffer");
+}
+
+int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
+    memset(s, 0, sizeof(*s));
+    s->plan = o->plan;
+    s->segs = o->segs;
+    s->nsegs = o->nsegs;
+    s->optimizer = o->optimizer;
+    s->param_elem = o->param_elem_bytes;
+    s->staged_unit = -1;
+    ZeroSwapSizes z = zero_swap_sizes(o);
+    zero_swap_size(o, &s->host_bytes, &s->file_bytes);
+    if (s->file_bytes == 0) { return zero_error("zero swap: nothing to keep on NVMe"); }
+    if (nvme_open(&s->nvme, o->dir, o->rank, s->file_bytes, o->queue_depth > 0 ? o->queue_depth : 8) != 0) { return -1; }
+    s->is_open = 1;
+    if (o->optimizer) {
+        s->region = z.region;
+        s->group = z.group;
+        s->nbufs = z.nbufs;
+        if (nvme_buffers_alloc(&s->nvme, s->nbufs * ZERO_SWAP_REGIONS, s->group * sizeof(float), &s->bufs) != 0) { goto fail; }
+        s->grad_stage_bytes = z.grad_stage;
+        s->grad_stage = (char*)nvme_alloc(s->grad_stage_bytes);
+        s->grad_in_file = (unsigned char*)calloc((size_t)s->plan->num_units, 1);
+        if (s->grad_stage == NULL || s->grad_in_file == NULL) {
+            zero_error("zero swap: out of memory for the gradient staging buffer");
+            goto fail;
+        }
+    }
+    if (zero_swap_param_init(s, o, &z) != 0) { goto fail; }
+    return 0;
+fail:
+    zero_swap_close(s);
+    return -1;
+}
+
+void zero_swap_close(ZeroSwap* s) {
+    if (s->is_open) { nvme_close(&s->nvme, 1); }  // waits for the kernel's requests; frees the step buffers
+    free(s->grad_stage);  // after the close, which waits for a write still reading it
+    free(s->param_stage);
+    free(s->grad_in_file); free(s->param_off); free(s->reading); free(s->left);
+    memset(s, 0, sizeof(*s));
+    s->staged_unit = -1;
+}
+
+ZeroSwapCounters zero_swap_counters(const ZeroSwap* s) {
+    ZeroSwapCounters c = s->c;
+    c.wait_ms = s->is_open ? s->nvme.wait_ms : 0.0;
+    return c;
+}
+
+// Records one completion for its owner. block: waits for one; else takes one only if
+// there is one (returns 0 when none, 1 when one was recorded).
+static int zero_swap_reap(ZeroSwap* s, int block) {
+    uint64_t tag = 0;  // no request of this module has tag 0
+    int rc = block ? nvme_wait(&s->nvme, &tag) : nvme_poll(&s->nvme, &tag);
+    if ((rc < 0 && tag == 0) || (!block && rc == 0)) { return rc; }  // (a failed request still names its owner)
+    uint64_t kind = tag & SWAP_TAG_KIND, low = tag & ~SWAP_TAG_KIND;
+    if (kind == SWAP_TAG_GRAD) {
+        s->grad_pending = 0;
+    } else if (kind == SWAP_TAG_READ) {
+        s->reading[low] = 2;
+    } else if (kind == SWAP_TAG_STEP && s->left != NULL) {
+        s->left[2 * (low / 8) + ((low >> 2) & 1)]--;
+        s->step_left--;
+    } else {
+        return zero_error("zero swap: a completion of unknown tag %llu", (unsigned long long)tag);
+    }
+    return rc < 0 ? -1 : 1;
+}
+
+static size_t zero_swap_offset(const ZeroSwap* s, int region, size_t elem) {
+    return (size_t)region * s->region + elem * sizeof(float);
+}
+
+// elements of group g, and the bytes to move for it (whole 4 KiB blocks: the regions are
+// padded, so reading past the last real element stays inside the file)
+static size_t zero_swap_group_elems(const ZeroSwap* s, int g) {
+    size_t begin = (size_t)g * s->group, total = s->plan->shard_total;
+    size_t end = begin + s->group < total ? begin + s->group : total;
+    return end - begin;
+}
+
+static size_t zero_swap_group_bytes(const ZeroSwap* s, int g) { return zero_swap_align(zero_swap_group_elems(s, g) * sizeof(float)); }
+
+static int zero_swap_groups(const ZeroSwap* s) { return (int)((s->plan->shard_total + s->group - 1) / s->group); }
+
+// buffer b's array for one region of a group: `group` floats
+static float* zero_swap_buf(const ZeroSwap* s, int b, int region) { return (float*)s->bufs[(size_t)b * ZERO_SWAP_REGIONS + region]; }
+
+// a synchronous read or write, counted
+static int zero_swap_io(ZeroSwap* s, int is_write, void* buf, size_t off, size_t bytes) {
+    int rc = is_write ? nvme_write(&s->nvme, buf, off, bytes) : nvme_read(&s->nvme, buf, off, bytes);
+    if (rc != 0) { return -1; }
+    if (is_write) { s->c.write_bytes += (double)bytes; } else { s->c.read_bytes += (double)bytes; }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the master
+
+int zero_swap_master_begin(ZeroSwap* s) {
+    if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
+    s->master_group = 0;
+    s->master_next = 0;
+    memset(zero_swap_buf(s, 0, ZERO_SWAP_P), 0, s->group * sizeof(float));
+    return 0;
+}
+
+// writes the master's group g from buffer 0 and clears the buffer for the next
+static int zero_swap_master_put_group(ZeroSwap* s, int g) {
+    float* buf = zero_swap_buf(s, 0, ZERO_SWAP_P);
+    if (zero_swap_io(s, 1, buf, zero_swap_offset(s, ZERO_SWAP_P, (size_t)g * s->group), zero_swap_group_bytes(s, g)) != 0) { return -1; }
+    memset(buf, 0, s->group * sizeof(float));
+    return 0;
+}
+
+int zero_swap_master_unit(ZeroSwap* s, int u, const float* shard) {
+    if (u < s->master_next || u >= s->plan->num_units) { return zero_error("zero swap: master unit %d out of order", u); }
+    s->master_next = u + 1;
+    const ZeroUnit* pu = &s->plan->units[u];
+    float* buf = zero_swap_buf(s, 0, ZERO_SWAP_P);
+    for (size_t i = 0; i < pu->shard;) {
+        size_t pos = pu->shard_offset + i;
+        for (; (size_t)(s->master_group + 1) * s->group <= pos; s->master_group++) {  // groups before pos are complete
+            if (zero_swap_master_put_group(s, s->master_group) != 0) { return -1; }
+        }
+        size_t g0 = (size_t)s->master_group * s->group, n = g0 + s->group - pos;
+        n = n < pu->shard - i ? n : pu->shard - i;
+        memcpy(buf + (pos - g0), shard + i, n * sizeof(float));
+        i += n;
+    }
+    return 0;
+}
+
+int zero_swap_master_end(ZeroSwap* s) {
+    for (; s->master_group < zero_swap_groups(s); s->master_group++) {
+        if (zero_swap_master_put_group(s, s->master_group) != 0) { return -1; }
+    }
+    return 0;
+}
+
+int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out) {
+    if (n == 0) { return 0; }
+    size_t lo = zero_swap_offset(s, ZERO_SWAP_P, s->plan->units[u].shard_offset + begin), hi = lo + n * sizeof(float);
+    size_t a = lo / NVME_ALIGN * NVME_ALIGN;
+    if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: master range past unit %d's shard", u); }
+    if (zero_swap_grad_settle(s) != 0 || zero_swap_io(s, 0, s->grad_stage, a, zero_swap_align(hi) - a) != 0) { return -1; }
+    memcpy(out, s->grad_stage + (lo - a), n * sizeof(float));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the gradient
+
+int zero_swap_grad_settle(ZeroSwap* s) {
+    while (s->grad_pending) {
+        if (zero_swap_reap(s, 1) < 0) { return -1; }
+    }
+    return 0;
+}
+
+double zero_swap_grad_sumsq(const ZeroSwap* s) { return s->grad_sumsq; }
+
+void zero_swap_grad_clear(ZeroSwap* s) {
+    if (s->grad_in_file != NULL) { memset(s->grad_in_file, 0, (size_t)s->plan->num_units); }  // the next add overwrites
+    s->grad_sumsq = 0.0;
+}
+
+// The shard's bytes [lo, hi) rarely fall on 4 KiB blocks, and O_DIRECT moves whole blocks,
+// so the span written is [lo, hi) widened to blocks; the neighbours' parts of its first
+// and last block are read first and written back as they were. One write is left in
+// flight, overlapping the backward of the next units; the next add waits for it first,
+// since two spans may share a block.
+int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
+    const ZeroUnit* pu = &s->plan->units[u];
+    size_t lo = zero_swap_offset(s, ZERO_SWAP_G, pu->shard_offset), hi = lo + pu->shard * sizeof(float);
+    size_t a = lo / NVME_ALIGN * NVME_ALIGN, b = zero_swap_align(hi);
+    char* stage = s->grad_stage;
+    float* acc = (float*)(stage + (lo - a));
+    if (zero_swap_grad_settle(s) != 0) { return -1; }
+    if (s->grad_in_file[u]) {
+        if (zero_swap_io(s, 0, stage, a, b - a) != 0) { return -1; }
+    } else {
+        int head = lo != a, tail = hi != b && !(head && b - a == NVME_ALIGN);  // one block holding both: read once
+        if (head && zero_swap_io(s, 0, stage, a, NVME_ALIGN) != 0) { return -1; }
+        if (tail && zero_swap_io(s, 0, stage + (b - a) - NVME_ALIGN, b - NVME_ALIGN, NVME_ALIGN) != 0) { return -1; }
+        memset(acc, 0, pu->shard * sizeof(float));
+    }
+    for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+    if (last_micro) { s->grad_sumsq += grad_norm_squared(acc, pu->shard); }
+    if (nvme_write_async(&s->nvme, stage, a, b - a, SWAP_TAG_GRAD) != 0) { return -1; }
+    s->grad_pending = 1;
+    s->c.write_bytes += (double)(b - a);
+    s->grad_in_file[u] = 1;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the step
+
+// reads all four regions of group g, or writes back three (the gradient is consumed)
+static int zero_swap_submit(ZeroSwap* s, int g, int is_write) {
+    int b = g % s->nbufs;
+    size_t bytes = zero_swap_group_bytes(s, g);
+    for (int r = ZERO_SWAP_P; r <= (is_write ? ZERO_SWAP_V : ZERO_SWAP_G); r++) {
+        size_t off = zero_swap_offset(s, r, (size_t)g * s->group);
+        uint64_t tag = SWAP_TAG_STEP | ((uint64_t)g * 8 + ((uint64_t)is_write << 2) + (uint64_t)r);
+        int rc = is_write ? nvme_write_async(&s->nvme, zero_swap_buf(s, b, r), off, bytes, tag)
+                          : nvme_read_async(&s->nvme, zero_swap_buf(s, b, r), off, bytes, tag);
+        if (rc != 0) { return -1; }
+        s->step_left++;
+        if (is_write) { s->c.write_bytes += (double)bytes; } else { s->c.read_bytes += (double)bytes; }
+    }
+    return 0;
+}
+
+// waits until the requests of (group g, is_write) are done
+static int zero_swap_wait_group(ZeroSwap* s, int g, int is_write) {
+    while (s->left[2 * g + is_write] > 0) {
+        if (zero_swap_reap(s, 1) < 0) { return -1; }
+    }
+    return 0;
+}
+
+// AdamW over the segments' parts in group g, held in buffer set b; *seg: the first
+// segment not wholly before the group
+static int zero_swap_update_group(ZeroSwap* s, int g, int* seg, CpuAdamParams* hp, float weight_decay, ZeroSwapOut out,
+                                  CpuAdamDtype out_dtype, void* ctx) {
+    int b = g % s->nbufs;
+    size_t g0 = (size_t)g * s->group, g1 = g0 + zero_swap_group_elems(s, g);
+    size_t elem = out_dtype == CPU_ADAM_BF16 ? 2 : 4;
+    float* p = zero_swap_buf(s, b, ZERO_SWAP_P);
+    float* m = zero_swap_buf(s, b, ZERO_SWAP_M);
+    float* v = zero_swap_buf(s, b, ZERO_SWAP_V);
+    const float* grad = zero_swap_buf(s, b, ZERO_SWAP_G);
+    while (*seg < s->nsegs && s->segs[*seg].end <= g0) { (*seg)++; }
+    for (int i = *seg; i < s->nsegs && s->segs[i].begin < g1; i++) {
+        ZeroSegment sg = s->segs[i];
+        size_t lo = sg.begin > g0 ? sg.begin : g0, hi = sg.end < g1 ? sg.end : g1;
+        hp->weight_decay = sg.decay ? weight_decay : 0.0f;
+        char* dst = (char*)out(ctx, sg.unit);
+        if (dst == NULL) { return -1; }
+        dst += (sg.unit_lo + (lo - sg.begin)) * elem;
+        if (cpu_adam_step(p + (lo - g0), grad + (lo - g0), CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0), hi - lo, hp, dst,
+                          out_dtype) != 0) { return -1; }
+        s->c.out_bytes += (double)((hi - lo) * elem);
+    }
+    return 0;
+}
+
+// The pipeline: with buffer_count buffers, the read of group i+1 and the writes of
+// earlier groups are in flight while group i is updated. A buffer is reused only once
+// the writes of the group it held are done.
+int zero_swap_step(ZeroSwap* s, CpuAdamParams* hp, float weight_decay, ZeroSwapOut out, CpuAdamDtype out_dtype,
+                   ZeroSwapFlush flush, void* ctx) {
+    if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
+    if (zero_swap_grad_settle(s) != 0) { return -1; }
+    int ngroups = zero_swap_groups(s), rc = -1, seg = 0;
+    double wait0 = s->nvme.wait_ms;
+    s->left = (int*)calloc(2 * (size_t)ngroups, sizeof(int));
+    if (s->left == NULL) { return zero_error("zero swap: out of memory for the step"); }
+    s->step_left = 0;
+    for (int g = 0; g < ngroups; g++) { s->left[2 * g] = ZERO_SWAP_REGIONS; s->left[2 * g + 1] = ZERO_SWAP_REGIONS - 1; }
+    if (zero_swap_submit(s, 0, 0) != 0) { goto done; }
+    for (int g = 0; g < ngroups; g++) {
+        int next = g + 1;
+        if (next < ngroups) {
+            int prev_owner = next - s->nbufs;  // the group that last used next's buffer
+            if (prev_owner >= 0 && zero_swap_wait_group(s, prev_owner, 1) != 0) { goto done; }
+            if (zero_swap_submit(s, next, 0) != 0) { goto done; }
+        }
+        if (zero_swap_wait_group(s, g, 0) != 0) { goto done; }
+        if (zero_swap_update_group(s, g, &seg, hp, weight_decay, out, out_dtype, ctx) != 0) { goto done; }
+        if (zero_swap_submit(s, g, 1) != 0) { goto done; }
+    }
+    while (s->step_left > 0) {
+        if (zero_swap_reap(s, 1) < 0) { goto done; }
+    }
+    if (flush != NULL && flush(ctx) != 0) { goto done; }
+    rc = 0;
+done:
+    s->c.step_wait_ms += s->nvme.wait_ms - wait0;
+    free(s->left);
+    s->left = NULL;
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints
+
+// a region to fp (to_swap 0) or from it (to_swap 1; fp NULL: zeros), group by group
+// through buffer 0: checkpoints and init hold one group, never the region
+static int zero_swap_stream(ZeroSwap* s, int region, FILE* fp, int to_swap) {
+    if (!s->optimizer || region < ZERO_SWAP_P || region > ZERO_SWAP_V) { return zero_error("zero swap: no region %d to stream", region); }
+    float* buf = zero_swap_buf(s, 0, ZERO_SWAP_P);
+    for (int g = 0; g < zero_swap_groups(s); g++) {
+        size_t n = zero_swap_group_elems(s, g), bytes = zero_swap_group_bytes(s, g);
+        size_t off = zero_swap_offset(s, region, (size_t)g * s->group);
+        if (to_swap) {
+            memset(buf, 0, bytes);
+            if (fp != NULL && fread(buf, sizeof(float), n, fp) != n) { return zero_error("zero: the optimizer state is truncated"); }
+            if (zero_swap_io(s, 1, buf, off, bytes) != 0) { return -1; }
+        } else {
+            if (zero_swap_io(s, 0, buf, off, bytes) != 0) { return -1; }
+            if (fwrite(buf, sizeof(float), n, fp) != n) { return zero_error("zero: writing the optimizer state failed: %s", strerror(errno)); }
+        }
+    }
+    return 0;
+}
+
+int zero_swap_region_save(ZeroSwap* s, int r, FILE* fp) { return zero_swap_stream(s, r, fp, 0); }
+
+int zero_swap_region_load(ZeroSwap* s, int r, FILE* fp) { return zero_swap_stream(s, r, fp, 1); }
+
+// ----------------------------------------------------------------------------
+// the parameter region
+
+int zero_swap_param_on_nvme(const ZeroSwap* s, int u) { return s->param_off != NULL && s->param_off[u] != (size_t)-1; }
+
+size_t zero_swap_param_bytes(const ZeroSwap* s, int u) { return zero_swap_align(s->plan->units[u].shard * s->param_elem); }
+
+// unit u is in the parameter region (else a zero_error line)
+static int zero_swap_param_check(const ZeroSwap* s, int u) {
+    if (u < 0 || u >= s->plan->num_units || !zero_swap_param_on_nvme(s, u)) { return zero_error("zero swap: unit %d's shard is not on NVMe", u); }
+    return 0;
+}
+
+int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf) {
+    if (zero_swap_param_check(s, u) != 0) { return -1; }
+    if (s->reading[u]) { return zero_error("zero swap: unit %d is already being read ahead", u); }
+    size_t bytes = zero_swap_param_bytes(s, u);
+    if (nvme_read_async(&s->nvme, buf, s->param_off[u], bytes, SWAP_TAG_READ | (uint64_t)u) != 0) { return -1; }
+    s->reading[u] = 1;
+    s->c.read_bytes += (double)bytes;
+    return 0;
+}
+
+int zero_swap_param_read_test(ZeroSwap* s, int u) {
+    if (zero_swap_param_check(s, u) != 0) { return -1; }
+    if (!s->reading[u]) { return zero_error("zero swap: unit %d is not being read ahead", u); }
+    for (int rc = 1; s->reading[u] == 1 && rc == 1;) {
+        if ((rc = zero_swap_reap(s, 0)) < 0) { return -1; }
+    }
+    return s->reading[u] == 2;
+}
+
+int zero_swap_param_wait(ZeroSwap* s, int u) {
+    if (zero_swap_param_check(s, u) != 0) { return -1; }
+    if (!s->reading[u]) { return zero_error("zero swap: unit %d is not being read ahead", u); }
+    while (s->reading[u] == 1) {
+        if (zero_swap_reap(s, 1) < 0) { s->reading[u] = 0; return -1; }
+    }
+    s->reading[u] = 0;
+    return 0;
+}
+
+// a read ahead of u still in flight is done before u's shard is touched again
+static int zero_swap_param_quiet(ZeroSwap* s, int u) { return s->reading[u] ? zero_swap_param_wait(s, u) : 0; }
+
+int zero_swap_param_flush(ZeroSwap* s) {
+    if (!s->is_open || s->staged_unit < 0) { return 0; }
+    int u = s->staged_unit;
+    s->staged_unit = -1;
+    return zero_swap_io(s, 1, s->param_stage, s->param_off[u], zero_swap_param_bytes(s, u));
+}
+
+void* zero_swap_param_out(ZeroSwap* s, int u) {
+    if (zero_swap_param_check(s, u) != 0) { return NULL; }
+    if (s->staged_unit != u) {
+        if (zero_swap_param_flush(s) != 0 || zero_swap_param_quiet(s, u) != 0) { return NULL; }
+        memset(s->param_stage, 0, s->param_stage_bytes);
+        s->staged_unit = u;
+    }
+    return s->param_stage;
+}
+
+int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
+    if (zero_swap_param_check(s, u) != 0) { return -1; }
+    if (n > s->plan->units[u].shard) { return zero_error("zero swap: %zu elements asked of unit %d's shard", n, u); }
+    // the staging is about to be overwritten: what it holds goes to the file first
+    if (zero_swap_param_flush(s) != 0 || zero_swap_param_quiet(s, u) != 0) { return -1; }
+    if (zero_swap_io(s, 0, s->param_stage, s->param_off[u], zero_swap_param_bytes(s, u)) != 0) { return -1; }
+    memcpy(dst, s->param_stage, n * s->param_elem);
+    return 0;
+}
+
+int zero_swap_param_write(ZeroSwap* s, int u, const void* src) {
+    char* out = (char*)zero_swap_param_out(s, u);
+    if (out == NULL) { return -1; }
+    memcpy(out, src, s->plan->units[u].shard * s->param_elem);
+    return zero_swap_param_flush(s);
+}

@@ -1,0 +1,257 @@
+/*
+ The NVMe tier of ZeRO-Infinity, written once for every engine: this rank's swap file
+ (zero3/nvme.h: DIR/zero3_rank%05d.swp, one per rank) with
+   - the optimizer's four regions, each one fp32 array of the shard buffer's layout
+     (plan->shard_total elements padded to 4 KiB): P the master, M and V AdamW's
+     moments, G the reduced gradient shards; and/or
+   - a parameter region: the shards of the units not kept in host memory, each
+     4 KiB-aligned, in units of `param_elem_bytes` (the host engine's fp32 shards, 4; the
+     device engine's compute copy, 2 in the bf16 build), in unit order after the
+     optimizer's regions.
+ It knows nothing of the engines: it is given a plan, the segments (a tensor's part of
+ the shard buffer, with its weight decay), a few knobs and the rank, and says in bytes
+ what it holds in host memory and on disk, for each engine to account its own way.
+
+ What it does, as the host engine did before (the bytes moved, their order and the file
+ layout are the same):
+   init      the master written unit by unit into P (zero_swap_master_*), M and V zeroed
+   backward  each unit's reduced gradient shard added into G as its reduction completes,
+             through one staging buffer whose write overlaps the next units' backward
+   step      sub-group by sub-group (sub_group_size elements, whole 4 KiB blocks) through
+             buffer_count sets of buffers: group i+1 read and earlier groups written while
+             group i is updated by the SIMD CPU Adam, which writes the compute copy where
+             the engine says (a callback: its own memory, or this module's staging of a
+             unit whose shard lives in the parameter region)
+   checkpoints  P, M, V streamed a group at a time to or from a FILE*
+   parameters   a unit's shard read or written synchronously, or read ahead into the
+             caller's buffer and waited for later (prefetch)
+
+ Requests on the one NvmeFile carry tags that say whose they are (the gradient's write,
+ a unit's read ahead, a group of the step), so that waiting for one never loses the
+ completion of another: each wait takes completions in whatever order they come and
+ records them for their owner.
+
+ One thread at a time (the engine's main thread). Errors: 0 / -1 and one zero_error
+ line, as everywhere in zero3/. No CUDA here: the device engine includes it from C++.
+*/
+#ifndef ZERO3_SWAP_H
+#define ZERO3_SWAP_H
+
+#include "zero3/nvme.h"      // first: _GNU_SOURCE; NvmeFile, NVME_ALIGN
+#include "zero3/plan.h"      // ZeroPlan: units, shards, shard-buffer offsets
+#include "zero3/cpu_adam.h"  // CpuAdamParams, CpuAdamDtype: the step's update
+#include <stddef.h>          // size_t
+#include <stdio.h>           // FILE: checkpoint streams
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A tensor's part of this rank's shard, in shard-buffer offsets [begin, end): what AdamW
+// walks (weight decay is per tensor). unit_lo: where it starts in its unit's shard.
+typedef struct { size_t begin, end; int unit; size_t unit_lo; int decay; } ZeroSegment;
+
+// the optimizer's regions, in file order
+enum { ZERO_SWAP_P, ZERO_SWAP_M, ZERO_SWAP_V, ZERO_SWAP_G, ZERO_SWAP_REGIONS };
+
+// What to open. plan and segs must outlive the ZeroSwap (they are not copied).
+typedef struct {
+    const ZeroPlan* plan;         // this rank's view of the units
+    const char* dir;              // nvme_path
+    int rank;                     // names the file
+    int queue_depth;              // SQEs in flight (0: 8)
+    int optimizer;                // 1: the P, M, V, G regions
+    const ZeroSegment* segs;      // (nsegs) the optimizer's walk, in shard-buffer order
+    int nsegs;
+    long long sub_group_size;     // elements of a step group (rounded, see zero_swap_group_size)
+    int buffer_count;             // sets of step buffers (at least 2)
+    const int* on_host;           // (num_units) 0: the unit's shard lives in the parameter
+                                  // region; NULL: no parameter region
+    size_t param_elem_bytes;      // bytes of a parameter element: 4 (fp32) or 2 (bf16)
+} ZeroSwapOpen;
+
+// bytes moved and time blocked, cumulative from open
+typedef struct {
+    double read_bytes, write_bytes;  // requests submitted (whole 4 KiB blocks)
+    double out_bytes;                // written by the steps through `out` (the compute copy)
+    double wait_ms;                  // blocked on the file, anywhere
+    double step_wait_ms;             // of which inside zero_swap_step
+} ZeroSwapCounters;
+
+typedef struct {
+    NvmeFile nvme;
+    int is_open;
+    const ZeroPlan* plan;
+    const ZeroSegment* segs;
+    int nsegs;
+    size_t host_bytes, file_bytes;   // what open allocated: host buffers and checksums; the file
+    // the optimizer's regions
+    int optimizer;
+    size_t region;          // bytes of each region, a multiple of 4 KiB
+    size_t group;           // elements of a step group
+    int nbufs;              // sets of step buffers, ZERO_SWAP_REGIONS buffers each
+    void** bufs;
+    int* left;              // during a step: requests not yet done, 2 per group (read, write)
+    int step_left;          // during a step: of every group
+    int master_group, master_next;   // the master's writer: the group being filled, the next unit
+    // the gradient region: one unit's span staged, its write in flight until the next add
+    char* grad_stage;
+    size_t grad_stage_bytes;
+    int grad_pending;
+    unsigned char* grad_in_file;     // (num_units) the shard in G is this step's sum so far
+    double grad_sumsq;
+    // the parameter region
+    size_t param_elem;
+    size_t* param_off;      // (num_units) byte offset of a unit's shard, or (size_t)-1 on the host
+    char* param_stage;      // one shard, 4 KiB-aligned
+    size_t param_stage_bytes;
+    int staged_unit;        // the unit whose shard param_stage holds for writing, -1 if none
+    unsigned char* reading; // (num_units) 1: a read ahead is in flight, 2: done, not yet waited for
+    ZeroSwapCounters c;
+} ZeroSwap;
+
+// ----------------------------------------------------------------------------
+// sizes
+
+// 4 KiB-rounded bytes: every request's offset, size and buffer are multiples of it
+size_t zero_swap_align(size_t bytes);
+
+// Which units' parameter shards stay on the host (on_host[u] = 1, the rest go to the
+// parameter region): the persistent ones (persistent may be NULL: none), then the others
+// in order while max_in_cpu elements allow (1e300: all). Returns the host's elements;
+// *file_bytes gets the parameter region's bytes (each shard 4 KiB-aligned, elem_bytes each).
+size_t zero_swap_placement(const ZeroPlan* p, const int* persistent, double max_in_cpu, size_t elem_bytes,
+                           int* on_host, size_t* file_bytes);
+
+// a step group: sub_group_size elements in whole 4 KiB blocks, at most the (1024-padded)
+// shard_total and the 1 GiB a registered buffer may hold
+size_t zero_swap_group_size(long long sub_group_size, size_t shard_total);
+
+// What zero_swap_open would allocate for o, without opening: *host_bytes the host buffers
+// (step buffers, gradient and parameter staging, the blocks' checksums), *file_bytes the
+// swap file. What --estimate reports.
+void zero_swap_size(const ZeroSwapOpen* o, size_t* host_bytes, size_t* file_bytes);
+
+// ----------------------------------------------------------------------------
+// open, close
+
+// Opens this rank's swap file with the regions o asks for (at least one) and allocates
+// their buffers; s->host_bytes and s->file_bytes say how much. The regions hold zeros.
+// On failure nothing stays open or allocated.
+int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o);
+
+// Waits for every request still in flight, removes the file, frees everything. Harmless
+// on a zeroed or closed ZeroSwap.
+void zero_swap_close(ZeroSwap* s);
+
+// the counters, wait_ms taken from the file now
+ZeroSwapCounters zero_swap_counters(const ZeroSwap* s);
+
+// ----------------------------------------------------------------------------
+// the optimizer's regions: the master
+
+// Starts writing the whole master into P: then zero_swap_master_unit for units in
+// increasing order (a unit left out is zeros), then zero_swap_master_end. Each group is
+// written once it is complete, so only one group is ever held.
+int zero_swap_master_begin(ZeroSwap* s);
+
+// Unit u's fp32 master shard (plan->units[u].shard elements, padding included) into P.
+// u must be greater than the last unit given.
+int zero_swap_master_unit(ZeroSwap* s, int u, const float* shard);
+
+// writes the groups not yet written
+int zero_swap_master_end(ZeroSwap* s);
+
+// Elements [begin, begin + n) of unit u's fp32 master shard from P into out (a checkpoint's
+// model file, zero_master_shard). Settles the gradient's write (it shares the staging).
+int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out);
+
+// ----------------------------------------------------------------------------
+// the optimizer's regions: the gradient
+
+// Adds unit u's reduced fp32 shard `got` (plan->units[u].shard elements) into G. The
+// first add of a step starts from zero (0 + got: -0 becomes +0, as an accumulator in
+// memory does); later ones read, add, write back. last_micro: the sum's squared norm is
+// added to the step's (zero_swap_grad_sumsq). The write is left in flight; the next add,
+// a read of G or zero_swap_grad_settle waits for it.
+int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro);
+
+// waits for the gradient's write in flight, if any
+int zero_swap_grad_settle(ZeroSwap* s);
+
+// the squared norm of this step's gradient shards, summed as they were added
+double zero_swap_grad_sumsq(const ZeroSwap* s);
+
+// A new step: the next add of each unit overwrites G, the sum of squares is 0 (after the
+// update, or a skipped step). Moves no bytes.
+void zero_swap_grad_clear(ZeroSwap* s);
+
+// ----------------------------------------------------------------------------
+// the optimizer step
+
+// Where unit u's updated shard of the compute copy goes (elements of out_dtype, the
+// unit's whole shard): the engine's memory, or zero_swap_param_out's staging. NULL fails
+// the step (with a zero_error line).
+typedef void* (*ZeroSwapOut)(void* ctx, int unit);
+// after the last group: the engine writes back what it staged (0 / -1)
+typedef int (*ZeroSwapFlush)(void* ctx);
+
+// AdamW over every segment, sub-group by sub-group: P, M, V and G of group i+1 read and
+// P, M, V of earlier groups written while group i is updated (buffer_count sets, a set
+// reused once its writes are done). hp->weight_decay is set per segment: weight_decay
+// where the segment decays, 0 elsewhere; hp's other fields are the caller's. The updated
+// parameters go to out(ctx, unit) + the segment's place, as out_dtype (CPU_ADAM_FP32 or
+// CPU_ADAM_BF16), and flush(ctx) runs once every group is written. The gradient's write
+// is settled first; G is left as it is (zero_swap_grad_clear).
+int zero_swap_step(ZeroSwap* s, CpuAdamParams* hp, float weight_decay, ZeroSwapOut out, CpuAdamDtype out_dtype,
+                   ZeroSwapFlush flush, void* ctx);
+
+// ----------------------------------------------------------------------------
+// checkpoints
+
+// Region r (P, M or V) to fp (shard_total fp32 elements, no padding), a group at a time.
+int zero_swap_region_save(ZeroSwap* s, int r, FILE* fp);
+
+// Region r from fp, as saved; fp NULL: zeros. A group at a time.
+int zero_swap_region_load(ZeroSwap* s, int r, FILE* fp);
+
+// ----------------------------------------------------------------------------
+// the parameter region
+
+// whether unit u's shard lives in the parameter region
+int zero_swap_param_on_nvme(const ZeroSwap* s, int u);
+
+// bytes of unit u's shard in the region, 4 KiB-rounded: what a read ahead fills
+size_t zero_swap_param_bytes(const ZeroSwap* s, int u);
+
+// The first n elements (at most the shard) of unit u's shard into dst (any memory),
+// through the staging buffer. Waits for a read ahead of u first.
+int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n);
+
+// Unit u's whole shard from src into the region (init, checkpoints). Waits for a read
+// ahead of u first.
+int zero_swap_param_write(ZeroSwap* s, int u, const void* src);
+
+// Starts reading unit u's shard into buf (4 KiB-aligned, zero_swap_param_bytes(s, u)
+// bytes, untouched by the caller until zero_swap_param_wait). One read ahead per unit.
+int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf);
+
+// whether unit u's read ahead has completed (1), is in flight (0), without waiting; -1 on error
+int zero_swap_param_read_test(ZeroSwap* s, int u);
+
+// Waits for unit u's read ahead (started by zero_swap_param_read_start): buf holds the
+// shard when it returns 0.
+int zero_swap_param_wait(ZeroSwap* s, int u);
+
+// The step's staging of a unit on NVMe (a ZeroSwapOut for such units): unit u's shard
+// zeroed in the staging buffer, the unit staged before it written back first.
+void* zero_swap_param_out(ZeroSwap* s, int u);
+
+// writes the staged unit back, if any (a ZeroSwapFlush with ctx the ZeroSwap)
+int zero_swap_param_flush(ZeroSwap* s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // ZERO3_SWAP_H
