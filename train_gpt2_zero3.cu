@@ -664,21 +664,23 @@ int main(int argc, char** argv) {
     omp_set_num_threads(t.threads);  // the CPU Adam's (offload)
 
     // Where the model states live. The device engine: every stage, optimizer offload to
-    // the CPU, parameter offload to the CPU (stage 3, with the optimizer's), one GPU per
-    // rank (NCCL). The host-staged engine: also NVMe offload, ranks sharing a GPU. auto
-    // takes the device engine where it can.
+    // the CPU (stages 1-3) or NVMe (stage 3), parameter offload to the CPU or NVMe (stage
+    // 3, with the optimizer's, no hpZ), one GPU per rank (NCCL). The host-staged engine:
+    // ranks sharing a GPU, and what the device engine refuses. auto takes the device
+    // engine where it can.
     const ZeroConfig* zc = &tc->zero;
-    int device_ok = zc->offload_param != ZERO_OFFLOAD_NVME && zc->offload_optimizer != ZERO_OFFLOAD_NVME &&
-                    !(zc->offload_optimizer == ZERO_OFFLOAD_CPU && zc->stage == 0) &&
-                    !(zc->offload_param == ZERO_OFFLOAD_CPU && (zc->offload_optimizer == ZERO_OFFLOAD_NONE || zc->hpz_partition_size > 1));
+    int nvme = zc->offload_param == ZERO_OFFLOAD_NVME || zc->offload_optimizer == ZERO_OFFLOAD_NVME;
+    int device_ok = !(zc->offload_optimizer != ZERO_OFFLOAD_NONE && zc->stage == 0) &&
+                    !(zc->offload_param != ZERO_OFFLOAD_NONE && (zc->offload_optimizer == ZERO_OFFLOAD_NONE || zc->hpz_partition_size > 1)) &&
+                    !(nvme && tc->dpu);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &gpus_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));  // every node
     int device_engine = !strcmp(tc->zero_backend, "device") || (!strcmp(tc->zero_backend, "auto") && device_ok && gpus_ok);
     if (device_engine && !device_ok) {
         char msg[512];
-        snprintf(msg, sizeof(msg), "--zero-backend device offloads the optimizer to the CPU at stages 1-3, and the parameters "
-                 "to the CPU at stage 3 with the optimizer's and without hpZ (got -z %d, offload optimizer %s, param %s): use "
-                 "--zero-backend host (or auto) for NVMe offload", zc->stage, zero_offload_name(zc->offload_optimizer),
-                 zero_offload_name(zc->offload_param));
+        snprintf(msg, sizeof(msg), "--zero-backend device offloads the optimizer at stages 1-3, and the parameters at stage 3 "
+                 "with the optimizer's and without hpZ, --dpu not with NVMe (got -z %d, offload optimizer %s, param %s, dpu %d): "
+                 "use --zero-backend host (or auto)", zc->stage, zero_offload_name(zc->offload_optimizer),
+                 zero_offload_name(zc->offload_param), tc->dpu);
         die_all(rank, msg);
     }
     if (device_engine && !gpus_ok) {
@@ -692,7 +694,7 @@ int main(int argc, char** argv) {
                 "this build's gradients are fp32, reduced in fp32" : "the host backend reduces the gradients in fp32 on the host");
     }
     if (!device_engine && tc->dpu) {
-        die_all(rank, "--dpu runs on the device backend (--offload-optimizer cpu, no NVMe offload, one GPU per rank)");
+        die_all(rank, "--dpu runs on the device backend (--offload-optimizer cpu, one GPU per rank)");
     }
     int use_flash = !strcmp(tc->attention, "flash");
 

@@ -114,6 +114,7 @@
 #include "zero3/nccl.cuh"        // ZeroNccl: the collectives' stream and events; the quantised collectives
 #include "zero3/groups.h"        // zero_groups_split: the shard group, replicas and hpZ groups, the nodes
 #include "zero3/cpu_adam.h"      // cpu_adam_step: offload's SIMD AdamW
+#include "zero3/swap.h"          // ZeroSwap: the NVMe tiers (the host engine's module)
 
 #if defined(ENABLE_FP32)
 #define NCCL_FLOATX ncclFloat32
@@ -150,6 +151,14 @@ typedef struct {
     int unit, last_micro, x;   // x: host holds floatX
 } ZeroDevSlot;
 
+// --offload-param nvme: a pinned buffer a shard read from NVMe is uploaded from
+#define ZERO_DEV_PSTAGES 4
+typedef struct {
+    floatX* buf;          // (largest shard on NVMe)
+    cudaEvent_t up_ev;    // the upload from buf is done (recorded on copy_in)
+    int used;             // up_ev was recorded
+} ZeroDevStage;
+
 typedef struct {
     size_t elems;         // a unit's padded size
     int count;            // buffers
@@ -183,6 +192,7 @@ typedef struct {
     size_t n;
     size_t off;                   // its place in the padded model: the stochastic rounding's bits
     size_t sh;                    // its place in the shard buffers: offload's gradient and compute copies
+    int unit;
     int decay;
 } ZeroDevPiece;
 
@@ -289,6 +299,18 @@ typedef struct ZeroDev {
     unsigned char* acc_started;   // (num_units) grads_host: the unit's accumulator holds this step's sum so far
     double grad_sumsq;            // grads_host: the step's squared norm, summed unit by unit on the last micro-step
     double* host_sumsq;           // (1,) pinned: it, on its way to norm_sum
+    // the NVMe tiers (zero3/device_swap.cuh): --offload-optimizer nvme, --offload-param nvme
+    int opt_nvme, param_nvme, global_rank;   // global_rank: names the swap file
+    ZeroSwap swap;
+    int swap_open;
+    ZeroSegment* segs;            // (step.npieces) the optimizer's walk of the shard buffer
+    int* on_host;                 // (num_units) parameter nvme: the unit's shard stays in host memory
+    floatX** unit_host;           // (num_units) parameter nvme: a cached shard, in host_shards; NULL: on NVMe
+    floatX* host_shards;          // pinned: the cached shards
+    ZeroDevStage pstage[ZERO_DEV_PSTAGES];
+    int pstage_next;
+    ZeroDevStage* pstage_last;    // the one zero_dev_param_src filled last
+    double nvme_param_wait_ms;    // the reads of parameter shards (in the passes)
     ZeroDevStepPlan step;         // the optimizer step's layout, resolved at init
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)
@@ -436,6 +458,8 @@ static void zero_dev_pools_free(ZeroDevPool* pools, int npools) {
     }
 }
 
+#include "zero3/device_swap.cuh"  // the NVMe tiers: where a shard is, the step from the swap file
+
 // ----------------------------------------------------------------------------
 // the mover (zero3/pass.h): the driver decides, these issue the moves on the streams
 
@@ -466,11 +490,15 @@ static int zero_dev_gather_start(void* be, int u, int how) {
     } else {
         floatX* mine = b->buf + (size_t)d->rank * pu->shard;
         if (d->offload_param) {
-            // the shard leaves pinned host memory on the copy-in stream (uploads overlap the
-            // collectives of the units before), and the all-gather waits for it
-            if (zero_cuda(cudaStreamWaitEvent(d->copy_in, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
-                zero_cuda(cudaMemcpyAsync(mine, d->shard_params + pu->shard_offset, pu->shard * sizeof(floatX),
-                                          cudaMemcpyHostToDevice, d->copy_in), "uploading a parameter shard") != 0 ||
+            // the shard leaves pinned host memory (from NVMe first, zero3/device_swap.cuh) on
+            // the copy-in stream (uploads overlap the collectives of the units before), and
+            // the all-gather waits for it
+            const floatX* src = zero_dev_param_src(d, u);
+            if (src == NULL ||
+                zero_cuda(cudaStreamWaitEvent(d->copy_in, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
+                zero_cuda(cudaMemcpyAsync(mine, src, pu->shard * sizeof(floatX), cudaMemcpyHostToDevice, d->copy_in),
+                          "uploading a parameter shard") != 0 ||
+                zero_dev_param_src_done(d, u) != 0 ||
                 zero_cuda(cudaEventRecord(b->up_ev, d->copy_in), "cudaEventRecord") != 0 ||
                 zero_cuda(cudaStreamWaitEvent(ns, b->up_ev, 0), "cudaStreamWaitEvent") != 0) {
                 return -1;
@@ -581,16 +609,23 @@ static int zero_dev_copy_out(ZeroDev* d, int u) {
 // gradient shards to the host (grads_host): a ring of pinned slots on copy_out, added into
 // the host's fp32 accumulators (h_grads) by the host, in the order they were sent
 
-// the oldest slot's shard, arrived, into unit u's accumulator: the step's first add starts
-// from zero (0 + g, as the GPU's zeroed accumulators do); on the last micro-step the sum's
-// squares go to the step's norm (in double, unit by unit, as the host engine's NVMe tier)
-static void zero_dev_slot_add(ZeroDev* d) {
+// the oldest slot's shard, arrived, into unit u's accumulator (or the swap file's): the
+// step's first add starts from zero (0 + g, as the GPU's zeroed accumulators do); on the
+// last micro-step the sum's squares go to the step's norm (in double, unit by unit, as the
+// swap file's do)
+static int zero_dev_slot_add(ZeroDev* d) {
     ZeroDevSlot* sl = &d->slots[d->slot_head];
     const ZeroUnit* pu = &d->plan.units[sl->unit];
     float* got = (float*)sl->host;
     if (sl->x && sizeof(floatX) == 2) {  // bf16 widened in place, from the end (each value doubles in size)
         const uint16_t* bits = (const uint16_t*)sl->host;
         for (size_t i = pu->shard; i-- > 0;) { got[i] = cpu_adam_bf16_to_f32(bits[i]); }
+    }
+    if (d->opt_nvme) {  // into the swap file's gradient region (which keeps the squares itself)
+        int rc = zero_swap_grad_add(&d->swap, sl->unit, got, sl->last_micro);
+        d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;
+        d->slot_count--;
+        return rc;
     }
     float* acc = (float*)d->h_grads + pu->shard_offset;
     if (d->acc_started[sl->unit]) {
@@ -602,6 +637,7 @@ static void zero_dev_slot_add(ZeroDev* d) {
     if (sl->last_micro) { d->grad_sumsq += grad_norm_squared(acc, pu->shard); }
     d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;
     d->slot_count--;
+    return 0;
 }
 
 // adds the shards that have arrived (the mover's poll: at every release), without waiting
@@ -610,8 +646,7 @@ static int zero_dev_slots_poll(void* be) {
     while (d->slot_count > 0) {
         cudaError_t q = cudaEventQuery(d->slots[d->slot_head].done);
         if (q == cudaErrorNotReady) { (void)cudaGetLastError(); return 0; }  // (the runtime keeps it as its last error)
-        if (zero_cuda(q, "cudaEventQuery") != 0) { return -1; }
-        zero_dev_slot_add(d);
+        if (zero_cuda(q, "cudaEventQuery") != 0 || zero_dev_slot_add(d) != 0) { return -1; }
     }
     return 0;
 }
@@ -621,8 +656,7 @@ static int zero_dev_slot_drain_one(ZeroDev* d) {
     double w0 = zero_now_ms();
     if (zero_gpu_wait(NULL, d->slots[d->slot_head].done, "waiting for a gradient shard's copy") != 0) { return -1; }
     d->host_wait_ms += zero_now_ms() - w0;
-    zero_dev_slot_add(d);
-    return 0;
+    return zero_dev_slot_add(d);
 }
 
 // every shard sent is added (the step's start)

@@ -100,10 +100,12 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
     float* host_shard = (float*)malloc(largest_shard * sizeof(float));
     double scratch_bytes = 0;
     float* dev_unit = (float*)zero_dev_alloc(largest * sizeof(float), &scratch_bytes);
-    // parameter offload: each shard converted on the GPU, then copied to the host's shards
+    // parameter offload: each shard converted on the GPU, then stored where it lives
     floatX* dev_shard = d->offload_param ? (floatX*)zero_dev_alloc(largest_shard * sizeof(floatX), &scratch_bytes) : NULL;
-    int rc = host_shard != NULL && dev_unit != NULL && (dev_shard != NULL || !d->offload_param)
+    floatX* host_x = d->offload_param ? (floatX*)malloc(largest_shard * sizeof(floatX)) : NULL;
+    int rc = host_shard != NULL && dev_unit != NULL && (!d->offload_param || (dev_shard != NULL && host_x != NULL))
                  ? 0 : zero_error("zero device: out of memory for the initial parameters");
+    if (rc == 0 && d->opt_nvme) { rc = zero_swap_master_begin(&d->swap); }  // (the master goes to the swap file unit by unit)
     for (int u = 0; u < p->num_units && rc == 0; u++) {
         const ZeroUnit* pu = &p->units[u];
         size_t n = zero_plan_shard_numel(p, u, d->rank);
@@ -119,6 +121,8 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
         }
         if (rc == 0 && d->stage == 0) {
             rc = zero_cuda(cudaMemcpy(d->master + pu->full_offset, dev_unit, pu->padded * sizeof(float), cudaMemcpyDeviceToDevice), "copying");
+        } else if (rc == 0 && d->opt_nvme) {
+            rc = zero_swap_master_unit(&d->swap, u, host_shard);  // (this rank's shard, its padding zero)
         } else if (rc == 0) {  // (cudaMemcpyDefault: the master may be pinned host memory)
             rc = zero_cuda(cudaMemcpy(d->master + pu->shard_offset, mine, pu->shard * sizeof(float), cudaMemcpyDefault), "copying");
         }
@@ -133,13 +137,15 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
             }
         }
         rc = zero_cuda(cudaGetLastError(), "launching the conversion");
-        if (rc == 0 && d->offload_param && d->stage == 3) {
-            rc = zero_cuda(cudaMemcpy(d->shard_params + pu->shard_offset, dev_shard, pu->shard * sizeof(floatX), cudaMemcpyDeviceToHost),
-                           "copying a parameter shard to the host");
+        if (rc == 0 && d->offload_param) {
+            rc = zero_cuda(cudaMemcpy(host_x, dev_shard, pu->shard * sizeof(floatX), cudaMemcpyDeviceToHost), "copying a parameter shard to the host");
+            if (rc == 0) { rc = zero_dev_param_put(d, u, host_x); }
         }
         if (rc == 0) { rc = zero_cuda(cudaDeviceSynchronize(), "converting a unit"); }  // dev_unit is reused next
     }
+    if (rc == 0 && d->opt_nvme) { rc = zero_swap_master_end(&d->swap); }
     free(host_shard);
+    free(host_x);
     cudaFree(dev_unit);
     cudaFree(dev_shard);
     d->shards_written = 1;
@@ -153,6 +159,7 @@ static int zero_dev_fill_params(ZeroDev* d, const ZeroInit* in) {
 // collectives are then copies), so the whole path runs on a single GPU.
 static int zero_dev_comms_init(ZeroDev* d) {
     ZeroGroups g;
+    if (MPI_Comm_rank(d->comm, &d->global_rank) != MPI_SUCCESS) { return zero_error("zero device: MPI_Comm_rank failed"); }
     if (zero_groups_split(d->comm, &d->cfg, &g) != 0) { return -1; }
     d->nodes = g.nodes;
     d->per_node = g.per_node;
@@ -226,22 +233,25 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     d->compute = (cudaStream_t)in->stream;
     d->comm = in->comm;
     d->beta1 = in->beta1; d->beta2 = in->beta2; d->eps = in->eps;
-    if (cfg->offload_optimizer == ZERO_OFFLOAD_NVME || cfg->offload_param == ZERO_OFFLOAD_NVME) {
-        return zero_error("zero device: NVMe offload runs on the host backend (--zero-backend host)");
-    }
-    d->offload = cfg->offload_optimizer == ZERO_OFFLOAD_CPU;
-    d->offload_param = cfg->offload_param == ZERO_OFFLOAD_CPU;
+    d->opt_nvme = cfg->offload_optimizer == ZERO_OFFLOAD_NVME;
+    d->param_nvme = cfg->offload_param == ZERO_OFFLOAD_NVME;
+    d->offload = cfg->offload_optimizer != ZERO_OFFLOAD_NONE;  // the CPU Adam, on pinned arrays or from the swap file
+    d->offload_param = cfg->offload_param != ZERO_OFFLOAD_NONE;
     d->dpu = in->dpu;
     d->omp_threads = in->threads;
     if (d->offload && d->stage == 0) { return zero_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
     if (d->dpu && !d->offload) { return zero_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
+    if (d->dpu && (d->opt_nvme || d->param_nvme)) {  // (its thread and the gathers would share the one swap file)
+        return zero_error("zero device: --dpu delays the CPU Adam's update in memory: not with NVMe offload");
+    }
+    if (d->opt_nvme && d->stage != 3) { return zero_error("zero device: optimizer offload to NVMe needs ZeRO stage 3"); }
     if (d->offload_param && (d->stage != 3 || !d->offload)) {  // (the fp32 master would be a shard-sized array on the GPU)
-        return zero_error("zero device: parameter offload needs ZeRO stage 3 and the optimizer offloaded too (--offload-optimizer cpu)");
+        return zero_error("zero device: parameter offload needs ZeRO stage 3 and the optimizer offloaded too (--offload-optimizer cpu or nvme)");
     }
     if (d->offload_param && cfg->hpz_partition_size > 1) {
         return zero_error("zero device: hpZ (zero_hpz_partition_size) keeps a slice of every unit on the GPU: not with parameter offload");
     }
-    d->grads_host = d->offload_param;
+    d->grads_host = d->offload_param || d->opt_nvme;
     if (zero_dev_comms_init(d) != 0) { return -1; }
     if (zero_plan_init(&d->plan, in->model->unit_numel, num_units, d->world, d->rank, sizeof(floatX)) != 0 ||
         zero_schedule_init(&d->sched, in->model, &d->plan, cfg) != 0) {
@@ -292,19 +302,23 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     }
     d->pass.reduce_local = !d->use_nccl;  // one rank at stage 0: nothing to reduce
     if (d->offload) {
+        // in memory: the master, moments and gradient shards (with the optimizer on NVMe
+        // the swap file holds them); the compute copy the CPU Adam writes (with the
+        // parameters on NVMe, the cache and the swap file are written instead)
         size_t gb = zero_dev_shard_grad_bytes(d);
-        if ((d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
-            (d->m = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
-            (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL ||
-            (d->h_grads_buf[0] = zero_dev_alloc_host(ns * gb, &d->host_bytes_grads)) == NULL ||
+        int mem = !d->opt_nvme;
+        if ((mem && (d->master = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL) ||
+            (mem && (d->m = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL) ||
+            (mem && (d->v = (float*)zero_dev_alloc_host(ns * sizeof(float), &d->host_bytes_optimizer)) == NULL) ||
+            (mem && (d->h_grads_buf[0] = zero_dev_alloc_host(ns * gb, &d->host_bytes_grads)) == NULL) ||
             (d->dpu && (d->h_grads_buf[1] = zero_dev_alloc_host(ns * gb, &d->host_bytes_grads)) == NULL) ||
-            (d->h_params_buf[0] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL ||
+            (!d->param_nvme && (d->h_params_buf[0] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL) ||
             (d->dpu && (d->h_params_buf[1] = (floatX*)zero_dev_alloc_host(ns * sizeof(floatX), &d->host_bytes_params)) == NULL)) {
             return -1;
         }
         d->h_grads = d->h_grads_buf[0];
         d->h_params = d->h_params_buf[0];
-        if (d->offload_param) { d->shard_params = d->h_params; }  // the CPU Adam writes the shards the gathers upload
+        if (d->offload_param && !d->param_nvme) { d->shard_params = d->h_params; }  // the CPU Adam writes the shards the gathers upload
         if (d->grads_host && zero_dev_slots_init(d) != 0) { return -1; }
         if (zero_cuda(cudaStreamCreateWithFlags(&d->copy_out, cudaStreamNonBlocking), "creating the copy-out stream") != 0 ||
             zero_cuda(cudaStreamCreateWithFlags(&d->copy_in, cudaStreamNonBlocking), "creating the copy-in stream") != 0 ||
@@ -335,6 +349,7 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
         zero_schedule_gathered(&d->sched, u);
     }
     if (zero_dev_pools_init(d) != 0 || zero_dev_step_plan_init(d) != 0) { return -1; }
+    if ((d->opt_nvme || d->param_nvme) && zero_dev_swap_init(d) != 0) { return -1; }
     return zero_dev_fill_params(d, in);
 }
 
@@ -366,12 +381,13 @@ static void zero_dev_free(void* impl) {
     if (d->host_sumsq != NULL) { cudaFreeHost(d->host_sumsq); }
     free(d->acc_started);
     cudaFree(d->grads32); cudaFree(d->gshard32); cudaFree(d->wide); cudaFree(d->wide_out);
+    zero_dev_swap_free(d);
     if (d->offload) {
         if (d->update_pending) { pthread_join(d->update_thread, NULL); }  // it writes these
-        cudaFreeHost(d->master); cudaFreeHost(d->m); cudaFreeHost(d->v); cudaFreeHost(d->h_params_buf[0]);
-        if (d->h_params_buf[1] != NULL) { cudaFreeHost(d->h_params_buf[1]); }
-        cudaFreeHost(d->h_grads_buf[0]);
-        if (d->h_grads_buf[1] != NULL) { cudaFreeHost(d->h_grads_buf[1]); }
+        void* pinned[7] = {d->master, d->m, d->v, d->h_params_buf[0], d->h_params_buf[1], d->h_grads_buf[0], d->h_grads_buf[1]};
+        for (int i = 0; i < 7; i++) {
+            if (pinned[i] != NULL) { cudaFreeHost(pinned[i]); }
+        }
         if (d->copy_out != NULL) { cudaStreamDestroy(d->copy_out); }
         if (d->copy_in != NULL) { cudaStreamDestroy(d->copy_in); }
         if (d->reduced_out_ev != NULL) { cudaEventDestroy(d->reduced_out_ev); }

@@ -16,7 +16,8 @@ static int zero_dev_refresh_persistent(ZeroDev* d) {
     for (int u = 0; u < d->plan.num_units; u++) {
         if (!d->sched.persistent[u]) { continue; }
         const ZeroUnit* pu = &d->plan.units[u];
-        if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, d->shard_params + pu->shard_offset,
+        const floatX* mine = d->param_nvme ? d->unit_host[u] : d->shard_params + pu->shard_offset;  // (persistent: cached)
+        if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, mine,
                                       pu->shard * sizeof(floatX), cudaMemcpyDefault, d->nccl.stream), "copying a shard") != 0 ||
             zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX, u) != 0) {
             return -1;
@@ -30,6 +31,7 @@ static int zero_dev_refresh_persistent(ZeroDev* d) {
 // shards at `grads`, writing the fp32 master and moments and the floatX compute copy
 // (out: an h_params buffer). Called on the step's thread, or on update_thread with dpu.
 static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float lr, float weight_decay, float grad_scale, int t) {
+    if (d->opt_nvme) { return zero_dev_swap_update(d, lr, weight_decay, grad_scale, t); }  // (grads, out: the swap file's, d->swap's)
     CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
     size_t gb = zero_dev_shard_grad_bytes(d);
     CpuAdamDtype gt = gb == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
@@ -37,12 +39,19 @@ static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float
     for (int i = 0; i < d->step.npieces; i++) {
         const ZeroDevPiece* pc = &d->step.pieces[i];
         hp.weight_decay = pc->decay ? weight_decay : 0.0f;
-        if (cpu_adam_step(pc->master, (const char*)grads + pc->sh * gb, gt, pc->m, pc->v, pc->n, &hp,
-                          out + pc->sh, ot) != 0) {
+        // the parameters on NVMe: a unit's cached shard, or the swap module's staging of it
+        // (the pieces go in shard-buffer order: a unit is staged once)
+        floatX* to = out + pc->sh;
+        if (d->param_nvme) {
+            floatX* unit = (floatX*)zero_dev_swap_out(d, pc->unit);
+            if (unit == NULL) { return -1; }
+            to = unit + (pc->sh - d->plan.units[pc->unit].shard_offset);
+        }
+        if (cpu_adam_step(pc->master, (const char*)grads + pc->sh * gb, gt, pc->m, pc->v, pc->n, &hp, to, ot) != 0) {
             return -1;
         }
     }
-    return 0;
+    return zero_dev_swap_flush(d);
 }
 
 static void* zero_dev_update_main(void* arg) {
@@ -95,8 +104,8 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
         zero_cuda(cudaStreamWaitEvent(d->copy_in, d->upload_ev, 0), "cudaStreamWaitEvent") != 0) {
         return -1;
     }
-    if (d->offload_param) {  // src holds the parameters from now on: the gathers upload them unit by unit
-        d->shard_params = (floatX*)src;
+    if (d->offload_param) {  // src holds the parameters from now on (or the cache and the swap file do): the gathers upload them
+        if (!d->param_nvme) { d->shard_params = (floatX*)src; }
         return d->step.share(d);
     }
     for (int u = 0; u < d->plan.num_units; u++) {
@@ -132,6 +141,7 @@ static int zero_dev_flush(void* impl) {
 // thread, or (dpu) on a thread of its own while the GPU computes the next step
 static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scale) {
     if (isnan(grad_scale)) {  // a skipped step (adamw_skip_kernel): no update; --dpu's pending one still lands
+        if (d->opt_nvme) { zero_swap_grad_clear(&d->swap); }  // (the gradients are discarded)
         return zero_dev_flush(d);
     }
     if (!d->dpu) {
@@ -219,7 +229,7 @@ static int zero_dev_pieces_init(ZeroDev* d) {
         }
         size_t at = d->stage == 0 ? off : sh;  // master, moments and gradient: the whole model, or the shards
         ZeroDevPiece piece = {d->stage < 3 ? d->params + off : d->shard_params + sh, d->master + at, d->m + at, d->v + at,
-                              NULL, NULL, n, off, sh, tr->decay};
+                              NULL, NULL, n, off, sh, tr->unit, tr->decay};
         ZeroDevPiece* pc = &pl->pieces[pl->npieces++];
         *pc = piece;
         if (d->grads32 != NULL) { pc->grad32 = d->grads32 + at; }
@@ -275,7 +285,7 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
         // the shards are summed on the host, and so are their squares: every shard sent is
         // added, and the squared norm goes to the GPU, where the ranks' sum and the scale are
         if (zero_dev_slots_drain(d) != 0) { return -1; }
-        *d->host_sumsq = d->grad_sumsq;
+        *d->host_sumsq = d->opt_nvme ? zero_swap_grad_sumsq(&d->swap) : d->grad_sumsq;
         d->grad_sumsq = 0.0;
         memset(d->acc_started, 0, (size_t)d->plan.num_units);  // the next step's first adds start from zero
         if (zero_cuda(cudaMemcpyAsync(d->norm_sum, d->host_sumsq, sizeof(double), cudaMemcpyHostToDevice, s), "copying the norm") != 0) {
@@ -350,6 +360,14 @@ static int zero_dev_stats(void* impl, ZeroStats* out) {
     out->mem[ZERO_MEM_HOST_OPTIMIZER] = d->host_bytes_optimizer;
     out->mem[ZERO_MEM_HOST_BUFFERS] = d->host_bytes_buffers;
     out->mem_peak = d->bytes_params + d->bytes_grads + d->bytes_optimizer + d->bytes_buffers;  // allocated once, at init
+    if (d->swap_open) {  // the NVMe tiers
+        ZeroSwapCounters c = zero_swap_counters(&d->swap);
+        out->moved[ZERO_MOVE_NVME_READ] = c.read_bytes;
+        out->moved[ZERO_MOVE_NVME_WRITE] = c.write_bytes;
+        out->nvme_wait_ms = c.wait_ms;
+        out->update_nvme_wait_ms = c.step_wait_ms;
+        out->nvme_bytes = (double)d->swap.file_bytes;
+    }
     out->padded_total = d->plan.padded_total;
     return 0;
 }
@@ -377,6 +395,22 @@ static int zero_dev_stream(FILE* fp, void* arr, size_t bytes, int writing) {
     return rc;
 }
 
+// the fp32 master, m and v (n bytes each) to or from a checkpoint: the arrays (GPU or pinned
+// host memory), or the swap file's regions, in the same bytes
+static int zero_dev_opt_stream(ZeroDev* d, FILE* fp, size_t n, int writing) {
+    if (d->opt_nvme) {
+        for (int r = ZERO_SWAP_P; r <= ZERO_SWAP_V; r++) {
+            if ((writing ? zero_swap_region_save(&d->swap, r, fp) : zero_swap_region_load(&d->swap, r, fp)) != 0) { return -1; }
+        }
+        return 0;
+    }
+    float* arrs[3] = {d->master, d->m, d->v};
+    for (int i = 0; i < 3; i++) {
+        if (zero_dev_stream(fp, arrs[i], n, writing) != 0) { return -1; }
+    }
+    return 0;
+}
+
 // the compute copy a resume needs (bf16: it comes from stochastic rounding, so it is
 // saved, not recomputed): the whole model at stages 0-2, this rank's shards at stage 3
 static floatX* zero_dev_param_state(const ZeroDev* d, size_t* elems) {
@@ -400,8 +434,8 @@ static int zero_dev_save(void* impl, FILE* fp) {
     ZeroStateHeader h = zero_dev_state_header(d);
     size_t np = 0, n = d->opt_elems * sizeof(float);
     floatX* pstate = zero_dev_param_state(d, &np);
-    if (zero_state_write_header(fp, &h) != 0 || zero_dev_stream(fp, d->master, n, 1) != 0 || zero_dev_stream(fp, d->m, n, 1) != 0 ||
-        zero_dev_stream(fp, d->v, n, 1) != 0 || zero_dev_stream(fp, pstate, np * sizeof(floatX), 1) != 0) {
+    if (zero_state_write_header(fp, &h) != 0 || zero_dev_opt_stream(d, fp, n, 1) != 0 ||
+        (d->param_nvme ? zero_dev_params_stream(d, fp, 1) : zero_dev_stream(fp, pstate, np * sizeof(floatX), 1)) != 0) {
         return -1;
     }
     return 0;
@@ -415,9 +449,8 @@ static int zero_dev_load(void* impl, FILE* fp) {
     size_t np = 0, n = d->opt_elems * sizeof(float);
     floatX* pstate = zero_dev_param_state(d, &np);
     if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting before the load") != 0 ||
-        zero_state_read_header(fp, &want) != 0 || zero_dev_stream(fp, d->master, n, 0) != 0 ||
-        zero_dev_stream(fp, d->m, n, 0) != 0 || zero_dev_stream(fp, d->v, n, 0) != 0 ||
-        zero_dev_stream(fp, pstate, np * sizeof(floatX), 0) != 0) {
+        zero_state_read_header(fp, &want) != 0 || zero_dev_opt_stream(d, fp, n, 0) != 0 ||
+        (d->param_nvme ? zero_dev_params_stream(d, fp, 0) : zero_dev_stream(fp, pstate, np * sizeof(floatX), 0)) != 0) {
         return -1;
     }
     if (d->stage != 3) { return 0; }
@@ -438,6 +471,7 @@ static int zero_dev_master_shard(void* impl, int u, size_t* begin, size_t* n, fl
     if (out == NULL || *n == 0) { return 0; }
     if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
     if (zero_gpu_wait(d->compute, NULL, "waiting for the master") != 0) { return -1; }
+    if (d->opt_nvme) { return zero_swap_master_read(&d->swap, u, 0, *n, out); }
     const float* src = d->master + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
     return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the master");
 }

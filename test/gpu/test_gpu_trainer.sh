@@ -30,8 +30,8 @@
 #                     its report, bit-identical resume; --dpu's one-step delay, exactly
 #   infinity          --offload-param cpu on the device engine against the optimizer's
 #                     offload alone, bit for bit (1-2 ranks, fp32/bf16, accumulation, --dpu,
-#                     fp32 and quantised reductions), resumes across the tiers, the GPU's
-#                     peak on a deep model below a whole-model copy
+#                     quantised reductions); the NVMe tiers against it, bit for bit; resumes
+#                     across the tiers; the GPU's peak on a deep model below a whole-model copy
 #   refusals          --zero-backend device with NVMe offload, or with ranks sharing a GPU
 #   beyond one node   emulated: the device backend's hpZ, MiCS, qwZ + qgZ on 2 ranks taken as
 #                     2 nodes, against plain ZeRO-3, and the report's network split
@@ -428,23 +428,53 @@ inf_pair() {  # NAME RANKS BIN ARGS...: the run with the parameters offloaded ag
     same_losses "${name}_o" "${name}_p" 0 "device --offload-param cpu = optimizer offload alone, bit for bit ($name)"
 }
 # the paths of a shard to the host: fp32 (fp32 build), bf16 widened on the host, fp32 from
-# quantised or fp32 reductions (bf16 build); accumulation with --dpu's double buffers
+# quantised or fp32 reductions (bf16 build); accumulation; --dpu's double buffers
 inf_pair if32 1 $GPU32 $RUN
 inf_pair ibf16n2 2 $GPU $R2 -x 4
 inf_pair iqz 2 $GPU $R2 -x 4 --zero-quantized-gradients 1 --zero-quantized-weights 1
-inf_pair iaccdpu 2 $GPU32 ${ACC} -b 2 -d 256 -x 4 --dpu 1
+inf_pair iacc 2 $GPU32 ${ACC} -b 2 -d 256 -x 4
+inf_pair idpu 1 $GPU32 $RUN -x 4 --dpu 1
 baseline d_z3 gpu_run d_z3 $GPU32 $RUN -z 3 --zero-backend device
 same_losses d_z3 if32_p 1e-5 "device --offload-param cpu = no offload (fp32, the CPU Adam's ulps)"
+# The NVMe tiers (zero3/swap.h, the host engine's module): the gradient shards added into
+# the swap file, the CPU Adam streamed from it by sub-groups, the parameter shards read
+# from it at each gather (--max-in-cpu 0: all but the persistent units'; every unit
+# gathered with persistence 0). Against the parameters offloaded to the CPU, bit for bit:
+# the same sums, the same norm summed unit by unit in double, the same CPU Adam
+NV="--nvme-path $tmp/swap"
+mkdir -p "$tmp/swap"
+tier_run() {  # NAME BASE WHAT RANKS BIN ARGS...: a tier's run against BASE's losses
+    local name=$1 base=$2 what=$3 n=$4 bin=$5; shift 5
+    gpu_mrun "$name" "$n" "$bin" "$@" || bad "$name: run"
+    same_losses "$base" "$name" 0 "device $what = the parameters offloaded to the CPU, bit for bit ($name)"
+}
+tier_run inv_onpn if32_p "optimizer and parameters on NVMe" 1 $GPU32 $RUN $OPT --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 $NV
+tier_run inv_ocpn if32_p "optimizer on the CPU, parameters on NVMe (some cached)" 1 $GPU32 $RUN $OPT --offload-param nvme --max-in-cpu 3e4 $NV $P0
+tier_run inv_on ibf16n2_p "optimizer on NVMe (bf16)" 2 $GPU $R2 -x 4 $OPT --offload-optimizer nvme $NV
+tier_run inv_acc iacc_p "both on NVMe, accumulation" 2 $GPU32 ${ACC} -b 2 -d 256 -x 4 $OPT --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 $NV $P0
+if [ -f "$tmp/inv_onpn.json" ]; then
+    $PY - "$tmp/inv_onpn.json" <<'EOF' && ok "NVMe tiers' report: the swap file, its bytes each way and waits; nothing of the model's size on the GPU" || bad "NVMe tiers' report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["memory"]["per_rank"][0]
+assert m["params"] == 0 and m["grads"] == 0 and m["optimizer"] == 0 and m["host_optimizer"] == 0 and m["nvme"] > 0, m
+t = r["transfers_per_step"]
+assert t["nvme_read"] > 0 and t["nvme_write"] > 0 and t["update_nvme_wait_ms"] <= t["nvme_wait_ms"], t
+EOF
+fi
+[ -z "$(ls -A "$tmp/swap")" ] && ok "the swap files are removed at the end" || bad "swap files left: $(ls "$tmp/swap")"
 # resumes across the tiers: a checkpoint of either tier resumed by the other repeats the
 # uninterrupted run bit for bit (the engine's state is the same: master, moments, compute copy)
 CKI="$CK $OPT"
 gpu_run ir_straight $GPU $CKI || bad "offload 4-step run"
-for t in "o:p:--offload-param cpu:" "p:o::--offload-param cpu"; do
-    IFS=: read -r a b resume_args first_args <<< "$t"
+# (o: the optimizer on the CPU, p: the parameters too, n: both on NVMe)
+declare -A TIER=([o]="" [p]="--offload-param cpu" [n]="--offload-optimizer nvme --offload-param nvme --max-in-cpu 0 $NV")
+for t in o:p p:n n:o; do
+    a=${t%:*}; b=${t#*:}
     rm -rf "$tmp/cki_$a"
-    gpu_run "ir_first_$a" $GPU $CKI $first_args -n 2 -o "$tmp/cki_$a" || bad "checkpointed run ($a)"
+    gpu_run "ir_first_$a" $GPU $CKI ${TIER[$a]} -n 2 -o "$tmp/cki_$a" || bad "checkpointed run ($a)"
     rm -f "$tmp/cki_$a/DONE_00000004"
-    gpu_run "ir_res_$b" $GPU $CKI $resume_args -n 2 -o "$tmp/cki_$a" -y 1 || bad "resumed run ($a into $b)"
+    gpu_run "ir_res_$b" $GPU $CKI ${TIER[$b]} -n 2 -o "$tmp/cki_$a" -y 1 || bad "resumed run ($a into $b)"
     if [ -f "$tmp/ir_straight.json" ] && [ -f "$tmp/ir_res_$b.json" ]; then
         losses "$tmp/ir_straight.json" | tail -2 > "$tmp/l_s"; losses "$tmp/ir_res_$b.json" > "$tmp/l_r"
         d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
@@ -607,7 +637,7 @@ fi  # host_more
 # ---------------------------------------------------------------------------
 if section refusals; then
 # what the device backend refuses
-expect_error "device backend with NVMe offload refused" "for NVMe and parameter offload" $GPU $RUN -z 3 --offload-optimizer nvme --nvme-path "$tmp" --zero-backend device
+expect_error "device backend with NVMe offload and --dpu refused" "--dpu not with NVMe" $GPU $RUN -z 3 --offload-optimizer nvme --nvme-path "$tmp" --dpu 1 --zero-backend device
 if [ "$EMULATED" = 0 ] && [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
     expect_error "device backend with 2 ranks on 1 GPU refused" "one GPU per rank" $MPIRUN -np 2 $GPU $RUN --zero-backend device
 fi

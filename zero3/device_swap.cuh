@@ -1,0 +1,181 @@
+/*
+ The device engine, continued (zero3/device.cuh includes this file after its pass): the
+ NVMe tiers of ZeRO-Infinity on the GPU, through zero3/swap.h, the module the host engine
+ uses too. Not included on its own.
+
+   --offload-optimizer nvme (stage 3): the fp32 master, both moments and the gradient
+       shards in this rank's swap file. Every gradient shard leaves the GPU as its
+       reduction completes (grads_host, zero3/device.cuh) and is added into the file's
+       gradient region; the step streams the file by sub-groups through the SIMD CPU
+       Adam (zero_swap_step: reads ahead, writes behind), which writes the floatX
+       compute copy: into h_params, uploaded as with the optimizer on the CPU, or with
+       parameter offload where the parameters live.
+   --offload-param nvme (stage 3): the units' floatX shards in the file's parameter
+       region, but for max_in_cpu elements of them (the persistent units first) kept in
+       pinned host memory (host_shards). A gather of a unit on NVMe reads its shard into
+       one of a ring of pinned staging buffers, then uploads it as any offloaded shard.
+
+ --dpu is refused with either: its update thread would share the one swap file with the
+ gathers' reads.
+*/
+#ifndef ZERO3_DEVICE_SWAP_CUH
+#define ZERO3_DEVICE_SWAP_CUH
+
+// where unit u's floatX shard is on the host (parameter offload): the shards' array
+// (cpu), the cached units' array, or for a unit on NVMe a staging buffer that its read
+// fills (free once the upload issued from it before has passed its event)
+static const floatX* zero_dev_param_src(ZeroDev* d, int u) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    if (!d->param_nvme) { return d->shard_params + pu->shard_offset; }
+    if (d->unit_host[u] != NULL) { return d->unit_host[u]; }
+    ZeroDevStage* st = &d->pstage[d->pstage_next];
+    d->pstage_next = (d->pstage_next + 1) % ZERO_DEV_PSTAGES;
+    double w0 = zero_now_ms();
+    if (st->used && zero_gpu_wait(NULL, st->up_ev, "waiting for a shard's upload") != 0) { return NULL; }
+    if (zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0) { return NULL; }
+    d->nvme_param_wait_ms += zero_now_ms() - w0;
+    st->used = 1;
+    d->pstage_last = st;
+    return st->buf;
+}
+
+// after an upload from zero_dev_param_src's staging: its buffer is free once the copy is done
+static int zero_dev_param_src_done(ZeroDev* d, int u) {
+    if (!d->param_nvme || d->unit_host[u] != NULL) { return 0; }
+    return zero_cuda(cudaEventRecord(d->pstage_last->up_ev, d->copy_in), "cudaEventRecord");
+}
+
+// ----------------------------------------------------------------------------
+// the optimizer step from the swap file
+
+// zero_swap_step's destination of unit u's updated compute copy: the h_params buffer
+// (uploaded after, or the parameters themselves with offload to the CPU), the cached
+// shard, or the swap module's staging of a shard on NVMe
+static void* zero_dev_swap_out(void* ctx, int u) {
+    ZeroDev* d = (ZeroDev*)ctx;
+    if (!d->param_nvme) { return d->h_params + d->plan.units[u].shard_offset; }
+    return d->unit_host[u] != NULL ? (void*)d->unit_host[u] : zero_swap_param_out(&d->swap, u);
+}
+
+static int zero_dev_swap_flush(void* ctx) {
+    ZeroDev* d = (ZeroDev*)ctx;
+    return d->param_nvme ? zero_swap_param_flush(&d->swap) : 0;
+}
+
+// the CPU Adam over the swap file, sub-group by sub-group; the gradient region is this
+// step's (the next step's first adds overwrite it)
+static int zero_dev_swap_update(ZeroDev* d, float lr, float weight_decay, float grad_scale, int t) {
+    CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
+    CpuAdamDtype ot = sizeof(floatX) == 2 ? CPU_ADAM_BF16 : CPU_ADAM_FP32;
+    int rc = zero_swap_step(&d->swap, &hp, weight_decay, zero_dev_swap_out, ot, zero_dev_swap_flush, d);
+    zero_swap_grad_clear(&d->swap);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// init, teardown
+
+// The swap file: the optimizer's regions (over the step's pieces, as segments) and the
+// parameter region of the units not cached, whose cache is pinned here; the staging ring.
+static int zero_dev_swap_init(ZeroDev* d) {
+    const ZeroPlan* p = &d->plan;
+    const ZeroDevStepPlan* pl = &d->step;
+    d->segs = (ZeroSegment*)calloc(pl->npieces > 0 ? (size_t)pl->npieces : 1, sizeof(ZeroSegment));
+    d->on_host = (int*)calloc((size_t)p->num_units, sizeof(int));
+    d->unit_host = (floatX**)calloc((size_t)p->num_units, sizeof(floatX*));
+    if (d->segs == NULL || d->on_host == NULL || d->unit_host == NULL) { return zero_error("zero device: out of memory"); }
+    for (int i = 0; i < pl->npieces; i++) {
+        const ZeroDevPiece* pc = &pl->pieces[i];
+        d->segs[i] = (ZeroSegment){pc->sh, pc->sh + pc->n, pc->unit, pc->sh - p->units[pc->unit].shard_offset, pc->decay};
+    }
+    size_t file_bytes = 0, cached = 0;
+    if (d->param_nvme) {
+        cached = zero_swap_placement(p, d->sched.persistent, (double)d->cfg.max_in_cpu, sizeof(floatX), d->on_host, &file_bytes);
+        if ((d->host_shards = (floatX*)zero_dev_alloc_host(cached * sizeof(floatX), &d->host_bytes_params)) == NULL) { return -1; }
+        for (int u = 0, at = 0; u < p->num_units; u++) {
+            if (d->on_host[u]) { d->unit_host[u] = d->host_shards + at; at += (int)p->units[u].shard; }
+        }
+        size_t largest_shard = 0;
+        for (int u = 0; u < p->num_units; u++) {
+            if (!d->on_host[u] && p->units[u].shard > largest_shard) { largest_shard = p->units[u].shard; }
+        }
+        for (int i = 0; i < ZERO_DEV_PSTAGES; i++) {
+            ZeroDevStage* st = &d->pstage[i];
+            if ((st->buf = (floatX*)zero_dev_alloc_host(largest_shard * sizeof(floatX), &d->host_bytes_buffers)) == NULL ||
+                zero_cuda(cudaEventCreateWithFlags(&st->up_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
+                return -1;
+            }
+        }
+    }
+    ZeroSwapOpen o;
+    memset(&o, 0, sizeof(o));
+    o.plan = p;
+    o.dir = d->cfg.nvme_path;
+    o.rank = d->global_rank;
+    o.queue_depth = 8;  // (as the host engine's)
+    o.optimizer = d->opt_nvme;
+    o.segs = d->segs;
+    o.nsegs = pl->npieces;
+    o.sub_group_size = d->cfg.sub_group_size;
+    o.buffer_count = d->cfg.buffer_count;
+    o.on_host = d->param_nvme ? d->on_host : NULL;
+    o.param_elem_bytes = sizeof(floatX);
+    if (zero_swap_open(&d->swap, &o) != 0) { return -1; }
+    d->swap_open = 1;
+    d->host_bytes_buffers += (double)d->swap.host_bytes;
+    return 0;
+}
+
+static void zero_dev_swap_free(ZeroDev* d) {
+    if (d->swap_open) { zero_swap_close(&d->swap); }
+    for (int i = 0; i < ZERO_DEV_PSTAGES; i++) {
+        if (d->pstage[i].buf != NULL) { cudaFreeHost(d->pstage[i].buf); }
+        if (d->pstage[i].up_ev != NULL) { cudaEventDestroy(d->pstage[i].up_ev); }
+    }
+    if (d->host_shards != NULL) { cudaFreeHost(d->host_shards); }
+    free(d->segs); free(d->on_host); free(d->unit_host);
+}
+
+// ----------------------------------------------------------------------------
+// the parameters and the master, a unit at a time (init, checkpoints)
+
+// unit u's floatX shard from src (host memory) to where it lives: the GPU's shards, the
+// host's, the cache or the parameter region
+static int zero_dev_param_put(ZeroDev* d, int u, const floatX* src) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    if (d->param_nvme && d->unit_host[u] == NULL) { return zero_swap_param_write(&d->swap, u, src); }
+    floatX* dst = d->param_nvme ? d->unit_host[u] : d->shard_params + pu->shard_offset;
+    return zero_cuda(cudaMemcpy(dst, src, pu->shard * sizeof(floatX), cudaMemcpyDefault), "storing a parameter shard");
+}
+
+// unit u's floatX shard into dst (host memory), from wherever it lives
+static int zero_dev_param_get(ZeroDev* d, int u, floatX* dst) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    if (d->param_nvme && d->unit_host[u] == NULL) { return zero_swap_param_read(&d->swap, u, dst, pu->shard); }
+    const floatX* src = d->param_nvme ? d->unit_host[u] : d->shard_params + pu->shard_offset;
+    return zero_cuda(cudaMemcpy(dst, src, pu->shard * sizeof(floatX), cudaMemcpyDefault), "reading a parameter shard");
+}
+
+// A checkpoint's compute copy with the parameters on NVMe: this rank's shards in
+// shard-buffer order, one unit's shard at a time through a host buffer
+static int zero_dev_params_stream(ZeroDev* d, FILE* fp, int writing) {
+    const ZeroPlan* p = &d->plan;
+    size_t largest = 0;
+    for (int u = 0; u < p->num_units; u++) { largest = p->units[u].shard > largest ? p->units[u].shard : largest; }
+    floatX* buf = (floatX*)malloc((largest > 0 ? largest : 1) * sizeof(floatX));
+    if (buf == NULL) { return zero_error("zero device: out of memory for a parameter shard"); }
+    int rc = 0;
+    for (int u = 0; u < p->num_units && rc == 0; u++) {
+        size_t n = p->units[u].shard;
+        if (writing) {
+            rc = zero_dev_param_get(d, u, buf);
+            if (rc == 0 && fwrite(buf, sizeof(floatX), n, fp) != n) { rc = zero_error("zero device: writing the state failed: %s", strerror(errno)); }
+        } else {
+            rc = fread(buf, sizeof(floatX), n, fp) == n ? zero_dev_param_put(d, u, buf) : zero_error("zero device: the state is truncated");
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+#endif // ZERO3_DEVICE_SWAP_CUH
