@@ -109,8 +109,12 @@ static const OptRow args_options[] = {
     { .group = "Configuration and tools",
       .long_flag = "--ds-config", .type = OPT_STRING, TC(ds_config), .def = NULL, .arg = "<file>", .trainer = OPT_BOTH,
       .help = "DeepSpeed-style JSON (zero_optimization, batch sizes, optimizer, gradient_clipping, bf16); flags override it" },
-    { .long_flag = "--estimate", .type = OPT_STRING, TC(estimate), .def = NULL, .arg = "<nodes:gpus>", .trainer = OPT_BOTH,
-      .help = "print the ZeRO model-state memory of -e per GPU and per node for every stage, and exit" },
+    { .long_flag = "--estimate", .type = OPT_STRING, TC(estimate), .def = NULL, .arg = "<nodes:gpus[,gpu=GiB,host=GiB[,nvme=GB]]>",
+      .trainer = OPT_BOTH,
+      .help = "print the ZeRO model-state memory of -e per GPU and per node for every stage, the GPU trainer's device engine "
+              "per rank at every tier (GPU and pinned host peaks, swap file), and exit; with gpu= and host= (GPU and host "
+              "memory per GPU and per node, GiB; nvme= GB per node, 0 if absent) also the largest GPT-3 size that trains "
+              "there at this -b -t -r --attention" },
     { .short_flag = "-h", .long_flag = "--help", .type = OPT_HELP, .trainer = OPT_BOTH, .help = "this message" },
 };
 #define ARGS_NUM_OPTIONS ((int)(sizeof(args_options) / sizeof(args_options[0])))

@@ -3,6 +3,8 @@
 #include <stdio.h>            // printf, fprintf, snprintf
 #include <stdlib.h>           // malloc, getenv
 #include <string.h>           // strstr, memset
+#include <ctype.h>            // isdigit: --estimate's value
+#include <math.h>             // isfinite: --estimate's value
 #include <signal.h>           // signal: SIGXFSZ ignored, so a full file fails a write instead
 #include <unistd.h>           // access, sysconf: cores per node
 #include <sys/stat.h>         // stat, mkdir
@@ -16,6 +18,7 @@
 #include "zero3/config.h"     // zero_config_resolve_batch, zero_config_describe, zero_hash_bytes
 #include "zero3/estimate.h"   // zero_estimate_print: model-state memory for --estimate
 #include "zero3/host.h"       // zero_host_estimate: the host engine's memory for --estimate
+#include "zero3/dev_estimate.h" // zero_dev_estimate: the device engine's memory for --estimate, every tier
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 #include "zero3/watchdog.h"  // zero_watchdog_start, zero_watchdog_stop
 #include "llmc/manifest.h"  // checkpoint_name_parse, CHECKPOINT_FILE_*: which of -o's files are a run's
@@ -397,16 +400,216 @@ static void trainer_estimate_host(const Trainer* t, int ranks, double host_acts)
            peak, he.states + he.buffers + he.host_buffers, host_acts, he.swap);
 }
 
+// --estimate's value: NODES:GPUS[,gpu=GIB,host=GIB[,nvme=GB]]; the second part asks for
+// the largest GPT-3 size that trains on GPUs of gpu GiB with host GiB of memory and nvme GB
+// of NVMe per node (fit 1). Returns 0, or -1 with the reason in why.
+typedef struct { int nodes, gpus, fit; double gpu_gib, host_gib, nvme_gb; } EstimateAsk;
+
+// a count of ranks: digits only, 1 to ZERO_PLAN_MAX_WORLD; *s moves past it
+static int estimate_count(const char** s, int* out) {
+    long v = 0;
+    const char* p = *s;
+    if (!isdigit((unsigned char)*p)) { return -1; }
+    while (isdigit((unsigned char)*p) && v <= ZERO_PLAN_MAX_WORLD) { v = v * 10 + (*p++ - '0'); }
+    if (v < 1 || v > ZERO_PLAN_MAX_WORLD) { return -1; }
+    *out = (int)v;
+    *s = p;
+    return 0;
+}
+
+static int trainer_estimate_parse(const char* arg, EstimateAsk* q, char* why, size_t cap) {
+    memset(q, 0, sizeof(*q));
+    const char* s = arg;
+    if (estimate_count(&s, &q->nodes) != 0 || *s++ != ':' || estimate_count(&s, &q->gpus) != 0) {
+        snprintf(why, cap, "NODES and GPUS must be whole numbers from 1 to %d", ZERO_PLAN_MAX_WORLD);
+        return -1;
+    }
+    if ((long)q->nodes * q->gpus > ZERO_PLAN_MAX_WORLD) { snprintf(why, cap, "more than %d ranks", ZERO_PLAN_MAX_WORLD); return -1; }
+    int seen[3] = {0, 0, 0};
+    static const char* const keys[3] = {"gpu", "host", "nvme"};
+    double* vals[3] = {&q->gpu_gib, &q->host_gib, &q->nvme_gb};
+    while (*s == ',') {
+        s++;
+        int k = 0;
+        while (k < 3 && !(strncmp(s, keys[k], strlen(keys[k])) == 0 && s[strlen(keys[k])] == '=')) { k++; }
+        if (k == 3) { snprintf(why, cap, "'%.16s' is not gpu=GIB, host=GIB or nvme=GB", *s ? s : "(nothing after ',')"); return -1; }
+        if (seen[k]++) { snprintf(why, cap, "%s= is given twice", keys[k]); return -1; }
+        s += strlen(keys[k]) + 1;
+        char* end = NULL;
+        // (a decimal number: no sign, hex, inf or nan, which strtod would take)
+        double v = isdigit((unsigned char)*s) && strspn(s, "0123456789.eE+-") >= strcspn(s, ",") ? strtod(s, &end) : -1.0;
+        if (end == NULL || (*end != ',' && *end != '\0') || !isfinite(v) || v < 0 || v > 1e9 || (k < 2 && v <= 0)) {
+            snprintf(why, cap, "%s= needs a number%s (got '%.16s')", keys[k], k < 2 ? " above 0" : " >= 0", s);
+            return -1;
+        }
+        *vals[k] = v;
+        s = end;
+    }
+    if (*s != '\0') { snprintf(why, cap, "unexpected '%.16s'", s); return -1; }
+    q->fit = seen[0] || seen[1] || seen[2];
+    if (q->fit && !(seen[0] && seen[1])) { snprintf(why, cap, "the fit needs both gpu=GIB and host=GIB (nvme=GB is optional, 0 without)"); return -1; }
+    return 0;
+}
+
+// the device engine's tiers: the order they are printed in (by stage), and `pref`, the
+// order the fit tries them in (least offload first)
+static const struct { int stage; ZeroOffload opt, param; int pref; } dev_tiers[] = {
+    {0, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, 0},  {1, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, 1},
+    {1, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, 4},   {2, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, 2},
+    {2, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, 5},   {3, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE, 3},
+    {3, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NONE, 6},   {3, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_CPU, 7},
+    {3, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME, 10},  {3, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE, 8},
+    {3, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_CPU, 9},   {3, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NVME, 11},
+};
+#define DEV_TIERS ((int)(sizeof(dev_tiers) / sizeof(dev_tiers[0])))
+
+// one tier of the device engine for model c at this run's -b -t -r --attention --vocab-tile
+// and ZeRO knobs on `world` ranks: *gpu the GPU peak per rank (the engine, then the larger
+// of its init's fp32 unit and the activations), *acts the activations. Returns 0, or -1
+// with zero_errmsg() (a tier the run's knobs rule out: MiCS with offload)
+static int trainer_dev_tier(const TrainConfig* tc, const GPT2Config* c, int i, int world, size_t x, ZeroDevEstimate* e,
+                            double* gpu, double* acts) {
+    ZeroConfig z = tc->zero;
+    z.stage = dev_tiers[i].stage;
+    z.offload_optimizer = dev_tiers[i].opt;
+    z.offload_param = dev_tiers[i].param;
+    if (z.stage != 3) {  // MiCS and ZeRO++ are stage 3's
+        z.mics_shard_size = -1;
+        z.hpz_partition_size = 1;
+        z.quantized_weights = z.quantized_gradients = 0;
+    }
+    if (z.mics_shard_size > 0 && z.mics_shard_size < world && z.offload_optimizer != ZERO_OFFLOAD_NONE) {
+        return zero_error("MiCS does not run with optimizer offload");
+    }
+    ZeroModel spec;
+    gpt2_engine_model(c, &spec);
+    int rc = zero_dev_estimate(&spec, &z, world, x, tc->dpu && z.offload_optimizer == ZERO_OFFLOAD_CPU, e);
+    gpt2_engine_model_free(&spec);
+    *acts = gpt2_activations_total(c, tc->B, tc->T, tc->recompute, !strcmp(tc->attention, "flash"), tc->vocab_tile, ACT_GPU, x);
+    *gpu = e->gpu + (e->gpu_init > *acts ? e->gpu_init : *acts);
+    return rc;
+}
+
+static int trainer_pool_buffers(const ZeroDevEstimate* e) {
+    int n = 0;
+    for (int i = 0; i < e->npools; i++) { n += e->pool_count[i]; }
+    return n;
+}
+
+// the device engine's figures per rank for this run's model at every tier, a table and
+// then one line each for scripts
+static void trainer_estimate_device(const Trainer* t, int nodes, int gpus, size_t x) {
+    const double GiB = 1073741824.0;
+    const TrainConfig* tc = &t->tc;
+    int world = nodes * gpus;
+    printf("train_gpt2_zero3 on its device engine (%s), per rank of %d x %d, at -b %d -t %d -r %d --attention %s --vocab-tile %d%s: "
+           "the GPU holds the engine's arrays and the larger of the activations and the init's fp32 unit; the host pins the "
+           "offloaded states\n", x == 2 ? "bf16" : "fp32", nodes, gpus, tc->B, tc->T, tc->recompute, tc->attention,
+           gpt2_vocab_tile(&t->config, tc->vocab_tile), tc->dpu ? " --dpu 1" : "");
+    for (int i = 0; i < DEV_TIERS; i++) {
+        ZeroDevEstimate e;
+        double gpu = 0, acts = 0;
+        if (trainer_dev_tier(tc, &t->config, i, world, x, &e, &gpu, &acts) != 0) {
+            printf("  stage %d, optimizer %s, parameters %s: cannot estimate: %s\n", dev_tiers[i].stage,
+                   zero_offload_name(dev_tiers[i].opt), zero_offload_name(dev_tiers[i].param), zero_errmsg());
+            continue;
+        }
+        printf("  stage %d, optimizer %-4s, parameters %-4s: GPU %8.2f GiB (engine %.2f + activations %.2f), host %8.2f GiB, NVMe %8.2f GiB\n",
+               dev_tiers[i].stage, zero_offload_name(dev_tiers[i].opt), zero_offload_name(dev_tiers[i].param), gpu / GiB,
+               e.gpu / GiB, acts / GiB, e.host / GiB, e.nvme / GiB);
+    }
+    for (int i = 0; i < DEV_TIERS; i++) {
+        ZeroDevEstimate e;
+        double gpu = 0, acts = 0;
+        if (trainer_dev_tier(tc, &t->config, i, world, x, &e, &gpu, &acts) != 0) { continue; }
+        printf("dev_estimate: stage=%d offload_optimizer=%s offload_param=%s gpu_peak_per_rank=%.0f host_pinned_per_rank=%.0f "
+               "nvme_per_rank=%.0f gpu_engine=%.0f gpu_activations=%.0f gpu_init=%.0f gpu_params=%.0f gpu_grads=%.0f "
+               "gpu_optimizer=%.0f gpu_buffers=%.0f host_params=%.0f host_grads=%.0f host_optimizer=%.0f host_buffers=%.0f "
+               "gather_buffers=%d\n",
+               dev_tiers[i].stage, zero_offload_name(dev_tiers[i].opt), zero_offload_name(dev_tiers[i].param), gpu, e.host, e.nvme,
+               e.gpu, acts, e.gpu_init, e.gpu_params, e.gpu_grads, e.gpu_optimizer, e.gpu_units + e.gpu_grad_pools + e.gpu_comm,
+               e.host_params, e.host_grads, e.host_optimizer, e.host_staging, trainer_pool_buffers(&e));
+    }
+}
+
+// the share of each memory the fit lets the counted bytes fill: on the GPU the rest is the
+// CUDA context's, cuBLAS(Lt)'s workspace, NCCL's and the allocator's (scripts/run_common.sh
+// plans 70 GiB of an 80 GB GPU), on the host the system's and the processes' own
+#define EST_USABLE (7.0 / 8.0)
+
+// the fit of one GPT-3 size: the first tier in dev_tiers' `pref` order whose GPU peak per
+// rank, host memory per node and swap files per node are within the budgets; -1 if none.
+// *min_gpu: the least GPU peak of any tier (what it would take)
+static int trainer_fit_size(const TrainConfig* tc, const GPT2Config* c, const EstimateAsk* q, size_t x, ZeroDevEstimate* e,
+                            double* gpu, double* min_gpu) {
+    const double GiB = 1073741824.0;
+    double gpu_cap = q->gpu_gib * GiB * EST_USABLE, host_cap = q->host_gib * GiB * EST_USABLE, nvme_cap = q->nvme_gb * 1e9;
+    *min_gpu = -1;
+    for (int pref = 0; pref < DEV_TIERS; pref++) {
+        int i = 0;
+        while (dev_tiers[i].pref != pref) { i++; }
+        double acts;
+        if (trainer_dev_tier(tc, c, i, q->nodes * q->gpus, x, e, gpu, &acts) != 0) { continue; }
+        if (*min_gpu < 0 || *gpu < *min_gpu) { *min_gpu = *gpu; }
+        if (*gpu <= gpu_cap && e->host * q->gpus <= host_cap && e->nvme * q->gpus <= nvme_cap) { return i; }
+    }
+    return -1;
+}
+
+// --estimate N:G,gpu=..,host=..[,nvme=..]: every GPT-3 size the trainer knows (llmc/gpt2.h's
+// gpt3_sizes) at this run's -b -t -r --attention --vocab-tile and ZeRO knobs, whether one of
+// the device engine's tiers fits it, and the largest that does; the last line is for scripts
+static void trainer_estimate_fit(const Trainer* t, const EstimateAsk* q, size_t x) {
+    const double GiB = 1073741824.0;
+    const TrainConfig* tc = &t->tc;
+    int flash = !strcmp(tc->attention, "flash"), best = -1, best_tier = -1;
+    double best_gpu = 0, best_host = 0, best_nvme = 0, best_params = 0;
+    printf("the largest GPT-3 on %d x %d GPU(s) of %g GiB (%.1f GiB counted) with %g GiB of host memory (%.1f GiB counted) and "
+           "%g GB of NVMe per node, at -b %d -t %d -r %d --attention %s --vocab-tile %d (the estimator's figures, the device "
+           "engine's tiers):\n", q->nodes, q->gpus, q->gpu_gib, q->gpu_gib * EST_USABLE, q->host_gib, q->host_gib * EST_USABLE,
+           q->nvme_gb, tc->B, tc->T, tc->recompute, tc->attention, tc->vocab_tile);
+    for (int k = 0; k < (int)(sizeof(gpt3_sizes) / sizeof(gpt3_sizes[0])); k++) {
+        char desc[32];
+        GPT2Config c;
+        memset(&c, 0, sizeof(c));
+        snprintf(desc, sizeof(desc), "gpt3:c%d", gpt3_sizes[k].channels);
+        if (gpt2_config_from_descriptor(desc, &c) != 0) { continue; }
+        int hs = c.channels / c.num_heads;
+        printf("  %-12s %5s: ", desc, gpt3_sizes[k].name);
+        if (tc->T > c.max_seq_len) { printf("-t %d exceeds its %d positions\n", tc->T, c.max_seq_len); continue; }
+        if (flash && hs != 64 && hs != 96 && hs != 128) { printf("--attention flash has no kernel for its head size %d\n", hs); continue; }
+        ZeroDevEstimate e;
+        double gpu = 0, min_gpu = 0;
+        int i = trainer_fit_size(tc, &c, q, x, &e, &gpu, &min_gpu);
+        if (i < 0) {
+            printf("does not fit (the least GPU any tier needs: %.2f GiB per rank)\n", min_gpu / GiB);
+            continue;
+        }
+        printf("fits at stage %d, optimizer %s, parameters %s: GPU %.2f GiB per rank, host %.2f GiB and NVMe %.1f GB per node\n",
+               dev_tiers[i].stage, zero_offload_name(dev_tiers[i].opt), zero_offload_name(dev_tiers[i].param), gpu / GiB,
+               e.host * q->gpus / GiB, e.nvme * q->gpus / 1e9);
+        best = k; best_tier = i; best_gpu = gpu; best_host = e.host * q->gpus; best_nvme = e.nvme * q->gpus;
+        best_params = (double)gpt2_num_params(&c);
+    }
+    if (best < 0) { printf("dev_fit: largest=none\n"); return; }
+    printf("dev_fit: largest=gpt3:c%d name=%s params=%.0f stage=%d offload_optimizer=%s offload_param=%s gpu_peak_per_rank=%.0f "
+           "host_pinned_per_node=%.0f nvme_per_node=%.0f\n", gpt3_sizes[best].channels, gpt3_sizes[best].name, best_params,
+           dev_tiers[best_tier].stage, zero_offload_name(dev_tiers[best_tier].opt), zero_offload_name(dev_tiers[best_tier].param),
+           best_gpu, best_host, best_nvme);
+}
+
 int trainer_estimate(Trainer* t, size_t x, double host_acts) {
     const TrainConfig* tc = &t->tc;
     const GPT2Config* c = &t->config;
-    int nodes = 0, gpus = 0;
-    char tail;
-    if (sscanf(tc->estimate, "%d:%d%c", &nodes, &gpus, &tail) != 2 || nodes < 1 || gpus < 1) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag --estimate: '%.64s' should be NODES:GPUS_PER_NODE, for example 1:8", tc->estimate);
+    EstimateAsk q;
+    char why[160];
+    if (trainer_estimate_parse(tc->estimate, &q, why, sizeof(why)) != 0) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "flag --estimate: '%.64s' should be NODES:GPUS_PER_NODE[,gpu=GIB,host=GIB[,nvme=GB]], for "
+                 "example 1:8 or 1:1,gpu=80,host=128,nvme=2000: %s", tc->estimate, why);
         die_all(t->rank, msg);
     }
+    int nodes = q.nodes, gpus = q.gpus;
     if (t->rank == 0) {
         double largest = 0;
         for (int u = 0; u < gpt2_num_units(c); u++) {
@@ -422,6 +625,8 @@ int trainer_estimate(Trainer* t, size_t x, double host_acts) {
         printf("activations: %.2f GiB per GPU (train_gpt2_zero3 in %s at -b %d -t %d -r %d --attention %s --vocab-tile %d; "
                "kernel scratch and cuBLASLt's workspace not counted)\n", act / 1073741824.0, x == 2 ? "bf16" : "fp32",
                tc->B, tc->T, tc->recompute, tc->attention, gpt2_vocab_tile(c, tc->vocab_tile));
+        trainer_estimate_device(t, nodes, gpus, x);
+        if (q.fit) { trainer_estimate_fit(t, &q, x); }
         if (host_acts >= 0) { trainer_estimate_host(t, nodes * gpus, host_acts); }
     }
     trainer_finish(t);

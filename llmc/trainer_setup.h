@@ -87,7 +87,11 @@ ZeroInit trainer_engine(Trainer* t, const ZeroModel* model);
 // model-state memory per GPU and per node for every stage and offload, then the GPU
 // trainer's activations at this run's -b, -t, -r and --attention, x bytes per element;
 // with host_acts >= 0 (the CPU trainer's activations) this run's own host-engine figures
-// too (trainer_estimate_host); printed by rank 0. Ends the program: returns main's exit status.
+// too (trainer_estimate_host); printed by rank 0. Then the GPU trainer's device engine per
+// rank at every tier (zero3/dev_estimate.h), and with NODES:GPUS,gpu=G,host=H[,nvme=D] the
+// largest GPT-3 size that trains there (docs/USAGE.md, "The estimator"). The value is
+// parsed strictly: a bad one stops every rank with one line. Ends the program: returns
+// main's exit status.
 int trainer_estimate(Trainer* t, size_t x, double host_acts);
 
 // ----------------------------------------------------------------------------

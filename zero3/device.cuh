@@ -115,6 +115,7 @@
 #include "zero3/groups.h"        // zero_groups_split: the shard group, replicas and hpZ groups, the nodes
 #include "zero3/cpu_adam.h"      // cpu_adam_step: offload's SIMD AdamW
 #include "zero3/swap.h"          // ZeroSwap: the NVMe tiers (the host engine's module)
+#include "zero3/dev_estimate.h"  // zero_dev_pool_counts: the pools, sized as --estimate counts them
 
 #if defined(ENABLE_FP32)
 #define NCCL_FLOATX ncclFloat32
@@ -129,7 +130,7 @@ __global__ void zero_dev_accumulate_kernel(float* acc, const T* got, size_t n) {
     if (i < n) { acc[i] += to_float(got[i]); }
 }
 
-#define ZERO_DEV_MAX_POOLS 16  // distinct unit sizes (GPT-2 has 3)
+#define ZERO_DEV_MAX_POOLS ZERO_DEV_EST_MAX_POOLS  // distinct unit sizes (GPT-2 has 3)
 
 typedef struct {
     floatX* buf;          // (elems)
@@ -144,7 +145,7 @@ typedef struct {
 
 // Parameter offload: a reduced gradient shard on its way to the host accumulators, in a
 // pinned slot of the largest shard (fp32 bytes) until the host has added it in
-#define ZERO_DEV_SLOTS 4
+#define ZERO_DEV_SLOTS ZERO_DEV_EST_GRAD_SLOTS
 typedef struct {
     void* host;           // (largest shard) fp32, or floatX (widened in place when it is added)
     cudaEvent_t done;     // the copy into host is over (recorded on copy_out)
@@ -152,7 +153,7 @@ typedef struct {
 } ZeroDevSlot;
 
 // --offload-param nvme: a pinned buffer a shard read from NVMe is uploaded from
-#define ZERO_DEV_PSTAGES 4
+#define ZERO_DEV_PSTAGES ZERO_DEV_EST_PARAM_STAGES
 typedef struct {
     floatX* buf;          // (largest shard on NVMe)
     cudaEvent_t up_ev;    // the upload from buf is done (recorded on copy_in)
@@ -383,15 +384,6 @@ static int zero_dev_join(ZeroDev* d) {
 
 // ----------------------------------------------------------------------------
 // pools of unit-sized buffers
-
-static ZeroDevPool* zero_dev_pool_for(ZeroDevPool* pools, int* npools, size_t elems) {
-    for (int i = 0; i < *npools; i++) { if (pools[i].elems == elems) { return &pools[i]; } }
-    if (*npools == ZERO_DEV_MAX_POOLS) { zero_error("zero device: more than %d distinct unit sizes", ZERO_DEV_MAX_POOLS); return NULL; }
-    ZeroDevPool* p = &pools[(*npools)++];
-    memset(p, 0, sizeof(*p));
-    p->elems = elems;
-    return p;
-}
 
 // a free buffer of unit u's size
 static ZeroDevBuf* zero_dev_take(ZeroDev* d, ZeroDevPool* pools, int npools, int u) {

@@ -9,79 +9,23 @@
 // ----------------------------------------------------------------------------
 // init and teardown
 
-// sizing the gather pools: a mover that moves nothing and counts the buffers of each size
-// that zero_pass_walk has the device engine hold at once
-typedef struct { ZeroDev* d; int held[ZERO_DEV_MAX_POOLS]; } ZeroDevCount;
-
-static ZeroDevPool* zero_dev_count_pool(ZeroDevCount* c, int u) {
-    ZeroDev* d = c->d;
-    for (int i = 0; i < d->nppool; i++) { if (d->ppool[i].elems == d->plan.units[u].padded) { return &d->ppool[i]; } }
-    return NULL;
-}
-
-static int zero_dev_count_gather(void* be, int u, int how) {
-    (void)how;
-    ZeroDevCount* c = (ZeroDevCount*)be;
-    ZeroDevPool* pp = zero_dev_count_pool(c, u);
-    if (pp == NULL) { return zero_error("zero device: unit %d has no pool", u); }
-    int i = (int)(pp - c->d->ppool);
-    if (++c->held[i] > pp->count) { pp->count = c->held[i]; }
-    return 0;
-}
-
-static int zero_dev_count_free(void* be, int u) {
-    ZeroDevCount* c = (ZeroDevCount*)be;
-    ZeroDevPool* pp = zero_dev_count_pool(c, u);
-    if (pp != NULL) { c->held[pp - c->d->ppool]--; }
-    return 0;
-}
-
-static int zero_dev_count_grad(void* be, int u, void** out) { (void)be; (void)u; *out = NULL; return 0; }
-
-static const ZeroMover zero_dev_count_mover = {
-    .gather_start = zero_dev_count_gather, .gather_wait = zero_mover_nothing,
-    .gather_free = zero_dev_count_free, .params = zero_mover_no_params,
-    .grad_buf = zero_dev_count_grad, .reduce_start = zero_mover_nothing,
-    .reduce_complete = zero_mover_nothing, .poll = NULL,
-};
-
 // the pools: stage 3's gather buffers, as many of each size as the pass driver ever holds
 // (walked at init: its decisions depend only on the schedule and the configuration);
 // stages 2-3's gradient buffers, two per size when several units have it (one being
 // written while the other is reduced), plus one more if the embedding (unit 0) has it
 // too, since its gradient is open for the whole backward
 static int zero_dev_pools_init(ZeroDev* d) {
-    const ZeroPlan* p = &d->plan;
-    for (int u = 0; d->stage == 3 && u < p->num_units; u++) {
-        if (!d->sched.persistent[u] && zero_dev_pool_for(d->ppool, &d->nppool, p->units[u].padded) == NULL) { return -1; }
+    // the counts --estimate finds (zero3/dev_estimate.h), one pool per size
+    size_t elems[ZERO_DEV_MAX_POOLS], gelems[ZERO_DEV_MAX_POOLS];
+    int count[ZERO_DEV_MAX_POOLS], gcount[ZERO_DEV_MAX_POOLS];
+    if (zero_dev_pool_counts(&d->plan, &d->sched, d->stage, elems, count, &d->nppool) != 0 ||
+        zero_dev_grad_pool_counts(&d->plan, d->stage, gelems, gcount, &d->ngpool) != 0) {
+        return -1;
     }
-    if (d->stage == 3) {
-        ZeroDevCount count;
-        ZeroPass walk;
-        memset(&count, 0, sizeof(count));
-        count.d = d;
-        if (zero_pass_init(&walk, &d->sched, &zero_dev_count_mover, &count, d->stage, 0) != 0) { return -1; }
-        int rc = zero_pass_walk(&walk);
-        zero_pass_free(&walk);
-        if (rc != 0) { return -1; }
-    }
-    for (int i = 0; i < d->nppool; i++) {
-        if (d->ppool[i].count == 0) { d->ppool[i].count = 1; }
-    }
-    if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0, 0) != 0) { return -1; }
-    if (d->stage < 2) { return 0; }
-    int units_of[ZERO_DEV_MAX_POOLS] = {0};
-    for (int u = 0; u < p->num_units; u++) {
-        ZeroDevPool* gp = zero_dev_pool_for(d->gpool, &d->ngpool, p->units[u].padded);
-        if (gp == NULL) { return -1; }
-        units_of[gp - d->gpool]++;
-    }
-    for (int i = 0; i < d->ngpool; i++) {
-        ZeroDevPool* gp = &d->gpool[i];
-        gp->count = units_of[i] < 2 ? units_of[i] : 2;
-        if (units_of[i] > 1 && gp->elems == p->units[0].padded) { gp->count++; }
-    }
+    for (int i = 0; i < d->nppool; i++) { d->ppool[i].elems = elems[i]; d->ppool[i].count = count[i]; }
+    for (int i = 0; i < d->ngpool; i++) { d->gpool[i].elems = gelems[i]; d->gpool[i].count = gcount[i]; }
     int red32 = d->comm32 || d->cfg.quantized_gradients;  // those reduce into d->wide_out, or with grads_host their own rs32
+    if (zero_dev_pools_alloc(d, d->ppool, d->nppool, 0, 0) != 0) { return -1; }
     return zero_dev_pools_alloc(d, d->gpool, d->ngpool, !red32, red32 && d->grads_host);
 }
 

@@ -13,6 +13,9 @@
 #   memory      d4 on 4 ranks at stage 3: every rank's peak RSS and heap within --estimate's
 #   config      --ds-config equals the same flags, flags override it, unknown keys warn;
 #               bad values, mismatched ranks, a batch the world size does not divide fail
+#   estimate    the model-state table; the device engine's tiers (the shard-free ones below
+#               optimizer offload by the shard arrays); the largest GPT-3 on one GPU grows
+#               with the host memory and NVMe; bad --estimate values refused
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
 
@@ -251,5 +254,46 @@ if $BIN -e gpt3:c12288 --estimate 8:8 > "$tmp/est.log" 2>&1 && grep -qi "stage" 
 else
     bad "--estimate: $(head -3 "$tmp/est.log")"
 fi
+
+# ... and the GPU trainer's device engine per rank at every tier (zero3/dev_estimate.h): the
+# shard-free tiers hold less GPU memory than stage 3 with the optimizer alone on the CPU, by
+# at least the shard arrays that one keeps (its parameter shards and fp32 accumulators)
+if $BIN -e gpt3:c768 -b 1 -t 256 --estimate 1:4 > "$tmp/dev_est.log" 2>&1; then
+    $PY - "$tmp/dev_est.log" <<'EOF2' && ok "--estimate: the device engine's 12 tiers, the shard-free ones below optimizer offload by the shard arrays" \
+        || bad "--estimate: the device engine's tiers: $(grep -m2 '^dev_estimate' "$tmp/dev_est.log")"
+import re, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if line.startswith("dev_estimate:"):
+        kv = dict(re.findall(r"(\w+)=(\S+)", line))
+        rows[(kv["stage"], kv["offload_optimizer"], kv["offload_param"])] = {k: (float(v) if re.match(r"^[0-9.e+]+$", v) else v) for k, v in kv.items()}
+assert len(rows) == 12, sorted(rows)
+opt = rows[("3", "cpu", "none")]
+shard_arrays = opt["gpu_params"] + opt["gpu_grads"]
+assert shard_arrays > 0
+for tier in (("3", "cpu", "cpu"), ("3", "cpu", "nvme"), ("3", "nvme", "none"), ("3", "nvme", "nvme")):
+    r = rows[tier]
+    assert opt["gpu_peak_per_rank"] - r["gpu_peak_per_rank"] >= shard_arrays, (tier, opt, r)
+    assert r["gpu_params"] == r["gpu_grads"] == r["gpu_optimizer"] == 0, r
+for r in rows.values():
+    assert r["gpu_peak_per_rank"] == r["gpu_engine"] + max(r["gpu_activations"], r["gpu_init"]), r
+    assert r["host_pinned_per_rank"] == r["host_params"] + r["host_grads"] + r["host_optimizer"] + r["host_buffers"], r
+assert rows[("3", "nvme", "nvme")]["nvme_per_rank"] > 0 and rows[("3", "cpu", "none")]["nvme_per_rank"] == 0
+EOF2
+else
+    bad "--estimate 1:4 for gpt3:c768: $(tail -2 "$tmp/dev_est.log")"
+fi
+
+# the largest GPT-3 on one 80 GiB GPU grows with the host memory (no NVMe: 6.7B at 128 GiB, 13B at 512)
+largest() { $BIN -e gpt3:c768 -b 1 -t 2048 -r 2 --attention flash --estimate "1:1,gpu=80,host=$1,nvme=$2" 2>&1 | sed -nE 's/^dev_fit: .* params=([0-9]+) .*/\1/p'; }
+small=$(largest 128 0) big=$(largest 512 0) disk=$(largest 128 4000)
+if [ -n "$small" ] && [ -n "$big" ] && [ "$big" -gt "$small" ] && [ -n "$disk" ] && [ "$disk" -gt "$small" ]; then
+    ok "--estimate's fit: the largest GPT-3 on an 80 GiB GPU grows with the host memory ($small -> $big parameters) and with NVMe ($disk)"
+else
+    bad "--estimate's fit: 128 GiB host: '$small', 512 GiB: '$big', 128 GiB + 4 TB NVMe: '$disk' parameters"
+fi
+expect_error "--estimate with a bad host memory" "flag --estimate: '1:1,gpu=80,host=12x'" $BIN -e d6 --estimate 1:1,gpu=80,host=12x
+expect_error "--estimate with gpu= but no host=" "needs both gpu=GIB and host=GIB" $BIN -e d6 --estimate 1:1,gpu=80
+expect_error "--estimate with an unknown key" "is not gpu=GIB, host=GIB or nvme=GB" $BIN -e d6 --estimate 1:1,gpu=80,host=128,disk=9
 
 finish

@@ -33,6 +33,8 @@
 #                     quantised reductions); the NVMe tiers against it, bit for bit; resumes
 #                     across the tiers; the GPU's peak on a deep model below a whole-model copy
 #   refusals          --zero-backend device with NVMe offload, or with ranks sharing a GPU
+#   estimate          --estimate's device-engine rows (zero3/dev_estimate.h) equal the report's
+#                     model states and host bytes, stages 0-3, offload, 2 ranks, fp32 reductions
 #   beyond one node   emulated: the device backend's hpZ, MiCS, qwZ + qgZ on 2 ranks taken as
 #                     2 nodes, against plain ZeRO-3, and the report's network split
 #   model file        emulated: the model file every rank writes its part of, from 1 and 2
@@ -40,7 +42,7 @@
 #
 # SECTIONS="reference stages ..." runs only the named sections (default: all of them):
 # reference recompute tiles accumulation resume report stages offload infinity validation flash host
-# host_more refusals emulated (the three runs every section compares against, fp32, bf16 and the CPU's,
+# host_more refusals estimate emulated (the three runs every section compares against, fp32, bf16 and the CPU's,
 # always run; a section makes the other runs it compares against itself when they are
 # missing). HOST_CASES="RANKS:STAGE ..." picks the host backend's multi-rank runs (default
 # every stage at 1, 2 and 4 ranks up to MAX_RANKS). scripts/gpu_first_contact.sh runs a few
@@ -514,6 +516,74 @@ fi
 expect_error "parameter offload without the optimizer's refused (device)" "with the optimizer's" $GPU $RUN -z 3 --offload-param cpu --zero-backend device
 expect_error "parameter offload with hpZ refused (device)" "without hpZ" $GPU ${R2} $OPT --offload-param cpu --zero-hpz-partition-size 2
 fi  # infinity
+
+# ---------------------------------------------------------------------------
+if section estimate; then
+# --estimate's device engine (zero3/dev_estimate.h) is the engine's own accounting: for
+# each run, the report's params, grads, optimizer and host_* bytes equal the estimate's
+# row of the run's tier to the byte, and the report's buffers exceed its gather and
+# gradient pools (and fp32 reduction buffers) by the same scratch in every run (cuBLASLt's
+# workspace and the norm's few bytes): stages 0-3 with and without optimizer offload on
+# one rank (fp32), and on two ranks stage 3 with every unit gathered (two pool sizings),
+# fp32 reductions at stages 1 and 3, and --dpu (bf16)
+cat > "$tmp/est_check.py" <<'EOF2'
+import json, re, sys
+rep, est, stage, opt, param = sys.argv[1:6]
+m = json.load(open(rep))["memory"]["per_rank"][0]
+rows = [dict(re.findall(r"(\w+)=(\S+)", l)) for l in open(est) if l.startswith("dev_estimate:")]
+row = [r for r in rows if (r["stage"], r["offload_optimizer"], r["offload_param"]) == (stage, opt, param)][0]
+for k in ("params", "grads", "optimizer"):
+    assert m[k] == float(row["gpu_" + k]), (k, m[k], row["gpu_" + k])
+for k in ("host_params", "host_grads", "host_optimizer", "host_buffers"):
+    assert m[k] == float(row[k]), (k, m[k], row[k])
+assert m["nvme"] == float(row["nvme_per_rank"]), ("nvme", m["nvme"], row["nvme_per_rank"])
+print("%.0f" % (m["buffers"] - float(row["gpu_buffers"])))
+EOF2
+ER="$RUN -x 1"
+scratch=""
+est_case() {  # est_case NAME STAGE OPT[:PARAM] RANKS BIN FLAGS...: the run, its estimate, the check
+    local name=$1 z=$2 tier=$3 n=$4 bin=$5; shift 5
+    local o=${tier%%:*} par=none
+    [[ "$tier" == *:* ]] && par=${tier#*:}
+    if [ "$n" = 1 ]; then gpu_run "$name" $bin $ER "$@" --zero-backend device || { bad "estimate: run $name"; return; }
+    else gpu_mrun "$name" "$n" $bin $ER "$@" --zero-backend device || { bad "estimate: run $name"; return; }; fi
+    $bin $ER "$@" --zero-backend device --estimate "1:$n" > "$tmp/$name.est" 2>&1 || { bad "estimate: --estimate for $name"; return; }
+    local d
+    if d=$($PY "$tmp/est_check.py" "$tmp/$name.json" "$tmp/$name.est" "$z" "$o" "$par" 2>&1); then
+        ok "estimate: $name (stage $z, optimizer $o, parameters $par, $n rank(s)): the report's model states, host bytes and swap file are the estimate's"
+        scratch="$scratch $d"
+    else
+        bad "estimate: $name: $(echo "$d" | tail -1)"
+    fi
+}
+est_case est_z0 0 none 1 $GPU32
+for z in 1 2 3; do
+    est_case "est_z$z" $z none 1 $GPU32 -z $z
+    est_case "est_off$z" $z cpu 1 $GPU32 -z $z --offload-optimizer cpu
+done
+# ZeRO-Infinity's tiers (nothing shard-sized on the GPU; the pinned slots and staging, the
+# swap module's buffers and file counted as zero_swap_size says)
+mkdir -p "$tmp/est_swap"
+ENV="--nvme-path $tmp/est_swap"
+est_case est_pc 3 cpu:cpu 1 $GPU32 -z 3 --offload-optimizer cpu --offload-param cpu $P0
+est_case est_on 3 nvme 1 $GPU32 -z 3 --offload-optimizer nvme $ENV
+est_case est_cpn 3 cpu:nvme 1 $GPU32 -z 3 --offload-optimizer cpu --offload-param nvme --max-in-cpu 3e4 $ENV $P0
+est_case est_npn 3 nvme:nvme 1 $GPU32 -z 3 --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 $ENV
+if [ "$MAX_RANKS" -ge 2 ]; then
+    est_case est_p0 3 none 2 $GPU -z 3 $P0
+    est_case est_p0_tight 3 none 2 $GPU -z 3 $P0 --prefetch 0 --max-reuse-distance 0
+    est_case est_c32_1 1 none 2 $GPU -z 1 --communication-data-type fp32
+    est_case est_c32_3 3 none 2 $GPU -z 3 $P0 --communication-data-type fp32
+    est_case est_dpu 3 cpu 2 $GPU -z 3 $P0 --offload-optimizer cpu --dpu 1
+fi
+n_scratch=$(echo $scratch | tr ' ' '\n' | sort -u | grep -c .)
+first=$(echo $scratch | awk '{print $1}')
+if [ "$n_scratch" = 1 ] && [ "$first" -gt 0 ] && [ "$first" -le $((64 << 20)) ]; then
+    ok "estimate: the report's buffers are the estimate's pools plus the same $first bytes of scratch in every run"
+else
+    bad "estimate: the report's buffers minus the estimate's pools differ between runs:$scratch"
+fi
+fi  # estimate
 
 # ---------------------------------------------------------------------------
 if section validation; then

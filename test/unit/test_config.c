@@ -1,6 +1,7 @@
 /*
  Unit tests of zero3/config.h and zero3/config_json.h (the ZeRO configuration from
- --ds-config JSON and long flags) and zero3/estimate.h (model-state memory per stage and offload).
+ --ds-config JSON and long flags), zero3/estimate.h (model-state memory per stage and offload)
+ and zero3/dev_estimate.h (the device engine's memory per tier, worked out by hand).
 
  build and run (from the repo root):
    make build/test_config   (links the library, build/lib/opt/lib.a)
@@ -15,6 +16,8 @@
 #include "zero3/config.h"         // ZeroConfig, its flags and checks: code under test
 #include "zero3/config_json.h"    // zero_config_load_json, zero_json_find_repeat: code under test
 #include "zero3/estimate.h"       // zero_estimate: code under test
+#include "zero3/dev_estimate.h"   // zero_dev_estimate: code under test
+#include "zero3/nvme.h"           // nvme_sums_bytes: the swap file's checksums, counted on the host
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 // ----------------------------------------------------------------------------
@@ -1103,4 +1106,167 @@ Test(config, mics_and_zeropp) {
         cr_assert_eq(zero_config_validate(&c), -1, "case %zu", i);
         cr_assert(strstr(zero_errmsg(), bad[i].needle), "case %zu: %s", i, zero_errmsg());
     }
+}
+
+// ----------------------------------------------------------------------------
+// the device engine's memory by tier (zero3/dev_estimate.h)
+
+// A GPT-2-shaped model small enough to work out by hand: the embedding (5000 elements),
+// 4 blocks of 3000, the final norm (20), used as gpt2_schedule uses them. Over 4 ranks in
+// bf16 (X = 2: shards of 128 elements) the padded units are 5120, 4 x 3072 and 512, their
+// shards 1280, 768 and 128: P = 17920, S = 4480, Lmax 5120, Smax 1280.
+static const size_t DEV_NUMEL[6] = {5000, 3000, 3000, 3000, 3000, 20};
+static const int DEV_TRAIN[13] = {0, 1, 2, 3, 4, 5, 0, 0, 5, 4, 3, 2, 1};
+static const int DEV_FWD[7] = {0, 1, 2, 3, 4, 5, 0};
+#define DEV_P 17920.0
+#define DEV_S 4480.0
+
+static ZeroModel dev_model(void) {
+    ZeroModel m;
+    memset(&m, 0, sizeof(m));
+    m.num_units = 6;
+    m.unit_numel = DEV_NUMEL;
+    m.uses[ZERO_PASS_TRAIN] = DEV_TRAIN;
+    m.num_uses[ZERO_PASS_TRAIN] = 13;
+    m.uses[ZERO_PASS_FORWARD] = DEV_FWD;
+    m.num_uses[ZERO_PASS_FORWARD] = 7;
+    return m;
+}
+
+static ZeroDevEstimate dev_est(int stage, ZeroOffload opt, ZeroOffload param, int dpu, ZeroConfig* knobs) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    if (knobs != NULL) { c = *knobs; }
+    c.stage = stage;
+    c.offload_optimizer = opt;
+    c.offload_param = param;
+    c.param_persistence_threshold = 100;  // the final norm is persistent, the rest gathered
+    ZeroModel m = dev_model();
+    ZeroDevEstimate e;
+    cr_assert_eq(zero_dev_estimate(&m, &c, 4, 2, dpu, &e), 0, "stage %d %s/%s: %s", stage, zero_offload_name(opt),
+                 zero_offload_name(param), zero_errmsg());
+    return e;
+}
+
+#define NO_ ZERO_OFFLOAD_NONE
+#define CPU_ ZERO_OFFLOAD_CPU
+#define NV_ ZERO_OFFLOAD_NVME
+
+// stages 0-2 by hand (zero3/device_init.cuh's allocations)
+Test(dev_estimate, stages_by_hand) {
+    ZeroDevEstimate e = dev_est(0, NO_, NO_, 0, NULL);
+    near(e.gpu, 2 * DEV_P + 2 * DEV_P + 12 * DEV_P, "stage 0: parameters, gradients, master and moments, all whole");
+    near(e.host + e.nvme, 0, "stage 0: nothing on the host");
+    e = dev_est(1, NO_, NO_, 0, NULL);
+    near(e.gpu, 2 * DEV_P + 2 * DEV_P + 2 * DEV_S + 12 * DEV_S, "stage 1: + the reduced bf16 shards, the optimizer sharded");
+    e = dev_est(2, NO_, NO_, 0, NULL);
+    // gradient pools: 5120 (one unit: 1 buffer), 3072 (four: 2), 512 (one: 1), each with a
+    // reduce-scatter output of its shard, bf16
+    double pools = 1.25 * 2 * (5120.0 + 2 * 3072.0 + 512.0);
+    near(e.gpu_grad_pools, pools, "stage 2: the gradient pools");
+    near(e.gpu, 2 * DEV_P + 4 * DEV_S + 12 * DEV_S + pools, "stage 2: fp32 accumulators instead of whole gradients");
+    cr_assert_eq(e.npools, 0, "no gather pools below stage 3");
+    near(e.gpu_init, 4.0 * 5120, "the init's fp32 unit");
+    // reduced in fp32: one fp32 unit and its shard, the pools without their bf16 outputs
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    c.comm_dtype = ZERO_COMM_FP32;
+    e = dev_est(2, NO_, NO_, 0, &c);
+    near(e.gpu_comm, 4.0 * 5120 + 4.0 * 1280, "fp32 reductions: 4 Lmax + 4 Smax");
+    near(e.gpu_grad_pools, 2 * (5120.0 + 2 * 3072.0 + 512.0), "fp32 reductions: no bf16 outputs");
+    e = dev_est(1, NO_, NO_, 0, &c);
+    near(e.gpu, 2 * DEV_P + 2 * DEV_P + 4 * DEV_S + 12 * DEV_S + 4.0 * 5120, "stage 1 in fp32: fp32 shards and one fp32 unit");
+}
+
+// stage 3: the shards, the persistent norm, the gather pools (their count is
+// test_schedule.c's), and each tier's shard arrays leaving the GPU
+Test(dev_estimate, offload_takes_the_shard_arrays_off_the_gpu) {
+    ZeroDevEstimate none = dev_est(3, NO_, NO_, 0, NULL);
+    double gather = 0;
+    for (int i = 0; i < none.npools; i++) { gather += 2.0 * none.pool_elems[i] * none.pool_count[i]; }
+    cr_assert(none.npools == 2 && none.pool_count[0] >= 1 && none.pool_count[1] >= 1, "%d pools", none.npools);
+    near(none.gpu_units, 2.0 * 512 + gather, "the persistent norm and the gather pools");
+    near(none.gpu, 2 * DEV_S + 4 * DEV_S + 12 * DEV_S + none.gpu_units + none.gpu_grad_pools, "stage 3 without offload");
+    ZeroDevEstimate opt = dev_est(3, CPU_, NO_, 0, NULL);
+    near(none.gpu - opt.gpu, 12 * DEV_S, "optimizer cpu: the 12 S of master and moments leave");
+    near(opt.host, 12 * DEV_S + 4 * DEV_S + 2 * DEV_S, "optimizer cpu: master, m, v, fp32 gradient shards, the compute copy");
+    cr_assert_eq(opt.shard_free, 0);
+    ZeroOffload tiers[4][2] = {{CPU_, CPU_}, {CPU_, NV_}, {NV_, NO_}, {NV_, NV_}};
+    for (int k = 0; k < 4; k++) {
+        ZeroDevEstimate e = dev_est(3, tiers[k][0], tiers[k][1], 0, NULL);
+        cr_assert_eq(e.shard_free, 1);
+        // the shard arrays below optimizer offload alone: the 4 S accumulators, and with the
+        // parameters offloaded the X S parameter shards (the optimizer on NVMe alone keeps
+        // them on the GPU, where its updated copy is uploaded)
+        double params = tiers[k][1] == NO_ ? 2 * DEV_S : 0.0;
+        cr_assert_geq(opt.gpu - e.gpu, 2 * DEV_S - params + 4 * DEV_S, "tier %d: %.0f", k, opt.gpu - e.gpu);
+        near(none.gpu - e.gpu, 18 * DEV_S - params, "the shard-free mode: the shard arrays off the GPU");
+        near(e.gpu_units, none.gpu_units, "the gather pools and the persistent units stay");
+        near(e.gpu_params + e.gpu_grads + e.gpu_optimizer, params, "nothing else shard-sized on the GPU");
+    }
+    // the gradient shards leave through 4 fp32 staging slots of the largest shard
+    ZeroDevEstimate pc = dev_est(3, CPU_, CPU_, 0, NULL);
+    near(pc.host, 12 * DEV_S + 4 * DEV_S + 2 * DEV_S + 4 * 4 * 1280.0, "optimizer and parameters cpu: the copy is the shards");
+    ZeroDevEstimate dpu = dev_est(3, CPU_, CPU_, 1, NULL);
+    near(dpu.host - pc.host, 4 * DEV_S + 2 * DEV_S, "--dpu: a second gradient and compute copy");
+    // reduced in fp32, a gradient buffer's shard output is fp32
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    c.comm_dtype = ZERO_COMM_FP32;
+    ZeroDevEstimate w = dev_est(3, CPU_, CPU_, 0, &c);
+    near(w.gpu_grad_pools, 2 * (5120.0 + 2 * 3072.0 + 512.0) + 4 * (1280.0 + 2 * 768.0 + 128.0), "fp32 shard outputs");
+    near(w.gpu_comm, 4.0 * 5120, "fp32 reductions: the widened unit, no shard of its own");
+}
+
+// NVMe: the swap file and what the host keeps, worked out by hand
+Test(dev_estimate, nvme_by_hand) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    c.max_in_cpu = 0;  // only the persistent norm's shard stays on the host
+    ZeroDevEstimate e = dev_est(3, NV_, NV_, 0, &c);
+    // 4 regions of S rounded to 1024 (5120) fp32; the parameter region: 5 shards of 1280 or
+    // 768 bf16, each 4 KiB-aligned
+    double nvme = 16.0 * 5120 + 5 * 4096.0;
+    near(e.nvme, nvme, "the swap file");
+    double host = 2.0 * 128                 // the cached norm's shard
+                + 4 * 4 * 1280.0            // the gradients' staging slots
+                + 4 * 2 * 1280.0            // the engine's 4 pinned buffers a shard read is uploaded from (bf16)
+                + 4096.0                    // the swap module's staging of one shard (bf16, 4 KiB-aligned)
+                + 4 * 4 * 5120 * 4.0        // 4 sets of 4 group buffers, a group the whole (1024-rounded) shard
+                + (8192.0 + 4096)           // one gradient shard's span staged for the file
+                + (double)nvme_sums_bytes((size_t)nvme);
+    near(e.host, host, "the host");
+    ZeroDevEstimate np = dev_est(3, NV_, NO_, 0, NULL);
+    near(np.nvme, 16.0 * 5120, "optimizer nvme alone: the optimizer's regions");
+    near(np.host_params, 2 * DEV_S, "the parameter shards the NVMe step writes stay on the host");
+    cr_assert_lt(np.host, e.host + 2 * DEV_S, "%.0f", np.host);
+}
+
+Test(dev_estimate, refuses_what_the_engine_does_not_run) {
+    ZeroConfig c;
+    zero_config_defaults(&c);
+    ZeroModel m = dev_model();
+    ZeroDevEstimate e;
+    int bad[][3] = {{0, CPU_, NO_}, {2, NO_, CPU_}, {2, NV_, NO_}, {3, NO_, CPU_}, {3, NO_, NV_}, {4, NO_, NO_}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        c.stage = bad[i][0];
+        c.offload_optimizer = (ZeroOffload)bad[i][1];
+        c.offload_param = (ZeroOffload)bad[i][2];
+        cr_assert_eq(zero_dev_tier_valid(c.stage, c.offload_optimizer, c.offload_param), 0, "row %zu", i);
+        cr_assert_eq(zero_dev_estimate(&m, &c, 4, 2, 0, &e), -1, "row %zu", i);
+        cr_assert(strstr(zero_errmsg(), "not a tier of the device engine") != NULL, "%s", zero_errmsg());
+    }
+    c.stage = 3;
+    c.offload_optimizer = ZERO_OFFLOAD_NONE;
+    c.offload_param = ZERO_OFFLOAD_NONE;
+    cr_assert_eq(zero_dev_estimate(&m, &c, 4, 2, 1, &e), -1, "--dpu without optimizer offload");
+    cr_assert_eq(zero_dev_estimate(&m, &c, 4, 3, 0, &e), -1, "3 bytes a parameter");
+    cr_assert_eq(zero_dev_estimate(&m, &c, 0, 2, 0, &e), -1, "no ranks");
+    int valid = 0;
+    for (int s = 0; s <= 3; s++) {
+        for (int o = 0; o <= 2; o++) {
+            for (int p = 0; p <= 2; p++) { valid += zero_dev_tier_valid(s, (ZeroOffload)o, (ZeroOffload)p); }
+        }
+    }
+    cr_assert_eq(valid, 12, "1 + 2 + 2 + 7 tiers: %d", valid);
 }

@@ -13,6 +13,7 @@
 #include "zero3/pass.h"          // ... and its driver
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 #include "zero3/config.h"   // ZeroConfig, zero_config_defaults
+#include "zero3/dev_estimate.h" // zero_dev_pool_counts, zero_dev_grad_pool_counts: the device engine's pools
 
 // A model of 4 units: 0 the embedding (used by the first and the last layers, like
 // GPT-2's wte), 1 and 2 two blocks of the same size, 3 a small final norm.
@@ -282,6 +283,16 @@ Test(pass, walk_counts_the_buffers_a_size_needs) {
             // the walk leaves nothing gathered but the persistent unit
             cr_assert(f.s.state[0] == ZERO_UNIT_NOT_LIVE && f.s.state[1] == ZERO_UNIT_NOT_LIVE && f.s.state[3] == ZERO_UNIT_LIVE);
             cr_assert(f.s.live == 10.0 && f.s.in_flight == 0.0 && r.held[448] == 0 && r.held[1024] == 0);
+            // the device engine's gather pools (zero3/dev_estimate.h, walked again from the
+            // schedule this walk left): the sizes not persistent, in unit order, as many
+            // buffers of each as this recorder counted
+            size_t elems[ZERO_DEV_EST_MAX_POOLS];
+            int count[ZERO_DEV_EST_MAX_POOLS], n = -1;
+            cr_assert_eq(zero_dev_pool_counts(&f.plan, &f.s, 3, elems, count, &n), 0, "%s", zero_errmsg());
+            cr_assert(n == 2 && elems[0] == 1024 && elems[1] == 448, "%d pools: %zu %zu", n, elems[0], elems[1]);
+            cr_assert(count[0] == r.most[1024] && count[1] == r.most[448], "depth %d reuse %lld: %d %d, the recorder %d %d",
+                      depth, reuse, count[0], count[1], r.most[1024], r.most[448]);
+            cr_assert(f.s.state[0] == ZERO_UNIT_NOT_LIVE && f.s.state[3] == ZERO_UNIT_LIVE && f.s.live == 10.0);
             zero_pass_free(&p);
             fixture_free(&f);
         }
@@ -303,6 +314,35 @@ Test(pass, walk_counts_the_buffers_a_size_needs) {
     cr_assert_neq(zero_pass_walk(&p), 0);
     zero_pass_free(&p);
     fixture_free(&f);
+}
+
+// The device engine's pools as zero3/dev_estimate.h counts them (the engine's own rule;
+// its gather pools against the recording mover: walk_counts_the_buffers_a_size_needs):
+// the gradient pools have 2 buffers for a size several units have, 1 for one, +1 for the
+// embedding's size among several; below stage 3 no gather pools, below 2 no gradient pools.
+Test(pass, device_gradient_pools) {
+    ZeroConfig c = stage3();
+    Fixture f;
+    fixture(&f, &c);
+    size_t elems[ZERO_DEV_EST_MAX_POOLS];
+    int count[ZERO_DEV_EST_MAX_POOLS], n = -1;
+    cr_assert_eq(zero_dev_pool_counts(&f.plan, &f.s, 2, elems, count, &n), 0);
+    cr_assert_eq(n, 0, "no gather pools below stage 3");
+    cr_assert_eq(zero_dev_grad_pool_counts(&f.plan, 3, elems, count, &n), 0, "%s", zero_errmsg());
+    cr_assert_eq(n, 3);
+    cr_assert(elems[0] == 1024 && count[0] == 1, "the embedding's size alone: one buffer (%zu: %d)", elems[0], count[0]);
+    cr_assert(elems[1] == 448 && count[1] == 2, "two blocks: two buffers (%zu: %d)", elems[1], count[1]);
+    cr_assert(elems[2] == 64 && count[2] == 1, "the norm: one buffer (%zu: %d)", elems[2], count[2]);
+    cr_assert_eq(zero_dev_grad_pool_counts(&f.plan, 1, elems, count, &n), 0);
+    cr_assert_eq(n, 0, "no gradient pools below stage 2");
+    fixture_free(&f);
+    // the embedding's size shared with the blocks: 2 + 1 buffers
+    static const size_t same[4] = {400, 400, 400, 10};
+    ZeroPlan p;
+    cr_assert_eq(zero_plan_init(&p, same, 4, 1, 0, sizeof(float)), 0);
+    cr_assert_eq(zero_dev_grad_pool_counts(&p, 2, elems, count, &n), 0);
+    cr_assert(n == 2 && elems[0] == 448 && count[0] == 3 && count[1] == 1, "%d: %zu x %d", n, elems[0], count[0]);
+    zero_plan_free(&p);
 }
 
 // hpZ: a unit's first gather after an update reads the shards and keeps this rank's slice;
