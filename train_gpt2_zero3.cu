@@ -669,16 +669,15 @@ int main(int argc, char** argv) {
     // ranks sharing a GPU, and what the device engine refuses. auto takes the device
     // engine where it can.
     const ZeroConfig* zc = &tc->zero;
-    int nvme = zc->offload_param == ZERO_OFFLOAD_NVME || zc->offload_optimizer == ZERO_OFFLOAD_NVME;
     int device_ok = !(zc->offload_optimizer != ZERO_OFFLOAD_NONE && zc->stage == 0) &&
                     !(zc->offload_param != ZERO_OFFLOAD_NONE && (zc->offload_optimizer == ZERO_OFFLOAD_NONE || zc->hpz_partition_size > 1)) &&
-                    !(nvme && tc->dpu);
+                    !(zc->offload_param == ZERO_OFFLOAD_NVME && tc->dpu);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &gpus_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));  // every node
     int device_engine = !strcmp(tc->zero_backend, "device") || (!strcmp(tc->zero_backend, "auto") && device_ok && gpus_ok);
     if (device_engine && !device_ok) {
         char msg[512];
         snprintf(msg, sizeof(msg), "--zero-backend device offloads the optimizer at stages 1-3, and the parameters at stage 3 "
-                 "with the optimizer's and without hpZ, --dpu not with NVMe (got -z %d, offload optimizer %s, param %s, dpu %d): "
+                 "with the optimizer's and without hpZ, --dpu not with the parameters on NVMe (got -z %d, offload optimizer %s, param %s, dpu %d): "
                  "use --zero-backend host (or auto)", zc->stage, zero_offload_name(zc->offload_optimizer),
                  zero_offload_name(zc->offload_param), tc->dpu);
         die_all(rank, msg);

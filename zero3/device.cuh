@@ -282,7 +282,9 @@ typedef struct ZeroDev {
     void* h_grads_buf[2];         // (shard_total) pinned: the reduced shards, floatX (stage 1) or fp32 (stages 2-3);
     void* h_grads;                //   two with dpu (one being updated from, one being filled), h_grads the one filled
     int dpu;                      // the CPU Adam of a step overlaps the next step (on `update_thread`)
-    int update_pending;           // a thread is updating; its result is not uploaded yet
+    int update_pending;           // a thread is updating, or has updated; its result is not uploaded yet
+    int update_running;           // the thread is not joined yet (the optimizer on NVMe: the swap file is its)
+    ZeroSwapCounters swap_seen;   // the swap file's counters when the main thread last owned it
     int omp_threads;              // the CPU Adam's OpenMP threads (this rank's share of the node's cores), 0: default
     pthread_t update_thread;
     ZeroDevUpdate update_args;
@@ -613,8 +615,10 @@ static int zero_dev_slot_add(ZeroDev* d) {
         const uint16_t* bits = (const uint16_t*)sl->host;
         for (size_t i = pu->shard; i-- > 0;) { got[i] = cpu_adam_bf16_to_f32(bits[i]); }
     }
-    if (d->opt_nvme) {  // into the swap file's gradient region (which keeps the squares itself)
-        int rc = zero_swap_grad_add(&d->swap, sl->unit, got, sl->last_micro);
+    if (d->opt_nvme) {  // into the swap file's gradient region (which keeps the squares itself),
+        // once --dpu's update of the step before, which streams the same file, is over
+        int rc = zero_dev_update_join(d);
+        if (rc == 0) { rc = zero_swap_grad_add(&d->swap, sl->unit, got, sl->last_micro); }
         d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;
         d->slot_count--;
         return rc;

@@ -185,8 +185,8 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
     d->omp_threads = in->threads;
     if (d->offload && d->stage == 0) { return zero_error("zero device: optimizer offload needs ZeRO stage 1 or more"); }
     if (d->dpu && !d->offload) { return zero_error("zero device: --dpu delays the CPU Adam's update: it needs --offload-optimizer cpu"); }
-    if (d->dpu && (d->opt_nvme || d->param_nvme)) {  // (its thread and the gathers would share the one swap file)
-        return zero_error("zero device: --dpu delays the CPU Adam's update in memory: not with NVMe offload");
+    if (d->dpu && d->param_nvme) {  // (its thread would write the parameter region the gathers read)
+        return zero_error("zero device: --dpu delays the CPU Adam's update: not with the parameters on NVMe");
     }
     if (d->opt_nvme && d->stage != 3) { return zero_error("zero device: optimizer offload to NVMe needs ZeRO stage 3"); }
     if (d->offload_param && (d->stage != 3 || !d->offload)) {  // (the fp32 master would be a shard-sized array on the GPU)
@@ -325,9 +325,9 @@ static void zero_dev_free(void* impl) {
     if (d->host_sumsq != NULL) { cudaFreeHost(d->host_sumsq); }
     free(d->acc_started);
     cudaFree(d->grads32); cudaFree(d->gshard32); cudaFree(d->wide); cudaFree(d->wide_out);
+    if (d->update_running) { pthread_join(d->update_thread, NULL); }  // it writes these, and streams the swap file
     zero_dev_swap_free(d);
     if (d->offload) {
-        if (d->update_pending) { pthread_join(d->update_thread, NULL); }  // it writes these
         void* pinned[7] = {d->master, d->m, d->v, d->h_params_buf[0], d->h_params_buf[1], d->h_grads_buf[0], d->h_grads_buf[1]};
         for (int i = 0; i < 7; i++) {
             if (pinned[i] != NULL) { cudaFreeHost(pinned[i]); }

@@ -128,10 +128,8 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
 static int zero_dev_flush(void* impl) {
     ZeroDev* d = (ZeroDev*)impl;
     if (!d->update_pending) { return 0; }
-    if (pthread_join(d->update_thread, NULL) != 0) { return zero_error("zero device: joining the CPU Adam thread failed"); }
+    if (zero_dev_update_join(d) != 0) { return -1; }
     d->update_pending = 0;
-    if (d->update_args.rc != 0) { return zero_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
-    d->update_ms += d->update_args.ms;
     // the thread wrote update_args.out; the upload from it runs on the copy-in stream while
     // the next thread writes the other buffer (see zero_dev_step)
     return zero_dev_upload(d, d->update_args.out);
@@ -141,7 +139,7 @@ static int zero_dev_flush(void* impl) {
 // thread, or (dpu) on a thread of its own while the GPU computes the next step
 static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scale) {
     if (isnan(grad_scale)) {  // a skipped step (adamw_skip_kernel): no update; --dpu's pending one still lands
-        if (d->opt_nvme) { zero_swap_grad_clear(&d->swap); }  // (the gradients are discarded)
+        if (d->opt_nvme && (zero_dev_update_join(d) != 0 || (zero_swap_grad_clear(&d->swap), 0))) { return -1; }  // (discarded)
         return zero_dev_flush(d);
     }
     if (!d->dpu) {
@@ -169,6 +167,7 @@ static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scal
         return zero_error("zero device: starting the CPU Adam thread failed");
     }
     d->update_pending = 1;
+    d->update_running = 1;
     d->h_grads = d->h_grads == d->h_grads_buf[0] ? d->h_grads_buf[1] : d->h_grads_buf[0];
     return 0;
 }
@@ -284,7 +283,7 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     if (d->grads_host) {
         // the shards are summed on the host, and so are their squares: every shard sent is
         // added, and the squared norm goes to the GPU, where the ranks' sum and the scale are
-        if (zero_dev_slots_drain(d) != 0) { return -1; }
+        if (zero_dev_slots_drain(d) != 0 || zero_dev_update_join(d) != 0) { return -1; }
         *d->host_sumsq = d->opt_nvme ? zero_swap_grad_sumsq(&d->swap) : d->grad_sumsq;
         d->grad_sumsq = 0.0;
         memset(d->acc_started, 0, (size_t)d->plan.num_units);  // the next step's first adds start from zero
@@ -360,8 +359,9 @@ static int zero_dev_stats(void* impl, ZeroStats* out) {
     out->mem[ZERO_MEM_HOST_OPTIMIZER] = d->host_bytes_optimizer;
     out->mem[ZERO_MEM_HOST_BUFFERS] = d->host_bytes_buffers;
     out->mem_peak = d->bytes_params + d->bytes_grads + d->bytes_optimizer + d->bytes_buffers;  // allocated once, at init
-    if (d->swap_open) {  // the NVMe tiers
-        ZeroSwapCounters c = zero_swap_counters(&d->swap);
+    if (d->swap_open) {  // the NVMe tiers (as last seen, while --dpu's thread owns the file)
+        if (!d->update_running) { d->swap_seen = zero_swap_counters(&d->swap); }
+        ZeroSwapCounters c = d->swap_seen;
         out->moved[ZERO_MOVE_NVME_READ] = c.read_bytes;
         out->moved[ZERO_MOVE_NVME_WRITE] = c.write_bytes;
         out->nvme_wait_ms = c.wait_ms;

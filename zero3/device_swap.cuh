@@ -15,8 +15,10 @@
        pinned host memory (host_shards). A gather of a unit on NVMe reads its shard into
        one of a ring of pinned staging buffers, then uploads it as any offloaded shard.
 
- --dpu is refused with either: its update thread would share the one swap file with the
- gathers' reads.
+ --dpu with the optimizer on NVMe: the update thread streams the swap file while the GPU
+ computes the next step's forward, until that step's first gradient shard must be added
+ to the file (zero_dev_update_join). With the parameters on NVMe it is refused: the
+ thread would write the parameter region that the gathers read.
 */
 #ifndef ZERO3_DEVICE_SWAP_CUH
 #define ZERO3_DEVICE_SWAP_CUH
@@ -70,6 +72,19 @@ static int zero_dev_swap_update(ZeroDev* d, float lr, float weight_decay, float 
     int rc = zero_swap_step(&d->swap, &hp, weight_decay, zero_dev_swap_out, ot, zero_dev_swap_flush, d);
     zero_swap_grad_clear(&d->swap);
     return rc;
+}
+
+// --dpu: the CPU Adam's thread is done (its result is uploaded later, zero_dev_flush). With
+// the optimizer on NVMe the main thread joins it before it uses the swap file again: the
+// next step's first gradient add, which the thread's update overlaps until then.
+static int zero_dev_update_join(ZeroDev* d) {
+    if (!d->update_running) { return 0; }
+    if (pthread_join(d->update_thread, NULL) != 0) { return zero_error("zero device: joining the CPU Adam thread failed"); }
+    d->update_running = 0;
+    if (d->update_args.rc != 0) { return zero_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
+    d->update_ms += d->update_args.ms;
+    if (d->swap_open) { d->swap_seen = zero_swap_counters(&d->swap); }
+    return 0;
 }
 
 // ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #   MISSED           every run passed
 # and ends with "N caught, N missed". Run from the repo root: bash test/emu/mutate.sh [SEEDS]
 # (about 20 minutes on 2 cores; bash reads a script as it runs: do not edit this one meanwhile).
+# MATCH=REGEX mutates only the sites whose line matches it (e.g. the waits a change added).
 set -u
 SEEDS=${1:-"1 2 3"}
 MPIRUN=${MPIRUN:-"mpirun --allow-run-as-root --oversubscribe"}
@@ -42,6 +43,7 @@ ENGINE_RUNS=(
     "2 -z 3 -o 2 -t 0 -f 3 -k 0 -n 3"
     "3 -z 3 -o 2 -p 1 -n 4 -r 2"
     "2 -z 3 -o 3 -t 0 -f 3 -k 0 -n 3"
+    "2 -z 3 -o 4 -p 1 -t 0 -n 4"
 )
 # the trainer's: a tiny random model, a few steps, device engine
 mkdir -p "$work/ref"
@@ -53,11 +55,12 @@ TRAINER_RUNS=("1 -z 3" "1 -z 3 --offload-optimizer cpu --dpu 1" "2 -z 2 -d 1024"
 # every call site: FILE LINE K (the K-th wait call on that line)
 PATTERN='(cudaStreamWaitEvent|cudaEventSynchronize|zero_dev_wait|zero_dev_join|zero_nccl_after|zero_gpu_wait)\s*\('
 sites=()
-for f in zero3/device.cuh zero3/device_step.cuh zero3/device_init.cuh zero3/nccl.cuh train_gpt2_zero3.cu; do
+for f in zero3/device.cuh zero3/device_step.cuh zero3/device_init.cuh zero3/device_swap.cuh zero3/nccl.cuh train_gpt2_zero3.cu; do
     while IFS=: read -r line text; do
         # skip comments and the functions' own definitions
         stripped=$(echo "$text" | sed -E 's#//.*##')
         echo "$stripped" | grep -qE "static (inline )?int (zero_dev_wait|zero_dev_join|zero_nccl_after)" && continue
+        [ -n "${MATCH:-}" ] && ! echo "$stripped" | grep -qE "$MATCH" && continue
         n=$(echo "$stripped" | grep -oE "$PATTERN" | wc -l)
         for k in $(seq 1 "$n"); do sites+=("$f $line $k"); done
     done < <(grep -nE "$PATTERN" "$f")

@@ -43,7 +43,8 @@
  inexact (so quantised), with qgZ's inter-node bytes in the ratio its two hops send.
 
  usage: test_device_emu -z stage [-o 1 (offload cpu) | 2 (and the parameters: stage 3) | 3 (both to NVMe, under
-        $TMPDIR: every shard in the swap file)] [-p 1 (dpu)] [-a micro-steps]
+        $TMPDIR: every shard in the swap file) | 4 (the optimizer to NVMe, the parameters to the CPU)]
+        [-p 1 (dpu)] [-a micro-steps]
         [-n steps] [-f prefetch] [-t persistence threshold] [-l max live] [-c clip]
         [-r K (checkpoint after K steps, resumed into a new engine)]
         [-m fp32|bf16 (--communication-data-type; default the model's)] [-k 0 (the host never
@@ -162,9 +163,9 @@ int main(int argc, char** argv) {
     ZeroConfig zc;
     zero_config_defaults(&zc);
     zc.stage = stage;
-    zc.offload_optimizer = offload == 3 ? ZERO_OFFLOAD_NVME : offload ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
-    zc.offload_param = offload == 3 ? ZERO_OFFLOAD_NVME : offload == 2 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
-    if (offload == 3) {  // every parameter shard in the swap file (the persistent units' stay cached)
+    zc.offload_optimizer = offload >= 3 ? ZERO_OFFLOAD_NVME : offload ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+    zc.offload_param = offload == 3 ? ZERO_OFFLOAD_NVME : offload == 2 || offload == 4 ? ZERO_OFFLOAD_CPU : ZERO_OFFLOAD_NONE;
+    if (offload >= 3) {  // every parameter shard in the swap file (the persistent units' stay cached)
         snprintf(zc.nvme_path, sizeof(zc.nvme_path), "%s", getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
         zc.max_in_cpu = 0;
     }
@@ -391,7 +392,7 @@ int main(int argc, char** argv) {
         // stage 0 on one rank), per unit and micro-step at stages 2-3
         // (-k 0: the engine's own events alone order the steps; -o 3: the reduced gradients
         // are in the swap file, checked through the update that reads them)
-        if (host_sync && offload != 3) { check_reduced(); }
+        if (host_sync && offload < 3) { check_reduced(); }
         long reductions = reductions_so_far() - calls0;
         long expect = stage == 0 && world_ == 1 ? 0 : stage <= 1 ? nu : (long)nu * accum;
         if (reductions != expect) { check("reductions per step", 0, "%g, expected %g", (double)reductions, (double)expect); }

@@ -453,6 +453,7 @@ tier_run() {  # NAME BASE WHAT RANKS BIN ARGS...: a tier's run against BASE's lo
 tier_run inv_onpn if32_p "optimizer and parameters on NVMe" 1 $GPU32 $RUN $OPT --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 $NV
 tier_run inv_ocpn if32_p "optimizer on the CPU, parameters on NVMe (some cached)" 1 $GPU32 $RUN $OPT --offload-param nvme --max-in-cpu 3e4 $NV $P0
 tier_run inv_on ibf16n2_p "optimizer on NVMe (bf16)" 2 $GPU $R2 -x 4 $OPT --offload-optimizer nvme $NV
+tier_run inv_dpu idpu_p "optimizer on NVMe with --dpu" 1 $GPU32 $RUN -x 4 --dpu 1 $OPT --offload-optimizer nvme --offload-param cpu $NV
 tier_run inv_acc iacc_p "both on NVMe, accumulation" 2 $GPU32 ${ACC} -b 2 -d 256 -x 4 $OPT --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 $NV $P0
 if [ -f "$tmp/inv_onpn.json" ]; then
     $PY - "$tmp/inv_onpn.json" <<'EOF' && ok "NVMe tiers' report: the swap file, its bytes each way and waits; nothing of the model's size on the GPU" || bad "NVMe tiers' report"
@@ -707,7 +708,7 @@ fi  # host_more
 # ---------------------------------------------------------------------------
 if section refusals; then
 # what the device backend refuses
-expect_error "device backend with NVMe offload and --dpu refused" "--dpu not with NVMe" $GPU $RUN -z 3 --offload-optimizer nvme --nvme-path "$tmp" --dpu 1 --zero-backend device
+expect_error "device backend with the parameters on NVMe and --dpu refused" "--dpu not with the parameters on NVMe" $GPU $RUN -z 3 --offload-optimizer nvme --offload-param nvme --nvme-path "$tmp" --dpu 1 --zero-backend device
 if [ "$EMULATED" = 0 ] && [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
     expect_error "device backend with 2 ranks on 1 GPU refused" "one GPU per rank" $MPIRUN -np 2 $GPU $RUN --zero-backend device
 fi
