@@ -109,7 +109,7 @@ done
 # each: their emulated runs are single-threaded. Each half makes for itself the three runs
 # all sections compare against, and the baselines of its sections that the other half makes.
 run_suite "GPU trainer (emulated on the CPU)" env EMU_SEED=1 GPU=build/train_gpt2_zero3_emu GPU32=build/train_gpt2_zero3_emu_fp32 \
-    MAX_RANKS=2 bash test/gpu/run_halves.sh "flash host emulated validation refusals estimate" \
+    MAX_RANKS=2 bash test/gpu/run_halves.sh "flash host emulated validation refusals estimate infinity" \
     "reference recompute tiles accumulation resume report stages offload host_more"
 run_suite "GPU trainer under other schedules" env EMU_SEEDS=2 bash test/emu/test_trainer_seeds.sh
 # the stand-in headers against the real ones (SKIP without nvcc: it names itself as skipped)

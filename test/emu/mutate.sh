@@ -44,6 +44,7 @@ ENGINE_RUNS=(
     "3 -z 3 -o 2 -p 1 -n 4 -r 2"
     "2 -z 3 -o 3 -t 0 -f 3 -k 0 -n 3"
     "2 -z 3 -o 4 -p 1 -t 0 -n 4"
+    "2 -z 3 -o 3 -t 0 -f 3 -L 8 -n 2"
 )
 # the trainer's: a tiny random model, a few steps, device engine
 mkdir -p "$work/ref"

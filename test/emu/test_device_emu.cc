@@ -50,6 +50,7 @@
         [-m fp32|bf16 (--communication-data-type; default the model's)] [-k 0 (the host never
         synchronizes between steps: no norm read, no check of the reduced gradients)]
         [-R ranks per node] [-M mics shard size] [-H hpz partition size] [-W 1 (qwZ)] [-G 1 (qgZ)]
+        [-L layers (default 2; more: staging rings that wrap inside a pass)]
  prints "PASS ..." / "FAIL ..." lines; exit 1 on any failure.
 */
 #define EMU_DEFINE_GLOBALS    // test/emu/cuda_runtime.h's globals live here
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
     int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2, resume_at = -1, host_sync = 1;
     ZeroCommDtype comm = ZERO_COMM_MODEL;
     long long persistence = 100, max_live = 1000000000LL;
-    int per_node = 0, mics = -1, hpz = 1, qw = 0, qg = 0;
+    int per_node = 0, mics = -1, hpz = 1, qw = 0, qg = 0, layers = 2;
     float clip = 1.0f;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-z") == 0) { stage = atoi(argv[i + 1]); }
@@ -134,11 +135,12 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-m") == 0) {
             if (zero_parse_comm_dtype("-m", argv[i + 1], &comm) != 0) { fprintf(stderr, "%s\n", zero_errmsg()); MPI_Abort(MPI_COMM_WORLD, 2); }
         }
+        else if (strcmp(argv[i], "-L") == 0) { layers = atoi(argv[i + 1]); }
         else { fprintf(stderr, "test_device_emu: unknown flag %s\n", argv[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
     }
 
-    // GPT-2 at a tiny size: units of 960, 1884 (x2) and 24 elements, odd shards at 3 ranks
-    GPT2Config c = {16, 61, 64, 2, 2, 12};
+    // GPT-2 at a tiny size: units of 960, 1884 (x2, or x -L) and 24 elements, odd shards at 3 ranks
+    GPT2Config c = {16, 61, 64, layers, 2, 12};
     ZeroModel sp;
     gpt2_engine_model(&c, &sp);
     int nu = sp.num_units;

@@ -48,12 +48,18 @@ case_ "device z2 N=2 offload cpu --dpu" 2 $GPU32 $RUN -z 2 --zero-backend device
 case_ "device z3 N=1 offload cpu" 1 $GPU32 $RUN -z 3 --zero-backend device --offload-optimizer cpu
 case_ "bf16 device z3 N=2" 2 $GPU $RUN -z 3 --zero-backend device
 case_ "host backend z3 N=2" 2 $GPU32 $RUN -z 3 --zero-backend host
+# ZeRO-Infinity on the device engine: the optimizer on NVMe with --dpu, the parameters on
+# the CPU (and below, lazily, both on NVMe: the host reads and stages shards far ahead)
+mkdir -p "$tmp/swap"
+INF="-z 3 --zero-backend device --nvme-path $tmp/swap --param-persistence-threshold 0"
+case_ "device z3 N=2 optimizer nvme --dpu, parameters cpu" 2 $GPU32 $RUN $INF --offload-optimizer nvme --offload-param cpu --dpu 1
 # the lazy schedule (EMU_MAX_PER_CALL=-1: nothing runs until the host waits, so the host gets
 # as far ahead as the code lets it), with accumulation: the host fills the next micro-batch's
 # pinned staging buffer while the last one's upload may still be queued
 export EMU_MAX_PER_CALL=-1
 case_ "lazy: device z3 N=1 accumulating" 1 $GPU32 $RUN -z 3 --zero-backend device -d 1024
 case_ "lazy: device z2 N=2 offload cpu --dpu" 2 $GPU32 $RUN -z 2 --zero-backend device --offload-optimizer cpu --dpu 1 -d 1024
+case_ "lazy: device z3 N=2 both on NVMe" 2 $GPU32 $RUN $INF --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 -d 1024
 unset EMU_MAX_PER_CALL
 
 # resume: 2 steps with a checkpoint, then the last 2 resumed, under each seed

@@ -239,9 +239,12 @@ if [ -f "$tmp/ck/model_00000004.bin" ]; then
 fi
 
 # a step with a NaN loss (the test hook ZERO3_TEST_NAN_STEP) is skipped on the GPU too:
-# the device engine's AdamW kernels (a NaN scale) and offload's CPU Adam with --dpu leave
+# the device engine's AdamW kernels (a NaN scale), offload's CPU Adam with --dpu and the
+# NVMe tiers (the gradients in the swap file discarded) leave
 # the model and the engine's state as they were, bit for bit (bf16: the compute copy too)
-for cfg in "sk_dev" "sk_dpu -z 2 --offload-optimizer cpu --dpu 1"; do
+mkdir -p "$tmp/sk_swap"
+for cfg in "sk_dev" "sk_dpu -z 2 --offload-optimizer cpu --dpu 1" \
+           "sk_nvme -z 3 --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 --nvme-path $tmp/sk_swap"; do
     read -r name extra <<< "$cfg"
     if ZERO3_TEST_NAN_STEP=1 gpu_run $name $GPU $CK --zero-backend device $extra -n 1 -o "$tmp/$name"; then
         d="$tmp/$name"
@@ -484,6 +487,20 @@ for t in o:p p:n n:o; do
         within "$d" 0 && ok "a checkpoint of tier $a resumed with tier $b = uninterrupted, bit for bit" || bad "resume $a into $b: max diff $d"
     fi
 done
+# and at another world size (zero3/reshard.h): a 2-rank checkpoint (-b 2 each: the same
+# global batch) with both on NVMe resumed
+# on one rank with the parameters on the CPU, against one rank's uninterrupted run; 2e-3 as
+# for the host backend's N=2 -> 1 (two ranks' bf16 sums round otherwise; a wrong shard or a
+# lost moment moves the loss by 1e-2 or more)
+rm -rf "$tmp/cki_w"
+gpu_mrun ir_first_w 2 $GPU ${CKI/-b 4/-b 2} ${TIER[n]} -n 2 -o "$tmp/cki_w" || bad "2-rank checkpointed run (NVMe)"
+rm -f "$tmp/cki_w/DONE_00000004"
+gpu_run ir_res_w $GPU $CKI ${TIER[p]} -n 2 -o "$tmp/cki_w" -y 1 || bad "resumed on one rank (parameters on the CPU)"
+if [ -f "$tmp/ir_straight.json" ] && [ -f "$tmp/ir_res_w.json" ]; then
+    losses "$tmp/ir_straight.json" | tail -2 > "$tmp/l_s"; losses "$tmp/ir_res_w.json" > "$tmp/l_r"
+    d=$(maxdiff "$tmp/l_s" "$tmp/l_r")
+    within "$d" 2e-3 && ok "a 2-rank NVMe checkpoint resumed on one rank with the parameters on the CPU (max diff $d)" || bad "NVMe N=2 -> 1: max diff $d"
+fi
 # The GPU's memory: on a model 12 times deeper (24 blocks of the same widths: many small
 # units) with a working set of a few units, the emulated GPU's peak (every allocation,
 # cudaMemGetInfo's count) less the activations and cuBLASLt's 32 MiB workspace stays below a
