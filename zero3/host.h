@@ -20,8 +20,13 @@
  unit's shard is added into a gradient region of the swap file beside master, m and v as
  its reduction completes, and the step reads it group by group with them. Nothing of size
  shard_total is then held in memory, at any point (init, step, checkpoints): the host holds
- the units being gathered or reduced, the step's group buffers and one shard's staging, so
- a rank's memory is bounded by a few of the largest unit, not by the model.
+ the units being gathered or reduced, the step's group buffers and two shards' staging, so
+ a rank's memory is bounded by a few of the largest unit, not by the model. With the
+ parameters on NVMe (--offload-param nvme) a gather reads its shard ahead, straight into
+ its own buffer, when the prefetch schedule starts it; its collective starts at the unit's
+ wait, a point of the schedule every rank reaches in the same order, so the ranks' disks
+ never reorder their collectives. The step writes each unit's updated shard while the next
+ one is updated (zero3/swap.h).
 
  The calls are zero3/zero.h's, through zero_host_ops; the order of the uses and every
  keep, release, prefetch and reduction-window decision is zero3/schedule.h's. Each
@@ -114,6 +119,8 @@ typedef struct ZeroHost {
     // the unit's first gather after a step; later gathers of the unit read it
     float* sec;             // (padded_total / hpz.world)
     unsigned char* unit_how;// (num_units) how the gather in flight reads the unit (ZERO_GATHER_*: on hpz from the slices)
+    unsigned char* unit_read;  // (num_units) the gather's shard is being read ahead from NVMe: its collective starts at the wait
+    size_t unit_slack;      // elements past a unit's padded size in the pool's unit buffers (zero_unit_slack)
     int num_tensors;
     ZeroTensor* tensors;
     float beta1, beta2, eps;
