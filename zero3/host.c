@@ -54,44 +54,47 @@ void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
 // ----------------------------------------------------------------------------
 // the mover (zero3/pass.h): the driver decides, these move bytes over MPI
 
-size_t zero_unit_slack(size_t param_file_bytes) { return param_file_bytes > 0 ? 2 * NVME_ALIGN / sizeof(float) : 0; }
-
-size_t zero_unit_elems(const ZeroHost* e, int u) { return e->plan.units[u].padded + e->unit_slack; }
-
-// Where a read ahead of unit u's shard lands in its gather buffer: O_DIRECT wants a
-// 4 KiB-aligned address, and the shard's place (rank * shard, 256-byte aligned) rarely is,
-// so the read goes to the first aligned address at or after it and is moved down once
-// done; zero_unit_slack's tail keeps the rounded read inside the buffer.
-static char* zero_read_place(ZeroHost* e, int u) {
-    uintptr_t at = (uintptr_t)(e->unit_buf[u] + (size_t)e->rank * e->plan.units[u].shard);
-    return (char*)((at + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN);
+size_t zero_ahead_bytes(const ZeroPlan* p, size_t param_file_bytes) {
+    size_t m = 0;
+    for (int u = 0; param_file_bytes > 0 && u < p->num_units; u++) { m = p->units[u].shard > m ? p->units[u].shard : m; }
+    return zero_swap_align(m * sizeof(float));
 }
 
-// starts the collective of unit u's gather from the shard in its buffer
-static int zero_host_gather_send(ZeroHost* e, int u) {
-    ZeroUnit* pu = &e->plan.units[u];
-    if (e->cfg.quantized_weights) { return zero_allgather_q(&e->comm, e->unit_buf[u], pu->shard, &e->unit_req[u]); }
-    return zero_allgather(&e->comm, e->unit_buf[u], pu->shard, &e->unit_req[u]);
+// The read ahead, if any, is over and forgotten: a guess the schedule overtook, or one
+// left at a pass's end (the step and a load change the shards it read).
+static int zero_ahead_drop(ZeroHost* e) {
+    int u = e->ahead_unit;
+    e->ahead_unit = -1;
+    return u >= 0 ? zero_swap_param_wait(&e->swap, u) : 0;
 }
 
-// Unit u's read ahead is done (waited for now if it is not): its shard moves to its place
-// and the gather starts. Every rank calls this at the same point of the schedule (the
-// unit's wait), whatever its disk did, so the collectives start in the same order on all.
-static int zero_host_read_done(ZeroHost* e, int u) {
-    e->unit_read[u] = 0;
+// ZeroMover.upcoming: unit u's gather is next; with its shard on NVMe, it is read into
+// the read-ahead buffer now, overlapping the compute of the units before it
+static int zero_host_upcoming(void* be, int u) {
+    ZeroHost* e = (ZeroHost*)be;
+    if (e->ahead_buf == NULL || e->ahead_unit == u || zero_param_shard(e, u) != NULL) { return 0; }
+    if (zero_ahead_drop(e) != 0 || zero_swap_param_read_start(&e->swap, u, e->ahead_buf) != 0) { return -1; }
+    e->ahead_unit = u;
+    return 0;
+}
+
+// this rank's shard of unit u into dst: from the read ahead when it is u's (waited for
+// now if it is still coming), else from the store
+static int zero_shard_for_gather(ZeroHost* e, int u, float* dst) {
+    size_t n = e->plan.units[u].shard;
+    if (e->ahead_unit != u) { return zero_param_shard_get(e, u, dst, n); }
+    e->ahead_unit = -1;
     if (zero_swap_param_wait(&e->swap, u) != 0) { return -1; }
-    float* shard = e->unit_buf[u] + (size_t)e->rank * e->plan.units[u].shard;
-    memmove(shard, zero_read_place(e, u), e->plan.units[u].shard * sizeof(float));
-    return zero_host_gather_send(e, u);
+    memcpy(dst, e->ahead_buf, n * sizeof(float));
+    return 0;
 }
 
-// Starts gathering unit u into a fresh buffer (this rank's shard, or with hpZ its slice,
-// is its input block). A shard on NVMe is read ahead: the prefetch schedule starts this a
-// few uses early, and the gather itself waits for the read only at the unit's wait.
+// starts gathering unit u into a fresh buffer (this rank's shard, or with hpZ its slice,
+// is its input block)
 static int zero_host_gather_start(void* be, int u, int how) {
     ZeroHost* e = (ZeroHost*)be;
     ZeroUnit* pu = &e->plan.units[u];
-    float* buf = (float*)zero_buf_get(e, zero_unit_elems(e, u), 0);
+    float* buf = (float*)zero_buf_get(e, pu->padded, 0);
     if (buf == NULL) { return -1; }
     e->unit_buf[u] = buf;
     e->unit_how[u] = (unsigned char)how;
@@ -101,24 +104,21 @@ static int zero_host_gather_start(void* be, int u, int how) {
         memcpy(buf + (size_t)e->hpz.rank * part, e->sec + pu->full_offset / (size_t)e->hpz.world, part * sizeof(float));
         return zero_allgather(&e->hpz, buf, part, &e->unit_req[u]);
     }
+    // the shard comes from the host (--offload-param), or NVMe: read ahead while the units
+    // before it computed (zero_host_upcoming), and the prefetch schedule starts this
+    // gather early, so that it runs ahead of the unit's use
+    if (zero_shard_for_gather(e, u, buf + (size_t)e->rank * pu->shard) != 0) { return -1; }
     if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
-    if (zero_param_shard(e, u) == NULL) {
-        if (zero_swap_param_read_start(&e->swap, u, zero_read_place(e, u)) != 0) { return -1; }
-        e->unit_read[u] = 1;
-        return 0;
-    }
-    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard, pu->shard) != 0) { return -1; }
-    return zero_host_gather_send(e, u);
+    if (e->cfg.quantized_weights) { return zero_allgather_q(&e->comm, buf, pu->shard, &e->unit_req[u]); }
+    return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
 }
 
 // the communicator unit u's gather runs on
 static ZeroComm* zero_gather_comm(ZeroHost* e, int u) { return e->unit_how[u] == ZERO_GATHER_SLICES ? &e->hpz : &e->comm; }
 
-// waits for unit u's gather (started here once its read ahead is done); hpZ keeps this
-// rank's slice of a gather from the shards
+// waits for unit u's gather; hpZ keeps this rank's slice of a gather from the shards
 static int zero_host_gather_wait(void* be, int u) {
     ZeroHost* e = (ZeroHost*)be;
-    if (e->unit_read[u] && zero_host_read_done(e, u) != 0) { return -1; }
     if (zero_comm_wait(zero_gather_comm(e, u), &e->unit_req[u]) != 0) { return -1; }
     if (e->unit_how[u] == ZERO_GATHER_SHARDS_KEEP) {
         ZeroUnit* pu = &e->plan.units[u];
@@ -130,11 +130,7 @@ static int zero_host_gather_wait(void* be, int u) {
 
 static int zero_host_gather_free(void* be, int u) {
     ZeroHost* e = (ZeroHost*)be;
-    if (e->unit_read[u]) {  // never waited for (a failed pass): the read must not land in a reused buffer
-        e->unit_read[u] = 0;
-        if (zero_swap_param_wait(&e->swap, u) != 0) { return -1; }
-    }
-    zero_buf_put(e, e->unit_buf[u], zero_unit_elems(e, u));
+    zero_buf_put(e, e->unit_buf[u], e->plan.units[u].padded);
     e->unit_buf[u] = NULL;
     return 0;
 }
@@ -169,7 +165,7 @@ static int zero_host_grad_buf(void* be, int u, void** out) {
         return 0;
     }
     if (e->grad_buf[u] == NULL) {
-        e->grad_buf[u] = (float*)zero_buf_get(e, zero_unit_elems(e, u), 1);  // (the gathers' size: the pool serves both)
+        e->grad_buf[u] = (float*)zero_buf_get(e, e->plan.units[u].padded, 1);
         if (e->grad_buf[u] == NULL) { return -1; }
     }
     *out = e->grad_buf[u];
@@ -201,7 +197,7 @@ static int zero_host_reduce_complete(void* be, int u) {
         }
         zero_buf_put(e, e->red_recv[u], pu->shard);
         e->red_recv[u] = NULL;
-        zero_buf_put(e, e->grad_buf[u], zero_unit_elems(e, u));
+        zero_buf_put(e, e->grad_buf[u], pu->padded);
         e->grad_buf[u] = NULL;
     }
     if (copy_out && e->stage >= 1) {
@@ -244,7 +240,7 @@ const ZeroMover zero_host_mover = {
     .gather_start = zero_host_gather_start, .gather_wait = zero_host_gather_wait,
     .gather_free = zero_host_gather_free, .params = zero_host_params,
     .grad_buf = zero_host_grad_buf, .reduce_start = zero_host_reduce_start,
-    .reduce_complete = zero_host_reduce_complete, .poll = zero_poll,
+    .reduce_complete = zero_host_reduce_complete, .poll = zero_poll, .upcoming = zero_host_upcoming,
 };
 
 // ----------------------------------------------------------------------------
@@ -255,12 +251,15 @@ int zero_host_fetch(void* impl, int u, void** out) { return zero_pass_fetch(&((Z
 int zero_host_release(void* impl, int u) { return zero_pass_release(&((ZeroHost*)impl)->pass, u); }
 int zero_host_grad(void* impl, int u, void** out) { return zero_pass_grad(&((ZeroHost*)impl)->pass, u, out); }
 int zero_host_reduce(void* impl, int u) { return zero_pass_reduce(&((ZeroHost*)impl)->pass, u); }
-int zero_host_end(void* impl) { return zero_pass_end(&((ZeroHost*)impl)->pass); }
+int zero_host_end(void* impl) {
+    ZeroHost* e = (ZeroHost*)impl;
+    return zero_pass_end(&e->pass) != 0 || zero_ahead_drop(e) != 0 ? -1 : 0;
+}
 
 void zero_host_free(void* impl) {
     ZeroHost* e = (ZeroHost*)impl;
     if (e == NULL) { return; }
-    zero_swap_close(&e->swap);  // first: it waits for reads ahead still landing in the unit buffers
+    zero_swap_close(&e->swap);  // first: it waits for a read ahead still landing in ahead_buf
     for (int u = 0; u < e->plan.num_units; u++) {
         if (e->unit_buf != NULL) { free(e->unit_buf[u]); }
         if (e->grad_buf != NULL) { free(e->grad_buf[u]); }
@@ -272,10 +271,10 @@ void zero_host_free(void* impl) {
     free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv); free(e->red_stage);
     for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
     free(e->segs); free(e->step.pieces); free(e->host_grads); free(e->host_master);
-    free(e->param_ptr);
+    free(e->param_ptr); free(e->ahead_buf);
     zero_schedule_free(&e->sched);
     zero_plan_free(&e->plan);
-    free(e->sec); free(e->unit_how); free(e->unit_read);
+    free(e->sec); free(e->unit_how);
     zero_pass_free(&e->pass);
     zero_comm_free(&e->comm);
     zero_comm_free(&e->rep);

@@ -14,11 +14,7 @@ typedef struct {
     int stage;
     const size_t* red_stage;   // (num_units) a unit's reduction's staging (zero_red_stage)
     unsigned char* grad_held;  // (num_units) stages 2-3: the unit's gradient buffer is taken
-    size_t slack;              // a unit buffer's elements past padded (zero_unit_slack)
 } ZeroCount;
-
-// a unit buffer's elements, as zero_unit_elems
-static size_t zero_count_unit(const ZeroCount* c, int u) { return c->plan->units[u].padded + c->slack; }
 
 static void zero_pool_walk(ZeroPoolWalk* w, size_t elems, int delta) {
     int i = 0;
@@ -31,20 +27,20 @@ static void zero_pool_walk(ZeroPoolWalk* w, size_t elems, int delta) {
 static int zero_count_gather_start(void* be, int u, int how) {
     (void)how;
     ZeroCount* c = (ZeroCount*)be;
-    zero_pool_walk(&c->w, zero_count_unit(c, u), 1);
+    zero_pool_walk(&c->w, c->plan->units[u].padded, 1);
     return 0;
 }
 
 static int zero_count_gather_free(void* be, int u) {
     ZeroCount* c = (ZeroCount*)be;
-    zero_pool_walk(&c->w, zero_count_unit(c, u), -1);
+    zero_pool_walk(&c->w, c->plan->units[u].padded, -1);
     return 0;
 }
 
 static int zero_count_grad_buf(void* be, int u, void** out) {
     ZeroCount* c = (ZeroCount*)be;
     *out = NULL;
-    if (c->stage >= 2 && !c->grad_held[u]) { zero_pool_walk(&c->w, zero_count_unit(c, u), 1); c->grad_held[u] = 1; }
+    if (c->stage >= 2 && !c->grad_held[u]) { zero_pool_walk(&c->w, c->plan->units[u].padded, 1); c->grad_held[u] = 1; }
     return 0;
 }
 
@@ -60,7 +56,7 @@ static int zero_count_reduce_complete(void* be, int u) {
     if (c->red_stage[u] > 0) { zero_pool_walk(&c->w, c->red_stage[u], -1); }
     if (c->stage >= 2) {
         zero_pool_walk(&c->w, c->plan->units[u].shard, -1);    // red_recv
-        zero_pool_walk(&c->w, zero_count_unit(c, u), -1);      // grad_buf
+        zero_pool_walk(&c->w, c->plan->units[u].padded, -1);   // grad_buf
         c->grad_held[u] = 0;
     }
     return 0;
@@ -81,7 +77,7 @@ static int zero_host_walk(ZeroSchedule* s, ZeroCount* c, int world) {
     dp.reduce_local = world == 1;
     dp.drain_at_end = 1;  // as the host engine's
     for (int u = 0; s->gathers && u < s->num_units; u++) {  // gathered at init
-        if (s->persistent[u]) { zero_pool_walk(&c->w, zero_count_unit(c, u), 1); zero_schedule_gathered(s, u); }
+        if (s->persistent[u]) { zero_pool_walk(&c->w, c->plan->units[u].padded, 1); zero_schedule_gathered(s, u); }
     }
     int rc = zero_pass_walk(&dp);
     zero_pass_free(&dp);
@@ -133,7 +129,6 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
     // (the reductions' staging is in the walk, as on a flat span; the scratch of the
     // hierarchical hops across nodes, which take none of it, and of qwZ and qgZ is not counted)
     out->states = (params + grads + moments + cpu) * f;
-    c.slack = zero_unit_slack(file_bytes);
     if (zero_host_walk(&s, &c, world) != 0) { goto done; }
     for (int i = 0; i < w->n; i++) {
         out->buffers += (double)w->most[i] * (double)w->elems[i] * f;
@@ -152,6 +147,7 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
         out->host_buffers += (double)host_bytes;
         out->swap += (double)swap_bytes;
     }
+    out->host_buffers += (double)zero_ahead_bytes(&p, file_bytes);  // the parameters' read ahead
     out->unit = (double)max_padded * f;
     rc = 0;
 done:

@@ -45,10 +45,14 @@ static int zero_param_store_init(ZeroHost* e) {
         ZeroSwapOpen o = zero_host_swap_open(p, &e->cfg, e->rank, e->segs, e->nsegs, on_host);
         if (zero_swap_open(&e->swap, &o) != 0) { goto done; }
         e->mem.nvme_bytes = (double)e->swap.file_bytes;
-        e->unit_slack = zero_unit_slack(file_bytes);
         e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->swap.host_bytes;  // its buffers, the blocks' checksums
-        e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     }
+    if ((e->ahead_bytes = zero_ahead_bytes(p, file_bytes)) > 0) {
+        e->ahead_buf = (char*)nvme_alloc(e->ahead_bytes);  // huge pages: few segments per O_DIRECT request
+        if (e->ahead_buf == NULL) { zero_error("zero: out of memory for the parameter read-ahead buffer"); goto done; }
+        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->ahead_bytes;
+    }
+    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     size_t host_off = 0;
     for (int u = 0; u < nu; u++) {
         if (!on_host[u]) { continue; }
@@ -114,7 +118,7 @@ static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
     float* buf = e->stage < 3 ? e->full_params + pu->full_offset : NULL;
     float* shard = e->stage < 3 ? buf + mine : zero_param_shard(e, u);  // NULL: on NVMe
     if (e->stage == 3 && (whole || shard == NULL)) {
-        buf = (float*)zero_buf_get(e, zero_unit_elems(e, u), 1);  // zeroed: the padding
+        buf = (float*)zero_buf_get(e, pu->padded, 1);  // zeroed: the padding
         if (buf == NULL) { return -1; }
         shard = buf + mine;
     }
@@ -128,7 +132,7 @@ static int zero_host_fill_unit(ZeroHost* e, const ZeroInit* in, int u) {
         zero_schedule_gathered(&e->sched, u);
         return 0;
     }
-    zero_buf_put(e, buf, zero_unit_elems(e, u));  // to the pool (which zero_host_free empties): the first gather of a unit this size reuses it
+    zero_buf_put(e, buf, pu->padded);  // to the pool (which zero_host_free empties): the first gather of a unit this size reuses it
     return rc;
 }
 
@@ -158,6 +162,7 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     e->stage = cfg->stage;
     e->offload_opt = cfg->offload_optimizer;
     e->offload_param = cfg->offload_param;
+    e->ahead_unit = -1;  // nothing read ahead
     if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
         return zero_error("zero: parameter offload needs ZeRO stage 3");
     }
@@ -202,8 +207,7 @@ int zero_host_init(void* impl, const ZeroInit* in) {
         if (zero_host_fill_unit(e, in, u) != 0) { return -1; }
     }
     e->unit_how = (unsigned char*)calloc(num_units, 1);
-    e->unit_read = (unsigned char*)calloc(num_units, 1);
-    if (e->unit_how == NULL || e->unit_read == NULL) { return zero_error("zero: out of memory for the engine's tables"); }
+    if (e->unit_how == NULL) { return zero_error("zero: out of memory for the engine's tables"); }
     if (e->hpz.world > 1 && (e->sec = (float*)zero_alloc(e, ZERO_MEM_PARAMS, p->padded_total / (size_t)e->hpz.world)) == NULL) {
         return -1;
     }

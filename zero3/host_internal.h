@@ -16,13 +16,9 @@
 // zero3/host.c
 void* zero_alloc(ZeroHost* e, int kind, size_t elems);
 
-// Elements a unit buffer of the pool (a gather's, a unit gradient's) holds beyond the
-// unit's padded size: with shards in the swap file's parameter region (param_file_bytes >
-// 0), 8 KiB, so that a read ahead can land 4 KiB-aligned inside the gather buffer (0 else).
-size_t zero_unit_slack(size_t param_file_bytes);
-
-// a unit buffer's elements for unit u: padded + slack
-size_t zero_unit_elems(const ZeroHost* e, int u);
+// the read-ahead buffer of a parameter region of param_file_bytes (0: none): the largest
+// shard, 4 KiB-rounded
+size_t zero_ahead_bytes(const ZeroPlan* p, size_t param_file_bytes);
 
 // A working-set buffer (ZERO_MEM_BUFFERS): one of the same size from the pool if there
 // is one, else a new allocation. zeroed: 0 for buffers that are overwritten whole (a
