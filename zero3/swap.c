@@ -110,6 +110,7 @@ int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
     s->optimizer = o->optimizer;
     s->param_elem = o->param_elem_bytes;
     s->staged_unit = -1;
+    s->grad_last = (size_t)-1;
     ZeroSwapSizes z = zero_swap_sizes(o);
     zero_swap_size(o, &s->host_bytes, &s->file_bytes);
     if (s->file_bytes == 0) { return zero_error("zero swap: nothing to keep on NVMe"); }
@@ -248,6 +249,7 @@ int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out
     size_t lo = zero_swap_offset(s, ZERO_SWAP_P, s->plan->units[u].shard_offset + begin), hi = lo + n * sizeof(float);
     size_t a = lo / NVME_ALIGN * NVME_ALIGN;
     if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: master range past unit %d's shard", u); }
+    s->grad_last = (size_t)-1;  // the staging is reused here
     if (zero_swap_grad_settle(s) != 0 || zero_swap_io(s, 0, s->grad_stage, a, zero_swap_align(hi) - a) != 0) { return -1; }
     memcpy(out, s->grad_stage + (lo - a), n * sizeof(float));
     return 0;
@@ -270,11 +272,48 @@ void zero_swap_grad_clear(ZeroSwap* s) {
     s->grad_sumsq = 0.0;
 }
 
+// whether a unit other than u with bytes in G's [x, y) was added this step
+static int zero_swap_grad_others(const ZeroSwap* s, int u, size_t x, size_t y) {
+    const ZeroPlan* p = s->plan;
+    for (int w = u - 1; w >= 0 && zero_swap_offset(s, ZERO_SWAP_G, p->units[w].shard_offset + p->units[w].shard) > x; w--) {
+        if (s->grad_in_file[w]) { return 1; }
+    }
+    for (int w = u + 1; w < p->num_units && zero_swap_offset(s, ZERO_SWAP_G, p->units[w].shard_offset) < y; w++) {
+        if (s->grad_in_file[w]) { return 1; }
+    }
+    return 0;
+}
+
+// A first add's span [a, b) holds other units' bytes in [a, lo) and [hi, b). They are
+// kept as the file has them only where a unit already added this step owns some: the
+// others are last step's, which their own first add overwrites, so zeros do. A sync read
+// waits behind whatever is queued (a parameter read ahead), so the last block, in the
+// backward order often the block the previous add began with, is copied from the
+// staging's start, where that add left it, rather than read.
+static int zero_swap_grad_edges(ZeroSwap* s, int u, size_t a, size_t lo, size_t hi, size_t b) {
+    char* stage = s->grad_stage;
+    size_t last = b - NVME_ALIGN;
+    int head = lo != a && zero_swap_grad_others(s, u, a, lo), tail = hi != b && zero_swap_grad_others(s, u, hi, b);
+    if (last == a) {  // one block holds both edges: as the previous add left it, read once, or zeros
+        if ((head || tail) && s->grad_last != a) { return zero_swap_io(s, 0, stage, a, NVME_ALIGN); }
+        if (!head && !tail) { memset(stage, 0, NVME_ALIGN); }
+        return 0;
+    }
+    if (tail && s->grad_last == last) {
+        memmove(stage + (last - a), stage, NVME_ALIGN);
+    } else if (tail && zero_swap_io(s, 0, stage + (last - a), last, NVME_ALIGN) != 0) {
+        return -1;
+    }
+    if (head && zero_swap_io(s, 0, stage, a, NVME_ALIGN) != 0) { return -1; }  // (after the copy from there)
+    if (!head) { memset(stage, 0, lo - a); }
+    if (!tail) { memset(stage + (hi - a), 0, b - hi); }
+    return 0;
+}
+
 // The shard's bytes [lo, hi) rarely fall on 4 KiB blocks, and O_DIRECT moves whole blocks,
-// so the span written is [lo, hi) widened to blocks; the neighbours' parts of its first
-// and last block are read first and written back as they were. One write is left in
-// flight, overlapping the backward of the next units; the next add waits for it first,
-// since two spans may share a block.
+// so the span written is [lo, hi) widened to blocks, its neighbours' parts as
+// zero_swap_grad_edges finds them. One write is left in flight, overlapping the backward
+// of the next units; the next add waits for it first, since two spans may share a block.
 int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
     const ZeroUnit* pu = &s->plan->units[u];
     size_t lo = zero_swap_offset(s, ZERO_SWAP_G, pu->shard_offset), hi = lo + pu->shard * sizeof(float);
@@ -285,15 +324,14 @@ int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
     if (s->grad_in_file[u]) {
         if (zero_swap_io(s, 0, stage, a, b - a) != 0) { return -1; }
     } else {
-        int head = lo != a, tail = hi != b && !(head && b - a == NVME_ALIGN);  // one block holding both: read once
-        if (head && zero_swap_io(s, 0, stage, a, NVME_ALIGN) != 0) { return -1; }
-        if (tail && zero_swap_io(s, 0, stage + (b - a) - NVME_ALIGN, b - NVME_ALIGN, NVME_ALIGN) != 0) { return -1; }
+        if (zero_swap_grad_edges(s, u, a, lo, hi, b) != 0) { return -1; }
         memset(acc, 0, pu->shard * sizeof(float));
     }
     for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
     if (last_micro) { s->grad_sumsq += grad_norm_squared(acc, pu->shard); }
     if (nvme_write_async(&s->nvme, stage, a, b - a, SWAP_TAG_GRAD) != 0) { return -1; }
     s->grad_pending = 1;
+    s->grad_last = a;  // the staging's first block is the file's block a now
     s->c.write_bytes += (double)(b - a);
     s->grad_in_file[u] = 1;
     return 0;

@@ -99,6 +99,7 @@ typedef struct {
     size_t grad_stage_bytes;
     int grad_pending;
     unsigned char* grad_in_file;     // (num_units) the shard in G is this step's sum so far
+    size_t grad_last;       // the G offset of the block at the staging's start, as last written ((size_t)-1: none)
     double grad_sumsq;
     // the parameter region
     size_t param_elem;
@@ -174,7 +175,9 @@ int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out
 
 // Adds unit u's reduced fp32 shard `got` (plan->units[u].shard elements) into G. The
 // first add of a step starts from zero (0 + got: -0 becomes +0, as an accumulator in
-// memory does); later ones read, add, write back. last_micro: the sum's squared norm is
+// memory does) and reads at most the 4 KiB blocks it shares with units already added
+// this step (none when the units come in decreasing order, as in a backward); later ones
+// read, add, write back. last_micro: the sum's squared norm is
 // added to the step's (zero_swap_grad_sumsq). The write is left in flight; the next add,
 // a read of G or zero_swap_grad_settle waits for it.
 int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro);
