@@ -95,7 +95,7 @@ const OptRow zero_options[] = {
       .help = "NVMe: overlap the step's writes", .no_effect = "the NVMe step always overlaps its reads, updates and writes" },
     { .key = ZO "offload_param.buffer_count", .type = OPT_WHOLE, ZC(param_buffer_count), .lo = 1, .hi = 65536, .def = "5",
       .trainer = OPT_BOTH, .help = "NVMe: the parameter store's buffers",
-      .no_effect = "a unit's parameter shard is read from NVMe one at a time" },
+      .no_effect = "one unit's parameter shard is read ahead from NVMe: the next one the prefetch window gathers" },
 
     { .group = "Beyond one node (stage 3): MiCS, ZeRO++ and where the nodes are",
       .long_flag = "--mics-shard-size", .key = ZO "mics_shard_size", .type = OPT_WHOLE, ZC(mics_shard_size), .lo = 1,

@@ -54,6 +54,41 @@ void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
 // ----------------------------------------------------------------------------
 // the mover (zero3/pass.h): the driver decides, these move bytes over MPI
 
+size_t zero_ahead_bytes(const ZeroPlan* p, size_t param_file_bytes) {
+    size_t m = 0;
+    for (int u = 0; param_file_bytes > 0 && u < p->num_units; u++) { m = p->units[u].shard > m ? p->units[u].shard : m; }
+    return zero_swap_align(m * sizeof(float));
+}
+
+// The read ahead, if any, is over and forgotten: a guess the schedule overtook, or one
+// left at a pass's end (the step and a load change the shards it read).
+static int zero_ahead_drop(ZeroHost* e) {
+    int u = e->ahead_unit;
+    e->ahead_unit = -1;
+    return u >= 0 ? zero_swap_param_wait(&e->swap, u) : 0;
+}
+
+// ZeroMover.upcoming: unit u's gather is next; with its shard on NVMe, it is read into
+// the read-ahead buffer now, overlapping the compute of the units before it
+static int zero_host_upcoming(void* be, int u) {
+    ZeroHost* e = (ZeroHost*)be;
+    if (e->ahead_buf == NULL || e->ahead_unit == u || zero_param_shard(e, u) != NULL) { return 0; }
+    if (zero_ahead_drop(e) != 0 || zero_swap_param_read_start(&e->swap, u, e->ahead_buf) != 0) { return -1; }
+    e->ahead_unit = u;
+    return 0;
+}
+
+// this rank's shard of unit u into dst: from the read ahead when it is u's (waited for
+// now if it is still coming), else from the store
+static int zero_shard_for_gather(ZeroHost* e, int u, float* dst) {
+    size_t n = e->plan.units[u].shard;
+    if (e->ahead_unit != u) { return zero_param_shard_get(e, u, dst, n); }
+    e->ahead_unit = -1;
+    if (zero_swap_param_wait(&e->swap, u) != 0) { return -1; }
+    memcpy(dst, e->ahead_buf, n * sizeof(float));
+    return 0;
+}
+
 // starts gathering unit u into a fresh buffer (this rank's shard, or with hpZ its slice,
 // is its input block)
 static int zero_host_gather_start(void* be, int u, int how) {
@@ -69,9 +104,10 @@ static int zero_host_gather_start(void* be, int u, int how) {
         memcpy(buf + (size_t)e->hpz.rank * part, e->sec + pu->full_offset / (size_t)e->hpz.world, part * sizeof(float));
         return zero_allgather(&e->hpz, buf, part, &e->unit_req[u]);
     }
-    // the shard comes from the host (--offload-param) or NVMe ahead of the gather: the
-    // prefetch schedule starts this early, so the read runs ahead of the unit's use
-    if (zero_param_shard_get(e, u, buf + (size_t)e->rank * pu->shard, pu->shard) != 0) { return -1; }
+    // the shard comes from the host (--offload-param), or NVMe: read ahead while the units
+    // before it computed (zero_host_upcoming), and the prefetch schedule starts this
+    // gather early, so that it runs ahead of the unit's use
+    if (zero_shard_for_gather(e, u, buf + (size_t)e->rank * pu->shard) != 0) { return -1; }
     if (e->offload_param != ZERO_OFFLOAD_NONE) { e->moved[ZERO_MOVE_H2D] += pu->shard * sizeof(float); }
     if (e->cfg.quantized_weights) { return zero_allgather_q(&e->comm, buf, pu->shard, &e->unit_req[u]); }
     return zero_allgather(&e->comm, buf, pu->shard, &e->unit_req[u]);
@@ -204,7 +240,7 @@ const ZeroMover zero_host_mover = {
     .gather_start = zero_host_gather_start, .gather_wait = zero_host_gather_wait,
     .gather_free = zero_host_gather_free, .params = zero_host_params,
     .grad_buf = zero_host_grad_buf, .reduce_start = zero_host_reduce_start,
-    .reduce_complete = zero_host_reduce_complete, .poll = zero_poll,
+    .reduce_complete = zero_host_reduce_complete, .poll = zero_poll, .upcoming = zero_host_upcoming,
 };
 
 // ----------------------------------------------------------------------------
@@ -215,11 +251,15 @@ int zero_host_fetch(void* impl, int u, void** out) { return zero_pass_fetch(&((Z
 int zero_host_release(void* impl, int u) { return zero_pass_release(&((ZeroHost*)impl)->pass, u); }
 int zero_host_grad(void* impl, int u, void** out) { return zero_pass_grad(&((ZeroHost*)impl)->pass, u, out); }
 int zero_host_reduce(void* impl, int u) { return zero_pass_reduce(&((ZeroHost*)impl)->pass, u); }
-int zero_host_end(void* impl) { return zero_pass_end(&((ZeroHost*)impl)->pass); }
+int zero_host_end(void* impl) {
+    ZeroHost* e = (ZeroHost*)impl;
+    return zero_pass_end(&e->pass) != 0 || zero_ahead_drop(e) != 0 ? -1 : 0;
+}
 
 void zero_host_free(void* impl) {
     ZeroHost* e = (ZeroHost*)impl;
     if (e == NULL) { return; }
+    zero_swap_close(&e->swap);  // first: it waits for a read ahead still landing in ahead_buf
     for (int u = 0; u < e->plan.num_units; u++) {
         if (e->unit_buf != NULL) { free(e->unit_buf[u]); }
         if (e->grad_buf != NULL) { free(e->grad_buf[u]); }
@@ -230,9 +270,8 @@ void zero_host_free(void* impl) {
     free(e->m); free(e->v);
     free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv); free(e->red_stage);
     for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
-    zero_swap_close(&e->swap);  // waits for its requests in flight, removes the file
     free(e->segs); free(e->step.pieces); free(e->host_grads); free(e->host_master);
-    free(e->param_ptr);
+    free(e->param_ptr); free(e->ahead_buf);
     zero_schedule_free(&e->sched);
     zero_plan_free(&e->plan);
     free(e->sec); free(e->unit_how);

@@ -46,8 +46,13 @@ static int zero_param_store_init(ZeroHost* e) {
         if (zero_swap_open(&e->swap, &o) != 0) { goto done; }
         e->mem.nvme_bytes = (double)e->swap.file_bytes;
         e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->swap.host_bytes;  // its buffers, the blocks' checksums
-        e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     }
+    if ((e->ahead_bytes = zero_ahead_bytes(p, file_bytes)) > 0) {
+        e->ahead_buf = (char*)nvme_alloc(e->ahead_bytes);  // huge pages: few segments per O_DIRECT request
+        if (e->ahead_buf == NULL) { zero_error("zero: out of memory for the parameter read-ahead buffer"); goto done; }
+        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->ahead_bytes;
+    }
+    e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     size_t host_off = 0;
     for (int u = 0; u < nu; u++) {
         if (!on_host[u]) { continue; }
@@ -157,6 +162,7 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     e->stage = cfg->stage;
     e->offload_opt = cfg->offload_optimizer;
     e->offload_param = cfg->offload_param;
+    e->ahead_unit = -1;  // nothing read ahead
     if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
         return zero_error("zero: parameter offload needs ZeRO stage 3");
     }

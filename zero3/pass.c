@@ -42,13 +42,26 @@ static int zero_pass_gather(ZeroPass* p, int u) {
     return p->mv->gather_start(p->be, u, how);
 }
 
-// starts the gathers the schedule's window ahead asks for, after the use before `from`
+// the first unit at or after use `from` of this pass that is not gathered nor in flight:
+// what the window ahead will gather next, or -1
+static int zero_pass_next_gather(const ZeroPass* p, int from) {
+    const ZeroSchedule* s = p->sched;
+    for (int i = from; s->gathers && i < s->len[s->pass]; i++) {
+        int u = s->unit[s->pass][i];
+        if (s->state[u] == ZERO_UNIT_NOT_LIVE && !s->persistent[u]) { return u; }
+    }
+    return -1;
+}
+
+// starts the gathers the schedule's window ahead asks for, after the use before `from`,
+// and tells the mover which unit comes next (ZeroMover.upcoming)
 static int zero_pass_prefetch(ZeroPass* p, int from) {
     int n = zero_schedule_prefetch(p->sched, from, p->ahead);
     for (int k = 0; k < n; k++) {
         if (zero_pass_gather(p, p->ahead[k]) != 0) { return -1; }
     }
-    return 0;
+    int next = p->mv->upcoming != NULL ? zero_pass_next_gather(p, from) : -1;
+    return next >= 0 ? p->mv->upcoming(p->be, next) : 0;
 }
 
 // unit u's gather, if one is in flight, is done

@@ -11,7 +11,10 @@
 #define SWAP_TAG_GRAD ((uint64_t)1 << 60)   // the gradient's write
 #define SWAP_TAG_READ ((uint64_t)2 << 60)   // a unit's read ahead: | unit
 #define SWAP_TAG_STEP ((uint64_t)3 << 60)   // the step: | group * 8 + (is_write << 2) + region
+#define SWAP_TAG_PUT  ((uint64_t)4 << 60)   // a parameter staging buffer's write: | buffer
 #define SWAP_TAG_KIND ((uint64_t)15 << 60)
+
+static int zero_swap_stage_settle(ZeroSwap* s, int i);
 
 size_t zero_swap_align(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
 
@@ -74,7 +77,7 @@ static ZeroSwapSizes zero_swap_sizes(const ZeroSwapOpen* o) {
 void zero_swap_size(const ZeroSwapOpen* o, size_t* host_bytes, size_t* file_bytes) {
     ZeroSwapSizes z = zero_swap_sizes(o);
     *file_bytes = ZERO_SWAP_REGIONS * z.region + z.param_file;
-    *host_bytes = z.bufs + z.grad_stage + z.param_stage + (*file_bytes > 0 ? nvme_sums_bytes(*file_bytes) : 0);
+    *host_bytes = z.bufs + z.grad_stage + 2 * z.param_stage + (*file_bytes > 0 ? nvme_sums_bytes(*file_bytes) : 0);
 }
 
 // the parameter region's tables: each NVMe unit's offset after the optimizer's regions
@@ -92,8 +95,11 @@ static int zero_swap_param_init(ZeroSwap* s, const ZeroSwapOpen* o, const ZeroSw
     }
     if (z->param_stage == 0) { return 0; }
     s->param_stage_bytes = z->param_stage;
-    s->param_stage = (char*)nvme_alloc(s->param_stage_bytes);  // huge pages: few segments per O_DIRECT request
-    return s->param_stage != NULL ? 0 : zero_error("zero swap: out of memory for the parameter staging buffer");
+    for (int i = 0; i < 2; i++) {
+        s->param_stage[i] = (char*)nvme_alloc(s->param_stage_bytes);  // huge pages: few segments per O_DIRECT request
+        if (s->param_stage[i] == NULL) { return zero_error("zero swap: out of memory for the parameter staging buffers"); }
+    }
+    return 0;
 }
 
 int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
@@ -104,6 +110,7 @@ int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
     s->optimizer = o->optimizer;
     s->param_elem = o->param_elem_bytes;
     s->staged_unit = -1;
+    s->grad_last = (size_t)-1;
     ZeroSwapSizes z = zero_swap_sizes(o);
     zero_swap_size(o, &s->host_bytes, &s->file_bytes);
     if (s->file_bytes == 0) { return zero_error("zero swap: nothing to keep on NVMe"); }
@@ -132,7 +139,7 @@ fail:
 void zero_swap_close(ZeroSwap* s) {
     if (s->is_open) { nvme_close(&s->nvme, 1); }  // waits for the kernel's requests; frees the step buffers
     free(s->grad_stage);  // after the close, which waits for a write still reading it
-    free(s->param_stage);
+    free(s->param_stage[0]); free(s->param_stage[1]);
     free(s->grad_in_file); free(s->param_off); free(s->reading); free(s->left);
     memset(s, 0, sizeof(*s));
     s->staged_unit = -1;
@@ -155,6 +162,8 @@ static int zero_swap_reap(ZeroSwap* s, int block) {
         s->grad_pending = 0;
     } else if (kind == SWAP_TAG_READ) {
         s->reading[low] = 2;
+    } else if (kind == SWAP_TAG_PUT && low < 2) {
+        s->stage_writing[low] = 0;
     } else if (kind == SWAP_TAG_STEP && s->left != NULL) {
         s->left[2 * (low / 8) + ((low >> 2) & 1)]--;
         s->step_left--;
@@ -240,6 +249,7 @@ int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out
     size_t lo = zero_swap_offset(s, ZERO_SWAP_P, s->plan->units[u].shard_offset + begin), hi = lo + n * sizeof(float);
     size_t a = lo / NVME_ALIGN * NVME_ALIGN;
     if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: master range past unit %d's shard", u); }
+    s->grad_last = (size_t)-1;  // the staging is reused here
     if (zero_swap_grad_settle(s) != 0 || zero_swap_io(s, 0, s->grad_stage, a, zero_swap_align(hi) - a) != 0) { return -1; }
     memcpy(out, s->grad_stage + (lo - a), n * sizeof(float));
     return 0;
@@ -262,11 +272,48 @@ void zero_swap_grad_clear(ZeroSwap* s) {
     s->grad_sumsq = 0.0;
 }
 
+// whether a unit other than u with bytes in G's [x, y) was added this step
+static int zero_swap_grad_others(const ZeroSwap* s, int u, size_t x, size_t y) {
+    const ZeroPlan* p = s->plan;
+    for (int w = u - 1; w >= 0 && zero_swap_offset(s, ZERO_SWAP_G, p->units[w].shard_offset + p->units[w].shard) > x; w--) {
+        if (s->grad_in_file[w]) { return 1; }
+    }
+    for (int w = u + 1; w < p->num_units && zero_swap_offset(s, ZERO_SWAP_G, p->units[w].shard_offset) < y; w++) {
+        if (s->grad_in_file[w]) { return 1; }
+    }
+    return 0;
+}
+
+// A first add's span [a, b) holds other units' bytes in [a, lo) and [hi, b). They are
+// kept as the file has them only where a unit already added this step owns some: the
+// others are last step's, which their own first add overwrites, so zeros do. A sync read
+// waits behind whatever is queued (a parameter read ahead), so the last block, in the
+// backward order often the block the previous add began with, is copied from the
+// staging's start, where that add left it, rather than read.
+static int zero_swap_grad_edges(ZeroSwap* s, int u, size_t a, size_t lo, size_t hi, size_t b) {
+    char* stage = s->grad_stage;
+    size_t last = b - NVME_ALIGN;
+    int head = lo != a && zero_swap_grad_others(s, u, a, lo), tail = hi != b && zero_swap_grad_others(s, u, hi, b);
+    if (last == a) {  // one block holds both edges: as the previous add left it, read once, or zeros
+        if ((head || tail) && s->grad_last != a) { return zero_swap_io(s, 0, stage, a, NVME_ALIGN); }
+        if (!head && !tail) { memset(stage, 0, NVME_ALIGN); }
+        return 0;
+    }
+    if (tail && s->grad_last == last) {
+        memmove(stage + (last - a), stage, NVME_ALIGN);
+    } else if (tail && zero_swap_io(s, 0, stage + (last - a), last, NVME_ALIGN) != 0) {
+        return -1;
+    }
+    if (head && zero_swap_io(s, 0, stage, a, NVME_ALIGN) != 0) { return -1; }  // (after the copy from there)
+    if (!head) { memset(stage, 0, lo - a); }
+    if (!tail) { memset(stage + (hi - a), 0, b - hi); }
+    return 0;
+}
+
 // The shard's bytes [lo, hi) rarely fall on 4 KiB blocks, and O_DIRECT moves whole blocks,
-// so the span written is [lo, hi) widened to blocks; the neighbours' parts of its first
-// and last block are read first and written back as they were. One write is left in
-// flight, overlapping the backward of the next units; the next add waits for it first,
-// since two spans may share a block.
+// so the span written is [lo, hi) widened to blocks, its neighbours' parts as
+// zero_swap_grad_edges finds them. One write is left in flight, overlapping the backward
+// of the next units; the next add waits for it first, since two spans may share a block.
 int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
     const ZeroUnit* pu = &s->plan->units[u];
     size_t lo = zero_swap_offset(s, ZERO_SWAP_G, pu->shard_offset), hi = lo + pu->shard * sizeof(float);
@@ -277,15 +324,14 @@ int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
     if (s->grad_in_file[u]) {
         if (zero_swap_io(s, 0, stage, a, b - a) != 0) { return -1; }
     } else {
-        int head = lo != a, tail = hi != b && !(head && b - a == NVME_ALIGN);  // one block holding both: read once
-        if (head && zero_swap_io(s, 0, stage, a, NVME_ALIGN) != 0) { return -1; }
-        if (tail && zero_swap_io(s, 0, stage + (b - a) - NVME_ALIGN, b - NVME_ALIGN, NVME_ALIGN) != 0) { return -1; }
+        if (zero_swap_grad_edges(s, u, a, lo, hi, b) != 0) { return -1; }
         memset(acc, 0, pu->shard * sizeof(float));
     }
     for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
     if (last_micro) { s->grad_sumsq += grad_norm_squared(acc, pu->shard); }
     if (nvme_write_async(&s->nvme, stage, a, b - a, SWAP_TAG_GRAD) != 0) { return -1; }
     s->grad_pending = 1;
+    s->grad_last = a;  // the staging's first block is the file's block a now
     s->c.write_bytes += (double)(b - a);
     s->grad_in_file[u] = 1;
     return 0;
@@ -424,6 +470,8 @@ static int zero_swap_param_check(const ZeroSwap* s, int u) {
 int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf) {
     if (zero_swap_param_check(s, u) != 0) { return -1; }
     if (s->reading[u]) { return zero_error("zero swap: unit %d is already being read ahead", u); }
+    // (a read must not overlap a write of its blocks: the step's last writes are done)
+    if (zero_swap_stage_settle(s, 0) != 0 || zero_swap_stage_settle(s, 1) != 0) { return -1; }
     size_t bytes = zero_swap_param_bytes(s, u);
     if (nvme_read_async(&s->nvme, buf, s->param_off[u], bytes, SWAP_TAG_READ | (uint64_t)u) != 0) { return -1; }
     s->reading[u] = 1;
@@ -453,21 +501,41 @@ int zero_swap_param_wait(ZeroSwap* s, int u) {
 // a read ahead of u still in flight is done before u's shard is touched again
 static int zero_swap_param_quiet(ZeroSwap* s, int u) { return s->reading[u] ? zero_swap_param_wait(s, u) : 0; }
 
-int zero_swap_param_flush(ZeroSwap* s) {
-    if (!s->is_open || s->staged_unit < 0) { return 0; }
-    int u = s->staged_unit;
+// starts writing the staged unit back from its buffer; the next unit goes to the other
+static int zero_swap_param_put_start(ZeroSwap* s) {
+    int u = s->staged_unit, i = s->stage_cur;
+    size_t bytes = zero_swap_param_bytes(s, u);
     s->staged_unit = -1;
-    return zero_swap_io(s, 1, s->param_stage, s->param_off[u], zero_swap_param_bytes(s, u));
+    if (nvme_write_async(&s->nvme, s->param_stage[i], s->param_off[u], bytes, SWAP_TAG_PUT | (uint64_t)i) != 0) { return -1; }
+    s->stage_writing[i] = 1;
+    s->c.write_bytes += (double)bytes;
+    s->stage_cur = 1 - i;
+    return 0;
+}
+
+// staging buffer i's write, if one is in flight, is done
+static int zero_swap_stage_settle(ZeroSwap* s, int i) {
+    while (s->stage_writing[i]) {
+        if (zero_swap_reap(s, 1) < 0) { s->stage_writing[i] = 0; return -1; }
+    }
+    return 0;
+}
+
+int zero_swap_param_flush(ZeroSwap* s) {
+    if (!s->is_open) { return 0; }
+    if (s->staged_unit >= 0 && zero_swap_param_put_start(s) != 0) { return -1; }
+    return zero_swap_stage_settle(s, 0) != 0 || zero_swap_stage_settle(s, 1) != 0 ? -1 : 0;
 }
 
 void* zero_swap_param_out(ZeroSwap* s, int u) {
     if (zero_swap_param_check(s, u) != 0) { return NULL; }
     if (s->staged_unit != u) {
-        if (zero_swap_param_flush(s) != 0 || zero_swap_param_quiet(s, u) != 0) { return NULL; }
-        memset(s->param_stage, 0, s->param_stage_bytes);
+        if (s->staged_unit >= 0 && zero_swap_param_put_start(s) != 0) { return NULL; }
+        if (zero_swap_stage_settle(s, s->stage_cur) != 0 || zero_swap_param_quiet(s, u) != 0) { return NULL; }
+        memset(s->param_stage[s->stage_cur], 0, s->param_stage_bytes);
         s->staged_unit = u;
     }
-    return s->param_stage;
+    return s->param_stage[s->stage_cur];
 }
 
 int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
@@ -475,8 +543,9 @@ int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
     if (n > s->plan->units[u].shard) { return zero_error("zero swap: %zu elements asked of unit %d's shard", n, u); }
     // the staging is about to be overwritten: what it holds goes to the file first
     if (zero_swap_param_flush(s) != 0 || zero_swap_param_quiet(s, u) != 0) { return -1; }
-    if (zero_swap_io(s, 0, s->param_stage, s->param_off[u], zero_swap_param_bytes(s, u)) != 0) { return -1; }
-    memcpy(dst, s->param_stage, n * s->param_elem);
+    char* stage = s->param_stage[s->stage_cur];
+    if (zero_swap_io(s, 0, stage, s->param_off[u], zero_swap_param_bytes(s, u)) != 0) { return -1; }
+    memcpy(dst, stage, n * s->param_elem);
     return 0;
 }
 

@@ -99,13 +99,17 @@ typedef struct {
     size_t grad_stage_bytes;
     int grad_pending;
     unsigned char* grad_in_file;     // (num_units) the shard in G is this step's sum so far
+    size_t grad_last;       // the G offset of the block at the staging's start, as last written ((size_t)-1: none)
     double grad_sumsq;
     // the parameter region
     size_t param_elem;
     size_t* param_off;      // (num_units) byte offset of a unit's shard, or (size_t)-1 on the host
-    char* param_stage;      // one shard, 4 KiB-aligned
+    char* param_stage[2];   // one shard each, 4 KiB-aligned: the step fills one while the
+                            // other's write is in flight
     size_t param_stage_bytes;
-    int staged_unit;        // the unit whose shard param_stage holds for writing, -1 if none
+    int stage_cur;          // the one being filled
+    int staged_unit;        // the unit whose shard param_stage[stage_cur] holds for writing, -1 if none
+    int stage_writing[2];   // a write from param_stage[i] is in flight
     unsigned char* reading; // (num_units) 1: a read ahead is in flight, 2: done, not yet waited for
     ZeroSwapCounters c;
 } ZeroSwap;
@@ -171,7 +175,9 @@ int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out
 
 // Adds unit u's reduced fp32 shard `got` (plan->units[u].shard elements) into G. The
 // first add of a step starts from zero (0 + got: -0 becomes +0, as an accumulator in
-// memory does); later ones read, add, write back. last_micro: the sum's squared norm is
+// memory does) and reads at most the 4 KiB blocks it shares with units already added
+// this step (none when the units come in decreasing order, as in a backward); later ones
+// read, add, write back. last_micro: the sum's squared norm is
 // added to the step's (zero_swap_grad_sumsq). The write is left in flight; the next add,
 // a read of G or zero_swap_grad_settle waits for it.
 int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro);
@@ -244,10 +250,13 @@ int zero_swap_param_read_test(ZeroSwap* s, int u);
 int zero_swap_param_wait(ZeroSwap* s, int u);
 
 // The step's staging of a unit on NVMe (a ZeroSwapOut for such units): unit u's shard
-// zeroed in the staging buffer, the unit staged before it written back first.
+// zeroed in a staging buffer. The unit staged before it is written back asynchronously
+// from the other buffer (two of them: the update of one unit overlaps the write of the
+// previous one), whose earlier write is waited for first.
 void* zero_swap_param_out(ZeroSwap* s, int u);
 
-// writes the staged unit back, if any (a ZeroSwapFlush with ctx the ZeroSwap)
+// writes the staged unit back, if any, and waits for every parameter write (a
+// ZeroSwapFlush with ctx the ZeroSwap)
 int zero_swap_param_flush(ZeroSwap* s);
 
 #ifdef __cplusplus

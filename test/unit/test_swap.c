@@ -162,6 +162,12 @@ static int segments(ZeroSegment* segs) {
     return 3;
 }
 
+// opens the optimizer's regions and the parameter region over segments(segs)
+static void open_with_optimizer(ZeroSwap* s, ZeroSegment* segs) {
+    ZeroSwapOpen o = with_optimizer(segs, segments(segs));
+    cr_assert_eq(zero_swap_open(s, &o), 0, "%s", zero_errmsg());
+}
+
 typedef struct { ZeroSwap* s; uint16_t* host0; int flushed; } OutCtx;
 
 static void* out_unit(void* ctx, int u) {
@@ -178,8 +184,7 @@ static int out_flush(void* ctx) {
 Test(swap, step_writes_bf16_through_the_callback) {
     ZeroSegment segs[3];
     ZeroSwap s;
-    ZeroSwapOpen o = with_optimizer(segs, segments(segs));
-    cr_assert_eq(zero_swap_open(&s, &o), 0, "%s", zero_errmsg());
+    open_with_optimizer(&s, segs);
     size_t total = g_plan.shard_total;
     float* master = (float*)calloc(total, sizeof(float));
     float* grad = (float*)calloc(total, sizeof(float));
@@ -196,6 +201,9 @@ Test(swap, step_writes_bf16_through_the_callback) {
     for (int micro = 0; micro < 2; micro++) {
         for (int u = 2; u >= 0; u--) {
             cr_assert_eq(zero_swap_grad_add(&s, u, half + g_plan.units[u].shard_offset, micro == 1), 0, "%s", zero_errmsg());
+        }
+        if (micro == 0) {  // a backward's order: each span's shared blocks are as the previous add left them
+            cr_assert_eq(zero_swap_counters(&s).read_bytes, 0.0, "first adds in decreasing order read nothing");
         }
     }
     double sumsq = 0.0;
@@ -234,8 +242,7 @@ Test(swap, step_writes_bf16_through_the_callback) {
 Test(swap, read_ahead_beside_the_gradient_write) {
     ZeroSegment segs[3];
     ZeroSwap s;
-    ZeroSwapOpen o = with_optimizer(segs, segments(segs));
-    cr_assert_eq(zero_swap_open(&s, &o), 0, "%s", zero_errmsg());
+    open_with_optimizer(&s, segs);
     size_t n2 = g_plan.units[2].shard;
     uint16_t* want = (uint16_t*)calloc(n2, 2);
     fill16(want, n2, 2, 9);
@@ -257,5 +264,26 @@ Test(swap, read_ahead_beside_the_gradient_write) {
     zero_swap_grad_clear(&s);
     cr_assert_eq(zero_swap_grad_sumsq(&s), 0.0);
     free(want); free(g); free(b);
+    zero_swap_close(&s);
+}
+
+// Units 0 and 1 share their G span's first block: in increasing order, unit 1's first add
+// must keep unit 0's bytes there (read back), which unit 0's second add then finds.
+Test(swap, first_adds_in_increasing_order_keep_the_neighbours) {
+    ZeroSegment segs[3];
+    ZeroSwap s;
+    open_with_optimizer(&s, segs);
+    size_t n2 = g_plan.units[2].shard;
+    float* g = (float*)calloc(n2, sizeof(float));
+    float* zero = (float*)calloc(n2, sizeof(float));
+    double want = 0.0;
+    for (int u = 0; u < 3; u++) {
+        for (size_t i = 0; i < g_plan.units[u].shard; i++) { g[i] = (float)(u + 1) + 0.001f * (float)i; want += (double)g[i] * g[i]; }
+        cr_assert_eq(zero_swap_grad_add(&s, u, g, 0), 0, "%s", zero_errmsg());
+    }
+    cr_assert_gt(zero_swap_counters(&s).read_bytes, 0.0, "unit 1's first block holds unit 0's sum: read");
+    for (int u = 0; u < 3; u++) { cr_assert_eq(zero_swap_grad_add(&s, u, zero, 1), 0, "%s", zero_errmsg()); }
+    cr_assert_float_eq(zero_swap_grad_sumsq(&s), want, 1e-9 * want);
+    free(g); free(zero);
     zero_swap_close(&s);
 }
