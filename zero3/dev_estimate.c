@@ -158,7 +158,7 @@ static int zero_dev_est_host(const ZeroPlan* p, const ZeroSchedule* s, const Zer
     // the CPU), or with the parameters on NVMe their cached part
     if (cfg->offload_optimizer != ZERO_OFFLOAD_NONE) { e->host_params = param_nvme ? X * (double)cached : copies * X * S; }
     if (e->shard_free) { e->host_staging += ZERO_DEV_EST_GRAD_SLOTS * f * (double)smax; }
-    if (param_nvme) { e->host_staging += ZERO_DEV_EST_PARAM_STAGES * X * (double)smax_nvme; }
+    if (param_nvme) { e->host_staging += ZERO_DEV_EST_PARAM_STAGES * (double)zero_swap_align(smax_nvme * (size_t)X); }
     if (opt_nvme || param_nvme) {
         ZeroSwapOpen o;
         memset(&o, 0, sizeof(o));

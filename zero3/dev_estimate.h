@@ -46,7 +46,8 @@
                    host, X S, or with --offload-param nvme only the ones max_in_cpu keeps (the
                    persistent units first, then in order, as zero_swap_placement).
    param nvme      4 pinned buffers (ZERO_DEV_EST_PARAM_STAGES) of the largest shard on NVMe,
-                   X each, that a shard read is uploaded from
+                   X each in whole 4 KiB blocks (reads ahead go there, O_DIRECT), that a shard
+                   read is uploaded from
    swap module     its own buffers, as zero_swap_size counts them (zero3/swap.h): the
                    step's groups and the gradient's span above, one shard's staging for the
                    parameter region, 4 bytes of checksum per 4 KiB block of the swap file

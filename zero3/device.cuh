@@ -155,9 +155,11 @@ typedef struct {
 // --offload-param nvme: a pinned buffer a shard read from NVMe is uploaded from
 #define ZERO_DEV_PSTAGES ZERO_DEV_EST_PARAM_STAGES
 typedef struct {
-    floatX* buf;          // (largest shard on NVMe)
+    floatX* buf;          // (largest shard on NVMe, 4 KiB-rounded) 4 KiB-aligned inside `alloc`, for O_DIRECT
+    void* alloc;
     cudaEvent_t up_ev;    // the upload from buf is done (recorded on copy_in)
     int used;             // up_ev was recorded
+    int reading;          // the unit a read ahead fills buf with, -1: none
 } ZeroDevStage;
 
 typedef struct {
@@ -313,6 +315,8 @@ typedef struct ZeroDev {
     ZeroDevStage pstage[ZERO_DEV_PSTAGES];
     int pstage_next;
     ZeroDevStage* pstage_last;    // the one zero_dev_param_src filled last
+    signed char* read_ahead;      // (num_units) parameter nvme: the pstage a read ahead of the unit fills, -1: none
+    long reads_ahead_used;        // gathers that found their shard read ahead (the tests look)
     double nvme_param_wait_ms;    // the reads of parameter shards (in the passes)
     ZeroDevStepPlan step;         // the optimizer step's layout, resolved at init
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
@@ -755,6 +759,7 @@ static const ZeroMover zero_dev_mover = {
     .grad_buf = zero_dev_grad_buf, .reduce_start = zero_dev_reduce_start,
     .reduce_complete = zero_dev_reduce_complete,
     .poll = zero_dev_slots_poll,  // (NCCL progresses on its own; the host adds the gradient shards that arrived)
+    .upcoming = zero_dev_upcoming,  // parameters on NVMe: the next gather's shard read ahead
 };
 
 // ----------------------------------------------------------------------------

@@ -12,8 +12,10 @@
        parameter offload where the parameters live.
    --offload-param nvme (stage 3): the units' floatX shards in the file's parameter
        region, but for max_in_cpu elements of them (the persistent units first) kept in
-       pinned host memory (host_shards). A gather of a unit on NVMe reads its shard into
-       one of a ring of pinned staging buffers, then uploads it as any offloaded shard.
+       pinned host memory (host_shards). The unit the pass driver will gather after its
+       window ahead (ZeroMover.upcoming) starts its read into one of a ring of pinned
+       buffers; its gather waits for that read (or reads then, unhinted) and uploads the
+       buffer as any offloaded shard.
 
  --dpu with the optimizer on NVMe: the update thread streams the swap file while the GPU
  computes the next step's forward, until that step's first gradient shard must be added
@@ -23,20 +25,56 @@
 #ifndef ZERO3_DEVICE_SWAP_CUH
 #define ZERO3_DEVICE_SWAP_CUH
 
+// the next pinned read buffer that no read ahead owns (round robin), once the upload issued
+// from it before has passed its event; NULL with zero_error when there is none
+static ZeroDevStage* zero_dev_pstage_take(ZeroDev* d) {
+    for (int k = 0; k < ZERO_DEV_PSTAGES; k++) {
+        ZeroDevStage* st = &d->pstage[d->pstage_next];
+        d->pstage_next = (d->pstage_next + 1) % ZERO_DEV_PSTAGES;
+        if (st->reading >= 0) { continue; }
+        if (st->used && zero_gpu_wait(NULL, st->up_ev, "waiting for a shard's upload") != 0) { return NULL; }
+        st->used = 0;
+        return st;
+    }
+    zero_error("zero device: every read buffer holds a shard read ahead for a later gather");
+    return NULL;
+}
+
+// The mover's hint (ZeroMover.upcoming): unit u's gather comes next, after those just
+// started. A unit on NVMe starts its read into a pinned buffer now, to be waited for when
+// its gather starts; without a free buffer the hint is let go (the gather reads then).
+static int zero_dev_upcoming(void* be, int u) {
+    ZeroDev* d = (ZeroDev*)be;
+    if (!d->param_nvme || d->unit_host[u] != NULL || d->read_ahead[u] >= 0) { return 0; }
+    int owned = 0;  // (one buffer is kept for the gathers that were not hinted)
+    for (int i = 0; i < ZERO_DEV_PSTAGES; i++) { owned += d->pstage[i].reading >= 0; }
+    if (owned >= ZERO_DEV_PSTAGES - 1) { return 0; }
+    ZeroDevStage* st = zero_dev_pstage_take(d);
+    if (st == NULL || zero_swap_param_read_start(&d->swap, u, st->buf) != 0) { return -1; }
+    st->reading = u;
+    d->read_ahead[u] = (signed char)(st - d->pstage);
+    return 0;
+}
+
 // where unit u's floatX shard is on the host (parameter offload): the shards' array
-// (cpu), the cached units' array, or for a unit on NVMe a staging buffer that its read
-// fills (free once the upload issued from it before has passed its event)
+// (cpu), the cached units' array, or for a unit on NVMe a pinned buffer its read fills (read
+// ahead at the hint, or now), free once the upload issued from it has passed its event
 static const floatX* zero_dev_param_src(ZeroDev* d, int u) {
     const ZeroUnit* pu = &d->plan.units[u];
     if (!d->param_nvme) { return d->shard_params + pu->shard_offset; }
     if (d->unit_host[u] != NULL) { return d->unit_host[u]; }
-    ZeroDevStage* st = &d->pstage[d->pstage_next];
-    d->pstage_next = (d->pstage_next + 1) % ZERO_DEV_PSTAGES;
     double w0 = zero_now_ms();
-    if (st->used && zero_gpu_wait(NULL, st->up_ev, "waiting for a shard's upload") != 0) { return NULL; }
-    if (zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0) { return NULL; }
+    ZeroDevStage* st;
+    if (d->read_ahead[u] >= 0) {
+        st = &d->pstage[d->read_ahead[u]];
+        d->read_ahead[u] = -1;
+        st->reading = -1;
+        if (zero_swap_param_wait(&d->swap, u) != 0) { return NULL; }
+        d->reads_ahead_used++;
+    } else if ((st = zero_dev_pstage_take(d)) == NULL || zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0) {
+        return NULL;
+    }
     d->nvme_param_wait_ms += zero_now_ms() - w0;
-    st->used = 1;
     d->pstage_last = st;
     return st->buf;
 }
@@ -44,6 +82,7 @@ static const floatX* zero_dev_param_src(ZeroDev* d, int u) {
 // after an upload from zero_dev_param_src's staging: its buffer is free once the copy is done
 static int zero_dev_param_src_done(ZeroDev* d, int u) {
     if (!d->param_nvme || d->unit_host[u] != NULL) { return 0; }
+    d->pstage_last->used = 1;
     return zero_cuda(cudaEventRecord(d->pstage_last->up_ev, d->copy_in), "cudaEventRecord");
 }
 
@@ -114,12 +153,22 @@ static int zero_dev_swap_init(ZeroDev* d) {
         for (int u = 0; u < p->num_units; u++) {
             if (!d->on_host[u] && p->units[u].shard > largest_shard) { largest_shard = p->units[u].shard; }
         }
+        // 4 KiB-aligned whole blocks (a read ahead is O_DIRECT into them): counted as the
+        // estimate counts them, the alignment's slack apart
+        size_t bytes = zero_swap_align(largest_shard * sizeof(floatX));
+        d->read_ahead = (signed char*)malloc((size_t)p->num_units);
+        if (d->read_ahead == NULL) { return zero_error("zero device: out of memory"); }
+        memset(d->read_ahead, -1, (size_t)p->num_units);
         for (int i = 0; i < ZERO_DEV_PSTAGES; i++) {
             ZeroDevStage* st = &d->pstage[i];
-            if ((st->buf = (floatX*)zero_dev_alloc_host(largest_shard * sizeof(floatX), &d->host_bytes_buffers)) == NULL ||
+            double ignored = 0;
+            st->reading = -1;
+            if ((st->alloc = zero_dev_alloc_host(bytes + NVME_ALIGN, &ignored)) == NULL ||
                 zero_cuda(cudaEventCreateWithFlags(&st->up_ev, cudaEventDisableTiming), "cudaEventCreate") != 0) {
                 return -1;
             }
+            st->buf = (floatX*)(((uintptr_t)st->alloc + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN);
+            d->host_bytes_buffers += (double)bytes;
         }
     }
     ZeroSwapOpen o;
@@ -144,11 +193,11 @@ static int zero_dev_swap_init(ZeroDev* d) {
 static void zero_dev_swap_free(ZeroDev* d) {
     if (d->swap_open) { zero_swap_close(&d->swap); }
     for (int i = 0; i < ZERO_DEV_PSTAGES; i++) {
-        if (d->pstage[i].buf != NULL) { cudaFreeHost(d->pstage[i].buf); }
+        if (d->pstage[i].alloc != NULL) { cudaFreeHost(d->pstage[i].alloc); }
         if (d->pstage[i].up_ev != NULL) { cudaEventDestroy(d->pstage[i].up_ev); }
     }
     if (d->host_shards != NULL) { cudaFreeHost(d->host_shards); }
-    free(d->segs); free(d->on_host); free(d->unit_host);
+    free(d->segs); free(d->on_host); free(d->unit_host); free(d->read_ahead);
 }
 
 // ----------------------------------------------------------------------------

@@ -524,6 +524,12 @@ int main(int argc, char** argv) {
         check("gradient downloads and parameter uploads on a copy stream each", apart, "%g %g", 0.0, 0.0);
     }
 
+    // the parameters on NVMe: gathers find their shard read ahead (the pass driver's hint)
+    if (offload == 3 && persistence == 0) {
+        long used = ((const ZeroDev*)zero_engine_state(z))->reads_ahead_used;
+        check("parameters on NVMe: gathers find their shard read ahead", used > 0, "%g reads ahead used %g", (double)used, 0.0);
+    }
+
     // a use out of schedule is refused with a message, not followed; so is a state saved
     // by another engine layout
     {

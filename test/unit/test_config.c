@@ -1230,8 +1230,8 @@ Test(dev_estimate, nvme_by_hand) {
     near(e.nvme, nvme, "the swap file");
     double host = 2.0 * 128                 // the cached norm's shard
                 + 4 * 4 * 1280.0            // the gradients' staging slots
-                + 4 * 2 * 1280.0            // the engine's 4 pinned buffers a shard read is uploaded from (bf16)
-                + 4096.0                    // the swap module's staging of one shard (bf16, 4 KiB-aligned)
+                + 4 * 4096.0                // the engine's 4 pinned buffers a shard read is uploaded from (bf16, 4 KiB blocks)
+                + 2 * 4096.0                // the swap module's two staging buffers of a shard (bf16, 4 KiB-aligned)
                 + 4 * 4 * 5120 * 4.0        // 4 sets of 4 group buffers, a group the whole (1024-rounded) shard
                 + (8192.0 + 4096)           // one gradient shard's span staged for the file
                 + (double)nvme_sums_bytes((size_t)nvme);
