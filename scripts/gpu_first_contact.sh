@@ -13,16 +13,19 @@
 #      library or Python module missing, the tools (compute-sanitizer, nsys, a C compiler)
 #   b  the kernels' tests, fp32 and bf16 (build/test_kernels{,2}_gpu{,_fp32})
 #   c  the fp32 GPU trainer against the CPU trainer and PyTorch, bf16 against fp32, the
-#      device backend's stages 1-3 against stage 0 on one rank (test/gpu/test_gpu_trainer.sh,
-#      SECTIONS="reference stages")
+#      device backend's stages 1-3 against stage 0 on one rank, ZeRO-Infinity's tiers on the
+#      device backend against the optimizer's offload alone (test/gpu/test_gpu_trainer.sh,
+#      SECTIONS="reference stages infinity")
 #   d  2 ranks sharing the GPU through the host backend at stage 3 against 1 rank
 #      (the same script, SECTIONS=host HOST_CASES=2:3; mpirun as root)
 #   e  compute-sanitizer memcheck and racecheck on 2 steps of d2 at stage 3, device backend
-#      (every unit gathered), without and with CPU optimizer offload
+#      (every unit gathered), without and with CPU optimizer offload, with the parameters
+#      offloaded to the CPU, and (memcheck) both on NVMe
 #   f  d12 at T=1024, the largest B that fits (the trainer's --estimate against the GPU's
 #      memory): tokens/s and MFU at -z 0 and -z 3, and PyTorch's GPT-2 of the same shape
 #      (dev/bench_torch_gpt2.py; torch.compile where a C compiler is there for Triton)
-#   g  d48: no offload, CPU optimizer offload (-z 2), and with --dpu 1
+#   g  d48: no offload, the parameters and optimizer offloaded to the CPU (-z 3), CPU
+#      optimizer offload (-z 2), with --dpu 1, and both on NVMe (-z 3, under DIR)
 # Results: DIR/summary.json (rewritten after every step, so a run cut short still leaves
 # one), DIR/log (every step's output), DIR/logs.tar.gz (each step's and run's log and
 # report). The console gets a line per step and the summary's table at the end. Exit 0
@@ -34,10 +37,10 @@
 # FC_KERNEL_TIMEOUT,
 # FC_SANITIZER (the compute-sanitizer binary), FC_TRAINER (what the runs of (f) and (g) start,
 # default ./train_gpt2_zero3: the rehearsal's stand-in lingers after its report), FC_E_RUNS ("memcheck:none memcheck:cpu
-# racecheck:none racecheck:cpu": tool and optimizer offload), FC_E_RUN_MAX (60 s a run),
+# racecheck:none racecheck:cpu memcheck:param racecheck:param memcheck:nvme": tool and offload), FC_E_RUN_MAX (60 s a run),
 # FC_F_MODEL FC_F_T
 # FC_F_BATCHES FC_F_STEPS FC_F_WARMUP FC_F_RECOMPUTE, FC_G_MODEL FC_G_T FC_G_BATCHES
-# FC_G_STEPS FC_G_WARMUP FC_G_CONFIGS ("none cpu dpu"), FC_TORCH_DEVICE (cuda), FC_GPU_MIB (when neither the probe nor
+# FC_G_STEPS FC_G_WARMUP FC_G_CONFIGS ("none par cpu dpu nvme"), FC_TORCH_DEVICE (cuda), FC_GPU_MIB (when neither the probe nor
 # nvidia-smi says), FC_TEST_HANG (a step that hangs, to rehearse the time limits), PY.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -177,19 +180,29 @@ trainer_suite() {
         || { check FAIL "test/gpu/test_gpu_trainer.sh ended early: $(tail -2 "$WORK/logs/${STEP}_trainer.log" | tr '\n' ' ')"; }
     kv result "$(grep -E '^[0-9]+ passed' "$WORK/logs/${STEP}_trainer.log" | tail -1)"
 }
-step_c() { trainer_suite "${FC_C_SECTIONS:-reference stages}"; }
+step_c() { trainer_suite "${FC_C_SECTIONS:-reference stages infinity}"; }
+
+# the offload flags of a run of (e) or (g), by name: the optimizer on the CPU, the parameters
+# too, both on NVMe (a swap file under DIR: d48's is about 28 GB)
+offload_args() {
+    case $1 in
+        cpu) echo "--offload-optimizer cpu" ;;
+        param) echo "--offload-optimizer cpu --offload-param cpu" ;;
+        nvme) mkdir -p "$WORK/swap"; echo "--offload-optimizer nvme --offload-param nvme --max-in-cpu 0 --nvme-path $WORK/swap" ;;
+    esac
+}
 step_d() { trainer_suite host HOST_CASES=2:3; }
 
 step_e() {  # compute-sanitizer
     [ -n "${SANITIZER:-}" ] || { check SKIP "compute-sanitizer not found (PATH, /usr/local/cuda*/bin, FC_SANITIZER)"; return; }
     local run tool off rc out errs extra t tri ours lib
     local args=(-e d2 -b 2 -t 64 -x 2 -v 0 -s 0 -n 0 -z 3 --zero-backend device --param-persistence-threshold 0)
-    for run in ${FC_E_RUNS:-memcheck:none memcheck:cpu racecheck:none racecheck:cpu}; do
+    for run in ${FC_E_RUNS:-memcheck:none memcheck:cpu racecheck:none racecheck:cpu memcheck:param racecheck:param memcheck:nvme}; do
         tool=${run%%:*} off=${run#*:}
         [ "$(left)" -gt 20 ] || { check SKIP "$tool, offload $off: no time left"; continue; }
         out=$WORK/logs/e_${tool}_$off.log
         echo "--- $tool, offload $off"
-        extra=(); [ "$off" = cpu ] && extra=(--offload-optimizer cpu)
+        read -r -a extra <<< "$(offload_args "$off")"
         t=$(time_for 5); [ "$t" -le "${FC_E_RUN_MAX:-60}" ] || t=${FC_E_RUN_MAX:-60}
         timeout -k 5 "$t" "$SANITIZER" --tool "$tool" --error-exitcode 97 --print-limit 20 \
             ./train_gpt2_zero3 "${args[@]}" "${extra[@]}" > "$out" 2>&1; rc=$?
@@ -239,14 +252,15 @@ step_f() {  # throughput at d12, and PyTorch
     fi
 }
 
-step_g() {  # d48, with and without CPU optimizer offload
+step_g() {  # d48, with and without the offloads
     local model=${FC_G_MODEL:-d48} t=${FC_G_T:-1024} n=${FC_G_STEPS:-6} w=${FC_G_WARMUP:-2} b cfg name
     b=$(batch_that_fits "$model" "$t" "${FC_G_BATCHES:-16 8 4}" 1 2> "$WORK/fit.err") \
         || { check FAIL "no batch size of ${FC_G_BATCHES:-16 8 4} fits $(gpu_mib) MiB $(cat "$WORK/fit.err")"; return; }
     kv B "$b"; kv T "$t"; kv model "$model"
-    for cfg in "none:-z 0" "cpu:-z 2 --offload-optimizer cpu" "dpu:-z 2 --offload-optimizer cpu --dpu 1"; do
+    for cfg in "none:-z 0" "par:-z 3 $(offload_args param)" "cpu:-z 2 $(offload_args cpu)" "dpu:-z 2 $(offload_args cpu) --dpu 1" \
+               "nvme:-z 3 $(offload_args nvme)"; do
         name=${cfg%%:*}
-        [[ " ${FC_G_CONFIGS:-none cpu dpu} " == *" $name "* ]] || continue
+        [[ " ${FC_G_CONFIGS:-none par cpu dpu nvme} " == *" $name "* ]] || continue
         [ "$(left)" -gt 40 ] || { check SKIP "$name: no time left"; continue; }
         # shellcheck disable=SC2086
         if ours "g_$name" "$(time_for 5)" -e "$model" -b "$b" -t "$t" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 ${cfg#*:}; then
@@ -393,7 +407,7 @@ for id in ${FC_STEPS:-a b c d e f g}; do
         d) run_step d 60 20 "2 ranks on one GPU (host backend, stage 3)" ;;
         e) run_step e 160 30 "compute-sanitizer memcheck and racecheck" ;;
         f) run_step f 150 60 "d12 T=1024: tokens/s and MFU, -z 0/3, PyTorch" ;;
-        g) run_step g 240 60 "d48: no offload, CPU offload, --dpu" ;;
+        g) run_step g 240 60 "d48: no offload, offload cpu/params/--dpu/NVMe" ;;
         *) echo "gpu_first_contact: no step '$id' (a-g)" | tee -a "$DIR/log" ;;
     esac
 done
