@@ -11,13 +11,20 @@ if ! command -v "${NVCC:-nvcc}" > /dev/null; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-# CUDA_BUILD_JOBS builds at a time (default 2, make test's 2 cores; the targets share no
-# built prerequisite), each with its own output, judged and printed in this order
+# CUDA_BUILD_JOBS builds at a time (default 2, make test's 2 cores), each with its own
+# output, judged and printed in this order. The one built prerequisite they share, the GPU
+# builds' library (build/lib/gpu/lib.a), is made first, alone: two makes that both find it
+# missing would both remove and archive it, and one loses (ar: unable to copy the file)
 J=${CUDA_BUILD_JOBS:-2}
 targets=(build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32
          train_gpt2_zero3 train_gpt2_zero3_fp32 build/gpu_probe)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+if make -s build/lib/gpu/lib.a > "$out/lib" 2>&1 && [ ! -s "$out/lib" ]; then
+    echo "PASS the GPU builds' library compiles without warnings"; pass=$((pass + 1))
+else
+    echo "FAIL the GPU builds' library (build/lib/gpu/lib.a):"; head -20 "$out/lib"; fail=$((fail + 1))
+fi
 pids=(); rcs=()
 for i in "${!targets[@]}"; do
     if [ "$i" -ge "$J" ]; then wait "${pids[$((i - J))]}"; rcs[i - J]=$?; fi
