@@ -317,7 +317,6 @@ typedef struct ZeroDev {
     ZeroDevStage* pstage_last;    // the one zero_dev_param_src filled last
     signed char* read_ahead;      // (num_units) parameter nvme: the pstage a read ahead of the unit fills, -1: none
     long reads_ahead_used;        // gathers that found their shard read ahead (the tests look)
-    double nvme_param_wait_ms;    // the reads of parameter shards (in the passes)
     ZeroDevStepPlan step;         // the optimizer step's layout, resolved at init
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)
@@ -619,25 +618,24 @@ static int zero_dev_slot_add(ZeroDev* d) {
         const uint16_t* bits = (const uint16_t*)sl->host;
         for (size_t i = pu->shard; i-- > 0;) { got[i] = cpu_adam_bf16_to_f32(bits[i]); }
     }
+    int rc = 0;
     if (d->opt_nvme) {  // into the swap file's gradient region (which keeps the squares itself),
         // once --dpu's update of the step before, which streams the same file, is over
-        int rc = zero_dev_update_join(d);
+        rc = zero_dev_update_join(d);
         if (rc == 0) { rc = zero_swap_grad_add(&d->swap, sl->unit, got, sl->last_micro); }
-        d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;
-        d->slot_count--;
-        return rc;
-    }
-    float* acc = (float*)d->h_grads + pu->shard_offset;
-    if (d->acc_started[sl->unit]) {
-        for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
     } else {
-        for (size_t i = 0; i < pu->shard; i++) { acc[i] = 0.0f + got[i]; }
-        d->acc_started[sl->unit] = 1;
+        float* acc = (float*)d->h_grads + pu->shard_offset;
+        if (d->acc_started[sl->unit]) {
+            for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+        } else {
+            for (size_t i = 0; i < pu->shard; i++) { acc[i] = 0.0f + got[i]; }
+            d->acc_started[sl->unit] = 1;
+        }
+        if (sl->last_micro) { d->grad_sumsq += grad_norm_squared(acc, pu->shard); }
     }
-    if (sl->last_micro) { d->grad_sumsq += grad_norm_squared(acc, pu->shard); }
     d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;
     d->slot_count--;
-    return 0;
+    return rc;
 }
 
 // adds the shards that have arrived (the mover's poll: at every release), without waiting

@@ -63,8 +63,7 @@ static const floatX* zero_dev_param_src(ZeroDev* d, int u) {
     const ZeroUnit* pu = &d->plan.units[u];
     if (!d->param_nvme) { return d->shard_params + pu->shard_offset; }
     if (d->unit_host[u] != NULL) { return d->unit_host[u]; }
-    double w0 = zero_now_ms();
-    ZeroDevStage* st;
+    ZeroDevStage* st;  // (the time waited is the swap file's counters')
     if (d->read_ahead[u] >= 0) {
         st = &d->pstage[d->read_ahead[u]];
         d->read_ahead[u] = -1;
@@ -74,7 +73,6 @@ static const floatX* zero_dev_param_src(ZeroDev* d, int u) {
     } else if ((st = zero_dev_pstage_take(d)) == NULL || zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0) {
         return NULL;
     }
-    d->nvme_param_wait_ms += zero_now_ms() - w0;
     d->pstage_last = st;
     return st->buf;
 }
