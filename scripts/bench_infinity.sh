@@ -15,7 +15,12 @@
 #     (/proc/self/io of each rank, so O_DIRECT and io_uring's workers);
 #   - seconds per step and where they go: the update (of which NVMe wait), NVMe waits
 #     outside it (parameter reads, gradient writes), communication wait, and the rest
-#     (computation).
+#     (computation);
+#   - the goal's ratio: the step against the larger of its busy time (the step less every
+#     wait) and the time the node's NVMe bytes of a step (both ranks') take at fio's rates
+#     on DIR, measured by scripts/bench_nvme.sh (RUNS=1, BENCH_FIO_MIB MiB) just before and
+#     just after the run in the same invocation, averaged (a shared virtual disk drifts):
+#     the target is at most 1.25.
 # Two ranks of one thread each: the machine's 2 cores either way, and 2 ranks partition the
 # states (each swap file is half, each rank gathers the other's shards), which is what
 # ZeRO-3 is; the node's memory is then the two ranks' sum, each holding its own working
@@ -28,7 +33,8 @@
 # gradients, parameters): 53 GB; DIR's free space is checked first. Not a test: it prints
 # measured figures. test/e2e/test_scripts.sh runs it on a small model (BENCH_MODEL=d2).
 #   BENCH_MODEL (gpt3:c2560), BENCH_RANKS (2), BENCH_T (64), BENCH_STEPS (2),
-#   BENCH_ARGS (the knobs above), BENCH_KEEP=1 keeps the report and log in DIR
+#   BENCH_ARGS (the knobs above), BENCH_KEEP=1 keeps the report and log in DIR,
+#   BENCH_FIO_MIB (2048; 0 skips fio and the goal's ratio)
 set -euo pipefail
 dir=${1:?usage: scripts/bench_infinity.sh DIR (where the swap files go)}
 cd "$(dirname "$0")/.."
@@ -55,15 +61,27 @@ out=$(mktemp -d)
 trap 'rm -rf "$nv" "$out"' EXIT
 echo "machine: $(nproc --all) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; $model, $ranks ranks x 1 thread, B=1 T=$T, $steps steps, stage 3, optimizer and parameters on NVMe in $dir ($(df -P "$dir" | awk 'NR == 2 {print $1}'))"
 echo "  knobs: $knobs"
+# fio's sequential O_DIRECT rates on DIR (scripts/bench_nvme.sh's last line), "read write" GB/s
+fio_rates() {
+    local line
+    line=$(SIZE_MIB=$fio_mib RUNS=1 scripts/bench_nvme.sh "$dir" 2>&1 | tail -1)
+    sed -nE 's/.*fio_read_gbps=([0-9.]+) fio_write_gbps=([0-9.]+).*/\1 \2/p' <<< "$line" | grep . \
+        || { echo "error: bench_nvme.sh gave no fio rates: $line" >&2; exit 1; }
+}
+fio_mib=${BENCH_FIO_MIB:-2048}
+fio_before="0 0"; fio_after="0 0"
+if [ "$fio_mib" -gt 0 ]; then fio_before=$(fio_rates); fi
 start=$SECONDS
 if ! mpirun --allow-run-as-root --oversubscribe -np "$ranks" ./train_gpt2_zero3_cpu "${ARGS[@]}" --nvme-path "$nv" --report "$out/report.json" > "$out/log" 2>&1; then
     echo "error: the run failed:" >&2; tail -5 "$out/log" >&2; exit 1
 fi
 wall=$((SECONDS - start))
+if [ "$fio_mib" -gt 0 ]; then fio_after=$(fio_rates); fi
 if [ "${BENCH_KEEP:-0}" = 1 ]; then cp "$out/report.json" "$out/log" "$dir/"; fi
-/usr/bin/python3 - "$out/report.json" "$wall" "$est" <<'PY'
+/usr/bin/python3 - "$out/report.json" "$wall" "$est" "$fio_before" "$fio_after" <<'PY'
 import json, re, sys
 r = json.load(open(sys.argv[1])); wall = int(sys.argv[2]); est = sys.argv[3]
+fio = [[float(x) for x in a.split()] for a in sys.argv[4:6]]  # [read, write] GB/s, before and after
 G = 1e9
 n = r["world_size"]; P = r["num_parameters"]
 states = 16 * P                      # fp32 parameters, gradients, Adam m and v
@@ -100,5 +118,16 @@ compute = ms - upd - other_io - wait
 print(f"seconds per step (rank 0, mean of {len(steps)}): {ms / 1e3:.1f} = compute {compute / 1e3:.1f} + NVMe wait {other_io / 1e3:.1f} "
       f"(parameter reads, gradient writes) + comm wait {wait / 1e3:.1f} + update {upd / 1e3:.1f} (of which NVMe wait {upd_io / 1e3:.1f})")
 print("losses: " + " ".join("%.4f" % s["loss"] for s in steps))
-print(f"infinity: peak_rss_ratio={tot / states:.3f} estimate_ratio={est_peak / ker[0]['peak_rss_steps']:.3f} step_s={ms / 1e3:.1f}")
+goal = ""
+if fio[0][0] > 0 and fio[1][0] > 0:
+    fr, fw = (fio[0][0] + fio[1][0]) / 2, (fio[0][1] + fio[1][1]) / 2
+    rd, wr = n * t["nvme_read"], n * t["nvme_write"]   # the node's: the ranks' shares are equal at stage 3
+    disk = rd / (fr * G) + wr / (fw * G)
+    busy = ms - io - wait                              # the step less every wait: compute, the CPU Adam, copies
+    bound = max(busy * 1e-3, disk)
+    print(f"fio: read {fio[0][0]:.2f} / {fio[1][0]:.2f} GB/s, write {fio[0][1]:.2f} / {fio[1][1]:.2f} GB/s (before / after the run)")
+    print(f"goal: the node's NVMe bytes per step, read {rd / G:.1f} GB + written {wr / G:.1f} GB, take {disk:.1f} s at fio's mean rates; "
+          f"busy {busy / 1e3:.1f} s; step {ms / 1e3:.1f} s = {ms * 1e-3 / bound:.2f} x the larger (target <= 1.25)")
+    goal = f" nvme_s={disk:.1f} busy_s={busy / 1e3:.1f} goal_ratio={ms * 1e-3 / bound:.2f}"
+print(f"infinity: peak_rss_ratio={tot / states:.3f} estimate_ratio={est_peak / ker[0]['peak_rss_steps']:.3f} step_s={ms / 1e3:.1f}{goal}")
 PY

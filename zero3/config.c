@@ -89,10 +89,11 @@ const OptRow zero_options[] = {
       .no_effect = "the host buffers the GPU copies to and from are always pinned" },
     { .key = ZO "offload_optimizer.buffer_count", .type = OPT_WHOLE, ZC(buffer_count), .lo = 1, .hi = 65536, .def = "4",
       .trainer = OPT_BOTH, .help = "NVMe: the optimizer step's buffers" },
-    { .key = ZO "offload_optimizer.pipeline_read", .type = OPT_BOOL, ZC(pipeline_read), .hi = 1, .def = "0", .trainer = OPT_BOTH,
-      .help = "NVMe: overlap the step's reads", .no_effect = "the NVMe step always overlaps its reads, updates and writes" },
-    { .key = ZO "offload_optimizer.pipeline_write", .type = OPT_BOOL, ZC(pipeline_write), .hi = 1, .def = "0", .trainer = OPT_BOTH,
-      .help = "NVMe: overlap the step's writes", .no_effect = "the NVMe step always overlaps its reads, updates and writes" },
+    // (DeepSpeed's default for both is false; here true: the same bytes and results, sooner)
+    { .key = ZO "offload_optimizer.pipeline_read", .type = OPT_BOOL, ZC(pipeline_read), .hi = 1, .def = "1", .trainer = OPT_BOTH,
+      .help = "NVMe: read the step's next sub-group while one is updated (DeepSpeed's default: false)" },
+    { .key = ZO "offload_optimizer.pipeline_write", .type = OPT_BOOL, ZC(pipeline_write), .hi = 1, .def = "1", .trainer = OPT_BOTH,
+      .help = "NVMe: write the step's sub-groups back while the next ones are updated (DeepSpeed's default: false)" },
     { .key = ZO "offload_param.buffer_count", .type = OPT_WHOLE, ZC(param_buffer_count), .lo = 1, .hi = 65536, .def = "5",
       .trainer = OPT_BOTH, .help = "NVMe: the parameter store's buffers",
       .no_effect = "one unit's parameter shard is read ahead from NVMe: the next one the prefetch window gathers" },
@@ -281,6 +282,8 @@ void zero_config_warnings(const ZeroConfig* c, char* warnings, size_t cap) {
         { "max_reuse_distance", c->max_reuse_distance != d.max_reuse_distance, c->stage == 3, "ZeRO stage 3" },
         { "sub_group_size", c->sub_group_size != d.sub_group_size, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
         { "offload_optimizer.buffer_count", c->buffer_count != d.buffer_count, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
+        { "offload_optimizer.pipeline_read", c->pipeline_read != d.pipeline_read, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
+        { "offload_optimizer.pipeline_write", c->pipeline_write != d.pipeline_write, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
         { "offload_param.max_in_cpu", c->max_in_cpu != d.max_in_cpu, c->offload_param == ZERO_OFFLOAD_NVME, "offload_param nvme" },
     };
     for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {

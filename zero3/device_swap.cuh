@@ -180,6 +180,8 @@ static int zero_dev_swap_init(ZeroDev* d) {
     o.nsegs = pl->npieces;
     o.sub_group_size = d->cfg.sub_group_size;
     o.buffer_count = d->cfg.buffer_count;
+    o.pipeline_read = d->cfg.pipeline_read;
+    o.pipeline_write = d->cfg.pipeline_write;
     o.on_host = d->param_nvme ? d->on_host : NULL;
     o.param_elem_bytes = sizeof(floatX);
     if (zero_swap_open(&d->swap, &o) != 0) { return -1; }

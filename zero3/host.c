@@ -72,6 +72,7 @@ static int zero_ahead_drop(ZeroHost* e) {
 // the read-ahead buffer now, overlapping the compute of the units before it
 static int zero_host_upcoming(void* be, int u) {
     ZeroHost* e = (ZeroHost*)be;
+    if (zero_host_update_through(e, u) != 0) { return -1; }  // (a deferred update: u's shard first)
     if (e->ahead_buf == NULL || e->ahead_unit == u || zero_param_shard(e, u) != NULL) { return 0; }
     if (zero_ahead_drop(e) != 0 || zero_swap_param_read_start(&e->swap, u, e->ahead_buf) != 0) { return -1; }
     e->ahead_unit = u;
@@ -94,6 +95,7 @@ static int zero_shard_for_gather(ZeroHost* e, int u, float* dst) {
 static int zero_host_gather_start(void* be, int u, int how) {
     ZeroHost* e = (ZeroHost*)be;
     ZeroUnit* pu = &e->plan.units[u];
+    if (zero_host_update_through(e, u) != 0) { return -1; }  // a deferred update: u's shard is new
     float* buf = (float*)zero_buf_get(e, pu->padded, 0);
     if (buf == NULL) { return -1; }
     e->unit_buf[u] = buf;
@@ -249,7 +251,11 @@ const ZeroMover zero_host_mover = {
 int zero_host_begin(void* impl, int pass, int last_micro) { return zero_pass_begin(&((ZeroHost*)impl)->pass, pass, last_micro); }
 int zero_host_fetch(void* impl, int u, void** out) { return zero_pass_fetch(&((ZeroHost*)impl)->pass, u, out); }
 int zero_host_release(void* impl, int u) { return zero_pass_release(&((ZeroHost*)impl)->pass, u); }
-int zero_host_grad(void* impl, int u, void** out) { return zero_pass_grad(&((ZeroHost*)impl)->pass, u, out); }
+int zero_host_grad(void* impl, int u, void** out) {
+    ZeroHost* e = (ZeroHost*)impl;
+    // the gradients go where a deferred update still reads the last ones: it ends first
+    return zero_host_update_through(e, -1) != 0 ? -1 : zero_pass_grad(&e->pass, u, out);
+}
 int zero_host_reduce(void* impl, int u) { return zero_pass_reduce(&((ZeroHost*)impl)->pass, u); }
 int zero_host_end(void* impl) {
     ZeroHost* e = (ZeroHost*)impl;
@@ -282,7 +288,7 @@ void zero_host_free(void* impl) {
     free(e);
 }
 
-static int zero_host_flush(void* impl) { (void)impl; return 0; }
+int zero_host_flush(void* impl) { return zero_host_update_through((ZeroHost*)impl, -1); }
 
 int zero_host_stats(void* impl, ZeroStats* s) {
     ZeroHost* e = (ZeroHost*)impl;

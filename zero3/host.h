@@ -169,6 +169,13 @@ typedef struct ZeroHost {
     double moved[ZERO_NUM_MOVES];  // (the swap file's bytes are the swap's counters)
     double update_ms;       // cumulative wall time of the AdamW update, wherever it runs (device, CPU Adam, NVMe)
     double update_nvme_wait_ms;  // the NVMe waits inside it
+    // [Note: the deferred update] Stage 3 with the optimizer on NVMe: the step updates the
+    // persistent units and leaves the rest of its sub-groups to the next forward, each
+    // unit's carried through just before its gather (zero_host_update_through), so that the
+    // disk-bound update of the later units overlaps the compute of the earlier ones. Every
+    // other reader of the states (a gradient, the next step, a checkpoint, the master, a
+    // flush) carries it to the end first.
+    int defer_update;
     // stage 3: the parameter shards of the units kept on the host (all of them without
     // --offload-param nvme; else max_in_cpu elements, persistent units first)
     float** param_ptr;      // (num_units) the unit's shard on the host, NULL if in the swap file
@@ -211,6 +218,14 @@ int zero_host_end(void* impl);
 
 // zeroes the accumulated gradients (zero_step does it after each update)
 void zero_host_clear_grads(ZeroHost* e);
+
+// Carries a deferred update (see defer_update) on until unit u's shard is updated, or to
+// the end (u = -1); its time and NVMe waits count as the update's. Nothing to do when no
+// update is pending.
+int zero_host_update_through(ZeroHost* e, int u);
+
+// ZeroOps.flush: a deferred update is carried to the end
+int zero_host_flush(void* impl);
 
 // Resolves the step's layout (e->step) from the stage, the world and the offload choice,
 // once the engine's arrays are allocated: they are not moved after init.

@@ -22,6 +22,8 @@ ZeroSwapOpen zero_host_swap_open(const ZeroPlan* p, const ZeroConfig* cfg, int r
     o.nsegs = nsegs;
     o.sub_group_size = cfg->sub_group_size;
     o.buffer_count = cfg->buffer_count;
+    o.pipeline_read = cfg->pipeline_read;
+    o.pipeline_write = cfg->pipeline_write;
     o.on_host = on_host;
     o.param_elem_bytes = sizeof(float);
     return o;
@@ -163,6 +165,7 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     e->offload_opt = cfg->offload_optimizer;
     e->offload_param = cfg->offload_param;
     e->ahead_unit = -1;  // nothing read ahead
+    e->defer_update = e->stage == 3 && e->offload_opt == ZERO_OFFLOAD_NVME;  // (host.h's note)
     if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
         return zero_error("zero: parameter offload needs ZeRO stage 3");
     }
@@ -236,6 +239,7 @@ int zero_host_init(void* impl, const ZeroInit* in) {
 int zero_host_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroUnit* pu = &e->plan.units[u];
+    if (zero_host_update_through(e, -1) != 0) { return -1; }  // (a deferred update)
     *begin = (size_t)e->rank * pu->shard;
     *n = zero_plan_shard_numel(&e->plan, u, e->rank);
     if (out == NULL || *n == 0) { return 0; }
@@ -256,6 +260,7 @@ int zero_host_save(void* impl, FILE* fp) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroPlan* p = &e->plan;
     ZeroStateHeader h = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
+    if (zero_host_update_through(e, -1) != 0) { return -1; }  // (a deferred update)
     if (zero_state_write_header(fp, &h) != 0 || zero_swap_grad_settle(&e->swap) != 0) { return -1; }
     int ok = 1;
     if (e->stage == 0) {
@@ -281,6 +286,7 @@ int zero_host_load(void* impl, FILE* fp) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroPlan* p = &e->plan;
     ZeroStateHeader want = zero_state_header("host", e->stage, p, sizeof(float), zero_host_state_bytes(e));
+    if (zero_host_update_through(e, -1) != 0) { return -1; }  // (a deferred update: what it writes is replaced)
     if (zero_state_read_header(fp, &want) != 0 || zero_swap_grad_settle(&e->swap) != 0) { return -1; }
     int ok = 1;
     if (e->stage == 0) {

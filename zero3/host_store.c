@@ -52,11 +52,32 @@ static void* zero_host_swap_out(void* ctx, int u) { return zero_param_out((ZeroH
 static int zero_host_swap_flush(void* ctx) { return zero_swap_param_flush(&((ZeroHost*)ctx)->swap); }
 
 // The optimizer on NVMe: the swap's pipelined step over the sub-groups, the updated fp32
-// shards into the parameter store.
+// shards into the parameter store. Deferred (the host.h note): the persistent units now,
+// since zero_refresh_persistent shares them next, the rest as the forward needs them.
 static int zero_nvme_step(ZeroHost* e, CpuAdamParams* hp, float weight_decay) {
     double out0 = e->swap.c.out_bytes;
-    int rc = zero_swap_step(&e->swap, hp, weight_decay, zero_host_swap_out, CPU_ADAM_FP32, zero_host_swap_flush, e);
+    int rc;
+    if (!e->defer_update) {
+        rc = zero_swap_step(&e->swap, hp, weight_decay, zero_host_swap_out, CPU_ADAM_FP32, zero_host_swap_flush, e);
+    } else {
+        const int* pers = e->sched.persistent;
+        rc = zero_swap_step_begin(&e->swap, hp, weight_decay, zero_host_swap_out, CPU_ADAM_FP32, zero_host_swap_flush, e, pers);
+        for (int u = 0; u < e->plan.num_units && rc == 0; u++) {
+            if (pers[u]) { rc = zero_swap_step_through(&e->swap, u); }
+        }
+    }
     e->moved[ZERO_MOVE_H2D] += e->swap.c.out_bytes - out0;
+    return rc;
+}
+
+int zero_host_update_through(ZeroHost* e, int u) {
+    if (!zero_swap_step_pending(&e->swap)) { return 0; }
+    ZeroSwapCounters c0 = zero_swap_counters(&e->swap);
+    int rc = zero_swap_step_through(&e->swap, u);
+    ZeroSwapCounters c1 = zero_swap_counters(&e->swap);
+    e->update_ms += c1.step_ms - c0.step_ms;
+    e->update_nvme_wait_ms += c1.step_wait_ms - c0.step_wait_ms;
+    e->moved[ZERO_MOVE_H2D] += c1.out_bytes - c0.out_bytes;
     return rc;
 }
 
@@ -185,6 +206,7 @@ int zero_host_step_plan_init(ZeroHost* e) {
 int zero_host_step(void* impl, const ZeroStep* st) {
     ZeroHost* e = (ZeroHost*)impl;
     const ZeroHostStepPlan* pl = &e->step;
+    if (zero_host_update_through(e, -1) != 0) { return -1; }  // a step without a backward since the last
     if (zero_reduce_drain(e) != 0 || zero_swap_grad_settle(&e->swap) != 0) { return -1; }
     if (pl->collect != NULL && pl->collect(e) != 0) { return -1; }
     if (pl->rep_sum != NULL && zero_allreduce(pl->rep_sum, e->shard_grads, e->plan.shard_total, NULL, NULL) != 0) { return -1; }

@@ -108,7 +108,7 @@ static int zero_staged_step(void* impl, const ZeroStep* st) {
     return 0;
 }
 
-static int zero_staged_flush(void* impl) { (void)impl; return 0; }
+static int zero_staged_flush(void* impl) { return zero_host_flush(((ZeroStaged*)impl)->host); }
 
 // The host engine's figures, its model states counted as host memory whatever its own
 // tags say (all of them live on the host here), and the GPU's copies as the device's.

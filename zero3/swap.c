@@ -15,6 +15,8 @@
 #define SWAP_TAG_KIND ((uint64_t)15 << 60)
 
 static int zero_swap_stage_settle(ZeroSwap* s, int i);
+static int zero_swap_param_put_start(ZeroSwap* s);
+static void zero_swap_run_free(ZeroSwap* s);
 
 size_t zero_swap_align(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
 
@@ -85,7 +87,8 @@ static int zero_swap_param_init(ZeroSwap* s, const ZeroSwapOpen* o, const ZeroSw
     int nu = s->plan->num_units;
     s->param_off = (size_t*)malloc((size_t)nu * sizeof(size_t));
     s->reading = (unsigned char*)calloc((size_t)nu, 1);
-    if (s->param_off == NULL || s->reading == NULL) { return zero_error("zero swap: out of memory for the parameter tables"); }
+    s->staged_once = (unsigned char*)calloc((size_t)nu, 1);
+    if (s->param_off == NULL || s->reading == NULL || s->staged_once == NULL) { return zero_error("zero swap: out of memory for the parameter tables"); }
     size_t off = ZERO_SWAP_REGIONS * z->region;
     for (int u = 0; u < nu; u++) {
         s->param_off[u] = (size_t)-1;
@@ -109,7 +112,7 @@ int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
     s->nsegs = o->nsegs;
     s->optimizer = o->optimizer;
     s->param_elem = o->param_elem_bytes;
-    s->staged_unit = -1;
+    s->staged_unit = s->stage_holds[0] = s->stage_holds[1] = -1;
     s->grad_last = (size_t)-1;
     ZeroSwapSizes z = zero_swap_sizes(o);
     zero_swap_size(o, &s->host_bytes, &s->file_bytes);
@@ -120,6 +123,8 @@ int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
         s->region = z.region;
         s->group = z.group;
         s->nbufs = z.nbufs;
+        s->pipeline_read = o->pipeline_read;
+        s->pipeline_write = o->pipeline_write;
         if (nvme_buffers_alloc(&s->nvme, s->nbufs * ZERO_SWAP_REGIONS, s->group * sizeof(float), &s->bufs) != 0) { goto fail; }
         s->grad_stage_bytes = z.grad_stage;
         s->grad_stage = (char*)nvme_alloc(s->grad_stage_bytes);
@@ -140,9 +145,10 @@ void zero_swap_close(ZeroSwap* s) {
     if (s->is_open) { nvme_close(&s->nvme, 1); }  // waits for the kernel's requests; frees the step buffers
     free(s->grad_stage);  // after the close, which waits for a write still reading it
     free(s->param_stage[0]); free(s->param_stage[1]);
-    free(s->grad_in_file); free(s->param_off); free(s->reading); free(s->left);
+    free(s->grad_in_file); free(s->param_off); free(s->reading); free(s->staged_once);
+    zero_swap_run_free(s);
     memset(s, 0, sizeof(*s));
-    s->staged_unit = -1;
+    s->staged_unit = s->stage_holds[0] = s->stage_holds[1] = -1;
 }
 
 ZeroSwapCounters zero_swap_counters(const ZeroSwap* s) {
@@ -188,6 +194,12 @@ static size_t zero_swap_group_elems(const ZeroSwap* s, int g) {
 static size_t zero_swap_group_bytes(const ZeroSwap* s, int g) { return zero_swap_align(zero_swap_group_elems(s, g) * sizeof(float)); }
 
 static int zero_swap_groups(const ZeroSwap* s) { return (int)((s->plan->shard_total + s->group - 1) / s->group); }
+
+// the first (last 0) or last (last 1) group holding some of unit u's shard (not empty)
+static int zero_swap_unit_group(const ZeroSwap* s, int u, int last) {
+    const ZeroUnit* pu = &s->plan->units[u];
+    return (int)((pu->shard_offset + (last ? pu->shard - 1 : 0)) / s->group);
+}
 
 // buffer b's array for one region of a group: `group` floats
 static float* zero_swap_buf(const ZeroSwap* s, int b, int region) { return (float*)s->bufs[(size_t)b * ZERO_SWAP_REGIONS + region]; }
@@ -340,9 +352,10 @@ int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
 // ----------------------------------------------------------------------------
 // the step
 
-// reads all four regions of group g, or writes back three (the gradient is consumed)
+// reads all four regions of group g, or writes back three (the gradient is consumed),
+// with the buffer set the step gave it
 static int zero_swap_submit(ZeroSwap* s, int g, int is_write) {
-    int b = g % s->nbufs;
+    int b = s->slot[g];
     size_t bytes = zero_swap_group_bytes(s, g);
     for (int r = ZERO_SWAP_P; r <= (is_write ? ZERO_SWAP_V : ZERO_SWAP_G); r++) {
         size_t off = zero_swap_offset(s, r, (size_t)g * s->group);
@@ -364,67 +377,164 @@ static int zero_swap_wait_group(ZeroSwap* s, int g, int is_write) {
     return 0;
 }
 
-// AdamW over the segments' parts in group g, held in buffer set b; *seg: the first
-// segment not wholly before the group
-static int zero_swap_update_group(ZeroSwap* s, int g, int* seg, CpuAdamParams* hp, float weight_decay, ZeroSwapOut out,
-                                  CpuAdamDtype out_dtype, void* ctx) {
-    int b = g % s->nbufs;
+// the first segment that ends after element x (the segments are in shard-buffer order)
+static int zero_swap_first_seg(const ZeroSwap* s, size_t x) {
+    int lo = 0, hi = s->nsegs;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (s->segs[mid].end <= x) { lo = mid + 1; } else { hi = mid; }
+    }
+    return lo;
+}
+
+// AdamW over the segments' parts in group g, held in its buffer set
+static int zero_swap_update_group(ZeroSwap* s, int g) {
+    ZeroSwapRun* r = &s->run;
+    int b = s->slot[g];
     size_t g0 = (size_t)g * s->group, g1 = g0 + zero_swap_group_elems(s, g);
-    size_t elem = out_dtype == CPU_ADAM_BF16 ? 2 : 4;
+    size_t elem = r->out_dtype == CPU_ADAM_BF16 ? 2 : 4;
     float* p = zero_swap_buf(s, b, ZERO_SWAP_P);
     float* m = zero_swap_buf(s, b, ZERO_SWAP_M);
     float* v = zero_swap_buf(s, b, ZERO_SWAP_V);
     const float* grad = zero_swap_buf(s, b, ZERO_SWAP_G);
-    while (*seg < s->nsegs && s->segs[*seg].end <= g0) { (*seg)++; }
-    for (int i = *seg; i < s->nsegs && s->segs[i].begin < g1; i++) {
+    for (int i = zero_swap_first_seg(s, g0); i < s->nsegs && s->segs[i].begin < g1; i++) {
         ZeroSegment sg = s->segs[i];
         size_t lo = sg.begin > g0 ? sg.begin : g0, hi = sg.end < g1 ? sg.end : g1;
-        hp->weight_decay = sg.decay ? weight_decay : 0.0f;
-        char* dst = (char*)out(ctx, sg.unit);
+        r->hp.weight_decay = sg.decay ? r->weight_decay : 0.0f;
+        char* dst = (char*)r->out(r->ctx, sg.unit);
         if (dst == NULL) { return -1; }
         dst += (sg.unit_lo + (lo - sg.begin)) * elem;
-        if (cpu_adam_step(p + (lo - g0), grad + (lo - g0), CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0), hi - lo, hp, dst,
-                          out_dtype) != 0) { return -1; }
+        if (cpu_adam_step(p + (lo - g0), grad + (lo - g0), CPU_ADAM_FP32, m + (lo - g0), v + (lo - g0), hi - lo, &r->hp, dst,
+                          r->out_dtype) != 0) { return -1; }
         s->c.out_bytes += (double)((hi - lo) * elem);
     }
     return 0;
 }
 
-// The pipeline: with buffer_count buffers, the read of group i+1 and the writes of
-// earlier groups are in flight while group i is updated. A buffer is reused only once
-// the writes of the group it held are done.
+// Starts the reads the buffers allow: the group at position `pos` of the order (waiting
+// for the writes of its set's last group if need be), and with pipeline_read the next
+// ones whose sets are already free (never waiting for them: the caller computes meanwhile).
+static int zero_swap_fill(ZeroSwap* s) {
+    ZeroSwapRun* r = &s->run;
+    for (int rc = 1; rc == 1;) {  // completions that came in meanwhile free buffer sets
+        if ((rc = zero_swap_reap(s, 0)) < 0) { return -1; }
+    }
+    int last = s->pipeline_read ? r->pos + s->nbufs - 1 : r->pos;  // the furthest position read now
+    for (; r->rd <= last && r->rd < r->ngroups; r->rd++) {
+        int g = r->order[r->rd];
+        if (r->rd >= s->nbufs) {  // the set's last group must be written back first
+            int owner = r->order[r->rd - s->nbufs];
+            if (r->rd > r->pos && s->left[2 * owner + 1] > 0) { break; }
+            if (zero_swap_wait_group(s, owner, 1) != 0) { return -1; }
+        }
+        s->slot[g] = r->rd % s->nbufs;
+        if (zero_swap_submit(s, g, 0) != 0) { return -1; }
+    }
+    return 0;
+}
+
+// updates the group at position pos of the order and starts its writes
+static int zero_swap_step_one(ZeroSwap* s) {
+    ZeroSwapRun* r = &s->run;
+    int g = r->order[r->pos];
+    if (zero_swap_fill(s) != 0 || zero_swap_wait_group(s, g, 0) != 0 || zero_swap_update_group(s, g) != 0) { return -1; }
+    if (zero_swap_submit(s, g, 1) != 0) { return -1; }
+    if (!s->pipeline_write && zero_swap_wait_group(s, g, 1) != 0) { return -1; }
+    r->done[g] = 1;
+    r->pos++;
+    return zero_swap_fill(s);  // the next reads go out before the caller computes
+}
+
+static void zero_swap_run_free(ZeroSwap* s) {
+    free(s->left); free(s->slot); free(s->run.order); free(s->run.done);
+    s->left = s->slot = s->run.order = NULL;
+    s->run.done = NULL;
+    s->run.on = 0;
+}
+
+int zero_swap_step_begin(ZeroSwap* s, const CpuAdamParams* hp, float weight_decay, ZeroSwapOut out, CpuAdamDtype out_dtype,
+                         ZeroSwapFlush flush, void* ctx, const int* first) {
+    if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
+    if (s->run.on) { return zero_error("zero swap: a step is already in progress"); }
+    if (zero_swap_grad_settle(s) != 0) { return -1; }
+    double t0 = zero_now_ms(), wait0 = s->nvme.wait_ms;
+    ZeroSwapRun* r = &s->run;
+    int ng = zero_swap_groups(s);
+    memset(r, 0, sizeof(*r));
+    s->left = (int*)calloc(2 * (size_t)ng, sizeof(int));
+    s->slot = (int*)calloc((size_t)ng, sizeof(int));
+    r->order = (int*)calloc((size_t)ng, sizeof(int));
+    r->done = (unsigned char*)calloc((size_t)ng, 1);
+    if (s->left == NULL || s->slot == NULL || r->order == NULL || r->done == NULL) {
+        zero_swap_run_free(s);
+        return zero_error("zero swap: out of memory for the step");
+    }
+    r->on = 1;
+    r->ngroups = ng;
+    r->hp = *hp;
+    r->weight_decay = weight_decay;
+    r->out = out; r->out_dtype = out_dtype; r->flush = flush; r->ctx = ctx;
+    s->step_left = 0;
+    for (int g = 0; g < ng; g++) { s->left[2 * g] = ZERO_SWAP_REGIONS; s->left[2 * g + 1] = ZERO_SWAP_REGIONS - 1; }
+    // the order: the groups holding a unit of `first` (in increasing order), then the rest
+    const ZeroPlan* p = s->plan;
+    for (int u = 0; first != NULL && u < p->num_units; u++) {
+        if (!first[u] || p->units[u].shard == 0) { continue; }
+        for (int g = zero_swap_unit_group(s, u, 0); g <= zero_swap_unit_group(s, u, 1); g++) { r->done[g] = 2; }
+    }
+    int n = 0;
+    for (int pass = 2; pass >= 0; pass -= 2) {
+        for (int g = 0; g < ng; g++) {
+            if (r->done[g] == pass) { r->order[n++] = g; }
+        }
+    }
+    memset(r->done, 0, (size_t)ng);
+    if (s->staged_once != NULL) { memset(s->staged_once, 0, (size_t)p->num_units); }
+    int rc = zero_swap_fill(s);
+    s->c.step_ms += zero_now_ms() - t0;
+    s->c.step_wait_ms += s->nvme.wait_ms - wait0;
+    if (rc != 0) { zero_swap_run_free(s); }
+    return rc;
+}
+
+int zero_swap_step_pending(const ZeroSwap* s) { return s->run.on; }
+
+int zero_swap_step_through(ZeroSwap* s, int u) {
+    if (!s->run.on) { return 0; }
+    ZeroSwapRun* r = &s->run;
+    double t0 = zero_now_ms(), wait0 = s->nvme.wait_ms;
+    int rc = -1;
+    if (u >= 0 && s->plan->units[u].shard > 0) {
+        int g1 = zero_swap_unit_group(s, u, 1);
+        for (int g = zero_swap_unit_group(s, u, 0); g <= g1; g++) {
+            while (!r->done[g]) {
+                if (zero_swap_step_one(s) != 0) { goto fail; }
+            }
+        }
+        // u's shard is whole: a staged one starts its write, which readers wait for
+        if (s->staged_unit == u && zero_swap_param_put_start(s) != 0) { goto fail; }
+    } else if (u < 0) {
+        while (r->pos < r->ngroups) {
+            if (zero_swap_step_one(s) != 0) { goto fail; }
+        }
+        while (s->step_left > 0) {
+            if (zero_swap_reap(s, 1) < 0) { goto fail; }
+        }
+        if (r->flush != NULL && r->flush(r->ctx) != 0) { goto fail; }
+        zero_swap_run_free(s);
+    }
+    rc = 0;
+fail:
+    s->c.step_ms += zero_now_ms() - t0;
+    s->c.step_wait_ms += s->nvme.wait_ms - wait0;
+    if (rc != 0) { zero_swap_run_free(s); }  // (requests in flight are waited for by the close)
+    return rc;
+}
+
 int zero_swap_step(ZeroSwap* s, CpuAdamParams* hp, float weight_decay, ZeroSwapOut out, CpuAdamDtype out_dtype,
                    ZeroSwapFlush flush, void* ctx) {
-    if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
-    if (zero_swap_grad_settle(s) != 0) { return -1; }
-    int ngroups = zero_swap_groups(s), rc = -1, seg = 0;
-    double wait0 = s->nvme.wait_ms;
-    s->left = (int*)calloc(2 * (size_t)ngroups, sizeof(int));
-    if (s->left == NULL) { return zero_error("zero swap: out of memory for the step"); }
-    s->step_left = 0;
-    for (int g = 0; g < ngroups; g++) { s->left[2 * g] = ZERO_SWAP_REGIONS; s->left[2 * g + 1] = ZERO_SWAP_REGIONS - 1; }
-    if (zero_swap_submit(s, 0, 0) != 0) { goto done; }
-    for (int g = 0; g < ngroups; g++) {
-        int next = g + 1;
-        if (next < ngroups) {
-            int prev_owner = next - s->nbufs;  // the group that last used next's buffer
-            if (prev_owner >= 0 && zero_swap_wait_group(s, prev_owner, 1) != 0) { goto done; }
-            if (zero_swap_submit(s, next, 0) != 0) { goto done; }
-        }
-        if (zero_swap_wait_group(s, g, 0) != 0) { goto done; }
-        if (zero_swap_update_group(s, g, &seg, hp, weight_decay, out, out_dtype, ctx) != 0) { goto done; }
-        if (zero_swap_submit(s, g, 1) != 0) { goto done; }
-    }
-    while (s->step_left > 0) {
-        if (zero_swap_reap(s, 1) < 0) { goto done; }
-    }
-    if (flush != NULL && flush(ctx) != 0) { goto done; }
-    rc = 0;
-done:
-    s->c.step_wait_ms += s->nvme.wait_ms - wait0;
-    free(s->left);
-    s->left = NULL;
-    return rc;
+    if (zero_swap_step_begin(s, hp, weight_decay, out, out_dtype, flush, ctx, NULL) != 0) { return -1; }
+    return zero_swap_step_through(s, -1);
 }
 
 // ----------------------------------------------------------------------------
@@ -467,12 +577,24 @@ static int zero_swap_param_check(const ZeroSwap* s, int u) {
     return 0;
 }
 
+// the staging buffer that holds unit u's current shard (written back or being so), or -1
+static int zero_swap_stage_holding(const ZeroSwap* s, int u) {
+    return s->stage_holds[0] == u ? 0 : s->stage_holds[1] == u ? 1 : -1;
+}
+
 int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf) {
     if (zero_swap_param_check(s, u) != 0) { return -1; }
     if (s->reading[u]) { return zero_error("zero swap: unit %d is already being read ahead", u); }
+    size_t bytes = zero_swap_param_bytes(s, u);
+    int held = zero_swap_stage_holding(s, u);
+    if (held >= 0) {  // just updated (a deferred step runs just ahead of the reads): no disk read
+        memcpy(buf, s->param_stage[held], bytes);
+        s->reading[u] = 2;
+        s->c.stage_hit_bytes += (double)bytes;
+        return 0;
+    }
     // (a read must not overlap a write of its blocks: the step's last writes are done)
     if (zero_swap_stage_settle(s, 0) != 0 || zero_swap_stage_settle(s, 1) != 0) { return -1; }
-    size_t bytes = zero_swap_param_bytes(s, u);
     if (nvme_read_async(&s->nvme, buf, s->param_off[u], bytes, SWAP_TAG_READ | (uint64_t)u) != 0) { return -1; }
     s->reading[u] = 1;
     s->c.read_bytes += (double)bytes;
@@ -508,6 +630,7 @@ static int zero_swap_param_put_start(ZeroSwap* s) {
     s->staged_unit = -1;
     if (nvme_write_async(&s->nvme, s->param_stage[i], s->param_off[u], bytes, SWAP_TAG_PUT | (uint64_t)i) != 0) { return -1; }
     s->stage_writing[i] = 1;
+    s->stage_holds[i] = u;
     s->c.write_bytes += (double)bytes;
     s->stage_cur = 1 - i;
     return 0;
@@ -532,8 +655,20 @@ void* zero_swap_param_out(ZeroSwap* s, int u) {
     if (s->staged_unit != u) {
         if (s->staged_unit >= 0 && zero_swap_param_put_start(s) != 0) { return NULL; }
         if (zero_swap_stage_settle(s, s->stage_cur) != 0 || zero_swap_param_quiet(s, u) != 0) { return NULL; }
-        memset(s->param_stage[s->stage_cur], 0, s->param_stage_bytes);
+        char* stage = s->param_stage[s->stage_cur];
+        s->stage_holds[s->stage_cur] = -1;  // (about to be refilled)
+        if (s->stage_holds[1 - s->stage_cur] == u) { s->stage_holds[1 - s->stage_cur] = -1; }  // (about to be stale)
+        if (s->run.on && s->staged_once[u]) {
+            // a step in an order that splits u (zero_swap_step_begin's `first`): the groups
+            // done so far wrote their part, which the rest of u's update goes on from (its
+            // write, perhaps still in flight from the other buffer, is done first)
+            if (zero_swap_stage_settle(s, 1 - s->stage_cur) != 0 ||
+                zero_swap_io(s, 0, stage, s->param_off[u], zero_swap_param_bytes(s, u)) != 0) { return NULL; }
+        } else {
+            memset(stage, 0, s->param_stage_bytes);
+        }
         s->staged_unit = u;
+        if (s->run.on) { s->staged_once[u] = 1; }
     }
     return s->param_stage[s->stage_cur];
 }
@@ -541,10 +676,21 @@ void* zero_swap_param_out(ZeroSwap* s, int u) {
 int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
     if (zero_swap_param_check(s, u) != 0) { return -1; }
     if (n > s->plan->units[u].shard) { return zero_error("zero swap: %zu elements asked of unit %d's shard", n, u); }
-    // the staging is about to be overwritten: what it holds goes to the file first
-    if (zero_swap_param_flush(s) != 0 || zero_swap_param_quiet(s, u) != 0) { return -1; }
-    char* stage = s->param_stage[s->stage_cur];
+    if (zero_swap_param_quiet(s, u) != 0) { return -1; }
+    int held = zero_swap_stage_holding(s, u);
+    if (held >= 0) {  // no disk read: a staging buffer holds it
+        memcpy(dst, s->param_stage[held], n * s->param_elem);
+        s->c.stage_hit_bytes += (double)zero_swap_param_bytes(s, u);
+        return 0;
+    }
+    // Through a staging buffer: with a unit staged by a step still in progress, the other
+    // one, once its write is done (the staged unit is not whole yet: it must not be
+    // written back now); else the current one, once what it holds is in the file.
+    int i = s->staged_unit >= 0 ? 1 - s->stage_cur : s->stage_cur;
+    if (s->staged_unit >= 0 ? zero_swap_stage_settle(s, i) != 0 : zero_swap_param_flush(s) != 0) { return -1; }
+    char* stage = s->param_stage[i];
     if (zero_swap_io(s, 0, stage, s->param_off[u], zero_swap_param_bytes(s, u)) != 0) { return -1; }
+    s->stage_holds[i] = u;
     memcpy(dst, stage, n * s->param_elem);
     return 0;
 }

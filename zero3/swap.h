@@ -65,6 +65,10 @@ typedef struct {
     int nsegs;
     long long sub_group_size;     // elements of a step group (rounded, see zero_swap_group_size)
     int buffer_count;             // sets of step buffers (at least 2)
+    int pipeline_read;            // 1: group i+1 is read while group i is updated; 0: each
+                                  // group is read when its update needs it
+    int pipeline_write;           // 1: group i's writes overlap the later groups' updates;
+                                  // 0: each group's writes are waited for before the next update
     const int* on_host;           // (num_units) 0: the unit's shard lives in the parameter
                                   // region; NULL: no parameter region
     size_t param_elem_bytes;      // bytes of a parameter element: 4 (fp32) or 2 (bf16)
@@ -74,9 +78,34 @@ typedef struct {
 typedef struct {
     double read_bytes, write_bytes;  // requests submitted (whole 4 KiB blocks)
     double out_bytes;                // written by the steps through `out` (the compute copy)
+    double stage_hit_bytes;          // parameter reads served by a staging buffer, not the disk
     double wait_ms;                  // blocked on the file, anywhere
-    double step_wait_ms;             // of which inside zero_swap_step
+    double step_ms;                  // inside the step's calls (zero_swap_step_begin/through)
+    double step_wait_ms;             // of which blocked on the file
 } ZeroSwapCounters;
+
+// Where unit u's updated shard of the compute copy goes (elements of out_dtype, the
+// unit's whole shard): the engine's memory, or zero_swap_param_out's staging. NULL fails
+// the step (with a zero_error line).
+typedef void* (*ZeroSwapOut)(void* ctx, int unit);
+// after the last group: the engine writes back what it staged (0 / -1)
+typedef int (*ZeroSwapFlush)(void* ctx);
+
+// a step in progress (zero_swap_step_begin): its arguments and where it is
+typedef struct {
+    int on;                 // begun, not yet through every group
+    int ngroups;
+    int* order;             // (ngroups) the groups in the order they are updated
+    unsigned char* done;    // (ngroups) updated, its writes started
+    int pos;                // the next position of the order to update
+    int rd;                 // the next position of the order to read
+    CpuAdamParams hp;
+    float weight_decay;
+    ZeroSwapOut out;
+    CpuAdamDtype out_dtype;
+    ZeroSwapFlush flush;
+    void* ctx;
+} ZeroSwapRun;
 
 typedef struct {
     NvmeFile nvme;
@@ -90,8 +119,11 @@ typedef struct {
     size_t region;          // bytes of each region, a multiple of 4 KiB
     size_t group;           // elements of a step group
     int nbufs;              // sets of step buffers, ZERO_SWAP_REGIONS buffers each
+    int pipeline_read, pipeline_write;  // ZeroSwapOpen's
     void** bufs;
     int* left;              // during a step: requests not yet done, 2 per group (read, write)
+    int* slot;              // during a step: the buffer set each group was read into
+    ZeroSwapRun run;
     int step_left;          // during a step: of every group
     int master_group, master_next;   // the master's writer: the group being filled, the next unit
     // the gradient region: one unit's span staged, its write in flight until the next add
@@ -110,7 +142,10 @@ typedef struct {
     int stage_cur;          // the one being filled
     int staged_unit;        // the unit whose shard param_stage[stage_cur] holds for writing, -1 if none
     int stage_writing[2];   // a write from param_stage[i] is in flight
+    int stage_holds[2];     // the unit whose current shard param_stage[i] holds (put from it
+                            // or read into it), -1 if none: its reads need no disk
     unsigned char* reading; // (num_units) 1: a read ahead is in flight, 2: done, not yet waited for
+    unsigned char* staged_once;  // (num_units) staged before by the step in progress
     ZeroSwapCounters c;
 } ZeroSwap;
 
@@ -195,22 +230,34 @@ void zero_swap_grad_clear(ZeroSwap* s);
 // ----------------------------------------------------------------------------
 // the optimizer step
 
-// Where unit u's updated shard of the compute copy goes (elements of out_dtype, the
-// unit's whole shard): the engine's memory, or zero_swap_param_out's staging. NULL fails
-// the step (with a zero_error line).
-typedef void* (*ZeroSwapOut)(void* ctx, int unit);
-// after the last group: the engine writes back what it staged (0 / -1)
-typedef int (*ZeroSwapFlush)(void* ctx);
-
-// AdamW over every segment, sub-group by sub-group: P, M, V and G of group i+1 read and
-// P, M, V of earlier groups written while group i is updated (buffer_count sets, a set
-// reused once its writes are done). hp->weight_decay is set per segment: weight_decay
+// AdamW over every segment, sub-group by sub-group: P, M, V and G of group i+1 read
+// (pipeline_read) and P, M, V of earlier groups written (pipeline_write) while group i is
+// updated (buffer_count sets, a set reused once its writes are done); without them each
+// group's reads are waited for, and its writes, around its update (DeepSpeed's meaning). hp->weight_decay is set per segment: weight_decay
 // where the segment decays, 0 elsewhere; hp's other fields are the caller's. The updated
 // parameters go to out(ctx, unit) + the segment's place, as out_dtype (CPU_ADAM_FP32 or
 // CPU_ADAM_BF16), and flush(ctx) runs once every group is written. The gradient's write
 // is settled first; G is left as it is (zero_swap_grad_clear).
 int zero_swap_step(ZeroSwap* s, CpuAdamParams* hp, float weight_decay, ZeroSwapOut out, CpuAdamDtype out_dtype,
                    ZeroSwapFlush flush, void* ctx);
+
+// The same step, begun now and carried on by zero_swap_step_through, so that the update
+// of the units the next forward needs last overlaps the compute of those it needs first:
+// the groups holding a unit flagged in `first` (num_units; NULL: none) go first, then
+// the rest in shard order. Only the first reads start here. Until the step is through,
+// the optimizer's regions are the step's (no gradient add, checkpoint or master access),
+// and the parameter region's reads of a unit wait for zero_swap_step_through of it.
+int zero_swap_step_begin(ZeroSwap* s, const CpuAdamParams* hp, float weight_decay, ZeroSwapOut out,
+                         CpuAdamDtype out_dtype, ZeroSwapFlush flush, void* ctx, const int* first);
+
+// Carries the step on until unit u's shard is updated (and, staged for the parameter
+// region, its write started), or with u = -1 to the end: every group written, flush run,
+// the step over. The reads the buffers allow are left in flight either way. Nothing to do
+// without a step in progress. On failure the step is over (a zero_error line).
+int zero_swap_step_through(ZeroSwap* s, int u);
+
+// whether a step is in progress
+int zero_swap_step_pending(const ZeroSwap* s);
 
 // ----------------------------------------------------------------------------
 // checkpoints
@@ -231,7 +278,8 @@ int zero_swap_param_on_nvme(const ZeroSwap* s, int u);
 size_t zero_swap_param_bytes(const ZeroSwap* s, int u);
 
 // The first n elements (at most the shard) of unit u's shard into dst (any memory),
-// through the staging buffer. Waits for a read ahead of u first.
+// through a staging buffer (not the one a step in progress is filling). Waits for a read
+// ahead of u first.
 int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n);
 
 // Unit u's whole shard from src into the region (init, checkpoints). Waits for a read
@@ -250,7 +298,8 @@ int zero_swap_param_read_test(ZeroSwap* s, int u);
 int zero_swap_param_wait(ZeroSwap* s, int u);
 
 // The step's staging of a unit on NVMe (a ZeroSwapOut for such units): unit u's shard
-// zeroed in a staging buffer. The unit staged before it is written back asynchronously
+// zeroed in a staging buffer (or, staged before by this step, whose order split it, read
+// back from the region). The unit staged before it is written back asynchronously
 // from the other buffer (two of them: the update of one unit overlaps the write of the
 // previous one), whose earlier write is waited for first.
 void* zero_swap_param_out(ZeroSwap* s, int u);

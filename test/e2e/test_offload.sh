@@ -28,6 +28,13 @@ for n in 1 2; do
                                 "--offload-param cpu"
                                 "--offload-param cpu --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 5000"
                                 "--offload-param nvme --max-in-cpu 0 --param-persistence-threshold 0 --offload-optimizer cpu --nvme-path $tmp/nvme"
+                                # the deferred update: the blocks (about 50000 elements) are not
+                                # persistent, so the next forward carries the update through them;
+                                # the embedding unit and the last layernorm are, and go first
+                                "--offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000 --param-persistence-threshold 30000"
+                                "--offload-param nvme --max-in-cpu 0 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000 --param-persistence-threshold 30000"
+                                "--offload-param nvme --max-in-cpu 0 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000 --param-persistence-threshold 0"
+                                # (last: the report's check below reads this run's)
                                 "--offload-param nvme --max-in-cpu 30000 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000")
         for c in "${configs[@]}"; do
             if run off $n $STD -b $B -z $z $c; then
@@ -46,6 +53,16 @@ cat > "$tmp/nv.json" <<EOF2
 EOF2
 run nvjson 2 $STD -b 4 --ds-config "$tmp/nv.json" && same_losses "$tmp/base2_3.json" "$tmp/nvjson.json" \
     && ok "NVMe via --ds-config, 2 buffers, 2048-element groups: bit-identical" || bad "NVMe via --ds-config: losses differ or the run failed"
+# the same without the step's reads ahead and writes behind (DeepSpeed's pipeline_* keys off),
+# the update deferred into the next forward: the order of the bytes changes, not one of them
+cat > "$tmp/nvsync_cfg.json" <<EOF2
+{"zero_optimization": {"stage": 3, "sub_group_size": 2048, "stage3_param_persistence_threshold": 30000,
+  "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp/nvme", "buffer_count": 3, "pipeline_read": false, "pipeline_write": false},
+  "offload_param": {"device": "nvme", "nvme_path": "$tmp/nvme", "max_in_cpu": 0}}}
+EOF2
+run nvsync 2 $STD -b 4 --ds-config "$tmp/nvsync_cfg.json" && same_losses "$tmp/base2_3.json" "$tmp/nvsync.json" \
+    && ok "NVMe via --ds-config, pipeline_read and pipeline_write false, update deferred: bit-identical" \
+    || bad "NVMe without pipelining: losses differ or the run failed"
 ls "$tmp/nvme" | grep -q . && bad "swap files left in $tmp/nvme: $(ls "$tmp/nvme")" || ok "swap files removed at exit"
 
 # report: where the bytes are and what moved
@@ -102,6 +119,29 @@ $MPIRUN -np 2 $BIN $R -x 3 -o "$tmp/ck" -n 3 > "$tmp/part.log" 2>&1
 run res 2 $R -x 6 -o "$tmp/ck" -n 3 -y 1
 losses "$tmp/full.json" | tail -3 > "$tmp/f"; losses "$tmp/res.json" > "$tmp/r" 2>/dev/null
 [ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "resume with NVMe-held optimizer state and parameters is bit-identical" || bad "NVMe resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
+
+# The deferred update meets every other reader of the states: validation and samples between
+# steps (their forwards carry it through), checkpoints saved while it is in flight (steps 2
+# and 4, where no evaluation ran first: the save carries it to the end), and a resume from
+# step 4's.
+D="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -b 4 -x 6 -v 3 -s 5 -g 8 -l 1e-3 -c 0.1 -z 3 --param-persistence-threshold 30000"
+DN="--offload-optimizer nvme --offload-param nvme --max-in-cpu 0 --nvme-path $tmp/nvme --sub-group-size 3000"
+evals() { grep -a -E "^val loss|^generating|^---" "$1" | tr -d '\0'; grep -a -A1 "^generating" "$1" | tail -n +2; }
+if run dbase 2 $D -o "$tmp/ckb" -n 2 && run ddef 2 $D $DN -o "$tmp/ckd" -n 2; then
+    same_losses "$tmp/dbase.json" "$tmp/ddef.json" && cmp -s <(evals "$tmp/dbase.log") <(evals "$tmp/ddef.log") \
+        && grep -qa "^val loss" "$tmp/ddef.log" \
+        && cmp -s "$tmp/ckb/model_00000002.bin" "$tmp/ckd/model_00000002.bin" \
+        && cmp -s "$tmp/ckb/model_00000004.bin" "$tmp/ckd/model_00000004.bin" \
+        && ok "deferred update: validation, samples and checkpoints between steps, losses, evaluations and model files bit-identical" \
+        || bad "deferred update with evaluations: $(maxdiff "$tmp/la" "$tmp/lb"); $(diff <(evals "$tmp/dbase.log") <(evals "$tmp/ddef.log") | head -3 | tr '\n' ' ')"
+    rm -f "$tmp/ckd/DONE_00000006" "$tmp/ckd/"*_00000006*  # resume from step 4's, saved with the update in flight
+    run dres 2 $D $DN -o "$tmp/ckd" -n 2 -y 1 -v 0 -s 0
+    losses "$tmp/dbase.json" | tail -2 > "$tmp/f"; losses "$tmp/dres.json" > "$tmp/r" 2>/dev/null
+    [ -s "$tmp/r" ] && cmp -s "$tmp/f" "$tmp/r" && ok "deferred update: resume from a checkpoint saved while it was in flight is bit-identical" \
+        || bad "deferred update resume: $(tr '\n' ' ' < "$tmp/f") vs $(tr '\n' ' ' < "$tmp/r" 2>/dev/null)"
+else
+    bad "deferred update with evaluations: a run failed"
+fi
 
 # --estimate knows the engine: for a run's own configuration, the host engine's bytes per rank
 # (states, the pool of units, gradients and reduce-scatter staging at its largest, NVMe

@@ -168,7 +168,6 @@ Test(config, full_deepspeed_json) {
     const char* no_effect[] = {
         "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients", "zero_optimization.reduce_scatter",
         "zero_optimization.allgather_bucket_size", "zero_optimization.offload_optimizer.pin_memory",
-        "zero_optimization.offload_optimizer.pipeline_read", "zero_optimization.offload_optimizer.pipeline_write",
         "zero_optimization.offload_param.pin_memory", "zero_optimization.offload_param.buffer_count",
     };
     for (size_t i = 0; i < sizeof(no_effect) / sizeof(no_effect[0]); i++) {
@@ -742,7 +741,8 @@ Test(config, hash_tracks_the_relevant_fields) {
     b.pin_memory = 1;
     b.buffer_count = 8;
     b.param_buffer_count = 9;
-    b.pipeline_read = 1;
+    b.pipeline_read = 0;
+    b.pipeline_write = 0;
     b.max_in_cpu = 5;
     cr_assert_eq(zero_config_hash(&b), base);
     // -0 and 0 are the same weight decay

@@ -3,8 +3,11 @@
  offload suite (test/e2e/test_offload.sh: the same losses and bytes as without offload)
  does not reach: a parameter region of 2-byte elements (the device engine's bf16 compute
  copy), reads ahead of a unit's shard waited for later and among other requests in
- flight, a step writing bf16 through the engine's callback, the master by ranges, and
- the refusals (units out of order, waits without a read).
+ flight, reads served by a staging buffer that holds the unit, a step writing bf16
+ through the engine's callback (with pipeline_read and pipeline_write on and off, and
+ begun and carried through unit by unit in an order that splits a unit, as the host
+ engine's deferred update does), the master by ranges, and the refusals (units out of
+ order, waits without a read, a second step begun).
 
  The plan is rank 1 of 2 over three units, so that shards start at odd places of the
  regions; the file goes to a fresh directory under /tmp (buffered I/O if the filesystem
@@ -79,25 +82,33 @@ Test(swap, parameter_region_in_two_byte_elements) {
     cr_assert_eq(file, s2.file_bytes);
     cr_assert_eq(host, s2.host_bytes);
     cr_assert_gt(bytes4, s2.file_bytes, "4-byte elements take more of the file");
-    // each unit's shard comes back as written, the neighbour untouched
-    size_t n1 = g_plan.units[1].shard, n2 = g_plan.units[2].shard;
-    uint16_t* a = (uint16_t*)calloc(n2, 2);
-    uint16_t* b = (uint16_t*)calloc(n2, 2);
-    fill16(a, n2, 2, 1);
-    cr_assert_eq(zero_swap_param_write(&s2, 2, a), 0, "%s", zero_errmsg());
-    fill16(a, n1, 1, 1);
-    cr_assert_eq(zero_swap_param_write(&s2, 1, a), 0, "%s", zero_errmsg());
-    cr_assert_eq(zero_swap_param_read(&s2, 2, b, n2), 0, "%s", zero_errmsg());
-    fill16(a, n2, 2, 1);
-    cr_assert_eq(memcmp(a, b, n2 * 2), 0, "unit 2 changed by unit 1's write");
-    cr_assert_eq(zero_swap_param_read(&s2, 1, b, n1), 0, "%s", zero_errmsg());
-    fill16(a, n1, 1, 1);
-    cr_assert_eq(memcmp(a, b, n1 * 2), 0);
     // a unit on the host is refused
+    uint16_t* a = (uint16_t*)calloc(g_plan.units[2].shard, 2);
+    uint16_t* b = (uint16_t*)calloc(g_plan.units[2].shard, 2);
     cr_assert_eq(zero_swap_param_read(&s2, 0, b, 1), -1);
+    zero_swap_close(&s2);
+    // Each unit's shard comes back from the file as written, its neighbours untouched:
+    // all three units in the region, written in the order 2, 1, 0, so that the two
+    // staging buffers hold 1 and 0 and the reads of 2 and 1 go to the disk (0's does not)
+    const int none_on_host[3] = {0, 0, 0};
+    o2.on_host = none_on_host;
+    cr_assert_eq(zero_swap_open(&s2, &o2), 0, "%s", zero_errmsg());
+    for (int u = 2; u >= 0; u--) {
+        fill16(a, g_plan.units[u].shard, u, 1);
+        cr_assert_eq(zero_swap_param_write(&s2, u, a), 0, "%s", zero_errmsg());
+    }
+    for (int u = 2; u >= 0; u--) {
+        size_t n = g_plan.units[u].shard;
+        cr_assert_eq(zero_swap_param_read(&s2, u, b, n), 0, "%s", zero_errmsg());
+        fill16(a, n, u, 1);
+        cr_assert_eq(memcmp(a, b, n * 2), 0, "unit %d changed by its neighbours' writes", u);
+    }
     ZeroSwapCounters c = zero_swap_counters(&s2);
-    cr_assert_eq(c.write_bytes, (double)want);
-    cr_assert_eq(c.read_bytes, (double)want);
+    size_t bytes[3];
+    for (int u = 0; u < 3; u++) { bytes[u] = zero_swap_align(g_plan.units[u].shard * 2); }
+    cr_assert_eq(c.write_bytes, (double)(bytes[0] + bytes[1] + bytes[2]));
+    cr_assert_eq(c.read_bytes, (double)(bytes[1] + bytes[2]), "units 2 and 1 from the disk");
+    cr_assert_eq(c.stage_hit_bytes, (double)bytes[0], "unit 0 from its staging buffer");
     free(a);
     free(b);
     zero_swap_close(&s2);
@@ -150,6 +161,7 @@ static ZeroSwapOpen with_optimizer(const ZeroSegment* segs, int nsegs) {
     o.nsegs = nsegs;
     o.sub_group_size = 1024;  // several groups: the pipeline turns
     o.buffer_count = 2;
+    o.pipeline_read = o.pipeline_write = 1;
     return o;
 }
 
@@ -163,10 +175,14 @@ static int segments(ZeroSegment* segs) {
 }
 
 // opens the optimizer's regions and the parameter region over segments(segs)
-static void open_with_optimizer(ZeroSwap* s, ZeroSegment* segs) {
+static void open_pipelined(ZeroSwap* s, ZeroSegment* segs, int pipeline_read, int pipeline_write) {
     ZeroSwapOpen o = with_optimizer(segs, segments(segs));
+    o.pipeline_read = pipeline_read;
+    o.pipeline_write = pipeline_write;
     cr_assert_eq(zero_swap_open(s, &o), 0, "%s", zero_errmsg());
 }
+
+static void open_with_optimizer(ZeroSwap* s, ZeroSegment* segs) { open_pipelined(s, segs, 1, 1); }
 
 typedef struct { ZeroSwap* s; uint16_t* host0; int flushed; } OutCtx;
 
@@ -181,10 +197,13 @@ static int out_flush(void* ctx) {
     return zero_swap_param_flush(c->s);
 }
 
-Test(swap, step_writes_bf16_through_the_callback) {
+// The step, with the reads ahead and writes behind each on or off, whole or begun and
+// carried through unit by unit in another order, against cpu_adam_step over the same
+// arrays: neither the pipeline nor the order changes a byte.
+static void step_writes_bf16(int pipeline_read, int pipeline_write, int deferred) {
     ZeroSegment segs[3];
     ZeroSwap s;
-    open_with_optimizer(&s, segs);
+    open_pipelined(&s, segs, pipeline_read, pipeline_write);
     size_t total = g_plan.shard_total;
     float* master = (float*)calloc(total, sizeof(float));
     float* grad = (float*)calloc(total, sizeof(float));
@@ -209,12 +228,8 @@ Test(swap, step_writes_bf16_through_the_callback) {
     double sumsq = 0.0;
     for (size_t i = 0; i < total; i++) { sumsq += (double)(half[i] + half[i]) * (half[i] + half[i]); }
     cr_assert_float_eq(zero_swap_grad_sumsq(&s), sumsq, 1e-9 * sumsq);
-    // the step against cpu_adam_step over the same arrays
+    // the reference: cpu_adam_step over the same arrays
     CpuAdamParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1};
-    uint16_t* host0 = (uint16_t*)calloc(g_plan.units[0].shard, 2);
-    OutCtx ctx = {&s, host0, 0};
-    cr_assert_eq(zero_swap_step(&s, &hp, 0.1f, out_unit, CPU_ADAM_BF16, out_flush, &ctx), 0, "%s", zero_errmsg());
-    cr_assert_eq(ctx.flushed, 1);
     float* m = (float*)calloc(total, sizeof(float));
     float* v = (float*)calloc(total, sizeof(float));
     uint16_t* want = (uint16_t*)calloc(total, 2);
@@ -224,8 +239,37 @@ Test(swap, step_writes_bf16_through_the_callback) {
         hp.weight_decay = u != 1 ? 0.1f : 0.0f;
         cr_assert_eq(cpu_adam_step(master + b, grad + b, CPU_ADAM_FP32, m + b, v + b, n, &hp, want + b, CPU_ADAM_BF16), 0);
     }
-    cr_assert_eq(memcmp(host0, want, g_plan.units[0].shard * 2), 0, "unit 0's bf16 copy on the host");
+    hp.weight_decay = 0.0f;
+    uint16_t* host0 = (uint16_t*)calloc(g_plan.units[0].shard, 2);
     uint16_t* got = (uint16_t*)calloc(g_plan.units[2].shard, 2);
+    OutCtx ctx = {&s, host0, 0};
+    if (!deferred) {
+        cr_assert_eq(zero_swap_step(&s, &hp, 0.1f, out_unit, CPU_ADAM_BF16, out_flush, &ctx), 0, "%s", zero_errmsg());
+    } else {
+        // the groups of units 0 and 2 first (1024 elements: the first also holds the start
+        // of unit 1, which the last group finishes from what the first wrote); each unit
+        // read back whole as soon as it is carried through, the step still in progress
+        const int first[3] = {1, 0, 1};
+        cr_assert_eq(zero_swap_step_begin(&s, &hp, 0.1f, out_unit, CPU_ADAM_BF16, out_flush, &ctx, first), 0, "%s", zero_errmsg());
+        cr_assert_eq(zero_swap_step_begin(&s, &hp, 0.1f, out_unit, CPU_ADAM_BF16, out_flush, &ctx, first), -1, "a second step");
+        for (int u = 2; u >= 1; u--) {
+            cr_assert_eq(zero_swap_step_through(&s, u), 0, "%s", zero_errmsg());
+            cr_assert(zero_swap_step_pending(&s));
+            ZeroSwapCounters c0 = zero_swap_counters(&s);
+            cr_assert_eq(zero_swap_param_read(&s, u, got, g_plan.units[u].shard), 0, "%s", zero_errmsg());
+            ZeroSwapCounters c1 = zero_swap_counters(&s);
+            cr_assert(c1.read_bytes == c0.read_bytes && c1.stage_hit_bytes > c0.stage_hit_bytes,
+                      "unit %d, just written back from its staging, is read from there", u);
+            cr_assert_eq(memcmp(got, want + g_plan.units[u].shard_offset, g_plan.units[u].shard * 2), 0,
+                         "unit %d's bf16 shard, read while the step goes on", u);
+        }
+        cr_assert_eq(ctx.flushed, 0, "the flush is the step's end");
+        cr_assert_eq(zero_swap_step_through(&s, -1), 0, "%s", zero_errmsg());
+        cr_assert(!zero_swap_step_pending(&s));
+        cr_assert_eq(zero_swap_step_through(&s, -1), 0, "nothing pending: nothing to do");
+    }
+    cr_assert_eq(ctx.flushed, 1);
+    cr_assert_eq(memcmp(host0, want, g_plan.units[0].shard * 2), 0, "unit 0's bf16 copy on the host");
     for (int u = 1; u <= 2; u++) {
         cr_assert_eq(zero_swap_param_read(&s, u, got, g_plan.units[u].shard), 0, "%s", zero_errmsg());
         cr_assert_eq(memcmp(got, want + g_plan.units[u].shard_offset, g_plan.units[u].shard * 2), 0, "unit %d's bf16 shard on NVMe", u);
@@ -238,6 +282,13 @@ Test(swap, step_writes_bf16_through_the_callback) {
     free(master); free(grad); free(half); free(host0); free(m); free(v); free(want); free(got);
     zero_swap_close(&s);
 }
+
+Test(swap, step_writes_bf16_through_the_callback) { step_writes_bf16(1, 1, 0); }
+Test(swap, step_without_pipelined_reads_or_writes) { step_writes_bf16(0, 0, 0); }
+Test(swap, step_with_reads_ahead_only) { step_writes_bf16(1, 0, 0); }
+Test(swap, step_with_writes_behind_only) { step_writes_bf16(0, 1, 0); }
+Test(swap, step_carried_through_unit_by_unit) { step_writes_bf16(1, 1, 1); }
+Test(swap, step_carried_through_without_pipelining) { step_writes_bf16(0, 0, 1); }
 
 Test(swap, read_ahead_beside_the_gradient_write) {
     ZeroSegment segs[3];
