@@ -355,7 +355,7 @@ static void memory_figures(void* self, const ZeroStats* zs, double* out) {
 
 int main(int argc, char** argv) {
     Trainer t;
-    trainer_start(&t, &argc, &argv, "train_gpt2_zero3_cpu");
+    trainer_start(&t, &argc, &argv, "train_gpt2_zero3_cpu", 0);  // GELU apart from the matmul (llm.c's -ge 0)
     const TrainConfig* tc = &t.tc;
     if (!strcmp(tc->zero_backend, "device")) { die_all(t.rank, "--zero-backend device is the GPU trainer's; the CPU trainer keeps everything on the host"); }
     if (tc->dpu) { die_all(t.rank, "--dpu overlaps the CPU Adam with the GPU's next step: the GPU trainer's (train_gpt2_zero3)"); }

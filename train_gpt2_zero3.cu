@@ -624,7 +624,7 @@ static double peak_bf16_flops(const char* name) {
 
 int main(int argc, char** argv) {
     Trainer t;
-    trainer_start(&t, &argc, &argv, "train_gpt2_zero3");
+    trainer_start(&t, &argc, &argv, "train_gpt2_zero3", MATMUL_GELU_EPILOGUE);  // llm.c's -ge: the forward's GELU fused or not
     const TrainConfig* tc = &t.tc;
     int rank = t.rank;
     if (tc->estimate != NULL) {  // the model's shape is all it needs: no GPU

@@ -33,8 +33,9 @@ static const OptRow args_options[] = {
       .trainer = OPT_BOTH, .help = "total batch size in tokens over all ranks, for gradient accumulation (-1: B*T*ranks)" },
     { .short_flag = "-x", .type = OPT_INT, TC(max_steps), .lo = -1, .hi = K30, .def = "-1", .trainer = OPT_BOTH,
       .help = "max steps (-1: one epoch)" },
-    { .short_flag = "-k", .type = OPT_CHOICE, TC(lr_schedule), .def = "cosine", .choices = "cosine|linear|constant",
-      .trainer = OPT_BOTH, .help = "learning rate schedule" },
+    { .short_flag = "-k", .type = OPT_CHOICE, TC(lr_schedule), .def = "cosine", .choices = "cosine|linear|constant|wsd",
+      .trainer = OPT_BOTH, .help = "learning rate schedule (wsd: llm.c's warm-up, stable, then 1 - sqrt decay over the last "
+                                   "20% of the steps)" },
     { .short_flag = "-l", .type = OPT_FLOAT, TC(lr), .lo = 0, .hi = 10, .def = "3e-4", .trainer = OPT_BOTH,
       .help = "learning rate (--ds-config's optimizer.params.lr when not given)" },
     { .short_flag = "-u", .type = OPT_INT, TC(warmup), .lo = 0, .hi = K30, .def = "0", .trainer = OPT_BOTH, .help = "warmup steps" },
@@ -49,6 +50,10 @@ static const OptRow args_options[] = {
       .help = "shuffle the training shards and batches" },
     { .short_flag = "-a", .type = OPT_BOOL, TC(overfit_single_batch), .hi = 1, .def = "0", .trainer = OPT_BOTH,
       .help = "overfit a single batch" },
+    { .short_flag = "-sl", .type = OPT_FLOAT, TC(skip_lossz), .lo = 0, .hi = 1e6, .def = "0", .arg = "<z>", .trainer = OPT_BOTH,
+      .help = "llm.c's outlier skipping by the loss's z-score; not built yet: only 0 (off) is accepted" },
+    { .short_flag = "-sg", .type = OPT_FLOAT, TC(skip_gradz), .lo = 0, .hi = 1e6, .def = "0", .arg = "<z>", .trainer = OPT_BOTH,
+      .help = "llm.c's outlier skipping by the gradient norm's z-score; not built yet: only 0 (off) is accepted" },
 
     { .group = "Validation, samples, checkpoints, report",
       .short_flag = "-v", .type = OPT_INT, TC(val_every), .lo = 0, .hi = K30, .def = "20", .trainer = OPT_BOTH,
@@ -59,13 +64,18 @@ static const OptRow args_options[] = {
       .help = "sample every N steps, 0 = never" },
     { .short_flag = "-g", .type = OPT_INT, TC(gen_T), .lo = 1, .hi = K20, .def = "64", .trainer = OPT_BOTH,
       .help = "tokens to generate per sample, at most -t (the default is cut to -t)" },
+    { .short_flag = "-h", .type = OPT_BOOL, TC(hellaswag), .hi = 1, .def = "0", .help_alone = 1, .arg = "0|1", .trainer = OPT_BOTH,
+      .help = "llm.c's HellaSwag evaluation; not built yet, so -h 1 is refused (-h alone, or --help: this message)" },
     { .short_flag = "-n", .type = OPT_INT, TC(checkpoint_every), .lo = 0, .hi = K30, .def = "0", .trainer = OPT_BOTH,
       .help = "checkpoint every N steps, 0 = never" },
     { .short_flag = "-y", .type = OPT_BOOL, TC(resume), .hi = 1, .def = "0", .trainer = OPT_BOTH,
       .help = "resume from the newest checkpoint in -o whose checksums pass, at any world size and ZeRO stage" },
-    { .long_flag = "--keep-checkpoints", .type = OPT_INT, TC(keep_checkpoints), .lo = 0, .hi = K30, .def = "0", .arg = "<K>",
-      .trainer = OPT_BOTH, .help = "after each checkpoint, remove all but the K newest that pass their checks (the damaged ones "
-                                   "are moved to -o's damaged_STEP); 0: keep every one" },
+    { .short_flag = "-nk", .long_flag = "--keep-checkpoints", .type = OPT_INT, TC(keep_checkpoints), .lo = 0, .hi = K30, .def = "0",
+      .arg = "<K>", .trainer = OPT_BOTH, .help = "after each checkpoint, remove all but the K newest that pass their checks (the "
+                                                 "damaged ones are moved to -o's damaged_STEP); 0: keep every one" },
+    { .short_flag = "-nm", .type = OPT_INT, TC(major_checkpoint_every), .lo = 0, .hi = K30, .def = "0", .arg = "<M>",
+      .trainer = OPT_BOTH, .help = "with -nk: a checkpoint whose step is a multiple of M is never removed (llm.c's major "
+                                   "checkpoints); 0: none" },
     { .long_flag = "--allow-unverified", .type = OPT_BOOL, TC(allow_unverified), .hi = 1, .def = "0", .trainer = OPT_BOTH,
       .help = "-y 1 may resume from a checkpoint whose DONE marker is empty, as versions before checksums wrote it, "
               "unverified (0: such a one is skipped)" },
@@ -93,6 +103,30 @@ static const OptRow args_options[] = {
       .help = "with --offload-optimizer cpu: the CPU Adam of step i runs while the GPU computes step i+1 on the parameters "
               "of step i-1 (ZeRO-Offload's delayed parameter update)" },
 
+    { .group = "llm.c's flags for its GPU and its launcher (checked: each means here what it says, or is refused)",
+      .short_flag = "-lg", .type = OPT_INT, TC(log_gpu_every), .lo = -1, .hi = K30, .def = "-1", .trainer = OPT_BOTH,
+      .help = "llm.c's GPU telemetry every N steps; not read here (the step line and --report carry memory and times): "
+              "only -1 or 0 (off)" },
+    { .short_flag = "-ge", .type = OPT_INT, TC(gelu_fusion), .lo = -1, .hi = 2, .def = "-1", .arg = "-1|0|1|2", .trainer = OPT_BOTH,
+      .help = "llm.c's GELU fusion: 0 none (the CPU trainer, the fp32 GPU build), 1 the forward's, in the matmul's epilogue "
+              "(the bf16 GPU build); each build has one, and another is refused; -1: the build's" },
+    { .short_flag = "-f", .type = OPT_BOOL, TC(tf32), .hi = 1, .def = "0", .arg = "0|1", .trainer = OPT_BOTH,
+      .help = "llm.c's TF32 switch: nothing here computes in TF32 (fp32 is fp32, bf16 is bf16), so only 0" },
+    { .short_flag = "-w", .type = OPT_BOOL, TC(master_weights), .hi = 1, .def = "1", .arg = "0|1", .trainer = OPT_BOTH,
+      .help = "llm.c's fp32 master weights: ZeRO always keeps them (the optimizer states), so only 1" },
+    { .short_flag = "-pn", .type = OPT_INT, TC(mp_processes), .lo = 1, .hi = K30, .unset = "-1", .def = "-1", .trainer = OPT_BOTH,
+      .help = "llm.c's process count: checked against MPI's world size (-1: not checked)" },
+    { .short_flag = "-pr", .type = OPT_INT, TC(mp_rank), .lo = 0, .hi = K30, .unset = "-1", .def = "-1", .trainer = OPT_BOTH,
+      .help = "llm.c's process rank: checked against MPI's rank (-1: not checked)" },
+    { .short_flag = "-pg", .type = OPT_INT, TC(mp_per_node), .lo = 1, .hi = K30, .unset = "-1", .def = "-1", .trainer = OPT_BOTH,
+      .help = "llm.c's GPUs per node: checked against the processes MPI puts on this node (-1: not checked)" },
+    { .short_flag = "-pi", .type = OPT_CHOICE, TC(mp_init), .def = "mpi", .choices = "mpi|fs|tcp", .trainer = OPT_BOTH,
+      .help = "llm.c's NCCL bootstrap; here MPI's world always is, whichever is named, once -pn/-pr/-pg agree with it" },
+    { .short_flag = "-pf", .type = OPT_STRING, TC(mp_fs_path), .def = NULL, .arg = "<dir>", .trainer = OPT_BOTH,
+      .help = "llm.c's shared directory for -pi fs; not needed here (see -pi)" },
+    { .short_flag = "-ps", .type = OPT_STRING, TC(mp_server), .def = NULL, .arg = "<ip>", .trainer = OPT_BOTH,
+      .help = "llm.c's server address for -pi tcp; not needed here (see -pi)" },
+
     { .group = "Runs that go wrong",
       .long_flag = "--max-skipped-steps", .type = OPT_INT, TC(max_skipped_steps), .lo = 0, .hi = 1000000, .def = "3", .arg = "<n>",
       .trainer = OPT_BOTH, .help = "a step whose loss or gradient norm is not finite is skipped (no update); after n such steps "
@@ -115,7 +149,7 @@ static const OptRow args_options[] = {
               "per rank at every tier (GPU and pinned host peaks, swap file), and exit; with gpu= and host= (GPU and host "
               "memory per GPU and per node, GiB; nvme= GB per node, 0 if absent) also the largest GPT-3 size that trains "
               "there at this -b -t -r --attention" },
-    { .short_flag = "-h", .long_flag = "--help", .type = OPT_HELP, .trainer = OPT_BOTH, .help = "this message" },
+    { .long_flag = "--help", .type = OPT_HELP, .trainer = OPT_BOTH, .help = "this message (also -h alone)" },
 };
 #define ARGS_NUM_OPTIONS ((int)(sizeof(args_options) / sizeof(args_options[0])))
 
@@ -144,6 +178,25 @@ void args_usage(FILE* f, const char* program) {
 static int args_given(const unsigned char* given, const char* flag) {
     const OptRow* r = opt_find_flag(args_options, ARGS_NUM_OPTIONS, flag);
     return r != NULL && given[r - args_options];
+}
+
+// llm.c's flags that this trainer cannot honour at the value given: refused by name, never
+// ignored (a run that seemed to do what its script asked and did not)
+static int args_check_llmc(const TrainConfig* c) {
+    if (c->hellaswag) {
+        return llmc_error("flag -h 1: the HellaSwag evaluation is not built yet; run with -h 0 (help is --help, or -h alone)");
+    }
+    if (c->skip_lossz != 0.0f || c->skip_gradz != 0.0f) {
+        return llmc_error("flags -sl/-sg: skipping outlier updates by z-score is not built yet; run with -sl 0 -sg 0 (steps with "
+                          "a non-finite loss or gradient norm are skipped always: --max-skipped-steps)");
+    }
+    if (c->log_gpu_every > 0) {
+        return llmc_error("flag -lg %d: GPU telemetry is not read by this trainer (the step line and --report carry memory and "
+                          "times); run with -lg -1", c->log_gpu_every);
+    }
+    if (c->tf32) { return llmc_error("flag -f 1: nothing here computes in TF32 (the fp32 builds are true fp32); run with -f 0"); }
+    if (!c->master_weights) { return llmc_error("flag -w 0: ZeRO always keeps the fp32 master weights (the optimizer states); run with -w 1"); }
+    return 0;
 }
 
 int args_parse(TrainConfig* c, int argc, char** argv) {
@@ -175,6 +228,7 @@ int args_parse(TrainConfig* c, int argc, char** argv) {
         return llmc_error("flag -g: %d tokens per sample is more than the sequence length -t %d: a sample is made inside one "
                           "sequence (give -g %d or less, or -s 0 for no samples)", c->gen_T, c->T, c->T);
     }
+    if (args_check_llmc(c) != 0) { return -1; }
     // the JSON's training keys fill what the command line left unset
     ZeroConfig* z = &c->zero;
     if (!c->given_B && z->train_micro_batch_size_per_gpu > 0) { c->B = z->train_micro_batch_size_per_gpu; }

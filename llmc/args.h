@@ -25,7 +25,7 @@ typedef struct {
     int T;                       // -t  sequence length
     long total_batch_size;       // -d  tokens per optimizer step over all ranks; -1: B*T*ranks
     int max_steps;               // -x  -1: one epoch of the training data
-    const char* lr_schedule;     // -k  cosine | linear | constant
+    const char* lr_schedule;     // -k  cosine | linear | constant | wsd
     float lr;                    // -l
     int warmup;                  // -u  warmup steps
     float final_lr_frac;         // -q  final learning rate as a fraction of -l
@@ -36,7 +36,18 @@ typedef struct {
     int gen_T;                   // -g  tokens per sample
     int checkpoint_every;        // -n  0: no checkpoints
     int resume;                  // -y  1: resume from the latest checkpoint in -o
-    int keep_checkpoints;        // --keep-checkpoints K  after each save, only the K newest verified ones stay; 0: all
+    int keep_checkpoints;        // -nk, --keep-checkpoints K  after each save, only the K newest verified ones stay; 0: all
+    int major_checkpoint_every;  // -nm M  with -nk: a checkpoint at a multiple of M steps is never removed; 0: none
+    int hellaswag;               // -h 0|1  llm.c's HellaSwag eval (not built yet: 1 is refused); -h alone: help
+    float skip_lossz, skip_gradz;  // -sl, -sg  llm.c's outlier skipping (not built yet: only 0, off)
+    int log_gpu_every;           // -lg  llm.c's GPU telemetry every N steps (not read here: only <= 0, off)
+    int gelu_fusion;             // -ge  llm.c's GELU fusion: only the build's own (trainer_check_llmc_flags)
+    int tf32;                    // -f   llm.c's TF32 override: only 0 (no TF32 anywhere here)
+    int master_weights;          // -w   llm.c's fp32 master copy: only 1 (ZeRO always keeps it)
+    int mp_processes, mp_rank, mp_per_node;  // -pn -pr -pg  llm.c's multi-node layout, checked against MPI's; -1: not given
+    const char* mp_init;         // -pi mpi|fs|tcp  llm.c's NCCL bootstrap: MPI's world is used whichever
+    const char* mp_fs_path;      // -pf  (with -pi fs)
+    const char* mp_server;       // -ps  (with -pi tcp)
     int allow_unverified;        // --allow-unverified 1  -y 1 may take an empty DONE marker (an earlier version's) unverified
     int recompute;               // -r  0: keep all, 1: recompute GELU, 2: + layernorms
     int overfit_single_batch;    // -a

@@ -215,7 +215,7 @@ int checkpoint_find_valid(const char* dir, int rank, int world, int allow_unveri
     return found;
 }
 
-int checkpoint_prune(const char* dir, int keep, int saved, int allow_unverified, int rank, int world) {
+int checkpoint_prune(const char* dir, int keep, int major, int saved, int allow_unverified, int rank, int world) {
     if (keep <= 0) { return 0; }
     int* steps = NULL;
     int n = checkpoint_steps_shared(dir, rank, &steps);
@@ -230,6 +230,8 @@ int checkpoint_prune(const char* dir, int keep, int saved, int allow_unverified,
             if (verdict == CHECKPOINT_VERIFIED) { kept++; continue; }
             if (verdict == CHECKPOINT_UNVERIFIED) { continue; }
             damaged = 1;
+        } else if (major > 0 && steps[i] % major == 0) {
+            continue;  // -nm: a major checkpoint is never removed (nor counted beyond the K newest)
         }
         if (rank != 0) { continue; }
         if (checkpoint_retire(dir, steps[i], damaged, aside, sizeof(aside)) != 0) {

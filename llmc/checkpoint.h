@@ -87,9 +87,10 @@ int checkpoint_find_valid(const char* dir, int rank, int world, int allow_unveri
 // until K are kept; every checkpoint after those is removed, marker first. One that fails
 // its checks before then is set aside into DIR/damaged_S and said so, never kept in the
 // place of a good one; an empty marker taken unverified (allow_unverified) is left where
-// it is, uncounted. The ranks read at most the K - 1 kept checkpoints besides `saved`.
+// it is, uncounted; one beyond the K whose step is a multiple of `major` (> 0: llm.c's
+// -nm) stays. The ranks read at most the K - 1 kept checkpoints besides `saved`.
 // Returns 0, or -1 with llmc_errmsg() naming what could not be removed or moved (rank 0).
-int checkpoint_prune(const char* dir, int keep, int saved, int allow_unverified, int rank, int world);
+int checkpoint_prune(const char* dir, int keep, int major, int saved, int allow_unverified, int rank, int world);
 
 // Reads this rank's state file of `step` into the engine and *got (the sampler and the
 // loader positions), after checking it against `want` (this run's rank, world, model

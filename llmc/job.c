@@ -70,6 +70,22 @@ int job_launcher_check(const JobLauncher* l, int world) {
                       "MPI supports), or the mpirun of the MPI the trainer was built with", said);
 }
 
+int job_layout_check(int processes, int rank, int per_node, int world, int world_rank, int local_size) {
+    const char* how = "start the ranks through MPI: srun --mpi=pmix, or the mpirun of the MPI the trainer was built with";
+    if (processes > 0 && processes != world) {
+        return llmc_error("flag -pn %d: MPI sees a world of %d process%s%s; %s", processes, world, world == 1 ? "" : "es",
+                          world == 1 ? " (each process would train alone)" : "", how);
+    }
+    if (rank >= 0 && rank != world_rank) {
+        return llmc_error("flag -pr %d: MPI made this process rank %d of %d; %s", rank, world_rank, world, how);
+    }
+    if (per_node > 0 && per_node != local_size) {
+        return llmc_error("flag -pg %d: MPI put %d process%s on this node (one per GPU is what -pg means); %s, with -pg "
+                          "processes on each node", per_node, local_size, local_size == 1 ? "" : "es", how);
+    }
+    return 0;
+}
+
 // "pid P on host H, started T" of the job holding fd's lock (holder: F_GETLK's pid, -1
 // unknown), from the file; the holder writes it just after locking, so an empty file is
 // read again for up to a second

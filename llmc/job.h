@@ -60,6 +60,12 @@ void job_launcher_read(JobLauncher* l);
 // llmc_errmsg() saying what is wrong and how to launch
 int job_launcher_check(const JobLauncher* l, int world);
 
+// llm.c's multi-node flags against MPI: -pn processes, -pr this one's rank, -pg processes
+// per node (each -1: not given) must be MPI's world size, rank and ranks on this node. 0
+// when they agree; else -1 with llmc_errmsg() naming the flag, both values and how to
+// launch (a world of 1 where -pn says more: srun without PMIx, or no mpirun)
+int job_layout_check(int processes, int rank, int per_node, int world, int world_rank, int local_size);
+
 // ----------------------------------------------------------------------------
 // one job per directory
 

@@ -143,7 +143,7 @@ void trainer_checkpoint(Trainer* t, const TrainerModel* m, int step, int skipped
     if (checkpoint_save(tc->output_dir, &h, m->zero, &t->config, version) != 0) { die_all(t->rank, llmc_errmsg()); }
     if (t->rank == 0) { printf("saved checkpoint at step %d in %s\n", step, tc->output_dir); }
     // only now, the new one complete, may older ones go (the ranks verify those kept together)
-    if (checkpoint_prune(tc->output_dir, tc->keep_checkpoints, step, tc->allow_unverified, t->rank, t->world) != 0) {
+    if (checkpoint_prune(tc->output_dir, tc->keep_checkpoints, tc->major_checkpoint_every, step, tc->allow_unverified, t->rank, t->world) != 0) {
         fprintf(stderr, "warning: %s\n", llmc_errmsg());
     }
 }

@@ -23,7 +23,7 @@
 #include "zero3/watchdog.h"  // zero_watchdog_start, zero_watchdog_stop
 #include "llmc/manifest.h"  // checkpoint_name_parse, CHECKPOINT_FILE_*: which of -o's files are a run's
 
-void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
+void trainer_start(Trainer* t, int* argc, char*** argv, const char* program, int gelu_fusion) {
     memset(t, 0, sizeof(*t));
     t->source.fd = -1;  // no model file open
     setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
@@ -42,6 +42,22 @@ void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
         exit(EXIT_SUCCESS);
     }
     if (job_launcher_check(&launcher, t->world) != 0) { die_all(t->rank, llmc_errmsg()); }
+    MPI_Comm local;
+    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &local));
+    mpiCheck(MPI_Comm_size(local, &t->local_size));
+    MPI_Comm_free(&local);
+    // (-pr differs by process under srun's scripts: each says its own, then every one stops)
+    int bad = rc == 0 && job_layout_check(t->tc.mp_processes, t->tc.mp_rank, t->tc.mp_per_node, t->world, t->rank, t->local_size) != 0;
+    int any = bad;
+    if (bad) { fprintf(stderr, "error: rank %d: %s\n", t->rank, llmc_errmsg()); }
+    mpiCheck(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (any) { die_all(t->rank, "llm.c's flags -pn/-pr/-pg disagree with the ranks MPI started (above): nothing was trained"); }
+    if (rc == 0 && t->tc.gelu_fusion != -1 && t->tc.gelu_fusion != gelu_fusion) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag -ge %d: %s has one GELU, %s; run with -ge %d (or -1)", t->tc.gelu_fusion, program,
+                 gelu_fusion ? "fused into the forward's matmul (1)" : "computed apart from the matmuls (0)", gelu_fusion);
+        die_all(t->rank, msg);
+    }
     // after MPI_Init, so that these are ours: a first SIGTERM, SIGINT or SIGUSR1 stops the
     // run at its next step boundary (trainer_run), a second one or --stop-grace ends it
     // at once; the swap files go with either (nvme_remove_all only unlinks)
@@ -49,10 +65,6 @@ void trainer_start(Trainer* t, int* argc, char*** argv, const char* program) {
     if (rc != 0 || llmc_input_add(t->tc.ds_config, "--ds-config") != 0) { die_all(t->rank, llmc_errmsg()); }
     if (zero_watchdog_start(t->tc.collective_timeout, MPI_COMM_WORLD) != 0) { die_all(t->rank, zero_errmsg()); }
     if (t->rank == 0 && t->tc.warnings[0] != '\0') { fputs(t->tc.warnings, stderr); }
-    MPI_Comm local;
-    mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &local));
-    mpiCheck(MPI_Comm_size(local, &t->local_size));
-    MPI_Comm_free(&local);
     const char* env = getenv("OMP_NUM_THREADS");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     t->threads = env != NULL ? atoi(env) : (int)(cores / t->local_size);

@@ -44,11 +44,13 @@ typedef struct {
 } Trainer;
 
 // Start-up: line-buffered stdout, SIGXFSZ ignored (a write past a file-size limit fails
-// with EFBIG and is reported), MPI, the flags (-h prints the usage for `program` and
-// exits; a bad flag stops every rank), the launcher's word against MPI's (llmc/job.h),
-// the stop signals, the --ds-config warnings from rank 0, and this rank's threads: the
-// node's cores split among its ranks unless OMP_NUM_THREADS says.
-void trainer_start(Trainer* t, int* argc, char*** argv, const char* program);
+// with EFBIG and is reported), MPI, the flags (--help, or -h alone, prints the usage for
+// `program` and exits; a bad flag stops every rank; llm.c's -ge must be -1 or
+// gelu_fusion, the build's: 0 none, 1 the forward's in the matmul), the launcher's word
+// and llm.c's -pn/-pr/-pg against MPI's (llmc/job.h), the stop signals, the --ds-config
+// warnings from rank 0, and this rank's threads: the node's cores split among its ranks
+// unless OMP_NUM_THREADS says.
+void trainer_start(Trainer* t, int* argc, char*** argv, const char* program, int gelu_fusion);
 
 // The model of -e: an llm.c file (its header and size checked on every rank, the file
 // kept open: each rank reads only its shards when the engine is built), or a descriptor

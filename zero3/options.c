@@ -4,6 +4,7 @@
 #include <stdlib.h>        // strtol, strtoll, strtoull, strtod, strtof
 #include <string.h>        // strcmp, strlen, strncmp, memcpy, memcmp
 #include <errno.h>         // ERANGE
+#include <ctype.h>         // isdigit: a negative number after a help_alone flag is its value
 #include <float.h>         // FLT_MAX, FLT_MIN, FLT_TRUE_MIN: a value that overflows or underflows a float
 #include <math.h>          // isnan, isfinite, fabsf (macros and a builtin: no -lm needed)
 #include "zero3/util.h"    // zero_error: the library error convention
@@ -357,6 +358,11 @@ int opt_parse_args(OptSet* sets, int nsets, int argc, char** argv) {
         int s = 0, k = 0;
         const OptRow* help = opt_lookup(sets, nsets, flag, &s, &k);
         if (help != NULL && help->type == OPT_HELP) { return 1; }
+        // (a flag after it, not a negative number, means it came alone)
+        if (help != NULL && help->help_alone &&
+            (i + 1 >= argc || (argv[i + 1][0] == '-' && !isdigit((unsigned char)argv[i + 1][1]) && argv[i + 1][1] != '.'))) {
+            return 1;
+        }
         if (flag[0] != '-' || flag[1] == '\0') { return zero_error("unexpected argument '%s' (flags look like -b 4 or --seed 1)", flag); }
         // "--name=value" or "--name value" / "-x value"
         char name[64];
@@ -375,7 +381,7 @@ int opt_parse_args(OptSet* sets, int nsets, int argc, char** argv) {
             val = argv[++i];
         }
         const OptRow* r = opt_lookup(sets, nsets, name, &s, &k);
-        if (r == NULL) { return zero_error("unknown flag %s (see -h)", name); }
+        if (r == NULL) { return zero_error("unknown flag %s (see --help)", name); }
         char what[80];
         snprintf(what, sizeof(what), "flag %s", name);
         if (opt_set_text(r, sets[s].cfg, what, val) != 0) { return -1; }

@@ -66,6 +66,8 @@ typedef struct {
     int trainer;             // OPT_BOTH, OPT_CPU, OPT_GPU
     const char* group;       // the --help section this row starts, or NULL
     const char* no_effect;   // a JSON key accepted but without effect here: why (a warning when read)
+    int help_alone;          // a flag that, given without a value (last, or before another flag), asks
+                             // for help (llm.c's -h 0|1 beside the usual -h)
     int (*parse)(const char* what, const char* s, int* out);  // OPT_ENUM: the value's parser
     const char* (*name)(int v);                                // OPT_ENUM: the value's name
 } OptRow;

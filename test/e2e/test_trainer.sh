@@ -36,7 +36,7 @@ TS_TRAIN=dev/data/tinyshakespeare/tiny_shakespeare_train.bin TS_VAL=dev/data/tin
 
 # ---------------------------------------------------------------------------
 # bad input: exit code 1 (not a crash) and a message naming the flag or file
-expect_error "unknown flag"            "-w"              $BIN $SMALL -w 1
+expect_error "unknown flag"            "-zz"             $BIN $SMALL -zz 1
 expect_error "malformed value"         "-b"              $BIN $SMALL -b 4x
 expect_error "missing value"           "-x"              $BIN $SMALL -x
 expect_error "missing model file"      "$tmp/none.bin"   $BIN $SMALL -e "$tmp/none.bin"

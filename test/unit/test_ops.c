@@ -793,6 +793,17 @@ Test(schedulers, known_points) {
     cr_assert(close_lr(lr_scheduler_get(&s, 10), 1e-3));
     cr_assert(close_lr(lr_scheduler_get(&s, 109), 1e-3));
 
+    // wsd (llm.c's): warm-up, stable to floor(0.8 * 110) = 88, then 1 - sqrt over the last 22 steps
+    cr_assert_eq(lr_scheduler_init(&s, "wsd", 1e-3f, 10, 110, 0.1f), 0);
+    cr_assert(close_lr(lr_scheduler_get(&s, 4), 5e-4));
+    cr_assert(close_lr(lr_scheduler_get(&s, 10), 1e-3));
+    cr_assert(close_lr(lr_scheduler_get(&s, 87), 1e-3));     // the last stable step
+    cr_assert(close_lr(lr_scheduler_get(&s, 88), 1e-3));     // r = 0
+    cr_assert(close_lr(lr_scheduler_get(&s, 93), 1e-4 + (1 - sqrt(5.0 / 22.0)) * 9e-4));
+    cr_assert(close_lr(lr_scheduler_get(&s, 99), 1e-4 + (1 - sqrt(0.5)) * 9e-4));
+    cr_assert(close_lr(lr_scheduler_get(&s, 110), 1e-4));    // r = 1: lr_min
+    cr_assert(close_lr(lr_scheduler_get(&s, 300), 1e-4));
+
     // no warmup: the first step already trains at lr
     cr_assert_eq(lr_scheduler_init(&s, "cosine", 1e-3f, 0, 100, 0.0f), 0);
     cr_assert(close_lr(lr_scheduler_get(&s, 0), 1e-3));
@@ -804,7 +815,7 @@ Test(schedulers, bad_type) {
     cr_assert_eq(lr_scheduler_init(&s, "exponential", 1e-3f, 10, 100, 0.1f), -1);
     const char* msg = llmc_errmsg();
     cr_assert(strstr(msg, "exponential") != NULL, "message does not name the bad type: %s", msg);
-    cr_assert(strstr(msg, "cosine") && strstr(msg, "linear") && strstr(msg, "constant"),
+    cr_assert(strstr(msg, "cosine") && strstr(msg, "linear") && strstr(msg, "constant") && strstr(msg, "wsd"),
               "message does not list the accepted types: %s", msg);
     cr_assert_eq(lr_scheduler_init(&s, "cosine", 1e-3f, -1, 100, 0.1f), -1);
 }

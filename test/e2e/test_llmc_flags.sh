@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# llm.c's flags on ./train_gpt2_zero3_cpu, as llm.c's train_gpt2.cu means them (issue 27):
+#   -h          alone (or --help) prints the usage and exits 0; -h 0 trains; -h 1 (HellaSwag,
+#               not built yet) is refused by name instead of printing help and "succeeding"
+#   -k wsd      the learning rates of the steps follow llm.c's warm-up, stable, 1 - sqrt decay
+#   -nk -nm     after each checkpoint the K newest stay, and every multiple of M besides
+#   -pn -pr -pg checked against the ranks MPI started: agreeing, the run goes on; not, every
+#               process stops with a message saying how to launch
+#   -pi -pf -ps accepted (MPI's world is the one used)
+#   -lg -ge -f -w -sl -sg  accepted at the values that say what this trainer does, refused
+#               by name at the others
+# Ends with "N passed, N failed".
+source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, expect_error
+
+$PY - "$tmp" <<'EOF'
+import sys, numpy as np
+h = np.zeros(256, dtype=np.int32); h[0] = 20240520; h[1] = 1; h[2] = 20000
+toks = (np.arange(20000) * 7919) % 50000
+open(f"{sys.argv[1]}/train.bin", "wb").write(h.tobytes() + toks.astype(np.uint16).tobytes())
+EOF
+SMALL="-e d2 -i $tmp/train.bin -j $tmp/train.bin -b 2 -t 32 -v 0 -s 0 -l 1e-3 --seed 5"
+
+# ---------------------------------------------------------------------------
+# -h: help alone, HellaSwag with a value
+for h in "-h" "--help" "-b 2 -h" "-h -b 2"; do
+    if $BIN $h > "$tmp/help" 2>&1 && grep -q "^Usage:" "$tmp/help" && grep -q -- "-nk, --keep-checkpoints" "$tmp/help"; then
+        ok "'$h' prints the usage and exits 0"
+    else
+        bad "'$h': $(head -2 "$tmp/help" | tr '\n' ' ')"
+    fi
+done
+run h0 1 $SMALL -x 2 -h 0 && [ "$(losses "$tmp/h0.json" | wc -l)" = 2 ] && ok "-h 0 trains" || bad "-h 0 did not train"
+expect_error "-h 1 (HellaSwag, not built yet)" "flag -h 1: the HellaSwag evaluation is not built yet" $BIN $SMALL -x 2 -h 1
+expect_error "-h 2"                   "flag -h"    $BIN $SMALL -x 2 -h 2
+
+# ---------------------------------------------------------------------------
+# -k wsd: 20 steps, 4 of warm-up, stable to step floor(0.8 * 20) = 16, then 1 - sqrt to -q
+run wsd 1 $SMALL -x 20 -k wsd -u 4 -q 0.1
+$PY - "$tmp/wsd.json" <<'EOF' && ok "-k wsd: the steps' learning rates are llm.c's wsd" || bad "-k wsd: learning rates"
+import json, math, sys
+lrs = [s["lr"] for s in json.load(open(sys.argv[1]))["steps"]]
+assert len(lrs) == 20, lrs
+lr, lo = 1e-3, 1e-4
+for step, got in enumerate(lrs):
+    if step < 4: want = lr * (step + 1) / 4
+    elif step < 16: want = lr
+    else: want = lo + (1 - math.sqrt((step - 16) / 4)) * (lr - lo)
+    assert abs(got - want) <= 1e-6 * lr, (step, got, want)
+EOF
+
+# ---------------------------------------------------------------------------
+# -nk 2 -nm 4: checkpoints every 2 steps to 10; the 2 newest (10, 8) stay, and 4 (a multiple of 4)
+$BIN $SMALL -x 10 -n 2 -nk 2 -nm 4 -o "$tmp/ck" > "$tmp/ck.log" 2>&1
+kept=$(cd "$tmp/ck" 2>/dev/null && ls DONE_* | tr '\n' ' ')
+[ "$kept" = "DONE_00000004 DONE_00000008 DONE_00000010 " ] && ok "-nk 2 -nm 4: checkpoints 4, 8 and 10 stay" \
+    || bad "-nk 2 -nm 4: kept $kept ($(grep -m1 -i error "$tmp/ck.log"))"
+$BIN $SMALL -x 10 -n 2 -nk 2 -o "$tmp/ck2" > /dev/null 2>&1
+kept=$(cd "$tmp/ck2" 2>/dev/null && ls DONE_* | tr '\n' ' ')
+[ "$kept" = "DONE_00000008 DONE_00000010 " ] && ok "-nk 2 alone (--keep-checkpoints): checkpoints 8 and 10 stay" || bad "-nk 2: kept $kept"
+
+# ---------------------------------------------------------------------------
+# the multi-node flags against MPI (here: one node)
+run layout 2 $SMALL -x 2 -pn 2 -pg 2 -pi fs -pf "$tmp" && ok "-pn 2 -pg 2 -pi fs -pf DIR at 2 ranks on one node: trains" \
+    || bad "-pn 2 -pg 2 at 2 ranks did not train"
+run layout1 1 $SMALL -x 1 -pn 1 -pr 0 -pg 1 -pi tcp -ps 10.0.0.1 && ok "-pn 1 -pr 0 -pg 1 -pi tcp -ps IP at 1 rank: trains" \
+    || bad "-pn 1 -pr 0 -pg 1 at 1 rank did not train"
+expect_error "-pn 4 at 2 ranks" "flag -pn 4: MPI sees a world of 2 processes" $MPIRUN -np 2 $BIN $SMALL -x 1 -pn 4
+expect_error "-pn 2 in a world of 1 (srun without PMIx)" "srun --mpi=pmix" $BIN $SMALL -x 1 -pn 2
+expect_error "-pr 0 given to both of 2 ranks" "flag -pr 0: MPI made this process rank 1 of 2" $MPIRUN -np 2 $BIN $SMALL -x 1 -pr 0
+expect_error "-pg 1 with 2 ranks on the node" "flag -pg 1: MPI put 2 processes on this node" $MPIRUN -np 2 $BIN $SMALL -x 1 -pg 1
+expect_error "-pi other"            "flag -pi"   $BIN $SMALL -x 1 -pi nccl
+
+# ---------------------------------------------------------------------------
+# llm.c's GPU flags: what this trainer does is accepted, anything else is refused by name
+run gpuflags 1 $SMALL -x 1 -lg -1 -ge 0 -f 0 -w 1 -sl 0 -sg 0 && ok "-lg -1 -ge 0 -f 0 -w 1 -sl 0 -sg 0: trains" \
+    || bad "llm.c's flags at this trainer's values did not train"
+expect_error "-lg 10 (GPU telemetry)" "flag -lg 10: GPU telemetry is not read" $BIN $SMALL -x 1 -lg 10
+expect_error "-ge 1 on the CPU trainer" "flag -ge 1: train_gpt2_zero3_cpu has one GELU, computed apart" $BIN $SMALL -x 1 -ge 1
+expect_error "-ge 3" "flag -ge" $BIN $SMALL -x 1 -ge 3
+expect_error "-f 1 (TF32)" "flag -f 1: nothing here computes in TF32" $BIN $SMALL -x 1 -f 1
+expect_error "-w 0 (no master weights)" "flag -w 0: ZeRO always keeps the fp32 master" $BIN $SMALL -x 1 -w 0
+expect_error "-sl 3 (outlier skipping, not built yet)" "flags -sl/-sg" $BIN $SMALL -x 1 -sl 3
+expect_error "-sg 3 (outlier skipping, not built yet)" "flags -sl/-sg" $BIN $SMALL -x 1 -sg 3
+
+finish
