@@ -51,9 +51,10 @@ static const OptRow args_options[] = {
     { .short_flag = "-a", .type = OPT_BOOL, TC(overfit_single_batch), .hi = 1, .def = "0", .trainer = OPT_BOTH,
       .help = "overfit a single batch" },
     { .short_flag = "-sl", .type = OPT_FLOAT, TC(skip_lossz), .lo = 0, .hi = 1e6, .def = "0", .arg = "<z>", .trainer = OPT_BOTH,
-      .help = "llm.c's outlier skipping by the loss's z-score; not built yet: only 0 (off) is accepted" },
+      .help = "skip the update when the loss's z-score over the last 128 steps' (the step's own included, llm.c's outlier "
+              "detector) passes z; 0: off" },
     { .short_flag = "-sg", .type = OPT_FLOAT, TC(skip_gradz), .lo = 0, .hi = 1e6, .def = "0", .arg = "<z>", .trainer = OPT_BOTH,
-      .help = "llm.c's outlier skipping by the gradient norm's z-score; not built yet: only 0 (off) is accepted" },
+      .help = "skip the update when the gradient norm's z-score over the last 128 steps' passes z (as -sl); 0: off" },
 
     { .group = "Validation, samples, checkpoints, report",
       .short_flag = "-v", .type = OPT_INT, TC(val_every), .lo = 0, .hi = K30, .def = "20", .trainer = OPT_BOTH,
@@ -185,10 +186,6 @@ static int args_given(const unsigned char* given, const char* flag) {
 static int args_check_llmc(const TrainConfig* c) {
     if (c->hellaswag) {
         return llmc_error("flag -h 1: the HellaSwag evaluation is not built yet; run with -h 0 (help is --help, or -h alone)");
-    }
-    if (c->skip_lossz != 0.0f || c->skip_gradz != 0.0f) {
-        return llmc_error("flags -sl/-sg: skipping outlier updates by z-score is not built yet; run with -sl 0 -sg 0 (steps with "
-                          "a non-finite loss or gradient norm are skipped always: --max-skipped-steps)");
     }
     if (c->log_gpu_every > 0) {
         return llmc_error("flag -lg %d: GPU telemetry is not read by this trainer (the step line and --report carry memory and "

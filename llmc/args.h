@@ -39,7 +39,7 @@ typedef struct {
     int keep_checkpoints;        // -nk, --keep-checkpoints K  after each save, only the K newest verified ones stay; 0: all
     int major_checkpoint_every;  // -nm M  with -nk: a checkpoint at a multiple of M steps is never removed; 0: none
     int hellaswag;               // -h 0|1  llm.c's HellaSwag eval (not built yet: 1 is refused); -h alone: help
-    float skip_lossz, skip_gradz;  // -sl, -sg  llm.c's outlier skipping (not built yet: only 0, off)
+    float skip_lossz, skip_gradz;  // -sl, -sg  skip the update past this z-score of the loss / grad norm (llm.c's); 0: off
     int log_gpu_every;           // -lg  llm.c's GPU telemetry every N steps (not read here: only <= 0, off)
     int gelu_fusion;             // -ge  llm.c's GELU fusion: only the build's own (trainer_check_llmc_flags)
     int tf32;                    // -f   llm.c's TF32 override: only 0 (no TF32 anywhere here)

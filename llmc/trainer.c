@@ -66,6 +66,8 @@ static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* l
     lp->skipped = 0;
     lp->start_step = trainer_resume(t, m, &lp->sample_rng, &lp->skipped);
     lp->skipped_before = lp->skipped;
+    outlier_init(&lp->loss_z);
+    outlier_init(&lp->norm_z);
     const char* nan_env = getenv("ZERO3_TEST_NAN_STEP");
     lp->nan_step = nan_env != NULL ? atoi(nan_env) : -1;
 
@@ -151,18 +153,30 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     if (step == lp->nan_step && rank == world - 1) { my_loss = NAN; }
     float loss = allreduce_mean(my_loss, world, "all-reduce of the loss");
     float lr = lr_scheduler_get(&lp->sched, step);
+    // -sl, -sg (llm.c's): the loss's z-score is known now; the norm's limit goes to the engine,
+    // which alone knows the norm before it updates. Every rank sees the same loss and norm.
+    double zloss = isfinite(loss) ? outlier_update(&lp->loss_z, loss) : NAN;
+    int loss_out = tc->skip_lossz > 0.0f && isfinite(zloss) && zloss > tc->skip_lossz;
+    double norm_limit = tc->skip_gradz > 0.0f ? outlier_limit(&lp->norm_z, tc->skip_gradz) : 0.0;
     // AdamW's 1-based step counts only the updates made, as DeepSpeed's does over overflows
-    ZeroStep zs = {lr, tc->weight_decay, tc->grad_clip, step + 1 - lp->skipped, tc->seed, !isfinite(loss)};
+    ZeroStep zs = {lr, tc->weight_decay, tc->grad_clip, step + 1 - lp->skipped, tc->seed, !isfinite(loss) || loss_out,
+                   (float)norm_limit};
     if (m->range_push != NULL) { m->range_push("optimizer"); }
     zeroCheck(zero_step(m->zero, &zs));
     if (m->range_pop != NULL) { m->range_pop(); }
     double ms = zero_now_ms() - t0;
     ZeroStats after;
     zeroCheck(zero_stats(m->zero, &after));
-    // the engine skipped the update when either is not finite (zero3/zero.h's ZeroStep)
-    int skip = !isfinite(loss) || !isfinite(after.norm);
+    if (isfinite(after.norm)) { outlier_update(&lp->norm_z, after.norm); }
+    int norm_out = zs.skip_norm_above > 0.0f && isfinite(after.norm) && after.norm > zs.skip_norm_above;
+    // the engine skipped the update when either is not finite (zero3/zero.h's ZeroStep), or
+    // an outlier; only the first kind counts towards --max-skipped-steps
+    int nonfinite = !isfinite(loss) || !isfinite(after.norm);
+    int outlier = !nonfinite && (loss_out || norm_out);
+    int skip = nonfinite || outlier;
     lp->skipped += skip;
-    lp->skipped_in_a_row = skip ? lp->skipped_in_a_row + 1 : 0;
+    lp->outliers += outlier;
+    lp->skipped_in_a_row = nonfinite ? lp->skipped_in_a_row + 1 : 0;
     double wait = after.wait_ms - before.wait_ms;
     lp->traffic.wait_total += wait;
     if (m->range_pop != NULL) { m->range_pop(); }
@@ -179,11 +193,15 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
         snprintf(extra + len, sizeof(extra) - len, " | GPU mem %.0f MiB", m->device_in_use(m->self) / 1048576.0);
     }
     if (rank == 0) {
+        char why[96] = "";
+        if (nonfinite) { snprintf(why, sizeof(why), " | skipped (non-finite loss/norm)"); }
+        else if (loss_out) { snprintf(why, sizeof(why), " | skipped (loss z-score %.2f > -sl %g)", zloss, tc->skip_lossz); }
+        else if (norm_out) { snprintf(why, sizeof(why), " | skipped (norm above %.4f: z-score > -sg %g)", zs.skip_norm_above, tc->skip_gradz); }
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | comm wait %.1f ms%s\n",
-               step + 1, t->max_steps, loss, lr, after.norm, ms, tps, extra, wait, skip ? " | skipped (non-finite loss/norm)" : "");
+               step + 1, t->max_steps, loss, lr, after.norm, ms, tps, extra, wait, why);
     }
     log_line(tc->output_dir, rank, "s:%d trl:%f\n", step, loss);
-    lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip};
+    lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip, outlier};
     return lp->skipped_in_a_row > tc->max_skipped_steps;
 }
 

@@ -30,6 +30,7 @@
 #include "llmc/trainer_report.h"     // the header, memory, kernel figures, trainer_report
 #include "llmc/rand.h"               // Rng: the sampler's coins
 #include "llmc/schedulers.h"         // LRScheduler
+#include "llmc/outlier.h"            // OutlierDetector: -sl, -sg
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,8 +47,10 @@ typedef struct {
     LRScheduler sched;
     Rng sample_rng;
     int start_step;
-    int skipped;                // optimizer steps skipped so far (non-finite loss or norm): AdamW's t did not advance
+    int skipped;                // optimizer steps skipped so far (non-finite loss or norm, or -sl/-sg): AdamW's t did not advance
+    OutlierDetector loss_z, norm_z;  // -sl, -sg: the windows of the last losses and norms (llmc/outlier.h)
     int skipped_before, skipped_in_a_row, signalled;
+    int outliers;               // of which skipped by -sl/-sg
     int nan_step;               // test hook (docs/TESTING.md): the last rank's loss of this step is NaN, as an overflow would make it
     double flops_per_token;
     double* mem_all;            // (world, MEM_FIELDS) on rank 0

@@ -108,9 +108,10 @@ int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* st
     char zdesc[512];
     zero_config_describe(&tc->zero, zdesc, sizeof(zdesc));
     cJSON_AddStringToObject(cfg, "zero", zdesc);
-    int skipped = 0;
-    for (int i = 0; i < nsteps; i++) { skipped += steps[i].skipped; }
+    int skipped = 0, outliers = 0;
+    for (int i = 0; i < nsteps; i++) { skipped += steps[i].skipped; outliers += steps[i].outlier; }
     cJSON_AddNumberToObject(root, "skipped_steps", skipped);
+    cJSON_AddNumberToObject(root, "skipped_outlier_steps", outliers);  // of them, by -sl/-sg
     cJSON* arr = cJSON_AddArrayToObject(root, "steps");
     for (int i = 0; i < nsteps; i++) {
         cJSON* s = cJSON_CreateObject();
@@ -122,6 +123,7 @@ int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* st
         cJSON_AddNumberToObject(s, "grad_norm", steps[i].norm);
         cJSON_AddNumberToObject(s, "comm_wait_ms", steps[i].wait_ms);
         cJSON_AddBoolToObject(s, "skipped", steps[i].skipped);
+        cJSON_AddBoolToObject(s, "skipped_outlier", steps[i].outlier);
         if (steps[i].mfu >= 0) { cJSON_AddNumberToObject(s, "mfu", steps[i].mfu); }
         cJSON_AddItemToArray(arr, s);
     }

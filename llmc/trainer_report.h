@@ -39,7 +39,7 @@ void kernel_steps_begin(double* k);
 void kernel_steps_end(double* k, int steps);
 
 // one training step and one validation, as the report records them
-typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; int skipped; } StepRecord;  // mfu < 0: unknown
+typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; int skipped, outlier; } StepRecord;  // mfu < 0: unknown; outlier: skipped by -sl/-sg
 typedef struct { int step; float loss; } ValRecord;
 
 // What the report says about the run's engine per training step, averaged: the bytes each

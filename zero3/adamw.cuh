@@ -153,10 +153,10 @@ __global__ void adamw_grad_scale_kernel(float* scale, float* norm, const double*
 }
 
 // one thread, after adamw_grad_scale_kernel: a step to skip (zero3/zero.h's ZeroStep: the
-// caller's skip, or a norm that is not finite) gets a NaN scale, on which adamw_kernel
+// caller's skip, a norm that is not finite, or one above skip_above > 0) gets a NaN scale, on which adamw_kernel
 // returns at once, so the decision stays on the GPU and the host does not wait for it
-__global__ void adamw_skip_kernel(float* scale, const float* norm, int skip) {
-    if (skip || !isfinite(*norm)) { *scale = NAN; }
+__global__ void adamw_skip_kernel(float* scale, const float* norm, int skip, float skip_above) {
+    if (skip || !isfinite(*norm) || (skip_above > 0.0f && *norm > skip_above)) { *scale = NAN; }
 }
 
 // ----------------------------------------------------------------------------

@@ -308,7 +308,7 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
         }
     }
     adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->dp_world, st->grad_clip);
-    adamw_skip_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, st->skip);  // NaN scale: AdamW changes nothing
+    adamw_skip_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, st->skip, st->skip_norm_above);  // NaN scale: AdamW changes nothing
     // the scale and the norm to the host: read after the trainer's end-of-step
     // synchronization (zero_dev_stats), or at once with offload, whose CPU Adam needs the scale
     if (zero_cuda(cudaGetLastError(), "the gradient scale") != 0 ||

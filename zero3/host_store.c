@@ -213,7 +213,8 @@ int zero_host_step(void* impl, const ZeroStep* st) {
     double sumsq = pl->norm_src != NULL ? grad_norm_squared(pl->norm_src, pl->norm_n) : zero_swap_grad_sumsq(&e->swap);
     if (pl->norm_sum != NULL && zero_allreduce_scalars(pl->norm_sum, &sumsq, 1) != 0) { return -1; }
     float scale = adamw_grad_scale(sumsq, e->dp_world, st->grad_clip, &e->norm);
-    if (st->skip || !isfinite(e->norm)) {  // an overflow: nothing changes, the gradients go
+    // an overflow, or an outlier (skip_norm_above): nothing changes, the gradients go
+    if (st->skip || !isfinite(e->norm) || (st->skip_norm_above > 0.0f && e->norm > st->skip_norm_above)) {
         zero_host_clear_grads(e);
         return 0;
     }

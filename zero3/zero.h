@@ -100,8 +100,9 @@ int zero_fill_agree(MPI_Comm comm, int failed);
 // A step whose global norm is not finite, or with skip set (the caller's loss was not),
 // is skipped as DeepSpeed skips an overflow: no parameter or AdamW moment changes and the
 // gradients are discarded, so the next step starts from zero. Every rank sees the same
-// norm and must pass the same skip.
-typedef struct { float lr, weight_decay, grad_clip; int t; uint64_t seed; int skip; } ZeroStep;
+// norm and must pass the same skip. skip_norm_above > 0: the step is skipped too when the
+// global norm exceeds it (llm.c's -sg, whose limit the trainer works out); 0: never.
+typedef struct { float lr, weight_decay, grad_clip; int t; uint64_t seed; int skip; float skip_norm_above; } ZeroStep;
 
 // bytes moved between the tiers
 enum { ZERO_MOVE_D2H, ZERO_MOVE_H2D, ZERO_MOVE_NVME_READ, ZERO_MOVE_NVME_WRITE, ZERO_NUM_MOVES };

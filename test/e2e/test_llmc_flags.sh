@@ -7,8 +7,10 @@
 #   -pn -pr -pg checked against the ranks MPI started: agreeing, the run goes on; not, every
 #               process stops with a message saying how to launch
 #   -pi -pf -ps accepted (MPI's world is the one used)
-#   -lg -ge -f -w -sl -sg  accepted at the values that say what this trainer does, refused
-#               by name at the others
+#   -sl -sg     the updates skipped are the steps whose loss or norm z-score (llm.c's
+#               detector, recomputed here from the report) passes the threshold
+#   -lg -ge -f -w  accepted at the values that say what this trainer does, refused by name
+#               at the others
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, expect_error
 
@@ -79,7 +81,50 @@ expect_error "-ge 1 on the CPU trainer" "flag -ge 1: train_gpt2_zero3_cpu has on
 expect_error "-ge 3" "flag -ge" $BIN $SMALL -x 1 -ge 3
 expect_error "-f 1 (TF32)" "flag -f 1: nothing here computes in TF32" $BIN $SMALL -x 1 -f 1
 expect_error "-w 0 (no master weights)" "flag -w 0: ZeRO always keeps the fp32 master" $BIN $SMALL -x 1 -w 0
-expect_error "-sl 3 (outlier skipping, not built yet)" "flags -sl/-sg" $BIN $SMALL -x 1 -sl 3
-expect_error "-sg 3 (outlier skipping, not built yet)" "flags -sl/-sg" $BIN $SMALL -x 1 -sg 3
+
+# ---------------------------------------------------------------------------
+# -sl, -sg: llm.c's outlier detector (z-score over the last 128 values, the new one included).
+# On a tiny model, 170 steps at a learning rate small enough that the batches' noise, not
+# the descent, moves the loss: a run without them gives the z-scores; a threshold below the
+# largest of the steps past the window makes the run skip at least once; then every step's
+# skipped_outlier in the report must be what the detector says of the losses and norms the
+# same report holds, and a skipped step must not count towards --max-skipped-steps
+$PY test/e2e/ref_gpt2.py --inputs-only "$tmp/tiny" > /dev/null 2>&1
+Z="-e $tmp/tiny/model.bin -i $tmp/tiny/train.bin -j $tmp/tiny/train.bin -b 1 -t 16 -v 0 -s 0 -l 1e-5 -x 170 --max-skipped-steps 0"
+# REPORT KEY [K]: each step's z-score (nan in the first 127); with K, whether it passes K:
+# 1 or 0, or ? within 1e-4 of it (the trainer's limit on the norm is a float: a z-score that
+# close may go either way)
+ZSCORE='
+import json, math, sys
+steps = json.load(open(sys.argv[1]))["steps"]; v = [s[sys.argv[2]] for s in steps]
+for i in range(len(v)):
+    w = v[i - 127:i + 1] if i >= 127 else []
+    mean = sum(w) / 128 if w else 0.0; var = sum(x * x for x in w) / 128 - mean * mean if w else 0.0
+    z = (v[i] - mean) / math.sqrt(var) if var > 0 else (float("nan") if not w else 0.0)
+    k = float(sys.argv[3]) if len(sys.argv) > 3 else None
+    print(repr(z) if k is None else ("?" if abs(z - k) < 1e-4 else 1 if z > k else 0))
+'
+for kind in "-sl loss" "-sg grad_norm"; do
+    flag=${kind% *}; key=${kind#* }
+    run zfree 1 $Z || { bad "$flag: the run without it failed"; continue; }
+    # halfway between the third and fourth largest z-scores: one step at least is skipped
+    k=$($PY -c "$ZSCORE" "$tmp/zfree.json" "$key" | grep -v nan | sort -g | tail -4 | head -2 | awk '{s += $1} END {printf "%.4f", s / 2}')
+    if run zrun 1 $Z $flag "$k"; then
+        want=$($PY -c "$ZSCORE" "$tmp/zrun.json" "$key" "$k" | tr -d '\n')
+        got=$($PY -c "import json,sys; print(''.join('1' if s['skipped_outlier'] else '0' for s in json.load(open(sys.argv[1]))['steps']))" "$tmp/zrun.json")
+        tot=$($PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['skipped_steps'], r['skipped_outlier_steps'])" "$tmp/zrun.json")
+        n=$(tr -cd 1 <<< "$got" | wc -c)
+        if [[ "$got" == ${want//\?/[01]} ]] && [ "$n" -ge 1 ] && [ "$tot" = "$n $n" ]; then
+            ok "$flag $k: the $n steps skipped are those whose z-score passes it; the run goes on past --max-skipped-steps 0"
+        else
+            bad "$flag $k: skipped $got, the detector says $want; report $tot"
+        fi
+    else
+        bad "$flag $k: $(grep -m1 -i error "$tmp/zrun.log")"
+    fi
+done
+# a threshold no z-score can reach ((n - 1) / sqrt(n) = 11.2 for 128) changes nothing
+run zbig 1 $Z -sl 11.3 -sg 11.3 && run zfree 1 $Z && cmp -s <(losses "$tmp/zfree.json") <(losses "$tmp/zbig.json") \
+    && ok "-sl 11.3 -sg 11.3 (past any z-score of a window of 128): the losses of a run without them" || bad "-sl/-sg 11.3 changed the run"
 
 finish

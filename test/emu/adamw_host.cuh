@@ -50,8 +50,8 @@ __global__ void adamw_norm_widen_kernel(double* sumsq, const float* local) { *su
 __global__ void adamw_grad_scale_kernel(float* scale, float* norm, const double* sumsq, int world, float max_norm) {
     *scale = adamw_grad_scale(*sumsq, world, max_norm, norm);
 }
-__global__ void adamw_skip_kernel(float* scale, const float* norm, int skip) {
-    if (skip || !isfinite(*norm)) { *scale = NAN; }
+__global__ void adamw_skip_kernel(float* scale, const float* norm, int skip, float skip_above) {
+    if (skip || !isfinite(*norm) || (skip_above > 0.0f && *norm > skip_above)) { *scale = NAN; }
 }
 
 #endif // ZERO3_ADAMW_CUH

@@ -39,6 +39,7 @@
 #include "llmc/classifier.h"  // softmax_forward, crossentropy_forward, crossentropy_softmax_backward, the tiles'
 #include "zero3/adamw.h"       // adamw_update, grad_norm_squared, adamw_grad_scale
 #include "llmc/schedulers.h"  // LRScheduler, lr_scheduler_init, lr_scheduler_get
+#include "llmc/outlier.h"     // OutlierDetector: -sl, -sg
 
 #ifndef M_PI  // not in strict ISO C
 #define M_PI 3.14159265358979323846
@@ -808,6 +809,36 @@ Test(schedulers, known_points) {
     cr_assert_eq(lr_scheduler_init(&s, "cosine", 1e-3f, 0, 100, 0.0f), 0);
     cr_assert(close_lr(lr_scheduler_get(&s, 0), 1e-3));
     cr_assert(close_lr(lr_scheduler_get(&s, 50), 5e-4));
+}
+
+// llm.c's detector: NaN until the window is full, then the z-score of the window with the
+// new value in it (two passes in double here); the norm's limit is where that z-score
+// crosses k, none past (n - 1) / sqrt(n)
+Test(outlier, z_scores_and_the_limit) {
+    OutlierDetector d;
+    outlier_init(&d);
+    double vals[300];
+    for (int i = 0; i < 300; i++) { vals[i] = 1.0 + 0.1 * sin(0.37 * i) + 0.02 * (i % 7); }
+    for (int i = 0; i < 300; i++) {
+        if (i >= OUTLIER_WINDOW) {
+            double k = 1.5, lim = outlier_limit(&d, k);
+            cr_assert(lim > 0.0);
+            cr_assert(fabs(outlier_z_if(&d, lim) - k) < 1e-9, "z at the limit %g", outlier_z_if(&d, lim));
+            cr_assert(outlier_z_if(&d, lim * (1 - 1e-6)) < k && outlier_z_if(&d, lim * (1 + 1e-6)) > k);
+            double bound = (OUTLIER_WINDOW - 1) / sqrt((double)OUTLIER_WINDOW);
+            cr_assert_eq(outlier_limit(&d, bound + 1e-9), 0.0, "no value reaches the bound");
+        } else {
+            cr_assert_eq(outlier_limit(&d, 1.0), 0.0, "the window is not full");
+        }
+        double z = outlier_update(&d, vals[i]);
+        if (i < OUTLIER_WINDOW) { cr_assert(isnan(z)); continue; }
+        double mean = 0.0, sq = 0.0;
+        for (int j = i - OUTLIER_WINDOW + 1; j <= i; j++) { mean += vals[j]; }
+        mean /= OUTLIER_WINDOW;
+        for (int j = i - OUTLIER_WINDOW + 1; j <= i; j++) { sq += (vals[j] - mean) * (vals[j] - mean); }
+        double want = (vals[i] - mean) / sqrt(sq / OUTLIER_WINDOW);
+        cr_assert(fabs(z - want) < 1e-9 * (1 + fabs(want)), "step %d: z %g, want %g", i, z, want);
+    }
 }
 
 Test(schedulers, bad_type) {
