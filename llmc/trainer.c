@@ -81,6 +81,8 @@ static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* l
     lp->vals = (ValRecord*)mallocCheck((t->max_steps + 2) * sizeof(ValRecord));
     zeroCheck(zero_stats(m->zero, &lp->traffic.start));
     kernel_steps_begin(lp->kernel);
+    if (!tc->resume) { log_fresh(tc->output_dir, rank); }  // a resumed run appends, as llm.c's does
+    lp->t_start = zero_now_ms();
 }
 
 // At the boundary of `step`: whether any rank was signalled, validation (-v), samples (-s)
@@ -103,7 +105,7 @@ static int trainer_boundary(Trainer* t, const TrainerModel* m, TrainerLoop* lp, 
         job_doing("validating at step %d", step);
         float val_loss = trainer_validate(t, m);
         if (rank == 0) { printf("val loss %f\n", val_loss); }
-        log_line(tc->output_dir, rank, "s:%d tel:%f\n", step, val_loss);
+        log_line(tc->output_dir, rank, "main.log", "s:%d tel:%.4f\n", step, val_loss);
         lp->vals[lp->nvals++] = (ValRecord){step, val_loss};
     }
     if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) {
@@ -197,10 +199,18 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
         if (nonfinite) { snprintf(why, sizeof(why), " | skipped (non-finite loss/norm)"); }
         else if (loss_out) { snprintf(why, sizeof(why), " | skipped (loss z-score %.2f > -sl %g)", zloss, tc->skip_lossz); }
         else if (norm_out) { snprintf(why, sizeof(why), " | skipped (norm above %.4f: z-score > -sg %g)", zs.skip_norm_above, tc->skip_gradz); }
-        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | comm wait %.1f ms%s\n",
-               step + 1, t->max_steps, loss, lr, after.norm, ms, tps, extra, wait, why);
+        // elapsed since this run's first step; the ETA at this run's mean step time so far
+        double elapsed = (zero_now_ms() - lp->t_start) / 1e3, eta = elapsed / (lp->nsteps + 1) * (t->max_steps - step - 1);
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s%s | comm wait %.1f ms | %.0f s, ETA %.0f s%s\n",
+               step + 1, t->max_steps, loss, lr, after.norm, ms, tps, extra, wait, elapsed, eta, why);
     }
-    log_line(tc->output_dir, rank, "s:%d trl:%f\n", step, loss);
+    // llm.c's main.log line, and the whole step as a JSON line (a killed run keeps its history)
+    log_line(tc->output_dir, rank, "main.log", "s:%d trl:%.4f lr:%.6f norm:%.2f\n", step, loss, lr, after.norm);
+    log_line(tc->output_dir, rank, "main.jsonl", "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"norm\": %.9g, \"ms\": %.3f, "
+             "\"tokens_per_s\": %.1f, \"mfu\": %.6f, \"comm_wait_ms\": %.3f, \"skipped\": %s, \"skipped_outlier\": %s, "
+             "\"rss_bytes\": %.0f, \"device_bytes\": %.0f}\n", step, loss, lr, after.norm, ms, tps, mfu, wait,
+             skip ? "true" : "false", outlier ? "true" : "false", kernel_rss_now(),
+             m->device_in_use != NULL ? (double)m->device_in_use(m->self) : 0.0);
     lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip, outlier};
     return lp->skipped_in_a_row > tc->max_skipped_steps;
 }

@@ -51,6 +51,7 @@ typedef struct {
     OutlierDetector loss_z, norm_z;  // -sl, -sg: the windows of the last losses and norms (llmc/outlier.h)
     int skipped_before, skipped_in_a_row, signalled;
     int outliers;               // of which skipped by -sl/-sg
+    double t_start;             // zero_now_ms at the first step of this run: the step line's elapsed time and ETA
     int nan_step;               // test hook (docs/TESTING.md): the last rank's loss of this step is NaN, as an overflow would make it
     double flops_per_token;
     double* mem_all;            // (world, MEM_FIELDS) on rank 0

@@ -1,8 +1,9 @@
-// A training run's process plumbing (llmc/trainer_proc.h): failures, main.log, the all-reduce of a float.
+// A training run's process plumbing (llmc/trainer_proc.h): failures, main.log and main.jsonl, the all-reduce of a float.
 #include "llmc/trainer_proc.h" // the interface: mpiCheck, zeroCheck, Zero
 #include <mpi.h>              // MPI_Abort, MPI_Allreduce, MPI_Finalize
 #include "llmc/utils.h"       // llmc_errmsg
-#include <stdio.h>            // fprintf, snprintf, fdopen
+#include <stdio.h>            // fprintf, snprintf, fdopen, vfprintf
+#include <stdarg.h>           // va_list: log_line's format
 #include <stdlib.h>           // exit
 #include <string.h>           // strerror
 #include <errno.h>            // errno: why main.log could not be written
@@ -46,17 +47,44 @@ void die_all(int rank, const char* msg) {
     exit(EXIT_FAILURE);
 }
 
-void log_line(const char* dir, int rank, const char* fmt, int step, float value) {
+// DIR/name opened for appending (trunc: emptied), or a message and the run stopped
+static FILE* log_open(const char* dir, const char* name, int trunc, char* path, size_t cap) {
+    snprintf(path, cap, "%s/%s", dir, name);
+    const char* why = NULL;  // file_open's reason
+    int fd = file_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | (trunc ? O_TRUNC : 0), 0666, FILE_REGULAR, &why);
+    FILE* fp = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (fp == NULL) {
+        fprintf(stderr, "error: cannot write %s: %s\n", path, fd >= 0 ? strerror(errno) : why);
+        if (fd >= 0) { close(fd); }
+        trainer_abort();
+    }
+    return fp;
+}
+
+void log_fresh(const char* dir, int rank) {
+    if (dir == NULL || rank != 0) { return; }
+    const char* names[2] = {"main.log", "main.jsonl"};
+    for (int i = 0; i < 2; i++) {
+        char path[4096];
+        FILE* fp = log_open(dir, names[i], 1, path, sizeof(path));
+        if (fclose(fp) != 0) {
+            fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(errno));
+            trainer_abort();
+        }
+    }
+}
+
+void log_line(const char* dir, int rank, const char* name, const char* fmt, ...) {
     if (dir == NULL || rank != 0) { return; }
     char path[4096];
-    snprintf(path, sizeof(path), "%s/main.log", dir);
-    const char* why = NULL;  // file_open's reason, or the write's
-    int fd = file_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW, 0666, FILE_REGULAR, &why);
-    FILE* fp = fd >= 0 ? fdopen(fd, "a") : NULL;
-    int ok = fp != NULL && fprintf(fp, fmt, step, value) > 0;
-    if (!ok && fd >= 0) { why = strerror(errno); }
-    if (fp != NULL && fclose(fp) != 0 && ok) { ok = 0; why = strerror(errno); }
-    if (fp == NULL && fd >= 0) { close(fd); }
+    const char* why = NULL;  // the write's reason
+    FILE* fp = log_open(dir, name, 0, path, sizeof(path));
+    va_list ap;
+    va_start(ap, fmt);
+    int ok = vfprintf(fp, fmt, ap) > 0;
+    va_end(ap);
+    if (!ok) { why = strerror(errno); }
+    if (fclose(fp) != 0 && ok) { ok = 0; why = strerror(errno); }
     if (!ok) {
         fprintf(stderr, "error: cannot write %s: %s\n", path, why);
         trainer_abort();

@@ -55,10 +55,15 @@ void trainer_fail(int rank);
 // once, remove this rank's swap files, stop all
 void die_all(int rank, const char* msg);
 
-// One line of llm.c's main.log ("s:%d trl:%f" / "s:%d tel:%f"), from rank 0. A line that
+// One line appended to DIR/name, from rank 0: llm.c's main.log ("s:%d trl:%.4f lr:%.6f
+// norm:%.2f", "s:%d tel:%.4f") or the step-by-step JSON lines of main.jsonl. A line that
 // cannot be written (a full disk, a file-size limit) stops the run: a log with holes would
 // pass for a complete one. Opened without following a link: start-up checked the path.
-void log_line(const char* dir, int rank, const char* fmt, int step, float value);
+void log_line(const char* dir, int rank, const char* name, const char* fmt, ...);
+
+// A new run's logs (not a resumed one's: it appends, as llm.c's does): DIR's main.log and
+// main.jsonl emptied, by rank 0. A failure stops the run as log_line's does.
+void log_fresh(const char* dir, int rank);
 
 // x averaged over the world's ranks (an all-reduce told to the watchdog as `what`)
 float allreduce_mean(float x, int world, const char* what);

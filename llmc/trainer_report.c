@@ -55,6 +55,8 @@ static double proc_self_value(const char* file, const char* key) {
     return v;
 }
 
+double kernel_rss_now(void) { return proc_self_value("/proc/self/status", "VmRSS:"); }
+
 void kernel_steps_begin(double* k) {
     k[KERNEL_RSS_STARTUP] = proc_self_value("/proc/self/status", "VmHWM:");
     FILE* f = fopen("/proc/self/clear_refs", "w");

@@ -35,6 +35,9 @@ static const char* const kernel_names[KERNEL_FIELDS] = {"peak_rss_startup", "pea
 // figure includes start-up
 void kernel_steps_begin(double* k);
 
+// this process's resident memory now (VmRSS, bytes), -1 if unknown: main.jsonl's per step
+double kernel_rss_now(void);
+
 // the steps' peak resident memory, and their read and written bytes per step
 void kernel_steps_end(double* k, int steps);
 

@@ -170,7 +170,8 @@ static void trainer_check_ranks(const Trainer* t) {
 }
 
 // An input of the run that is also a file of -o under a name the run writes or removes
-// there (a checkpoint's model, state or marker file, their temporaries, main.log; by device
+// there (a checkpoint's model, state or marker file, their temporaries, main.log and
+// main.jsonl; by device
 // and inode, so -e given through a link or another name counts) would be replaced by a
 // checkpoint or removed by --keep-checkpoints: refused before anything is written.
 // Returns 0, or -1 with llmc_errmsg() naming the file, and the input's flag and path.
@@ -181,7 +182,8 @@ static int trainer_inputs_outside_output(const char* out) {
     struct dirent* e;
     while (rc == 0 && (e = readdir(d)) != NULL) {
         int step, rank, tmp;
-        if (checkpoint_name_parse(e->d_name, &step, &rank, &tmp) == CHECKPOINT_FILE_NONE && strcmp(e->d_name, "main.log") != 0) {
+        if (checkpoint_name_parse(e->d_name, &step, &rank, &tmp) == CHECKPOINT_FILE_NONE && strcmp(e->d_name, "main.log") != 0 &&
+            strcmp(e->d_name, "main.jsonl") != 0) {
             continue;
         }
         char path[4400];
@@ -200,7 +202,7 @@ static int trainer_inputs_outside_output(const char* out) {
 
 // Where the run will write, checked before it starts, after its inputs are known (so that
 // no output replaces one): -o a directory every rank can create files in, its main.log
-// (rank 0) no link, FIFO or input; --report's directory writable and its path neither
+// and main.jsonl (rank 0) no link, FIFO or input; --report's directory writable and its path neither
 // (rank 0); --nvme-path a writable directory (every rank, with NVMe offload). Every rank
 // says what it found wrong, naming the path; then all stop.
 static void trainer_check_outputs(Trainer* t) {
@@ -216,6 +218,10 @@ static void trainer_check_outputs(Trainer* t) {
         bad = output_dir_check(tc->output_dir) != 0 || trainer_inputs_outside_output(tc->output_dir) != 0;
         snprintf(path, sizeof(path), "%s/main.log", tc->output_dir);
         if (!bad && t->rank == 0) { bad = output_check(path) != 0; }
+        if (!bad && t->rank == 0) {
+            snprintf(path, sizeof(path), "%s/main.jsonl", tc->output_dir);
+            bad = output_check(path) != 0;
+        }
     }
     if (!bad && tc->report != NULL && t->rank == 0) {
         flag = "--report";

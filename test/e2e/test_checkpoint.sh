@@ -144,7 +144,7 @@ ln "$tmp/ck/state_00000004_00000.bin" "$tmp/state_link.bin"
 expect_error "extract-optimizer over a hard link of a state file" \
     "refusing to replace $tmp/state_link.bin: it is an input of this run (the checkpoint read), the same file as $tmp/ck/state_00000004_00000.bin" \
     ./checkpoint_tool extract-optimizer "$tmp/ck" 4 "$tmp/state_link.bin"
-(cd "$tmp/ck" && md5sum -c --quiet "$tmp/ck.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/ck" | grep -v -x job.lock | wc -l)" = 9 ] \
+(cd "$tmp/ck" && md5sum -c --quiet "$tmp/ck.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/ck" | grep -v -x -e job.lock -e main.jsonl | wc -l)" = 9 ] \
     && ok "the checkpoint read is as it was, nothing added" || bad "the tool changed $tmp/ck: $(ls "$tmp/ck" | tr '\n' ' ')"
 # inspect on junk: names that only look like a checkpoint's are none (no "step -1")
 mkdir -p "$tmp/junk"; for f in DONE_-1 DONE_-0000001 state_-0000001_00000.bin model_12.bin DONE_000000012 notes.txt; do echo junk > "$tmp/junk/$f"; done
@@ -158,8 +158,8 @@ grep -q "step        3  bad marker" "$tmp/out" && ok "inspect says the marker of
 fresh none; flip "$tmp/none/state_00000004_00000.bin" -10; flip "$tmp/none/state_00000002_00001.bin" -10
 ls -l --time-style=+%s.%N "$tmp/none" > "$tmp/none.before"
 expect_error "every checkpoint damaged" "no checkpoint in $tmp/none passes its checks" $MPIRUN -np 2 $BIN $R -x 6 -o "$tmp/none" -y 1
-ls -l --time-style=+%s.%N "$tmp/none" | grep -v -e main.log -e job.lock > "$tmp/none.after"
-grep -v -e main.log -e job.lock "$tmp/none.before" | cmp -s - "$tmp/none.after" && ok "the damaged checkpoints are left as they were" \
+ls -l --time-style=+%s.%N "$tmp/none" | grep -v -e main.log -e main.jsonl -e job.lock > "$tmp/none.after"
+grep -v -e main.log -e main.jsonl -e job.lock "$tmp/none.before" | cmp -s - "$tmp/none.after" && ok "the damaged checkpoints are left as they were" \
     || bad "the failed resume changed the directory: $(diff "$tmp/none.before" "$tmp/none.after" | tr '\n' ' ')"
 
 # a marker with nothing to verify against is no complete checkpoint: an empty one (an
@@ -176,7 +176,7 @@ run old 2 $R -x 6 -o "$tmp/old" -y 1 --allow-unverified 1 && grep -q "has no che
 # ---------------------------------------------------------------------------
 # --keep-checkpoints 2: after steps 1..5, only 4 and 5 remain, whole; nothing else left
 run keep 1 $R -x 5 -o "$tmp/keep" -n 1 --keep-checkpoints 2 || bad "setup: the --keep-checkpoints run failed"
-want="DONE_00000004 DONE_00000005 job.lock main.log model_00000004.bin model_00000005.bin state_00000004_00000.bin state_00000005_00000.bin"
+want="DONE_00000004 DONE_00000005 job.lock main.jsonl main.log model_00000004.bin model_00000005.bin state_00000004_00000.bin state_00000005_00000.bin"
 got=$(ls "$tmp/keep" | tr '\n' ' ' | sed 's/ $//')
 [ "$got" = "$want" ] && ok "--keep-checkpoints 2 leaves the two newest checkpoints and nothing of the older ones" || bad "--keep-checkpoints 2 left: $got"
 expect_error "--keep-checkpoints takes a count" "--keep-checkpoints" $BIN $R -x 1 --keep-checkpoints -1
@@ -187,7 +187,7 @@ keep_damaged() {  # keep_damaged K WANT: resumes the damaged copy with --keep-ch
     local k=$1 want=$2 name=keepd$1
     fresh "$name"; flip "$tmp/$name/state_00000004_00001.bin" -4096
     run "$name" 2 $R -x 3 -n 3 -o "$tmp/$name" -y 1 --keep-checkpoints "$k" > /dev/null
-    local got; got=$(cd "$tmp/$name" && ls | grep -v -x -e main.log -e job.lock | tr '\n' ' ' | sed 's/ $//')
+    local got; got=$(cd "$tmp/$name" && ls | grep -v -x -e main.log -e main.jsonl -e job.lock | tr '\n' ' ' | sed 's/ $//')
     if [ "$got" = "$want" ] && grep -q "resumed from .* at step 2" "$tmp/$name.log" \
         && ./checkpoint_tool verify "$tmp/$name" > /dev/null 2>&1; then
         ok "--keep-checkpoints $k with the newest damaged: left $got, every one verifies"
@@ -204,11 +204,11 @@ keep_damaged 1 "DONE_00000003 model_00000003.bin state_00000003_00000.bin state_
 # a model file of -o as -e: the checkpoint of its step would replace it, --keep-checkpoints
 # remove it; refused before anything is written, however -e names it
 fresh in_out; ln -s "$tmp/in_out/model_00000002.bin" "$tmp/in_out_link.bin"
-(cd "$tmp/in_out" && ls | grep -v -x job.lock | xargs md5sum > "$tmp/in_out.md5")  # job.lock: the refused run's own
+(cd "$tmp/in_out" && ls | grep -v -x -e job.lock -e main.jsonl | xargs md5sum > "$tmp/in_out.md5")  # job.lock: the refused run's own
 expect_error "-e a checkpoint file of -o" \
     "refusing to replace $tmp/in_out/model_00000002.bin: it is an input of this run (-e), the same file as $tmp/in_out_link.bin: a checkpoint would replace it" \
     $MPIRUN -np 2 $BIN $R -e "$tmp/in_out_link.bin" -x 4 -n 1 -o "$tmp/in_out" --keep-checkpoints 1
-(cd "$tmp/in_out" && md5sum -c --quiet "$tmp/in_out.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/in_out" | grep -v -x job.lock | wc -l)" = 9 ] \
+(cd "$tmp/in_out" && md5sum -c --quiet "$tmp/in_out.md5" > /dev/null 2>&1) && [ "$(ls "$tmp/in_out" | grep -v -x -e job.lock -e main.jsonl | wc -l)" = 9 ] \
     && ok "nothing in -o written or removed" || bad "-o changed: $(ls "$tmp/in_out" | tr '\n' ' ')"
 
 # ---------------------------------------------------------------------------
@@ -273,9 +273,9 @@ if mount -t tmpfs -o size=1m tmpfs "$full" 2>/dev/null; then
             "checkpoint at step 2: rank " $MPIRUN -np 2 $BIN -e "$tmp/tiny.bin" $P -l 1e-2 -x 2 -n 1 -z 3 -o "$full/out" -y 1
         grep -qF "model_00000002.bin.tmp: No space left on device" "$tmp/err" "$tmp/out" \
             && ok "the message names the model file's temporary and the full disk" || bad "full disk: $(grep -m1 error "$tmp/err")"
-        left=$(cd "$full/out" && ls | grep -v -x -e main.log -e job.lock -e DONE_00000001 -e model_00000001.bin -e 'state_00000001_0000[01].bin')
+        left=$(cd "$full/out" && ls | grep -v -x -e main.log -e main.jsonl -e job.lock -e DONE_00000001 -e model_00000001.bin -e 'state_00000001_0000[01].bin')
         [ -z "$left" ] && ok "no marker, temporary or file of step 2 left on the full disk" || bad "left on the full disk: $left"
-        diff -r -x main.log -x job.lock "$tmp/full_before" "$full/out" > /dev/null && ./checkpoint_tool verify "$full/out" 1 > /dev/null 2>&1 \
+        diff -r -x main.log -x main.jsonl -x job.lock "$tmp/full_before" "$full/out" > /dev/null && ./checkpoint_tool verify "$full/out" 1 > /dev/null 2>&1 \
             && ok "the complete checkpoint of step 1 is untouched and verifies" || bad "the checkpoint of step 1 changed on the full disk"
     else
         bad "setup of the full-disk checkpoint ($(tail -1 "$tmp/fill1.log"))"

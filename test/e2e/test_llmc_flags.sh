@@ -9,6 +9,8 @@
 #   -pi -pf -ps accepted (MPI's world is the one used)
 #   -sl -sg     the updates skipped are the steps whose loss or norm z-score (llm.c's
 #               detector, recomputed here from the report) passes the threshold
+#   main.log    llm.c's lines, fresh for a new run, appended to by a resumed one; main.jsonl
+#               a JSON line per step; the step line's elapsed time and ETA
 #   -lg -ge -f -w  accepted at the values that say what this trainer does, refused by name
 #               at the others
 # Ends with "N passed, N failed".
@@ -126,5 +128,31 @@ done
 # a threshold no z-score can reach ((n - 1) / sqrt(n) = 11.2 for 128) changes nothing
 run zbig 1 $Z -sl 11.3 -sg 11.3 && run zfree 1 $Z && cmp -s <(losses "$tmp/zfree.json") <(losses "$tmp/zbig.json") \
     && ok "-sl 11.3 -sg 11.3 (past any z-score of a window of 128): the losses of a run without them" || bad "-sl/-sg 11.3 changed the run"
+
+# ---------------------------------------------------------------------------
+# main.log as llm.c writes it (s:N trl:X lr:Y norm:Z, s:N tel:X), and main.jsonl, a JSON line
+# per step: made fresh by a new run, appended to by a resumed one; the step line's ETA
+$BIN $SMALL -x 4 -v 2 -n 2 -o "$tmp/lg" > "$tmp/lg.log" 2>&1
+$BIN $SMALL -x 6 -v 2 -n 2 -o "$tmp/lg" -y 1 > "$tmp/lg2.log" 2>&1
+if $PY - "$tmp/lg/main.log" "$tmp/lg/main.jsonl" <<'EOF'
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+trl = [l for l in lines if " trl:" in l]; tel = [l for l in lines if " tel:" in l]
+assert all(re.fullmatch(r"s:\d+ trl:\d+\.\d{4} lr:\d+\.\d{6} norm:\d+\.\d{2}", l) for l in trl), trl
+assert all(re.fullmatch(r"s:\d+ tel:\d+\.\d{4}", l) for l in tel), tel
+assert [int(l.split()[0][2:]) for l in trl] == [0, 1, 2, 3, 4, 5], trl     # 0-3, then the resumed 4-5
+assert [int(l.split()[0][2:]) for l in tel] == [0, 2, 4, 4, 6], tel        # (the resume validates at its start, 4)
+steps = [json.loads(l) for l in open(sys.argv[2])]
+assert [s["step"] for s in steps] == [0, 1, 2, 3, 4, 5], steps
+for s, l in zip(steps, trl):
+    assert f"trl:{s['loss']:.4f}" in l and s["ms"] > 0 and s["tokens_per_s"] > 0 and s["rss_bytes"] > 0 and s["skipped"] is False, (s, l)
+EOF
+then ok "main.log: llm.c's lines, appended to by the resumed run; main.jsonl: every step, as JSON"
+else bad "main.log / main.jsonl: $(head -3 "$tmp/lg/main.log" | tr '\n' ' ')"; fi
+grep -qE "^step    6/6 .* \| [0-9]+ s, ETA 0 s" "$tmp/lg2.log" && grep -qE "^step    1/4 .* \| [0-9]+ s, ETA [0-9]+ s" "$tmp/lg.log" \
+    && ok "the step line says the elapsed time and the ETA" || bad "no ETA on the step line: $(grep -m1 '^step' "$tmp/lg.log")"
+$BIN $SMALL -x 2 -v 0 -o "$tmp/lg" > /dev/null 2>&1
+[ "$(grep -c trl "$tmp/lg/main.log")" = 2 ] && [ "$(wc -l < "$tmp/lg/main.jsonl")" = 2 ] \
+    && ok "a new run (-y 0) starts main.log and main.jsonl afresh" || bad "a new run kept the old log: $(wc -l < "$tmp/lg/main.log") lines"
 
 finish
