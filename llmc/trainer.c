@@ -206,9 +206,10 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     }
     // llm.c's main.log line, and the whole step as a JSON line (a killed run keeps its history)
     log_line(tc->output_dir, rank, "main.log", "s:%d trl:%.4f lr:%.6f norm:%.2f\n", step, loss, lr, after.norm);
-    log_line(tc->output_dir, rank, "main.jsonl", "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"norm\": %.9g, \"ms\": %.3f, "
-             "\"tokens_per_s\": %.1f, \"mfu\": %.6f, \"comm_wait_ms\": %.3f, \"skipped\": %s, \"skipped_outlier\": %s, "
-             "\"rss_bytes\": %.0f, \"device_bytes\": %.0f}\n", step, loss, lr, after.norm, ms, tps, mfu, wait,
+    log_line(tc->output_dir, rank, "main.jsonl", "{\"step\": %d, \"tokens\": %.0f, \"loss\": %.9g, \"lr\": %.9g, \"norm\": %.9g, "
+             "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.6f, \"comm_wait_ms\": %.3f, \"skipped\": %s, "
+             "\"skipped_outlier\": %s, \"rss_bytes\": %.0f, \"device_bytes\": %.0f}\n", step, (double)(step + 1) * t->total_batch,
+             loss, lr, after.norm, ms, tps, mfu, wait,
              skip ? "true" : "false", outlier ? "true" : "false", kernel_rss_now(),
              m->device_in_use != NULL ? (double)m->device_in_use(m->self) : 0.0);
     lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip, outlier};

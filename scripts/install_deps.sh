@@ -4,6 +4,7 @@
 #   build:      gcc, g++ (the device engine's CPU test), make, pkg-config
 #   trainer:    OpenBLAS, its OpenMP build (sgemm), Open MPI (data parallelism), PCRE2 (tokenizer regex),
 #               cJSON (reports, configs, encoder.json), liburing (NVMe tier)
+#   scripts:    python3-matplotlib (scripts/plot_log.py's plots)
 #   tests:      Criterion (unit tests), python3-torch + numpy + regex (PyTorch reference),
 #               fio (the NVMe benchmark's yardstick), strace (the checkpoint test's fsync order),
 #               clang + libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes: test/fuzz)
@@ -13,7 +14,7 @@ pkgs=(build-essential make pkg-config
       libopenblas-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin
       libpcre2-dev libcjson-dev liburing-dev
       libcriterion-dev
-      python3 python3-torch python3-numpy python3-regex fio strace
+      python3 python3-torch python3-numpy python3-regex python3-matplotlib fio strace
       clang libclang-rt-14-dev)
 
 missing=()

@@ -11,6 +11,7 @@
 #               detector, recomputed here from the report) passes the threshold
 #   main.log    llm.c's lines, fresh for a new run, appended to by a resumed one; main.jsonl
 #               a JSON line per step; the step line's elapsed time and ETA
+#   plot_log.py the runs' curves drawn in their panels; a partial or missing log named
 #   -lg -ge -f -w  accepted at the values that say what this trainer does, refused by name
 #               at the others
 # Ends with "N passed, N failed".
@@ -154,5 +155,36 @@ grep -qE "^step    6/6 .* \| [0-9]+ s, ETA 0 s" "$tmp/lg2.log" && grep -qE "^ste
 $BIN $SMALL -x 2 -v 0 -o "$tmp/lg" > /dev/null 2>&1
 [ "$(grep -c trl "$tmp/lg/main.log")" = 2 ] && [ "$(wc -l < "$tmp/lg/main.jsonl")" = 2 ] \
     && ok "a new run (-y 0) starts main.log and main.jsonl afresh" || bad "a new run kept the old log: $(wc -l < "$tmp/lg/main.log") lines"
+
+# ---------------------------------------------------------------------------
+# scripts/plot_log.py: two runs overlaid in six panels; each panel with data has both runs'
+# colours drawn in it (read back from the PNG), the HellaSwag one (no eval lines) neither; a
+# line cut short is passed over with a warning; a directory without main.log is an error
+$BIN $SMALL -x 6 -v 2 -o "$tmp/plotA" > /dev/null 2>&1
+$BIN $SMALL -x 6 -v 2 -l 5e-4 -o "$tmp/plotB" > /dev/null 2>&1
+printf 's:6 tr' >> "$tmp/plotB/main.log"   # a run killed while writing
+if $PY scripts/plot_log.py "$tmp/plot.png" "$tmp/plotA" "$tmp/plotB" > "$tmp/plot.out" 2> "$tmp/plot.err" \
+    && grep -q "loss against steps: 4 curves" "$tmp/plot.out" && grep -q "HellaSwag accuracy: 0 curves" "$tmp/plot.out" \
+    && grep -q "plotB/main.log line 11 is not one of main.log's" "$tmp/plot.err" \
+    && $PY - "$tmp/plot.png" <<'EOF'
+import sys
+import matplotlib.image as mpimg
+img = (mpimg.imread(sys.argv[1])[:, :, :3] * 255).round()
+h, w = img.shape[:2]
+def count(panel, rgb):  # pixels of colour rgb (within 30) inside panel (row, col) of the 2 x 3 grid
+    r, c = panel
+    sub = img[r * h // 2:(r + 1) * h // 2, c * w // 3:(c + 1) * w // 3]
+    return int((abs(sub - rgb).max(axis=2) < 30).sum())
+C0, C1 = (31, 119, 180), (255, 127, 14)   # matplotlib's first two colours: the two runs
+for panel in [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]:
+    assert count(panel, C0) > 30 and count(panel, C1) > 30, (panel, count(panel, C0), count(panel, C1))
+assert count((0, 2), C0) == 0 and count((0, 2), C1) == 0, "curves in the HellaSwag panel"
+EOF
+then ok "plot_log.py: two runs in five panels, none in HellaSwag's; a cut line passed over with a warning"
+else bad "plot_log.py: $(cat "$tmp/plot.out" "$tmp/plot.err" | tail -3 | tr '\n' ' ')"; fi
+mkdir -p "$tmp/nolog"
+expect_error "plot_log.py on a directory without main.log" "has no main.log" $PY scripts/plot_log.py "$tmp/p2.png" "$tmp/nolog"
+: > "$tmp/nolog/main.log"
+expect_error "plot_log.py on an empty main.log" "holds no step" $PY scripts/plot_log.py "$tmp/p2.png" "$tmp/nolog"
 
 finish
