@@ -34,6 +34,10 @@ typedef struct {
     int val_max_steps;           // -m  validation batches; -1: the whole validation set
     int sample_every;            // -s  0: no samples
     int gen_T;                   // -g  tokens per sample
+    const char* prompt;          // --prompt TEXT  samples continue it (after <|endoftext|>); NULL: from <|endoftext|> alone
+    const char* encoder;         // --encoder DIR  GPT-2's encoder.json and vocab.bpe, to encode --prompt
+    float temperature;           // --temperature T  the samples' probabilities ^ (1/T), renormalized
+    int top_k;                   // --top-k K  samples drawn from the K likeliest tokens; 0: all
     int checkpoint_every;        // -n  0: no checkpoints
     int resume;                  // -y  1: resume from the latest checkpoint in -o
     int keep_checkpoints;        // -nk, --keep-checkpoints K  after each save, only the K newest verified ones stay; 0: all

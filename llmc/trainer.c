@@ -1,9 +1,9 @@
 // The training run's loop (llmc/trainer.h): evaluation between steps, the steps, the end.
 #include "llmc/trainer.h" // the interface, its types and the headers its bodies use
 #include <stdio.h>            // printf, snprintf
-#include <stdlib.h>           // getenv, atoi, free
-#include <string.h>           // strlen, memset
-#include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped
+#include <stdlib.h>           // getenv, atoi, free, qsort: --top-k
+#include <string.h>           // strlen, memset, memcpy
+#include <math.h>             // isfinite, NAN: a step with a non-finite loss or norm is skipped; powf: --temperature
 #include <mpi.h>              // the stop signal across ranks, the figures' gathers
 #include "llmc/trainer_proc.h"       // die_all, log_line, allreduce_mean, the unit hooks
 #include "llmc/trainer_checkpoint.h" // trainer_resume, trainer_checkpoint
@@ -22,6 +22,28 @@ static int sample_token(const float* probs, int V, float coin) {
     return V - 1;  // rounding: the cdf may end a hair below 1
 }
 
+static int prob_desc(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return (x < y) - (x > y);
+}
+
+// --temperature T and --top-k K over probs (V) into q (V): p^(1/T), every token below the
+// K-th largest dropped (ties with it kept), renormalized; scratch (V) for the sort
+static void sample_shape(const float* probs, int V, float temperature, int top_k, float* q, float* scratch) {
+    float cut = 0.0f;
+    if (top_k > 0 && top_k < V) {
+        memcpy(scratch, probs, (size_t)V * sizeof(float));
+        qsort(scratch, (size_t)V, sizeof(float), prob_desc);
+        cut = scratch[top_k - 1];
+    }
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        q[i] = probs[i] < cut ? 0.0f : (temperature == 1.0f ? probs[i] : powf(probs[i], 1.0f / temperature));
+        sum += q[i];
+    }
+    for (int i = 0; i < V; i++) { q[i] = sum > 0.0 ? (float)(q[i] / sum) : 0.0f; }
+}
+
 // -v: the validation loss (mean over the batches and the ranks), printed by rank 0 and
 // logged to main.log
 static float trainer_validate(Trainer* t, const TrainerModel* m) {
@@ -38,13 +60,20 @@ static float trainer_validate(Trainer* t, const TrainerModel* m) {
 // rank samples the same tokens from the same RNG (at stage 3 a forward needs every rank's
 // shards); rank 0 prints them, decoded when the tokenizer has the model's vocabulary.
 static void trainer_sample(Trainer* t, const TrainerModel* m, Rng* rng) {
-    int gen_max = t->tc.gen_T < t->tc.T ? t->tc.gen_T : t->tc.T;
+    int gen_max = t->tc.gen_T < t->tc.T ? t->tc.gen_T : t->tc.T, V = t->config.vocab_size;
+    int shaped = t->tc.temperature != 1.0f || t->tc.top_k > 0;
     int* tokens = (int*)mallocCheck((size_t)gen_max * sizeof(int));
+    float* q = shaped ? (float*)mallocCheck(2 * (size_t)V * sizeof(float)) : NULL;
     tokens[0] = t->start_token;
+    for (int i = 0; i < t->prompt_n; i++) { tokens[1 + i] = t->prompt[i]; }  // (it fits: trainer_prompt)
     if (t->rank == 0) { printf("generating:\n---\n"); }
     for (int i = 1; i < gen_max; i++) {
-        const float* p = m->next_probs(m->self, tokens, i);
-        int next = sample_token(p, t->config.vocab_size, rng_float(rng));
+        int next = i <= t->prompt_n ? tokens[i] : -1;
+        if (next < 0) {
+            const float* p = m->next_probs(m->self, tokens, i);
+            if (shaped) { sample_shape(p, V, t->tc.temperature, t->tc.top_k, q, q + V); p = q; }
+            next = sample_token(p, V, rng_float(rng));
+        }
         tokens[i] = next;
         if (t->rank != 0) { continue; }
         const char* piece = t->have_tokenizer ? tokenizer_decode(&t->tokenizer, (uint32_t)next) : NULL;
@@ -53,6 +82,7 @@ static void trainer_sample(Trainer* t, const TrainerModel* m, Rng* rng) {
     }
     if (t->rank == 0) { printf("\n---\n"); }
     free(tokens);
+    free(q);
 }
 
 // Before the first step: the schedule, resume, the header and the memory table, the

@@ -200,6 +200,49 @@ static int trainer_inputs_outside_output(const char* out) {
     return rc;
 }
 
+// --prompt: its GPT-2 BPE tokens (--encoder's files), which every sample continues. Refused
+// with a message: no samples to continue (-s 0), a model whose vocabulary is not GPT-2's, a
+// prompt that is no UTF-8 or leaves no room for a token in a sample (-g, at most -t).
+static int trainer_prompt(Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    if (tc->sample_every <= 0) { return llmc_error("flag --prompt: there are no samples to continue (-s 0)"); }
+    if (t->config.vocab_size != GPT2_VOCAB_SIZE) {
+        return llmc_error("flag --prompt: the model's vocabulary has %d tokens, not GPT-2's %d, which the prompt is encoded in",
+                          t->config.vocab_size, GPT2_VOCAB_SIZE);
+    }
+    char json[4200], merges[4200];
+    snprintf(json, sizeof(json), "%s/encoder.json", tc->encoder);
+    snprintf(merges, sizeof(merges), "%s/vocab.bpe", tc->encoder);
+    Bpe b;
+    memset(&b, 0, sizeof(b));
+    uint16_t* toks = NULL;
+    size_t n = 0;
+    int rc = bpe_init(&b, json, merges);
+    if (rc != 0) {
+        char why[sizeof(llmc_errbuf)];
+        snprintf(why, sizeof(why), "%s", llmc_errmsg());
+        llmc_error("flag --prompt: cannot load GPT-2's encoder from --encoder %s: %s", tc->encoder, why);
+    } else if ((rc = bpe_encode(&b, tc->prompt, strlen(tc->prompt), &toks, &n)) != 0) {
+        char why[sizeof(llmc_errbuf)];
+        snprintf(why, sizeof(why), "%s", llmc_errmsg());
+        llmc_error("flag --prompt: %s", why);
+    }
+    bpe_free(&b);
+    if (rc != 0) { return -1; }
+    int room = (tc->gen_T < tc->T ? tc->gen_T : tc->T) - 1;  // a sample's tokens after <|endoftext|>
+    if (n == 0 || (long)n >= room) {
+        free(toks);
+        return n == 0 ? llmc_error("flag --prompt: the prompt is empty")
+                      : llmc_error("flag --prompt: its %zu tokens leave no room for a generated one in a sample of %d "
+                                   "(-g %d, at most -t %d): give a shorter prompt or a larger -g", n, room + 1, tc->gen_T, tc->T);
+    }
+    t->prompt = (int*)mallocCheck(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) { t->prompt[i] = toks[i]; }
+    t->prompt_n = (int)n;
+    free(toks);
+    return 0;
+}
+
 // Where the run will write, checked before it starts, after its inputs are known (so that
 // no output replaces one): -o a directory every rank can create files in, its main.log
 // and main.jsonl (rank 0) no link, FIFO or input; --report's directory writable and its path neither
@@ -320,11 +363,13 @@ void trainer_setup(Trainer* t) {
     }
     // <|endoftext|>, or the last token of a smaller vocabulary
     t->start_token = t->have_tokenizer ? (int)t->tokenizer.eot_token : (V > GPT2_VOCAB_SIZE - 1 ? GPT2_VOCAB_SIZE - 1 : V - 1);
+    if (tc->prompt != NULL && trainer_prompt(t) != 0) { die_all(rank, llmc_errmsg()); }
     trainer_check_outputs(t);
 }
 
 void trainer_finish(Trainer* t) {
     job_doing("ending the run");
+    free(t->prompt);
     if (t->have_tokenizer) { tokenizer_free(&t->tokenizer); }
     if (t->loaders_ready) { dataloader_free(&t->train); }
     if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }

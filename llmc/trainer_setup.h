@@ -41,6 +41,8 @@ typedef struct {
     Tokenizer tokenizer;
     int have_tokenizer;
     int start_token;         // what the first sampled position sees
+    int* prompt;             // (prompt_n) --prompt's tokens, after start_token in every sample; NULL: none
+    int prompt_n;
 } Trainer;
 
 // Start-up: line-buffered stdout, SIGXFSZ ignored (a write past a file-size limit fails

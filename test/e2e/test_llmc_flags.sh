@@ -12,6 +12,7 @@
 #   main.log    llm.c's lines, fresh for a new run, appended to by a resumed one; main.jsonl
 #               a JSON line per step; the step line's elapsed time and ETA
 #   plot_log.py the runs' curves drawn in their panels; a partial or missing log named
+#   --prompt    samples continue it; --top-k 1 is the same at any seed; bad ones refused
 #   -lg -ge -f -w  accepted at the values that say what this trainer does, refused by name
 #               at the others
 # Ends with "N passed, N failed".
@@ -186,5 +187,26 @@ mkdir -p "$tmp/nolog"
 expect_error "plot_log.py on a directory without main.log" "has no main.log" $PY scripts/plot_log.py "$tmp/p2.png" "$tmp/nolog"
 : > "$tmp/nolog/main.log"
 expect_error "plot_log.py on an empty main.log" "holds no step" $PY scripts/plot_log.py "$tmp/p2.png" "$tmp/nolog"
+
+# ---------------------------------------------------------------------------
+# --prompt, --temperature, --top-k: a sample continues the prompt; with --top-k 1 it is the
+# likeliest token each time, the same whatever the sampler's seed (the model from a file)
+$BIN $SMALL -x 0 -n 1 -o "$tmp/m0" > /dev/null 2>&1
+P="-e $tmp/m0/model_00000000.bin -i $tmp/train.bin -j $tmp/train.bin -b 2 -t 32 -v 0 -x 0 -s 1 -g 16"  # (-x 0: the sample of the model as loaded)
+sample() { sed -n '/^generating:/{n;n;p;q}' "$1"; }   # the first sample's text (after "generating:" and "---")
+$BIN $P --prompt "The king said" --top-k 1 --seed 1 > "$tmp/pa.log" 2>&1
+$BIN $P --prompt "The king said" --top-k 1 --seed 2 --temperature 0.7 > "$tmp/pb.log" 2>&1
+$BIN $P --prompt "The king said" --seed 1 > "$tmp/pc.log" 2>&1
+$BIN $P --prompt "The king said" --seed 2 > "$tmp/pd.log" 2>&1
+a=$(sample "$tmp/pa.log"); b=$(sample "$tmp/pb.log"); c=$(sample "$tmp/pc.log"); d=$(sample "$tmp/pd.log")
+[[ "$a" == "The king said"?* ]] && [[ "$c" == "The king said"?* ]] && [ "$a" = "$b" ] && [ "$c" != "$d" ] \
+    && ok "--prompt: the samples continue it; --top-k 1 the same at any seed and temperature, the full draw not" \
+    || bad "--prompt / --top-k: '$a' '$b' '$c' '$d'"
+expect_error "--prompt without samples"  "flag --prompt: there are no samples to continue (-s 0)" $BIN $P -s 0 --prompt "Hi"
+expect_error "--prompt too long for -g"  "leave no room for a generated one" $BIN $P -g 4 --prompt "one two three four five"
+expect_error "--prompt, no encoder"      "cannot load GPT-2's encoder from --encoder $tmp/none" $BIN $P --prompt "Hi" --encoder "$tmp/none"
+expect_error "--prompt not UTF-8"        "flag --prompt:" $BIN $P --prompt "$(printf 'ab\xff')"
+expect_error "--temperature 0"           "flag --temperature" $BIN $P --temperature 0
+expect_error "--top-k -1"                "flag --top-k" $BIN $P --top-k -1
 
 finish
