@@ -3,7 +3,7 @@
 # scripts/run_gpt2_1558M.sh): d48 as in llm.c (48 layers, 25 heads, 1600 channels:
 # GPT-2 XL), T=1024, 1,048,576 tokens per step (2^20), AdamW lr 6e-4, 700 warmup steps,
 # cosine decay to 10% (-q 0.1), weight decay 0.1, clipping 1.0, 32,000 steps = 33.6B
-# tokens of FineWeb-Edu 100B (llm.c's `python dev/data/edu_fineweb.py -v 100B`, or set
+# tokens of FineWeb-Edu 100B (llm.c's `python dev/data/fineweb.py -t edu -v 100B`, or set
 # TRAIN_DATA/VAL_DATA).
 #
 # Memory on one 80 GB GPU (stage 0 on one GPU, 1 on several; no offload needed):
