@@ -95,26 +95,13 @@ expect_error "-w 0 (no master weights)" "flag -w 0: ZeRO always keeps the fp32 m
 # same report holds, and a skipped step must not count towards --max-skipped-steps
 $PY test/e2e/ref_gpt2.py --inputs-only "$tmp/tiny" > /dev/null 2>&1
 Z="-e $tmp/tiny/model.bin -i $tmp/tiny/train.bin -j $tmp/tiny/train.bin -b 1 -t 16 -v 0 -s 0 -l 1e-5 -x 170 --max-skipped-steps 0"
-# REPORT KEY [K]: each step's z-score (nan in the first 127); with K, whether it passes K:
-# 1 or 0, or ? within 1e-4 of it (the trainer's limit on the norm is a float: a z-score that
-# close may go either way)
-ZSCORE='
-import json, math, sys
-steps = json.load(open(sys.argv[1]))["steps"]; v = [s[sys.argv[2]] for s in steps]
-for i in range(len(v)):
-    w = v[i - 127:i + 1] if i >= 127 else []
-    mean = sum(w) / 128 if w else 0.0; var = sum(x * x for x in w) / 128 - mean * mean if w else 0.0
-    z = (v[i] - mean) / math.sqrt(var) if var > 0 else (float("nan") if not w else 0.0)
-    k = float(sys.argv[3]) if len(sys.argv) > 3 else None
-    print(repr(z) if k is None else ("?" if abs(z - k) < 1e-4 else 1 if z > k else 0))
-'
 for kind in "-sl loss" "-sg grad_norm"; do
     flag=${kind% *}; key=${kind#* }
     run zfree 1 $Z || { bad "$flag: the run without it failed"; continue; }
     # halfway between the third and fourth largest z-scores: one step at least is skipped
-    k=$($PY -c "$ZSCORE" "$tmp/zfree.json" "$key" | grep -v nan | sort -g | tail -4 | head -2 | awk '{s += $1} END {printf "%.4f", s / 2}')
+    k=$($PY test/e2e/zscore.py "$tmp/zfree.json" "$key" | grep -v nan | sort -g | tail -4 | head -2 | awk '{s += $1} END {printf "%.4f", s / 2}')
     if run zrun 1 $Z $flag "$k"; then
-        want=$($PY -c "$ZSCORE" "$tmp/zrun.json" "$key" "$k" | tr -d '\n')
+        want=$($PY test/e2e/zscore.py "$tmp/zrun.json" "$key" "$k")
         got=$($PY -c "import json,sys; print(''.join('1' if s['skipped_outlier'] else '0' for s in json.load(open(sys.argv[1]))['steps']))" "$tmp/zrun.json")
         tot=$($PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['skipped_steps'], r['skipped_outlier_steps'])" "$tmp/zrun.json")
         n=$(tr -cd 1 <<< "$got" | wc -c)

@@ -612,6 +612,19 @@ same_losses fp32 a1vs 0 "validation and sampling between steps leave the trainin
 # the same at stage 3 with pooled gathers: the forward-only schedule (validation, sampling)
 gpu_run a1vs3 $GPU32 $RUN -v 3 -m 1 -s 4 -g 8 -z 3 --zero-backend device $P0 || bad "fp32 stage-3 run with validation and samples"
 same_losses fp32 a1vs3 0 "stage 3: validation and sampling between steps leave the training losses unchanged"
+# -sg: the device engine skips where the norm passes the limit the trainer hands it
+# (ZeroStep.skip_norm_above, tested on the GPU's skip kernel here): 170 steps of one small
+# batch at a learning rate small enough that the batches' noise moves the norm; the steps
+# skipped must be those whose z-score (test/e2e/zscore.py, over the report's own norms)
+# passes the threshold
+gpu_run sg $GPU32 -e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 1 -t 16 -v 0 -s 0 -l 1e-5 -x 170 \
+    --zero-backend device -sg 1.2 || bad "fp32 device run with -sg"
+want=$($PY test/e2e/zscore.py "$tmp/sg.json" grad_norm 1.2)
+got=$($PY -c "import json,sys; print(''.join('1' if s['skipped_outlier'] else '0' for s in json.load(open(sys.argv[1]))['steps']))" "$tmp/sg.json")
+n=$(tr -cd 1 <<< "$got" | wc -c)
+[[ -n "$want" && "$got" == ${want//\?/[01]} ]] && [ "$n" -ge 1 ] \
+    && ok "device engine, -sg 1.2: the $n steps skipped are those whose norm's z-score passes it" \
+    || bad "device engine, -sg 1.2: skipped $got, the detector says $want"
 
 fi  # validation
 
