@@ -62,6 +62,7 @@ static void usage(FILE* fp) {
         "usage: ./tokenize [--encoder PATH] [--vocab PATH] [--sections SEP] IN.txt OUT.bin\n"
         "       ./tokenize [--encoder PATH] [--vocab PATH] [--sections SEP] --val-tokens N IN.txt VAL.bin TRAIN.bin\n"
         "       ./tokenize [--encoder PATH] [--vocab PATH] --tokenizer-file OUT.bin\n"
+        "       ./tokenize [--encoder PATH] [--vocab PATH] --shards PREFIX [--shard-size N] [--jsonl] [--sections SEP] IN...\n"
         "  IN.txt OUT.bin          encode IN.txt (UTF-8) with GPT-2 BPE into one data shard\n"
         "  --sections SEP          cut the text after every SEP into documents, each preceded by\n"
         "                          <|endoftext|> and encoded on its own; SEP keeps its place at the\n"
@@ -69,6 +70,11 @@ static void usage(FILE* fp) {
         "                          escapes \\n \\t \\r \\\\ are understood\n"
         "  --val-tokens N          the first N tokens go to VAL.bin, the rest to TRAIN.bin\n"
         "  --tokenizer-file OUT    write the tokenizer (decoder) file of the vocabulary\n"
+        "  --shards PREFIX         FineWeb's way, on every core (OMP_NUM_THREADS): the inputs (files, or - for\n"
+        "                          standard input) as documents, each after <|endoftext|>, into shards of\n"
+        "                          --shard-size tokens (default 1e8) named as llm.c's fineweb.py names them:\n"
+        "                          PREFIX_val_000000.bin, then PREFIX_train_000001.bin, ...\n"
+        "  --jsonl                 with --shards: each input line is a JSON object whose \"text\" is a document\n"
         "  --encoder PATH          encoder.json (default " DEFAULT_ENCODER ", from the current\n"
         "                          directory or else next to this executable)\n"
         "  --vocab PATH            vocab.bpe (default " DEFAULT_VOCAB ", looked up the same way)\n"
@@ -194,6 +200,8 @@ static int sections_encode(Bpe* bpe, const char* text, size_t size, const char* 
     return 0;
 }
 
+#include "dev/tokenize_shards.h"  // the --shards mode: shards_run (uses shard_write, sections_encode above)
+
 // Before anything is read: no output replaces an input (the text, --encoder, --vocab,
 // compared by device and inode, so another name for the same file counts: atomic_open's
 // output_check), or the other output (VAL.bin and TRAIN.bin one file: the second would
@@ -219,6 +227,48 @@ static int outputs_check(const char* text, const char* encoder, const char* voca
     return 0;
 }
 
+// the vocabulary's paths: as given, else the defaults found (vocab_path_find); dies when missing
+static void vocab_paths(const char* encoder_arg, const char* vocab_arg, char* encoder, char* vocab, size_t cap) {
+    if (encoder_arg != NULL) { snprintf(encoder, cap, "%s", encoder_arg); }
+    else if (vocab_path_find(DEFAULT_ENCODER, "--encoder", encoder, cap) != 0) { die(llmc_errmsg()); }
+    if (vocab_arg != NULL) { snprintf(vocab, cap, "%s", vocab_arg); }
+    else if (vocab_path_find(DEFAULT_VOCAB, "--vocab", vocab, cap) != 0) { die(llmc_errmsg()); }
+}
+
+// --shards: its own checks, then shards_run
+static int shards_main(const char* prefix, const char* size_arg, int jsonl, const char* sections_arg, const char* val_tokens_arg,
+                       const char* tokenizer_out, const char* encoder_arg, const char* vocab_arg, const char** ins, int n_in) {
+    if (prefix == NULL) { die("--shard-size and --jsonl go with --shards PREFIX (see -h)"); }
+    if (val_tokens_arg != NULL || tokenizer_out != NULL) { die("--shards takes no --val-tokens (its first shard is the validation one) or --tokenizer-file (see -h)"); }
+    if (n_in == 0) { die("--shards PREFIX needs at least one input (a file, or - for standard input; see -h)"); }
+    size_t shard_size = 100000000;
+    if (size_arg != NULL) {
+        char* end;
+        errno = 0;
+        double v = strtod(size_arg, &end);
+        if (*end != '\0' || errno != 0 || !(v >= 1) || v > INT32_MAX || v != (double)(size_t)v) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "--shard-size '%s': expected a whole token count from 1 to %d (1e8 allowed)", size_arg, INT32_MAX);
+            die(msg);
+        }
+        shard_size = (size_t)v;
+    }
+    char* sep = NULL;
+    size_t sep_len = 0;
+    if (sections_arg != NULL && sections_unescape(sections_arg, &sep, &sep_len) != 0) { die(llmc_errmsg()); }
+    char encoder[PATH_MAX + 64], vocab[PATH_MAX + 64];
+    vocab_paths(encoder_arg, vocab_arg, encoder, vocab, sizeof(encoder));
+    // no shard replaces an input: each is checked as it is written (atomic_open's output_check)
+    for (int i = 0; i < n_in; i++) {
+        if (strcmp(ins[i], "-") != 0 && llmc_input_add(ins[i], "IN") != 0) { die(llmc_errmsg()); }
+    }
+    if (llmc_input_add(encoder, "--encoder") != 0 || llmc_input_add(vocab, "--vocab") != 0) { die(llmc_errmsg()); }
+    int rc = shards_run(prefix, shard_size, jsonl, sep, sep_len, ins, n_in, encoder, vocab);
+    free(sep);
+    if (rc != 0) { die(llmc_errmsg()); }
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -227,7 +277,10 @@ int main(int argc, char** argv) {
     const char* tokenizer_out = NULL;
     const char* sections_arg = NULL;
     const char* val_tokens_arg = NULL;
-    const char* positional[3];
+    const char* shards_arg = NULL;
+    const char* shard_size_arg = NULL;
+    int jsonl = 0;
+    const char* positional[argc];  // (argc >= 1: the program name)
     int n_positional = 0;
     char msg[1200];
     for (int i = 1; i < argc; i++) {
@@ -241,7 +294,10 @@ int main(int argc, char** argv) {
                            : strcmp(a, "--tokenizer-file") == 0 ? &tokenizer_out
                            : strcmp(a, "--sections") == 0 ? &sections_arg
                            : strcmp(a, "--val-tokens") == 0 ? &val_tokens_arg
+                           : strcmp(a, "--shards") == 0 ? &shards_arg
+                           : strcmp(a, "--shard-size") == 0 ? &shard_size_arg
                            : NULL;
+        if (strcmp(a, "--jsonl") == 0) { jsonl = 1; continue; }
         if (value != NULL) {
             if (i + 1 >= argc) {
                 snprintf(msg, sizeof(msg), "option %s needs a value (see -h)", a);
@@ -252,13 +308,16 @@ int main(int argc, char** argv) {
             snprintf(msg, sizeof(msg), "unknown option %s (see -h)", a);
             die(msg);
         } else {
-            if (n_positional == 3) {
+            if (n_positional == 3 && shards_arg == NULL) {
                 snprintf(msg, sizeof(msg), "too many arguments: unexpected %s (see -h)", a);
                 die(msg);
             }
             positional[n_positional++] = a;
         }
     }
+    if (shards_arg != NULL || shard_size_arg != NULL || jsonl) { return shards_main(shards_arg, shard_size_arg, jsonl, sections_arg,
+                                                                                  val_tokens_arg, tokenizer_out, encoder_arg,
+                                                                                  vocab_arg, positional, n_positional); }
     if (tokenizer_out != NULL && (n_positional != 0 || sections_arg != NULL || val_tokens_arg != NULL)) {
         die("--tokenizer-file takes no IN.txt OUT.bin arguments, --sections or --val-tokens (see -h)");
     }

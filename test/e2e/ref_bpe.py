@@ -6,6 +6,7 @@ own encoder uses) and GPT-2's pattern verbatim.
 
   /usr/bin/python3 test/e2e/ref_bpe.py [--encoder PATH] [--vocab PATH] IN.txt OUT.bin
   /usr/bin/python3 test/e2e/ref_bpe.py [--encoder PATH] [--vocab PATH] --llmc-split N IN.txt VAL.bin TRAIN.bin
+  /usr/bin/python3 test/e2e/ref_bpe.py [--encoder PATH] [--vocab PATH] --fineweb-shards SIZE IN.jsonl PREFIX
 
 writes one llm.c data shard: 256 x int32 little-endian header
 ([0]=20240520 magic, [1]=1 version, [2]=token count), then uint16 tokens.
@@ -15,6 +16,11 @@ The file is read as bytes and decoded as strict UTF-8 (no newline translation).
 (N = 32768 there): the text is split on "\\n\\n", every piece is a document that
 <|endoftext|> precedes, every piece but the last gets its "\\n\\n" back, each piece
 is encoded alone; the first N tokens go to VAL.bin, the others to TRAIN.bin.
+
+--fineweb-shards SIZE follows llm.c's dev/data/fineweb.py: every JSON line's "text" is a
+document, <|endoftext|> before it; the tokens fill shards of SIZE, a document that does not
+fit split, the rest starting the next shard, the last holding what is left; shard i is
+PREFIX_val_000000.bin for i = 0, else PREFIX_train_%06d.bin.
 """
 import argparse
 import json
@@ -119,9 +125,24 @@ def main():
     ap.add_argument("--vocab", default="dev/data/gpt2/vocab.bpe")
     ap.add_argument("--llmc-split", type=int, metavar="N",
                     help="llm.c's tinyshakespeare documents; the first N tokens to VAL.bin")
+    ap.add_argument("--fineweb-shards", type=int, metavar="SIZE", help="llm.c's fineweb.py shards of SIZE tokens")
     ap.add_argument("input")
     ap.add_argument("outputs", nargs="+", metavar="OUT.bin")
     args = ap.parse_args()
+    if args.fineweb_shards is not None:
+        ref = Reference(args.encoder, args.vocab)
+        ids = []
+        with open(args.input, "rb") as f:
+            for line in f:
+                if line.strip():
+                    ids += [ref.encoder["<|endoftext|>"]] + ref.encode(json.loads(line.decode("utf-8"))["text"])
+        size = args.fineweb_shards
+        for i in range(0, len(ids), size):
+            split = "val" if i == 0 else "train"
+            path = "%s_%s_%06d.bin" % (args.outputs[0], split, i // size)
+            write_shard(path, ids[i:i + size])
+            print("wrote %d tokens to %s" % (len(ids[i:i + size]), path))
+        return 0
     if len(args.outputs) != (1 if args.llmc_split is None else 2):
         ap.error("expected OUT.bin, or VAL.bin TRAIN.bin with --llmc-split")
     with open(args.input, "rb") as f:

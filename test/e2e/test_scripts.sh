@@ -45,11 +45,12 @@ for s in scripts/*.sh; do
     [ "$s" = scripts/run_common.sh ] && continue
     if [ -x "$s" ] && git ls-files -s "$s" | grep -q '^100755'; then ok "executable: $s"; else bad "$s is not executable (chmod +x, and commit the mode)"; fi
 done
-for p in dev/bench_torch_gpt2.py dev/report_figures.py dev/kernel_times.py; do
+for p in dev/bench_torch_gpt2.py dev/report_figures.py dev/kernel_times.py scripts/plot_log.py test/e2e/zscore.py; do
     if "$PY" -m py_compile "$p" 2> "$tmp/err"; then ok "py_compile $p"; else bad "py_compile $p: $(tail -1 "$tmp/err")"; fi
 done
 if command -v shellcheck > /dev/null; then
     new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh scripts/bench_comm.sh
+         scripts/bench_tokenize.sh
          scripts/gpu_first_contact.sh scripts/gpu_kernel_times.sh test/e2e/netns_hosts.sh test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh
          test/gpu/standin/nvidia-smi test/gpu/standin/compute-sanitizer)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"

@@ -4,7 +4,8 @@
 # byte for byte. The same for llm.c's tinyshakespeare documents and validation split
 # (./tokenize --sections --val-tokens against ref_bpe.py --llmc-split, which follows
 # llm.c's dev/data/tinyshakespeare.py step by step), with llm.c's token counts and
-# every <|endoftext|> checked in its place. Also checks that ./tokenize finds its
+# every <|endoftext|> checked in its place; --shards --jsonl against ref_bpe.py
+# --fineweb-shards (llm.c's fineweb.py), at 1 and 2 threads. Also checks that ./tokenize finds its
 # vocabulary from another directory and fails cleanly on bad input.
 # Run from the repo root after building ./tokenize; builds nothing.
 set -u
@@ -236,6 +237,53 @@ check_kept "--tokenizer-file over --vocab" "$tmp/vocab.bpe" "it is an input of t
     --vocab "$tmp/vocab.bpe" --tokenizer-file "$tmp/vocab.bpe"
 check_fails "VAL.bin and TRAIN.bin the same file" "$tmp/same" --val-tokens 10 "$tmp/in.txt" "$tmp/same.bin" "$tmp/./same.bin"
 grep -qF "are the same file" "$tmp/err" && pass "VAL.bin and TRAIN.bin the same file: named so" || fail "VAL = TRAIN: $(head -n1 "$tmp/err")"
+
+# --shards (FineWeb's way): JSON lines of tinyshakespeare's paragraphs and some unicode,
+# an empty and an extra-field document, against ref_bpe.py --fineweb-shards (llm.c's
+# fineweb.py step by step), shard for shard byte for byte, at 1 and 2 threads and from
+# standard input; plain files as documents; the errors name the input and line
+$PY - "$tmp/docs.jsonl" <<'EOF'
+import json, sys
+paras = open("dev/data/tinyshakespeare/input.txt", encoding="utf-8").read().split("\n\n")[:1500]
+extra = ["", "caf\u00e9 \U0001F600 na\u00efve\n\n  tabs\tand  spaces   ", "x", open("test/e2e/data/tricky.txt", encoding="utf-8").read()]
+with open(sys.argv[1], "w") as f:
+    for i, t in enumerate(paras[:700] + extra + paras[700:]):
+        f.write(json.dumps({"text": t, "id": i} if i % 3 else {"id": i, "text": t}) + "\n")
+EOF
+if $PY test/e2e/ref_bpe.py --fineweb-shards 20000 "$tmp/docs.jsonl" "$tmp/ref" > /dev/null 2> "$tmp/ref.err"; then
+    nref=$(ls "$tmp"/ref_*.bin | wc -l)
+    for how in "1 file" "2 file" "2 stdin"; do
+        th=${how% *}; src=${how#* }
+        rm -f "$tmp"/fw_*.bin
+        if [ "$src" = stdin ]; then OMP_NUM_THREADS=$th ./tokenize --shards "$tmp/fw" --shard-size 2e4 --jsonl - < "$tmp/docs.jsonl" > /dev/null 2> "$tmp/err"
+        else OMP_NUM_THREADS=$th ./tokenize --shards "$tmp/fw" --shard-size 2e4 --jsonl "$tmp/docs.jsonl" > /dev/null 2> "$tmp/err"; fi
+        same=1
+        for f in "$tmp"/ref_*.bin; do cmp -s "$f" "$tmp/fw_${f#$tmp/ref_}" || same=0; done
+        [ "$same" = 1 ] && [ "$(ls "$tmp"/fw_*.bin | wc -l)" = "$nref" ] && [ -f "$tmp/fw_val_000000.bin" ] && [ -f "$tmp/fw_train_000001.bin" ] \
+            && pass "--shards --jsonl, $th thread(s), from the $src: $nref shards named as fineweb.py's, byte for byte the reference's" \
+            || fail "--shards --jsonl, $th thread(s), from the $src: $(head -n1 "$tmp/err") $(ls "$tmp"/fw_*.bin 2>/dev/null | wc -l) shards vs $nref"
+    done
+else
+    fail "ref_bpe.py --fineweb-shards: $(tail -n1 "$tmp/ref.err")"
+fi
+# plain files, each one document: the same tokens as --sections' single shard would give them
+printf 'first document\n' > "$tmp/a.txt"; printf 'second one' > "$tmp/b.txt"
+./tokenize --shards "$tmp/pl" --shard-size 100 "$tmp/a.txt" "$tmp/b.txt" > /dev/null 2>&1
+./tokenize "$tmp/a.txt" "$tmp/a.bin" > /dev/null 2>&1; ./tokenize "$tmp/b.txt" "$tmp/b.bin" > /dev/null 2>&1
+$PY - "$tmp/pl_val_000000.bin" "$tmp/a.bin" "$tmp/b.bin" <<'EOF' && pass "--shards with plain files: each one document after <|endoftext|>" || fail "--shards with plain files"
+import struct, sys
+def toks(p):
+    raw = open(p, "rb").read(); n = struct.unpack_from("<i", raw, 8)[0]; return list(struct.unpack_from(f"<{n}H", raw, 1024))
+assert toks(sys.argv[1]) == [50256] + toks(sys.argv[2]) + [50256] + toks(sys.argv[3]), toks(sys.argv[1])
+EOF
+printf '{"text": "ok"}\n{"txt": "no text"}\n' > "$tmp/bad1.jsonl"; printf '{"text": "ok"}\n{"text": "cut\n' > "$tmp/bad2.jsonl"
+check_fails "--jsonl: a line without \"text\"" "$tmp/b1" --shards "$tmp/b1" --jsonl "$tmp/bad1.jsonl"
+grep -qF "$tmp/bad1.jsonl line 2: no \"text\" string" "$tmp/err" && pass "--jsonl: the line without \"text\" named" || fail "--jsonl no text: $(head -n1 "$tmp/err")"
+check_fails "--jsonl: a line cut short" "$tmp/b2" --shards "$tmp/b2" --jsonl "$tmp/bad2.jsonl"
+grep -qF "$tmp/bad2.jsonl line 2: not JSON" "$tmp/err" && pass "--jsonl: the cut line named" || fail "--jsonl cut line: $(head -n1 "$tmp/err")"
+check_fails "--shard-size 0" "$tmp/b3" --shards "$tmp/b3" --shard-size 0 "$tmp/a.txt"
+check_fails "--shards without an input" "$tmp/b4" --shards "$tmp/b4"
+check_fails "--jsonl without --shards" "$tmp/b5" --jsonl "$tmp/a.txt" "$tmp/b5.bin"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
