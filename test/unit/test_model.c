@@ -694,7 +694,9 @@ Test(flags, errors_name_the_flag) {
         {"-d 0", "-d"},
         {"-m 0", "-m"},
         {"-k warmup_stable", "-k"},
-        {"-w 1", "-w"},                 // unknown flag
+        {"-zz 1", "-zz"},               // unknown flag
+        {"-w 0", "-w"},                 // llm.c's, refused at this value
+        {"-h 1", "-h"},                 // llm.c's HellaSwag, not built yet
         {"--frobnicate 1", "--frobnicate"},
         {"--seed -1", "--seed"},
         {"--seed 12ab", "--seed"},
