@@ -434,12 +434,12 @@ static int outputs_check(const char* text, const char* encoder, const char* voca
     return 0;
 }
 
-// the vocabulary's paths: as given, else the defaults found (vocab_path_find); dies when missing
-static void vocab_paths(const char* encoder_arg, const char* vocab_arg, char* encoder, char* vocab, size_t cap) {
-    if (encoder_arg != NULL) { snprintf(encoder, cap, "%s", encoder_arg); }
-    else if (vocab_path_find(DEFAULT_ENCODER, "--encoder", encoder, cap) != 0) { die(llmc_errmsg()); }
-    if (vocab_arg != NULL) { snprintf(vocab, cap, "%s", vocab_arg); }
-    else if (vocab_path_find(DEFAULT_VOCAB, "--vocab", vocab, cap) != 0) { die(llmc_errmsg()); }
+// a vocabulary file's path: arg as given, else the default rel as found (vocab_path_find,
+// into found); dies when missing
+static const char* vocab_path(const char* arg, const char* rel, const char* flag, char* found, size_t cap) {
+    if (arg != NULL) { return arg; }
+    if (vocab_path_find(rel, flag, found, cap) != 0) { die(llmc_errmsg()); }
+    return found;
 }
 
 // --shards: its own checks, then shards_run
@@ -463,8 +463,9 @@ static int shards_main(const char* prefix, const char* size_arg, int jsonl, cons
     char* sep = NULL;
     size_t sep_len = 0;
     if (sections_arg != NULL && sections_unescape(sections_arg, &sep, &sep_len) != 0) { die(llmc_errmsg()); }
-    char encoder[PATH_MAX + 64], vocab[PATH_MAX + 64];
-    vocab_paths(encoder_arg, vocab_arg, encoder, vocab, sizeof(encoder));
+    char encoder_found[PATH_MAX + 64], vocab_found[PATH_MAX + 64];
+    const char* encoder = vocab_path(encoder_arg, DEFAULT_ENCODER, "--encoder", encoder_found, sizeof(encoder_found));
+    const char* vocab = vocab_path(vocab_arg, DEFAULT_VOCAB, "--vocab", vocab_found, sizeof(vocab_found));
     // no shard replaces an input: each is checked as it is written (atomic_open's output_check)
     for (int i = 0; i < n_in; i++) {
         if (strcmp(ins[i], "-") != 0 && llmc_input_add(ins[i], "IN") != 0) { die(llmc_errmsg()); }
@@ -550,18 +551,12 @@ int main(int argc, char** argv) {
     if (sections_arg != NULL && sections_unescape(sections_arg, &sep, &sep_len) != 0) { die(llmc_errmsg()); }
 
     char encoder_found[PATH_MAX + 64], vocab_found[PATH_MAX + 64];
-    if (encoder_arg == NULL && vocab_path_find(DEFAULT_ENCODER, "--encoder", encoder_found, sizeof(encoder_found)) != 0) {
-        die(llmc_errmsg());
-    }
-    if (vocab_arg == NULL && vocab_path_find(DEFAULT_VOCAB, "--vocab", vocab_found, sizeof(vocab_found)) != 0) {
-        die(llmc_errmsg());
-    }
-    const char* encoder_path = encoder_arg != NULL ? encoder_arg : encoder_found;
-    const char* vocab_path = vocab_arg != NULL ? vocab_arg : vocab_found;
+    const char* encoder_path = vocab_path(encoder_arg, DEFAULT_ENCODER, "--encoder", encoder_found, sizeof(encoder_found));
+    const char* vocab_file = vocab_path(vocab_arg, DEFAULT_VOCAB, "--vocab", vocab_found, sizeof(vocab_found));
     const char* outputs[2] = {tokenizer_out != NULL ? tokenizer_out : positional[1], val_tokens_arg != NULL ? positional[2] : NULL};
-    if (outputs_check(tokenizer_out == NULL ? positional[0] : NULL, encoder_path, vocab_path, outputs) != 0) { die(llmc_errmsg()); }
+    if (outputs_check(tokenizer_out == NULL ? positional[0] : NULL, encoder_path, vocab_file, outputs) != 0) { die(llmc_errmsg()); }
     Bpe bpe;
-    if (bpe_init(&bpe, encoder_path, vocab_path) != 0) { die(llmc_errmsg()); }
+    if (bpe_init(&bpe, encoder_path, vocab_file) != 0) { die(llmc_errmsg()); }
 
     if (tokenizer_out != NULL) {
         if (bpe_write_tokenizer_file(&bpe, tokenizer_out) != 0) { bpe_free(&bpe); die(llmc_errmsg()); }

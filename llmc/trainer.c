@@ -220,9 +220,10 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     if (m->peak_flops >= 0) {
         if (mfu >= 0) { snprintf(extra, sizeof(extra), " | MFU %.1f%%", 100.0 * mfu); } else { snprintf(extra, sizeof(extra), " | MFU n/a"); }
     }
+    double device_bytes = m->device_in_use != NULL ? (double)m->device_in_use(m->self) : 0.0;  // (the step line's, main.jsonl's)
     if (m->device_in_use != NULL) {
         size_t len = strlen(extra);
-        snprintf(extra + len, sizeof(extra) - len, " | GPU mem %.0f MiB", m->device_in_use(m->self) / 1048576.0);
+        snprintf(extra + len, sizeof(extra) - len, " | GPU mem %.0f MiB", device_bytes / 1048576.0);
     }
     if (rank == 0) {
         char why[96] = "";
@@ -240,8 +241,7 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
              "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.6f, \"comm_wait_ms\": %.3f, \"skipped\": %s, "
              "\"skipped_outlier\": %s, \"rss_bytes\": %.0f, \"device_bytes\": %.0f}\n", step, (double)(step + 1) * t->total_batch,
              loss, lr, after.norm, ms, tps, mfu, wait,
-             skip ? "true" : "false", outlier ? "true" : "false", kernel_rss_now(),
-             m->device_in_use != NULL ? (double)m->device_in_use(m->self) : 0.0);
+             skip ? "true" : "false", outlier ? "true" : "false", kernel_rss_now(), device_bytes);
     lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip, outlier};
     return lp->skipped_in_a_row > tc->max_skipped_steps;
 }
