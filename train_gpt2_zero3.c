@@ -328,12 +328,12 @@ static double train_loss(void* self) {
     return sum;
 }
 
-static float eval_loss(void* self, const int* inputs, const int* targets) {
+static const float* eval_losses(void* self, const int* inputs, const int* targets) {
     GPT2* m = (GPT2*)self;
     zeroCheck(zero_begin(m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, inputs, targets, m->B, m->T);
     zeroCheck(zero_end(m->zero));
-    return m->mean_loss;
+    return m->acts.losses;
 }
 
 static const float* eval_next_probs(void* self, const int* tokens, int t) {
@@ -390,7 +390,7 @@ int main(int argc, char** argv) {
     snprintf(notes, sizeof(notes), ", vocab tile %d", model.vocab_tile);
     TrainerModel run = {
         .self = &model, .zero = model.zero, .device = "cpu", .precision = "fp32", .notes = notes, .peak_flops = -1.0,
-        .train_micro = train_micro, .train_loss = train_loss, .eval_loss = eval_loss, .next_probs = eval_next_probs,
+        .train_micro = train_micro, .train_loss = train_loss, .eval_losses = eval_losses, .next_probs = eval_next_probs,
         .memory = memory_figures, .device_in_use = NULL, .range_push = NULL, .range_pop = NULL,
     };
     trainer_run(&t, &run);

@@ -146,7 +146,6 @@ typedef struct {
     int vocab_tile;            // the classifier's tile of vocabulary columns, <= Vp; 0: untiled
     int use_flash;             // --attention flash: the fused kernel, O(T) memory per row
     size_t bytes_acts;         // the activations and the kernels' scratch
-    float mean_loss;           // of the last evaluation forward
     // the batch slot the kernels read (acts.inputs/targets or their _alt), its pinned
     // staging on the host, and per slot an event after the last work that used it
     int* cur_inputs;
@@ -154,7 +153,7 @@ typedef struct {
     int slot;
     int* host_batch[2];        // (2*B*T) pinned: inputs then targets
     cudaEvent_t slot_free[2];
-    float* host_losses;        // (B*T) pinned
+    float* host_losses;        // (B*T) pinned: an evaluation forward's per-position losses
     float* host_logits_f;      // (Vp) for sampling
     floatX* host_logits;       // (Vp) pinned
     cudaStream_t stream;
@@ -269,7 +268,7 @@ __global__ void loss_mean_accumulate_kernel(double* acc, const float* losses, si
 // Inside an engine pass. dloss > 0: a training forward (gpt2_backward follows): the fused
 // classifier leaves dloss * (softmax - onehot) in place of the logits (tiled: of the last
 // tile's), and the mean loss is added into acts.loss_acc on the GPU (no host wait inside
-// the step); otherwise the mean loss goes to mean_loss. Tiled without targets (sampling):
+// the step); otherwise the per-position losses go to host_losses. Tiled without targets (sampling):
 // the logits of each sequence's last position only, (B,Vp).
 static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     NVTX_PUSH("forward");
@@ -365,9 +364,6 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     } else if (targets != NULL) {
         cudaCheck(cudaMemcpyAsync(m->host_losses, a->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s));
         zeroCheck(zero_gpu_wait(s, NULL, "waiting for the losses"));
-        double sum = 0.0;
-        for (size_t i = 0; i < BT; i++) { sum += m->host_losses[i]; }
-        m->mean_loss = (float)(sum / BT);
     }
     NVTX_POP();
 }
@@ -536,13 +532,14 @@ static double train_loss(void* self) {
     return sum;
 }
 
-static float eval_loss(void* self, const int* inputs, const int* targets) {
+// the forward's losses, copied to host_losses by gpt2_forward (dloss 0: no training)
+static const float* eval_losses(void* self, const int* inputs, const int* targets) {
     GPT2* m = (GPT2*)self;
     batch_to_device(m, inputs, targets, (size_t)m->B * m->T);
     zeroCheck(zero_begin(m->zero, ZERO_PASS_FORWARD, 1));
     gpt2_forward(m, m->cur_inputs, m->cur_targets, m->B, m->T, 0.0f);
     zeroCheck(zero_end(m->zero));
-    return m->mean_loss;
+    return m->host_losses;
 }
 
 // floatX -> float on the host (bf16 is the top half of an fp32: exact)
@@ -732,7 +729,7 @@ int main(int argc, char** argv) {
              model.vocab_tile, ndev);
     TrainerModel run = {
         .self = &model, .zero = model.zero, .device = prop.name, .precision = PRECISION_MODE, .notes = notes, .peak_flops = peak_bf16_flops(prop.name),
-        .train_micro = train_micro, .train_loss = train_loss, .eval_loss = eval_loss, .next_probs = eval_next_probs,
+        .train_micro = train_micro, .train_loss = train_loss, .eval_losses = eval_losses, .next_probs = eval_next_probs,
         .memory = memory_figures, .device_in_use = device_in_use, .range_push = range_push, .range_pop = range_pop,
     };
     trainer_run(&t, &run);

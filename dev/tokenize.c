@@ -7,6 +7,8 @@
    ./tokenize [--encoder PATH] [--vocab PATH] --tokenizer-file OUT.bin
    ./tokenize [--encoder PATH] [--vocab PATH] --shards PREFIX [--shard-size N] [--jsonl] [--sections SEP] IN...
      (FineWeb's way, on every core: see "--shards" below)
+   ./tokenize [--encoder PATH] [--vocab PATH] --hellaswag IN.jsonl OUT.bin
+     (HellaSwag's examples into llm.c's eval file: see "--hellaswag" below)
 
  Shard format: 256 x int32 little-endian header ([0]=20240520 magic, [1]=1 version,
  [2]=number of tokens), then the tokens as uint16 little-endian.
@@ -31,6 +33,12 @@
  up next to the executable (`make tokenize` puts it in the root), so ./tokenize works
  from anywhere; --encoder and --vocab are used exactly as given.
 
+ --hellaswag. Each line of IN.jsonl is one of HellaSwag's examples (hellaswag_val.jsonl):
+ its "ctx" string, its "endings" (strings) and its "label" (the right ending's index, a
+ number or a string of digits). The context is encoded as it is and each ending with a
+ space before it, as llm.c's dev/data/hellaswag.py does, into the eval file of
+ llmc/hellaswag.h (magic 20240522) that the trainers' -h 1 reads.
+
  Outputs are written to OUT.tmp and renamed, and the tmp file is removed on any
  error, so OUT is either complete or absent. No output replaces an input (IN.txt, the
  vocabulary files; compared by device and inode) or the other output: refused before
@@ -54,13 +62,15 @@
 #include "llmc/tokenizer.h"  // Bpe: bpe_init, bpe_encode, bpe_write_tokenizer_file
 #include "zero3/util.h"      // zero_now_ms: --shards' throughput line
 #include <omp.h>             // omp_get_max_threads, omp_get_thread_num: --shards' encoders
-#include <cjson/cJSON.h>     // cJSON_ParseWithLength: a JSON line's "text" (--shards --jsonl)
+#include <cjson/cJSON.h>     // cJSON_ParseWithLength: a JSON line's "text" (--shards --jsonl), HellaSwag's examples
+#include "llmc/hellaswag.h"  // EvalSet, evalset_write: --hellaswag's eval file
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
 #define SHARD_HEADER_INTS 256
 #define DEFAULT_ENCODER "dev/data/gpt2/encoder.json"
 #define DEFAULT_VOCAB "dev/data/gpt2/vocab.bpe"
+#define HELLASWAG_MAX_ENDINGS 16  // HellaSwag has 4; room for other multiple-choice sets
 
 static void usage(FILE* fp) {
     fprintf(fp,
@@ -68,6 +78,7 @@ static void usage(FILE* fp) {
         "       ./tokenize [--encoder PATH] [--vocab PATH] [--sections SEP] --val-tokens N IN.txt VAL.bin TRAIN.bin\n"
         "       ./tokenize [--encoder PATH] [--vocab PATH] --tokenizer-file OUT.bin\n"
         "       ./tokenize [--encoder PATH] [--vocab PATH] --shards PREFIX [--shard-size N] [--jsonl] [--sections SEP] IN...\n"
+        "       ./tokenize [--encoder PATH] [--vocab PATH] --hellaswag IN.jsonl OUT.bin\n"
         "  IN.txt OUT.bin          encode IN.txt (UTF-8) with GPT-2 BPE into one data shard\n"
         "  --sections SEP          cut the text after every SEP into documents, each preceded by\n"
         "                          <|endoftext|> and encoded on its own; SEP keeps its place at the\n"
@@ -80,6 +91,8 @@ static void usage(FILE* fp) {
         "                          --shard-size tokens (default 1e8) named as llm.c's fineweb.py names them:\n"
         "                          PREFIX_val_000000.bin, then PREFIX_train_000001.bin, ...\n"
         "  --jsonl                 with --shards: each input line is a JSON object whose \"text\" is a document\n"
+        "  --hellaswag IN OUT      HellaSwag's jsonl (\"ctx\", \"endings\", \"label\" per line) into llm.c's eval\n"
+        "                          file for the trainers' -h 1 (each ending encoded after a space)\n"
         "  --encoder PATH          encoder.json (default " DEFAULT_ENCODER ", from the current\n"
         "                          directory or else next to this executable)\n"
         "  --vocab PATH            vocab.bpe (default " DEFAULT_VOCAB ", looked up the same way)\n"
@@ -478,6 +491,106 @@ static int shards_main(const char* prefix, const char* size_arg, int jsonl, cons
 }
 
 // ----------------------------------------------------------------------------
+// --hellaswag
+
+// text encoded onto the end of s->tokens (cap: its room, grown); its length into *len
+static int hellaswag_encode(Bpe* bpe, const char* text, EvalSet* s, size_t* ntok, size_t* cap, int* len) {
+    uint16_t* t;
+    size_t n;
+    if (bpe_encode(bpe, text, strlen(text), &t, &n) != 0) { return -1; }
+    if (*ntok + n > *cap) {
+        size_t want = (*ntok + n) * 2;
+        uint16_t* grown = (uint16_t*)realloc(s->tokens, want * sizeof(uint16_t));
+        if (grown == NULL) { free(t); return llmc_error("out of memory"); }
+        s->tokens = grown;
+        *cap = want;
+    }
+    memcpy(s->tokens + *ntok, t, n * sizeof(uint16_t));
+    *ntok += n;
+    *len = (int)n;
+    free(t);
+    return n > 0 ? 0 : llmc_error("encodes to no tokens");
+}
+
+// one line's example (JSON j) as example i of s; the arrays have room for it
+static int hellaswag_example(Bpe* bpe, const cJSON* j, EvalSet* s, int i, size_t* ntok, size_t* cap) {
+    const cJSON* ctx = cJSON_GetObjectItemCaseSensitive(j, "ctx");
+    const cJSON* endings = cJSON_GetObjectItemCaseSensitive(j, "endings");
+    const cJSON* label = cJSON_GetObjectItemCaseSensitive(j, "label");
+    if (!cJSON_IsString(ctx)) { return llmc_error("no \"ctx\" string"); }
+    int k = cJSON_IsArray(endings) ? cJSON_GetArraySize(endings) : 0;
+    if (k < 1 || k > HELLASWAG_MAX_ENDINGS) { return llmc_error("\"endings\" must be an array of 1 to %d strings", HELLASWAG_MAX_ENDINGS); }
+    char* end = NULL;
+    long lab = cJSON_IsNumber(label) ? (long)label->valuedouble
+             : cJSON_IsString(label) && label->valuestring[0] != '\0' ? strtol(label->valuestring, &end, 10) : -1;
+    if ((end != NULL && *end != '\0') || (cJSON_IsNumber(label) && label->valuedouble != (double)lab) || lab < 0 || lab >= k) {
+        return llmc_error("\"label\" must be the index of one of its %d endings", k);
+    }
+    s->label[i] = (int)lab;
+    s->ctx_at[i] = (int)*ntok;
+    if (hellaswag_encode(bpe, ctx->valuestring, s, ntok, cap, &s->ctx_len[i]) != 0) { return llmc_error("\"ctx\": %s", llmc_errmsg()); }
+    s->first[i] = s->completions;
+    for (int e = 0; e < k; e++) {
+        const cJSON* x = cJSON_GetArrayItem(endings, e);
+        if (!cJSON_IsString(x)) { return llmc_error("ending %d is not a string", e); }
+        size_t n = strlen(x->valuestring);
+        char* spaced = (char*)mallocCheck(n + 2);
+        spaced[0] = ' ';  // the ending follows the context after a space
+        memcpy(spaced + 1, x->valuestring, n + 1);
+        int c = s->completions++;
+        s->comp_at[c] = (int)*ntok;
+        int rc = hellaswag_encode(bpe, spaced, s, ntok, cap, &s->comp_len[c]);
+        free(spaced);
+        if (rc != 0) { return llmc_error("ending %d: %s", e, llmc_errmsg()); }
+    }
+    s->first[i + 1] = s->completions;
+    return 0;
+}
+
+// every line of in_path into out_path's eval file; 0, or -1 with llmc_errmsg() naming the line
+static int hellaswag_run(Bpe* bpe, const char* in_path, const char* out_path) {
+    FILE* in = fopen(in_path, "rb");
+    if (in == NULL) { return llmc_error("%s: cannot open: %s", in_path, strerror(errno)); }
+    EvalSet s;
+    memset(&s, 0, sizeof(s));
+    size_t ntok = 0, cap = 0, room = 0;
+    char* line = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    int rc = 0;
+    while (rc == 0 && (len = getline(&line, &line_cap, in)) >= 0) {
+        lineno++;
+        if (len == 0 || (len == 1 && line[0] == '\n')) { continue; }
+        if ((size_t)s.n + 1 >= room) {  // room for one more example and its completions
+            room = room == 0 ? 1024 : room * 2;
+            s.label = (int*)realloc(s.label, room * sizeof(int)); s.first = (int*)realloc(s.first, (room + 1) * sizeof(int));
+            s.ctx_at = (int*)realloc(s.ctx_at, room * sizeof(int)); s.ctx_len = (int*)realloc(s.ctx_len, room * sizeof(int));
+            s.comp_at = (int*)realloc(s.comp_at, room * HELLASWAG_MAX_ENDINGS * sizeof(int));
+            s.comp_len = (int*)realloc(s.comp_len, room * HELLASWAG_MAX_ENDINGS * sizeof(int));
+            if (!s.label || !s.first || !s.ctx_at || !s.ctx_len || !s.comp_at || !s.comp_len) { rc = llmc_error("out of memory"); break; }
+        }
+        cJSON* j = cJSON_ParseWithLength(line, (size_t)len);
+        rc = j == NULL ? llmc_error("not JSON") : hellaswag_example(bpe, j, &s, s.n, &ntok, &cap);
+        cJSON_Delete(j);
+        if (rc != 0) {
+            char msg[1100];
+            snprintf(msg, sizeof(msg), "%s line %ld: %s", in_path, lineno, llmc_errmsg());
+            rc = llmc_error("%s", msg);
+        }
+        s.n++;
+    }
+    if (rc == 0 && ferror(in)) { rc = llmc_error("%s: read error: %s", in_path, strerror(errno)); }
+    if (rc == 0 && s.n == 0) { rc = llmc_error("%s: no examples", in_path); }
+    fclose(in);
+    free(line);
+    if (rc == 0) { rc = evalset_write(&s, out_path); }
+    if (rc == 0) { printf("wrote %d examples (%d endings, %zu tokens) to %s\n", s.n, s.completions, ntok, out_path); }
+    evalset_free(&s);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
     const char* encoder_arg = NULL;   // NULL: the default, looked up by vocab_path_find
@@ -487,7 +600,7 @@ int main(int argc, char** argv) {
     const char* val_tokens_arg = NULL;
     const char* shards_arg = NULL;
     const char* shard_size_arg = NULL;
-    int jsonl = 0;
+    int jsonl = 0, hellaswag = 0;
     const char* positional[argc];  // (argc >= 1: the program name)
     int n_positional = 0;
     char msg[1200];
@@ -506,6 +619,7 @@ int main(int argc, char** argv) {
                            : strcmp(a, "--shard-size") == 0 ? &shard_size_arg
                            : NULL;
         if (strcmp(a, "--jsonl") == 0) { jsonl = 1; continue; }
+        if (strcmp(a, "--hellaswag") == 0) { hellaswag = 1; continue; }
         if (value != NULL) {
             if (i + 1 >= argc) {
                 snprintf(msg, sizeof(msg), "option %s needs a value (see -h)", a);
@@ -526,6 +640,9 @@ int main(int argc, char** argv) {
     if (shards_arg != NULL || shard_size_arg != NULL || jsonl) { return shards_main(shards_arg, shard_size_arg, jsonl, sections_arg,
                                                                                   val_tokens_arg, tokenizer_out, encoder_arg,
                                                                                   vocab_arg, positional, n_positional); }
+    if (hellaswag && (tokenizer_out != NULL || sections_arg != NULL || val_tokens_arg != NULL || n_positional != 2)) {
+        die("--hellaswag expects IN.jsonl OUT.bin and no --tokenizer-file, --sections or --val-tokens (see -h)");
+    }
     if (tokenizer_out != NULL && (n_positional != 0 || sections_arg != NULL || val_tokens_arg != NULL)) {
         die("--tokenizer-file takes no IN.txt OUT.bin arguments, --sections or --val-tokens (see -h)");
     }
@@ -558,6 +675,12 @@ int main(int argc, char** argv) {
     Bpe bpe;
     if (bpe_init(&bpe, encoder_path, vocab_file) != 0) { die(llmc_errmsg()); }
 
+    if (hellaswag) {
+        int rc = hellaswag_run(&bpe, positional[0], positional[1]);
+        bpe_free(&bpe);
+        if (rc != 0) { die(llmc_errmsg()); }
+        return 0;
+    }
     if (tokenizer_out != NULL) {
         if (bpe_write_tokenizer_file(&bpe, tokenizer_out) != 0) { bpe_free(&bpe); die(llmc_errmsg()); }
         printf("wrote tokenizer file %s: %u tokens, eot %u\n", tokenizer_out, bpe.vocab_size, bpe.eot_token);

@@ -75,7 +75,11 @@ static const OptRow args_options[] = {
     { .long_flag = "--top-k", .type = OPT_INT, TC(top_k), .lo = 0, .hi = K30, .def = "0", .arg = "<K>", .trainer = OPT_BOTH,
       .help = "samples: drawn from the K likeliest tokens only (1: the likeliest, whatever the seed); 0: all" },
     { .short_flag = "-h", .type = OPT_BOOL, TC(hellaswag), .hi = 1, .def = "0", .help_alone = 1, .arg = "0|1", .trainer = OPT_BOTH,
-      .help = "llm.c's HellaSwag evaluation; not built yet, so -h 1 is refused (-h alone, or --help: this message)" },
+      .help = "llm.c's HellaSwag evaluation (acc_norm) every -v steps and at the last, over --hellaswag-file's examples "
+              "split among the ranks; needs -b 4 or more (-h alone, or --help: this message)" },
+    { .long_flag = "--hellaswag-file", .type = OPT_STRING, TC(hellaswag_file), .def = "dev/data/hellaswag/hellaswag_val.bin",
+      .arg = "<file>", .trainer = OPT_BOTH,
+      .help = "-h 1's examples: llm.c's eval file (from its hellaswag.py, or ./tokenize --hellaswag IN.jsonl OUT.bin)" },
     { .short_flag = "-n", .type = OPT_INT, TC(checkpoint_every), .lo = 0, .hi = K30, .def = "0", .trainer = OPT_BOTH,
       .help = "checkpoint every N steps, 0 = never" },
     { .short_flag = "-y", .type = OPT_BOOL, TC(resume), .hi = 1, .def = "0", .trainer = OPT_BOTH,
@@ -193,9 +197,6 @@ static int args_given(const unsigned char* given, const char* flag) {
 // llm.c's flags that this trainer cannot honour at the value given: refused by name, never
 // ignored (a run that seemed to do what its script asked and did not)
 static int args_check_llmc(const TrainConfig* c) {
-    if (c->hellaswag) {
-        return llmc_error("flag -h 1: the HellaSwag evaluation is not built yet; run with -h 0 (help is --help, or -h alone)");
-    }
     if (c->log_gpu_every > 0) {
         return llmc_error("flag -lg %d: GPU telemetry is not read by this trainer (the step line and --report carry memory and "
                           "times); run with -lg -1", c->log_gpu_every);

@@ -42,7 +42,8 @@ typedef struct {
     int resume;                  // -y  1: resume from the latest checkpoint in -o
     int keep_checkpoints;        // -nk, --keep-checkpoints K  after each save, only the K newest verified ones stay; 0: all
     int major_checkpoint_every;  // -nm M  with -nk: a checkpoint at a multiple of M steps is never removed; 0: none
-    int hellaswag;               // -h 0|1  llm.c's HellaSwag eval (not built yet: 1 is refused); -h alone: help
+    int hellaswag;               // -h 0|1  llm.c's HellaSwag eval every -v steps and at the last; -h alone: help
+    const char* hellaswag_file;  // --hellaswag-file FILE  its examples (llm.c's eval file)
     float skip_lossz, skip_gradz;  // -sl, -sg  skip the update past this z-score of the loss / grad norm (llm.c's); 0: off
     int log_gpu_every;           // -lg  llm.c's GPU telemetry every N steps (not read here: only <= 0, off)
     int gelu_fusion;             // -ge  llm.c's GELU fusion: only the build's own (trainer_check_llmc_flags)

@@ -48,12 +48,54 @@ static void sample_shape(const float* probs, int V, float temperature, int top_k
 // logged to main.log
 static float trainer_validate(Trainer* t, const TrainerModel* m) {
     dataloader_reset(&t->val);
+    size_t BT = (size_t)t->tc.B * t->tc.T;
     double sum = 0.0;
     for (int i = 0; i < t->val_steps; i++) {
         if (dataloader_next_batch(&t->val) != 0) { trainer_fail(t->rank); }
-        sum += m->eval_loss(m->self, t->val.inputs, t->val.targets);
+        const float* losses = m->eval_losses(m->self, t->val.inputs, t->val.targets);  // (B, T)
+        double batch = 0.0;
+        for (size_t p = 0; p < BT; p++) { batch += losses[p]; }
+        sum += (float)(batch / BT);
     }
     return allreduce_mean((float)(sum / t->val_steps), t->world, "all-reduce of the validation loss");
+}
+
+// -h 1: HellaSwag's acc_norm over --hellaswag-file (llmc/hellaswag.h): each rank scores
+// its share of the examples, every rank running the same number of forwards (at stage 3
+// each one gathers from all), and rank 0 sums the scores (each from one rank, the others
+// 0: exact) and counts the examples whose lowest-loss completion is the label. Returns
+// the accuracy on rank 0 (the correct ones in *correct), 0 elsewhere. The test hook
+// ZERO3_TEST_HELLASWAG_DUMP=FILE (docs/TESTING.md) appends rank 0's every score there.
+static float trainer_hellaswag(Trainer* t, const TrainerModel* m, int step, int* correct) {
+    const EvalSet* s = &t->hellaswag;
+    int B = t->tc.B, T = t->tc.T;
+    int* inputs = (int*)mallocCheck(2 * (size_t)B * T * sizeof(int));
+    int* targets = inputs + (size_t)B * T;
+    int* ex = (int*)mallocCheck((size_t)B * sizeof(int));
+    double* scores = (double*)calloc((size_t)s->completions, sizeof(double));
+    if (scores == NULL) { fprintf(stderr, "error: out of memory for HellaSwag's scores\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+    int nb = evalset_num_batches(s, B, t->world);
+    for (int k = 0; k < nb; k++) {
+        int count = evalset_batch(s, B, T, t->rank, t->world, k, inputs, targets, ex);
+        const float* losses = m->eval_losses(m->self, inputs, targets);  // (B, T)
+        evalset_score(s, T, ex, count, losses, scores);
+    }
+    mpiWatched("reduce of the HellaSwag scores", MPI_Reduce(t->rank == 0 ? MPI_IN_PLACE : scores, scores, s->completions,
+                                                            MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
+    *correct = 0;
+    const char* dump = getenv("ZERO3_TEST_HELLASWAG_DUMP");
+    FILE* fp = t->rank == 0 && dump != NULL ? fopenCheck(dump, "a") : NULL;
+    for (int i = 0; t->rank == 0 && i < s->n; i++) {
+        int pred = evalset_predict(s, i, scores);
+        *correct += pred == s->label[i];
+        if (fp == NULL) { continue; }
+        fprintf(fp, "%d %d %d %d", step, i, s->label[i], pred);
+        for (int j = s->first[i]; j < s->first[i + 1]; j++) { fprintf(fp, " %.9g", scores[j]); }
+        fprintf(fp, "\n");
+    }
+    if (fp != NULL && fclose(fp) != 0) { fprintf(stderr, "warning: %s: cannot write the HellaSwag scores\n", dump); }
+    free(inputs); free(ex); free(scores);
+    return t->rank == 0 ? (float)*correct / s->n : 0.0f;
 }
 
 // -s: a sample of -g tokens from start_token, one forward over the prefix per token. Every
@@ -109,6 +151,7 @@ static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* l
 
     lp->steps = (StepRecord*)mallocCheck((t->max_steps + 1) * sizeof(StepRecord));
     lp->vals = (ValRecord*)mallocCheck((t->max_steps + 2) * sizeof(ValRecord));
+    lp->evals = (EvalRecord*)mallocCheck((t->max_steps + 2) * sizeof(EvalRecord));
     zeroCheck(zero_stats(m->zero, &lp->traffic.start));
     kernel_steps_begin(lp->kernel);
     if (!tc->resume) { log_fresh(tc->output_dir, rank); }  // a resumed run appends, as llm.c's does
@@ -137,6 +180,15 @@ static int trainer_boundary(Trainer* t, const TrainerModel* m, TrainerLoop* lp, 
         if (rank == 0) { printf("val loss %f\n", val_loss); }
         log_line(tc->output_dir, rank, "main.log", "s:%d tel:%.4f\n", step, val_loss);
         lp->vals[lp->nvals++] = (ValRecord){step, val_loss};
+    }
+    // llm.c's: every -v steps but the first, and at the last
+    if (tc->hellaswag && ((tc->val_every > 0 && step > 0 && step % tc->val_every == 0) || last_step)) {
+        job_doing("HellaSwag at step %d", step);
+        int correct;
+        float acc = trainer_hellaswag(t, m, step, &correct);
+        if (rank == 0) { printf("HellaSwag: %d/%d = %f\n", correct, t->hellaswag.n, acc); }
+        log_line(tc->output_dir, rank, "main.log", "s:%d eval:%.4f\n", step, acc);
+        lp->evals[lp->nevals++] = (EvalRecord){step, acc, correct, t->hellaswag.n};
     }
     if (tc->sample_every > 0 && ((step > 0 && step % tc->sample_every == 0) || last_step)) {
         job_doing("sampling at step %d", step);
@@ -274,7 +326,7 @@ static void trainer_loop_report(Trainer* t, const TrainerModel* m, TrainerLoop* 
                                                              MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
     }
     if (rank == 0 && tc->report != NULL &&
-        trainer_report(t, m, lp->steps, lp->nsteps, lp->vals, lp->nvals, lp->mem_all, kernel_all, &lp->traffic,
+        trainer_report(t, m, lp->steps, lp->nsteps, lp->vals, lp->nvals, lp->evals, lp->nevals, lp->mem_all, kernel_all, &lp->traffic,
                        lp->flops_per_token) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
         trainer_abort();
@@ -297,7 +349,7 @@ void trainer_run(Trainer* t, const TrainerModel* m) {
     trainer_loop_report(t, m, &lp);
     int nsteps = lp.nsteps, skipped_in_a_row = lp.skipped_in_a_row, start_step = lp.start_step;
     int last = nsteps > 0 ? lp.steps[nsteps - 1].step + 1 : start_step;
-    free(lp.steps); free(lp.vals); free(lp.mem_all);
+    free(lp.steps); free(lp.vals); free(lp.evals); free(lp.mem_all);
     if (stopped) {  // every rank saw the same loss and norm: all stop here together
         zeroCheck(zero_flush(m->zero));
         char msg[4400];

@@ -58,14 +58,16 @@ typedef struct {
     double mine[MEM_FIELDS];
     StepRecord* steps;
     ValRecord* vals;
-    int nsteps, nvals, have_batch;
+    EvalRecord* evals;          // -h 1's results
+    int nsteps, nvals, nevals, have_batch;
     TrainerTraffic traffic;
     double kernel[KERNEL_FIELDS];
 } TrainerLoop;
 
 // The run: resume, the header and the memory table, then per step validation (-v),
-// samples (-s) and checkpoints (-n) where asked, the micro-steps of gradient accumulation,
-// the engine's optimizer step, the step line and main.log; at the end the report.
+// HellaSwag (-h 1), samples (-s) and checkpoints (-n) where asked, the micro-steps of
+// gradient accumulation, the engine's optimizer step, the step line and main.log; at the
+// end the report.
 void trainer_run(Trainer* t, const TrainerModel* m);
 
 #ifdef __cplusplus

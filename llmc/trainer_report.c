@@ -84,7 +84,7 @@ static void report_per_rank(cJSON* root, const char* key, const char* const* nam
 }
 
 int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* steps, int nsteps,
-                          const ValRecord* vals, int nvals, const double* mem, const double* kernel,
+                          const ValRecord* vals, int nvals, const EvalRecord* evals, int nevals, const double* mem, const double* kernel,
                           const TrainerTraffic* tr, double flops_per_token) {
     const TrainConfig* tc = &t->tc;
     ZeroStats zs;
@@ -135,6 +135,18 @@ int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* st
         cJSON_AddNumberToObject(s, "step", vals[i].step);
         cJSON_AddNumberToObject(s, "loss", vals[i].loss);
         cJSON_AddItemToArray(arr, s);
+    }
+    // -h 1 only
+    if (t->tc.hellaswag) {
+        arr = cJSON_AddArrayToObject(root, "hellaswag");
+        for (int i = 0; i < nevals; i++) {
+            cJSON* s = cJSON_CreateObject();
+            cJSON_AddNumberToObject(s, "step", evals[i].step);
+            cJSON_AddNumberToObject(s, "accuracy", evals[i].accuracy);
+            cJSON_AddNumberToObject(s, "correct", evals[i].correct);
+            cJSON_AddNumberToObject(s, "examples", evals[i].examples);
+            cJSON_AddItemToArray(arr, s);
+        }
     }
     // memory.per_rank: world rows of MEM_FIELDS numbers (bytes); params, grads and
     // optimizer are the engine's model states (peaks), buffers its working set (gathered

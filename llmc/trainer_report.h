@@ -44,6 +44,8 @@ void kernel_steps_end(double* k, int steps);
 // one training step and one validation, as the report records them
 typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; int skipped, outlier; } StepRecord;  // mfu < 0: unknown; outlier: skipped by -sl/-sg
 typedef struct { int step; float loss; } ValRecord;
+// -h 1: HellaSwag's accuracy at a step (rank 0's; the correct examples of all)
+typedef struct { int step; float accuracy; int correct, examples; } EvalRecord;
 
 // What the report says about the run's engine per training step, averaged: the bytes each
 // collective sent, the wait, the tiers' traffic and the update's time. The traffic of
@@ -58,7 +60,7 @@ typedef struct {
 
 // the --report JSON (DESIGN's contract and more), written whole or not at all
 int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* steps, int nsteps,
-                          const ValRecord* vals, int nvals, const double* mem, const double* kernel,
+                          const ValRecord* vals, int nvals, const EvalRecord* evals, int nevals, const double* mem, const double* kernel,
                           const TrainerTraffic* tr, double flops_per_token);
 
 // the run's table, printed by rank 0

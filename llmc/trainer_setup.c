@@ -293,6 +293,23 @@ static void trainer_check_outputs(Trainer* t) {
     }
 }
 
+// -h 1: the eval file, read by every rank (each node may have its own copy, so each rank
+// reports its own error, as for the shards); every rank must have the same examples, or
+// their forwards would not pair up
+static void trainer_hellaswag_open(Trainer* t) {
+    const TrainConfig* tc = &t->tc;
+    job_doing("reading the HellaSwag examples (--hellaswag-file %s)", tc->hellaswag_file);
+    if (evalset_load(&t->hellaswag, tc->hellaswag_file, tc->B, tc->T, t->config.vocab_size) != 0) {
+        fprintf(stderr, "error: rank %d: flag -h 1: %s (write it with ./tokenize --hellaswag hellaswag_val.jsonl %s, or "
+                        "llm.c's dev/data/hellaswag.py; or run with -h 0)\n", t->rank, llmc_errmsg(), tc->hellaswag_file);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (llmc_input_add(tc->hellaswag_file, "--hellaswag-file") != 0) { trainer_fail(t->rank); }
+    int mine[2] = {t->hellaswag.completions, -t->hellaswag.completions};
+    mpiWatched("all-reduce of the HellaSwag set's size", MPI_Allreduce(MPI_IN_PLACE, mine, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (mine[0] != -mine[1]) { die_all(t->rank, "flag -h 1: the ranks read different --hellaswag-file sets (numbers of completions differ)"); }
+}
+
 void trainer_setup(Trainer* t) {
     const TrainConfig* tc = &t->tc;
     int rank = t->rank;
@@ -346,6 +363,7 @@ void trainer_setup(Trainer* t) {
     t->loaders_ready = 1;
 
     int V = t->config.vocab_size;
+    if (tc->hellaswag) { trainer_hellaswag_open(t); }
     t->have_tokenizer = tc->sample_every > 0 && tokenizer_init(&t->tokenizer, tc->tokenizer) == 0;
     // a missing tokenizer only changes how samples print; one that exists but is corrupt
     // is a wrong file the user means to use: stop
@@ -373,6 +391,7 @@ void trainer_finish(Trainer* t) {
     if (t->have_tokenizer) { tokenizer_free(&t->tokenizer); }
     if (t->loaders_ready) { dataloader_free(&t->train); }
     if (t->loaders_ready && t->tc.val_every > 0) { dataloader_free(&t->val); }
+    evalset_free(&t->hellaswag);
     gpt2_source_close(&t->source);
     zero_watchdog_stop();
     MPI_Finalize();

@@ -17,6 +17,7 @@
 #include "llmc/gpt2.h"        // model files, descriptors, init, the units, gpt2_schedule
 #include "llmc/dataloader.h"  // DataLoader
 #include "llmc/tokenizer.h"   // Tokenizer for samples
+#include "llmc/hellaswag.h"   // EvalSet: -h 1's examples
 #include "zero3/zero.h"       // Zero, ZeroModel, ZeroInit: the engine's interface
 
 #ifdef __cplusplus
@@ -43,6 +44,7 @@ typedef struct {
     int start_token;         // what the first sampled position sees
     int* prompt;             // (prompt_n) --prompt's tokens, after start_token in every sample; NULL: none
     int prompt_n;
+    EvalSet hellaswag;       // -h 1's examples (zeroed without -h 1)
 } Trainer;
 
 // Start-up: line-buffered stdout, SIGXFSZ ignored (a write past a file-size limit fails
@@ -63,8 +65,9 @@ void trainer_model(Trainer* t);
 // After trainer_model: the batch (t->total_batch, t->grad_accum), the check that all ranks
 // agree, the output directory (-o, made by rank 0; -n and -y need it), the data loaders
 // (each rank reports its own file errors: files may differ per node), the validation
-// batches (-m, at most the set), the steps (-x, or one epoch), and the tokenizer for
-// samples (used only when it has the model's vocabulary: a small test model samples ids).
+// batches (-m, at most the set), the steps (-x, or one epoch), -h 1's examples (every
+// rank reads and checks --hellaswag-file), and the tokenizer for samples (used only when
+// it has the model's vocabulary: a small test model samples ids).
 void trainer_setup(Trainer* t);
 
 // frees the run (tokenizer, loaders, model source), stops the watchdog and ends MPI
@@ -101,8 +104,9 @@ int trainer_estimate(Trainer* t, size_t x, double host_acts);
 // ----------------------------------------------------------------------------
 // what trainer_run needs of a model
 
-// the mean loss of one (B, T) batch of inputs and targets on this rank
-typedef float (*TrainerLossFn)(void* self, const int* inputs, const int* targets);
+// the per-position losses (B, T) of one batch of inputs and targets on this rank, in host
+// memory until the next call (validation takes their mean, HellaSwag its completions')
+typedef const float* (*TrainerLossesFn)(void* self, const int* inputs, const int* targets);
 // the probabilities of the next token after tokens[0..t) (the real vocabulary's, in order)
 typedef const float* (*TrainerProbsFn)(void* self, const int* tokens, int t);
 
@@ -127,7 +131,7 @@ typedef struct {
     void (*train_micro)(void* self, const int* inputs, const int* targets, int last_micro, int grad_accum);
     // the sum of the training micro-steps' mean losses since the last call; waits for the step
     double (*train_loss)(void* self);
-    TrainerLossFn eval_loss;
+    TrainerLossesFn eval_losses;
     TrainerProbsFn next_probs;
     // the model's memory: out[MEM_ACTIVATIONS], out[MEM_ALLOCATED] and out[MEM_PEAK] set,
     // its scratch added to out[MEM_BUFFERS]; the engine's figures are in zs and out already

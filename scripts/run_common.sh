@@ -19,6 +19,9 @@
 #                          for Open MPI when run as root
 #   TRAINER                the binary (default ./train_gpt2_zero3)
 #   DRY_RUN=1              print the plan and the command, check nothing on disk, run nothing
+#   HELLASWAG=auto         -h 1 (llm.c's HellaSwag eval, as its scripts run it) when the
+#                          eval file dev/data/hellaswag/hellaswag_val.bin is there and B >= 4;
+#                          0 or 1 to say (make the file: ./tokenize --hellaswag IN.jsonl OUT)
 #   MAX_RESTARTS=0         relaunch after a crash this many times (each resumes from the
 #                          latest checkpoint, like llm.c's while-true loop)
 # Relative paths are relative to the repository root (the scripts cd there).
@@ -108,6 +111,14 @@ run_main() {
                 -k cosine -l "$LR" -q "$FINAL_LR_FRAC" -u "$WARMUP" -c "$WEIGHT_DECAY" --grad-clip 1.0
                 -v "$VAL_EVERY" -s "$SAMPLE_EVERY" -g "$GEN_T" -n "$CKPT_EVERY" -y 1
                 -r "$r" -z "$stage")
+    local hs=${HELLASWAG:-auto} hs_file=dev/data/hellaswag/hellaswag_val.bin
+    if [ "$hs" = auto ]; then
+        hs=0
+        if [ "$b" -ge 4 ] && [ -f "$hs_file" ]; then hs=1; fi
+        if [ "$hs" = 0 ]; then echo "# no HellaSwag eval (-h 0): $hs_file is not there, or B < 4 (HELLASWAG=1 to insist)"; fi
+    fi
+    [[ $hs =~ ^[01]$ ]] || die "HELLASWAG=$hs: auto, 0 or 1"
+    args+=(-h "$hs")
     if [ "$opt" != none ]; then args+=(--offload-optimizer "$opt"); fi
     if [ "$param" != none ]; then args+=(--offload-param "$param"); fi
     if [ "$opt" = nvme ] || [ "$param" = nvme ]; then

@@ -12,7 +12,7 @@
 #                           which 19 GiB are the 12 layers' bf16 attention matrices)
 #   total        50.6 GiB  <= 70 GiB: llm.c's B=64 fits without recompute; 8 accumulation
 #                           steps on one GPU, 1 on eight.
-# llm.c flags with no equivalent here: -h 1 (HellaSwag eval).
+# llm.c's -h 1 (HellaSwag) is on when its eval file is there (HELLASWAG in run_common.sh).
 # Usage: scripts/run_gpt2_124M.sh [more trainer flags]; env: see scripts/run_common.sh
 # (NGPU, TRAIN_DATA, VAL_DATA, OUT_DIR, EXTRA_ARGS, DRY_RUN=1, ...).
 set -euo pipefail

@@ -13,8 +13,8 @@
 #                           128 accumulation steps on one GPU, 16 on eight.
 #   With OFFLOAD_OPTIMIZER=cpu ZERO_STAGE=2 the states drop to 5.80 GiB (estimator,
 #   stage 2 + cpu) and the host holds 23.21 GiB; scripts/bench_gpu.sh compares the two.
-# llm.c flags with no equivalent here: -h 1 (HellaSwag eval), -ge 1 (fused GELU in the
-# matmul epilogue is always on here).
+# llm.c's -h 1 (HellaSwag) is on when its eval file is there (HELLASWAG in run_common.sh);
+# its -ge 1 (GELU fused into the matmul's epilogue) is what the bf16 build always does.
 # Usage: scripts/run_gpt2_1558M.sh [more trainer flags]; env: see scripts/run_common.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run_common.sh"

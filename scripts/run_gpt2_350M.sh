@@ -11,7 +11,7 @@
 #   total        63.0 GiB  <= 70 GiB. llm.c's B=64 would need 115 GiB of activations
 #                           here (its cuDNN attention keeps no T x T matrices; ours does),
 #                           so B=32 with 16 accumulation steps on one GPU (2 on eight).
-# llm.c flags with no equivalent here: -h 1 (HellaSwag eval).
+# llm.c's -h 1 (HellaSwag) is on when its eval file is there (HELLASWAG in run_common.sh).
 # Usage: scripts/run_gpt2_350M.sh [more trainer flags]; env: see scripts/run_common.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run_common.sh"

@@ -9,7 +9,7 @@
 #   activations  52.1 GiB  (B=16, T=1024, -r 0; the trainer's --estimate)
 #   total        63.6 GiB  <= 70 GiB (llm.c's B=32 would need 93 GiB even with -r 1):
 #                           32 accumulation steps on one GPU, 4 on eight.
-# llm.c flags with no equivalent here: -h 1 (HellaSwag eval).
+# llm.c's -h 1 (HellaSwag) is on when its eval file is there (HELLASWAG in run_common.sh).
 # Usage: scripts/run_gpt2_774M.sh [more trainer flags]; env: see scripts/run_common.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run_common.sh"

@@ -61,6 +61,8 @@ run_suite "tokenizer exactness"   bash test/e2e/test_tokenizer_exact.sh
 run_suite "PyTorch reference"     bash test/e2e/test_reference.sh
 run_suite "trainer end to end"    bash test/e2e/test_trainer.sh
 run_suite "llm.c's flags"          bash test/e2e/test_llmc_flags.sh
+run_suite "HellaSwag (-h 1)"      bash test/e2e/test_hellaswag.sh
+run_suite "llm.c's run scripts, scaled down" bash test/e2e/test_llmc_runs.sh
 run_suite "checkpoints you can trust" bash test/e2e/test_checkpoint.sh
 run_suite "input validation, non-finite steps" bash test/e2e/test_validation.sh
 run_suite "ZeRO stages (MPI)"     bash test/e2e/test_zero.sh

@@ -7,6 +7,7 @@ own encoder uses) and GPT-2's pattern verbatim.
   /usr/bin/python3 test/e2e/ref_bpe.py [--encoder PATH] [--vocab PATH] IN.txt OUT.bin
   /usr/bin/python3 test/e2e/ref_bpe.py [--encoder PATH] [--vocab PATH] --llmc-split N IN.txt VAL.bin TRAIN.bin
   /usr/bin/python3 test/e2e/ref_bpe.py [--encoder PATH] [--vocab PATH] --fineweb-shards SIZE IN.jsonl PREFIX
+  /usr/bin/python3 test/e2e/ref_bpe.py [--encoder PATH] [--vocab PATH] --hellaswag IN.jsonl OUT.bin
 
 writes one llm.c data shard: 256 x int32 little-endian header
 ([0]=20240520 magic, [1]=1 version, [2]=token count), then uint16 tokens.
@@ -21,6 +22,12 @@ is encoded alone; the first N tokens go to VAL.bin, the others to TRAIN.bin.
 document, <|endoftext|> before it; the tokens fill shards of SIZE, a document that does not
 fit split, the rest starting the next shard, the last holding what is left; shard i is
 PREFIX_val_000000.bin for i = 0, else PREFIX_train_%06d.bin.
+
+--hellaswag follows llm.c's dev/data/hellaswag.py and data_common.write_evalfile: per JSON
+line the "ctx" encoded as is, each of the "endings" as " " + ending, the "label"; written
+as the eval file (256 x int32 header: 20240522, 1, examples, the longest example's bytes;
+then per example the uint16 stream 65535, its bytes, its index, label, endings, then the
+context and each ending as a length and its tokens).
 """
 import argparse
 import json
@@ -119,6 +126,23 @@ def write_shard(path, ids):
     os.replace(tmp, path)
 
 
+def write_evalfile(path, examples):
+    """examples: (label, ctx_ids, [ending_ids, ...]) each"""
+    words, longest = [], 0
+    for idx, (label, ctx, endings) in enumerate(examples):
+        ex = [65535, 0, idx, label, len(endings), len(ctx)] + ctx
+        for e in endings:
+            ex += [len(e)] + e
+        ex[1] = 2 * len(ex)
+        longest = max(longest, ex[1])
+        words += ex
+    header = [0] * 256
+    header[0], header[1], header[2], header[3] = 20240522, 1, len(examples), longest
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack("<%dH" % len(words), *words))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--encoder", default="dev/data/gpt2/encoder.json")
@@ -126,9 +150,21 @@ def main():
     ap.add_argument("--llmc-split", type=int, metavar="N",
                     help="llm.c's tinyshakespeare documents; the first N tokens to VAL.bin")
     ap.add_argument("--fineweb-shards", type=int, metavar="SIZE", help="llm.c's fineweb.py shards of SIZE tokens")
+    ap.add_argument("--hellaswag", action="store_true", help="HellaSwag's jsonl into llm.c's eval file")
     ap.add_argument("input")
     ap.add_argument("outputs", nargs="+", metavar="OUT.bin")
     args = ap.parse_args()
+    if args.hellaswag:
+        ref = Reference(args.encoder, args.vocab)
+        examples = []
+        with open(args.input, "rb") as f:
+            for line in f:
+                if line.strip():
+                    d = json.loads(line.decode("utf-8"))
+                    examples.append((int(d["label"]), ref.encode(d["ctx"]), [ref.encode(" " + e) for e in d["endings"]]))
+        write_evalfile(args.outputs[0], examples)
+        print("wrote %d examples to %s" % (len(examples), args.outputs[0]))
+        return 0
     if args.fineweb_shards is not None:
         ref = Reference(args.encoder, args.vocab)
         ids = []

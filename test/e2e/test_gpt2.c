@@ -380,7 +380,7 @@ int main(int argc, char** argv) {
         train_pass(&m, &r, 1.0f, 1);
         float loss = m.mean_loss;
         // the engine's step: global norm, clipping, AdamW, as in training
-        ZeroStep st = {(float)r.lr, (float)r.wd, (float)r.clip, step + 1, 0, 0};
+        ZeroStep st = {(float)r.lr, (float)r.wd, (float)r.clip, step + 1, 0, 0, 0.0f};  // no -sg limit
         ZeroStats zs;
         if (zero_step(m.zero, &st) != 0 || zero_stats(m.zero, &zs) != 0) {
             fprintf(stderr, "error: %s\n", zero_errmsg());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llm.c's flags on ./train_gpt2_zero3_cpu, as llm.c's train_gpt2.cu means them (issue 27):
-#   -h          alone (or --help) prints the usage and exits 0; -h 0 trains; -h 1 (HellaSwag,
-#               not built yet) is refused by name instead of printing help and "succeeding"
+#   -h          alone (or --help) prints the usage and exits 0; -h 0 trains; -h 1 evaluates
+#               HellaSwag (test_hellaswag.sh), so without its file it stops naming the file
+#               instead of printing help and "succeeding"
 #   -k wsd      the learning rates of the steps follow llm.c's warm-up, stable, 1 - sqrt decay
 #   -nk -nm     after each checkpoint the K newest stay, and every multiple of M besides
 #   -pn -pr -pg checked against the ranks MPI started: agreeing, the run goes on; not, every
@@ -36,7 +37,7 @@ for h in "-h" "--help" "-b 2 -h" "-h -b 2"; do
     fi
 done
 run h0 1 $SMALL -x 2 -h 0 && [ "$(losses "$tmp/h0.json" | wc -l)" = 2 ] && ok "-h 0 trains" || bad "-h 0 did not train"
-expect_error "-h 1 (HellaSwag, not built yet)" "flag -h 1: the HellaSwag evaluation is not built yet" $BIN $SMALL -x 2 -h 1
+expect_error "-h 1 without its eval file" "flag -h 1: $tmp/none.bin: cannot open" $BIN $SMALL -x 2 -h 1 --hellaswag-file "$tmp/none.bin"
 expect_error "-h 2"                   "flag -h"    $BIN $SMALL -x 2 -h 2
 
 # ---------------------------------------------------------------------------
