@@ -49,7 +49,7 @@ print(chunks // 2)")
 # launches; each launch's output in $tmp/NAME.N.log. The first launch gets $FIRST_ENV.
 loop() {
     local name=$1 last=$2; shift 2
-    local out_dir=log_$name done_file n=0  # (the caller's command says -o log_$name)
+    local out_dir=log_$name done_file n=0 start=$SECONDS  # (the caller's command says -o log_$name)
     done_file=$(printf '%s/DONE_%08d' "$out_dir" "$last")
     (
         cd "$w" || exit 1
@@ -57,11 +57,13 @@ loop() {
             if [ -f "$done_file" ]; then echo "File $done_file exists. Exiting the loop."; break; fi
             n=$((n + 1))
             [ $n -le 4 ] || { echo "no $done_file after 4 launches"; exit 1; }
+            local t0=$SECONDS
             env ${FIRST_ENV:-} "$@" > "$tmp/$name.$n.log" 2>&1
+            echo "launch $n: exit $?, $((SECONDS - t0)) s"
             FIRST_ENV=""
             sleep 1
         done
-        echo "$n launch(es), $SECONDS s"
+        echo "$n launch(es), $((SECONDS - start)) s"
     ) > "$tmp/$name.loop" 2>&1
     local rc=$?
     if [ $rc -eq 0 ] && "$root/checkpoint_tool" verify "$w/log_$name" "$last" > "$tmp/$name.verify" 2>&1; then
@@ -108,6 +110,7 @@ FIRST_ENV="ZERO3_TEST_STOP=1:3:before" loop gpt2_124M "$epoch" \
                 -y 1 \
                 -e "d2"
 kill "$killer" 2>/dev/null; wait "$killer" 2>/dev/null
+cat "$tmp/gpt2_124M.loop"
 if [ -f "$tmp/gpt2_124M.2.log" ] && grep -q "resum" "$tmp/gpt2_124M.2.log"; then
     ok "gpt2_124M: the rank lost in the first launch; the second resumed"
 else
