@@ -35,7 +35,6 @@ import os
 import struct
 import sys
 
-import regex  # Debian's python3-regex; `re` lacks \p{L} / \p{N}
 
 PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -64,6 +63,7 @@ class Reference:
         merges = [tuple(line.split()) for line in lines[1:] if line.strip()]
         self.ranks = {pair: rank for rank, pair in enumerate(merges)}
         self.alphabet = byte_alphabet()
+        import regex  # Debian's python3-regex; `re` lacks \p{L} / \p{N} (imported here: write_evalfile needs none)
         self.pattern = regex.compile(PATTERN)
         self.cache = {}
 

@@ -626,6 +626,41 @@ n=$(tr -cd 1 <<< "$got" | wc -c)
     && ok "device engine, -sg 1.2: the $n steps skipped are those whose norm's z-score passes it" \
     || bad "device engine, -sg 1.2: skipped $got, the detector says $want"
 
+# -h 1: HellaSwag's scores (the mean loss of each completion's tokens) on 12 random examples
+# of the reference model's vocabulary (test/e2e/ref_bpe.py's writer of llm.c's eval file), 2
+# and 3 in a batch, against the CPU trainer's: fp32 within 1e-5 relative (both fp32, other
+# summation orders: a few ulps of losses near 5.4; a wrong row or position moves a score by
+# 1e-2 or more; emulated: 9.5e-7), bf16 within 2e-2 (8-bit significands through the
+# layers; emulated: 4.0e-3)
+$PY - "$tmp/hs.bin" <<'EOF'
+import random, sys
+sys.path.insert(0, "test/e2e")
+from ref_bpe import write_evalfile
+rng = random.Random(3)
+ex = [(rng.randrange(4), [rng.randrange(211) for _ in range(rng.randrange(1, 30))],
+       [[rng.randrange(211) for _ in range(rng.randrange(1, 30))] for _ in range(4)]) for _ in range(12)]
+write_evalfile(sys.argv[1], ex)
+EOF
+HS="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -t 64 -x 0 -v 0 -s 0 -h 1 --hellaswag-file $tmp/hs.bin"
+ZERO3_TEST_HELLASWAG_DUMP=$tmp/hs_cpu $CPU $HS -b 8 > "$tmp/hs_cpu.log" 2>&1 || bad "CPU trainer -h 1: $(tail -1 "$tmp/hs_cpu.log")"
+ZERO3_TEST_HELLASWAG_DUMP=$tmp/hs_fp32 $GPU32 $HS -b 8 > "$tmp/hs_fp32.log" 2>&1 || bad "fp32 -h 1: $(tail -1 "$tmp/hs_fp32.log")"
+ZERO3_TEST_HELLASWAG_DUMP=$tmp/hs_bf16 $GPU $HS -b 12 -z 3 --zero-backend device > "$tmp/hs_bf16.log" 2>&1 || bad "bf16 -h 1: $(tail -1 "$tmp/hs_bf16.log")"
+for p in "fp32 1e-5" "bf16 2e-2"; do
+    set -- $p
+    $PY - "$tmp/hs_cpu" "$tmp/hs_$1" "$1" "$2" <<'EOF' && ok "-h 1 ($1): HellaSwag's scores = the CPU trainer's" || bad "-h 1 ($1): scores"
+import sys
+a = [l.split() for l in open(sys.argv[1])]; b = [l.split() for l in open(sys.argv[2])]
+rel = sys.argv[3] == "fp32"; tol = float(sys.argv[4])
+assert len(a) == len(b) == 12, (len(a), len(b))
+for x, y in zip(a, b):
+    assert x[:3] == y[:3], (x, y)
+    for s, t in zip(x[4:], y[4:]):
+        assert abs(float(s) - float(t)) <= tol * (abs(float(s)) if rel else 1.0), (x, y)
+    if rel: assert x[3] == y[3], (x, y)
+print("largest difference", max(abs(float(s) - float(t)) for x, y in zip(a, b) for s, t in zip(x[4:], y[4:])))
+EOF
+done
+
 fi  # validation
 
 # ---------------------------------------------------------------------------
