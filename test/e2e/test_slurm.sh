@@ -371,6 +371,38 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+# scripts/profile.sh at NGPU=2 names each rank's report by its rank under either launcher
+# (an nsys stand-in that writes the report it is asked for, naming the rank variables it
+# saw, and runs nothing; nvidia-smi's stand-in for the GPU check)
+cat > "$tmp/nsys" <<'EOF'
+#!/bin/sh
+# nsys stand-in: `profile ... --output=OUT APP...` writes OUT.nsys-rep (OUT's %q{PROFILE_RANK}
+# expanded as nsys does) with the rank variables of its environment; `stats` prints a line
+case $1 in
+    profile) for a; do case $a in --output=*) out=${a#--output=} ;; esac; done
+             out=$(printf '%s' "$out" | sed "s/%q{PROFILE_RANK}/${PROFILE_RANK:-}/")
+             echo "OMPI_COMM_WORLD_RANK=${OMPI_COMM_WORLD_RANK:-} SLURM_PROCID=${SLURM_PROCID:-}" > "$out.nsys-rep" ;;
+    stats) echo "stats of the stand-in" ;;
+esac
+EOF
+chmod +x "$tmp/nsys"
+for launcher in mpirun srun; do
+    p=$tmp/prof_$launcher
+    # srun's LAUNCHER needs an allocation: salloc runs the script in one
+    pre=(); [ $launcher = srun ] && pre=(timeout 120 salloc --quiet -n 2)
+    "${pre[@]}" env PATH="$PWD/test/gpu/standin:$PATH" NSYS="$tmp/nsys" TRAINER="$BIN" NGPU=2 LAUNCHER=$launcher OUT_DIR="$p" \
+        bash scripts/profile.sh > "$tmp/prof.log" 2>&1; rc=$?
+    var=OMPI_COMM_WORLD_RANK; [ $launcher = srun ] && var=SLURM_PROCID
+    reps=$(cd "$p" 2>/dev/null && printf '%s ' *.nsys-rep)
+    if [ $rc -eq 0 ] && [ "$reps" = "d12_rank0.nsys-rep d12_rank1.nsys-rep " ] &&
+       grep -qw "$var=0" "$p/d12_rank0.nsys-rep" && grep -qw "$var=1" "$p/d12_rank1.nsys-rep"; then
+        ok "profile.sh NGPU=2 LAUNCHER=$launcher: reports d12_rank0 and d12_rank1, the rank from $var"
+    else
+        bad "profile.sh NGPU=2 LAUNCHER=$launcher (exit $rc): reports '$reps' $(cat "$p"/*.nsys-rep 2>/dev/null | tr '\n' ' ') $(grep -m2 -E 'error' "$tmp/prof.log" | tr '\n' ' ')"
+    fi
+done
+
+# ---------------------------------------------------------------------------
 # teardown of the one-node cluster: nothing of it left
 
 slurm_down
