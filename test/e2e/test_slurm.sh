@@ -432,12 +432,26 @@ NodeName=$B NodeAddr=$(hosts_addr "$B") CPUs=64 Gres=gpu:8 State=UNKNOWN"
     t0=$SECONDS
     if slurm_up two "$nodes" "$HOSTS_PREFIX.1" && slurmd_start "$A" in_host "$A" && slurmd_start "$B" in_host "$B" && slurm_idle 2 30; then
         ok "two nodes: slurmd $A and $B, each in its namespace, idle in $((SECONDS - t0)) s"
-        before=$(hosts_link_bytes)
-        in_host "$A" env OMPI_MCA_btl_tcp_if_include="$HOSTS_SUBNET" OMPI_MCA_oob_tcp_if_include="$HOSTS_SUBNET" OMPI_MCA_btl=tcp,self,vader \
-            timeout 120 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node=2 "$ABS_BIN" "${SMALL[@]}" -x 3 -z 3 --report "$tmp/two.json" \
-            > "$tmp/two.log" 2>&1; rc=$?
-        after=$(hosts_link_bytes)
-        v=$((after - before))
+        # A task died of SIGSEGV inside Open MPI's start-up (a call through NULL, no
+        # backtrace past libc), before any rank printed a line, in 2 of about 50 such
+        # launches, both in whole runs of this suite under load (none in 37 launches
+        # repeated in a loop after the two-node cluster alone, under the same kinds of
+        # load; none in the one-node launches); the cause is not known. Such a
+        # start is tried once more, and said so. A run that fails otherwise, or twice,
+        # fails the check.
+        for try in 1 2; do
+            before=$(hosts_link_bytes)
+            in_host "$A" env OMPI_MCA_btl_tcp_if_include="$HOSTS_SUBNET" OMPI_MCA_oob_tcp_if_include="$HOSTS_SUBNET" OMPI_MCA_btl=tcp,self,vader \
+                timeout 120 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node=2 "$ABS_BIN" "${SMALL[@]}" -x 3 -z 3 --report "$tmp/two.json" \
+                > "$tmp/two.log" 2>&1; rc=$?
+            after=$(hosts_link_bytes)
+            v=$((after - before))
+            if [ "$try" = 1 ] && [ $rc -gt 128 ] && [ $rc -ne 137 ] && ! grep -qE '^(\||step )' "$tmp/two.log"; then
+                echo "  (two nodes: a task died in start-up, exit $rc: $(grep -m1 -E 'srun: error: .*task' "$tmp/two.log"); trying once more)"
+                continue
+            fi
+            break
+        done
         if [ $rc -eq 0 ] && $PY - "$tmp/two.json" "$tmp/mpirun4.json" "$v" > "$tmp/two.check" 2>&1 <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1])); ref = json.load(open(sys.argv[2])); v = int(sys.argv[3])
