@@ -34,7 +34,8 @@
 #   teardown    no daemon, step or task of these clusters left (every exit path: trap)
 # Where SLURM cannot run here (not root, not installed, no PMIx plugin): "SKIP slurm:
 # <reason>" and "0 passed, 0 failed", which run_all.sh names as a skipped suite.
-# Ends with "N passed, N failed".
+# KEEP=DIR copies the temporary directory (slurm.conf, the daemons' logs, the jobs' output)
+# to DIR at exit, for a look after a failure. Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # cd to the repo root; $BIN, $PY, $tmp, ok/bad/finish, run, losses
 source test/e2e/netns_hosts.sh    # hosts_up/down, hosts_addr, hosts_link_bytes (the two nodes)
 
