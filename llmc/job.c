@@ -8,6 +8,7 @@
 #include <time.h>        // time, localtime_r, strftime: the lock holder's start time
 #include <fcntl.h>       // O_RDWR, O_CREAT, O_NOFOLLOW: the lock file
 #include <unistd.h>      // write, alarm, _exit, pipe, read, gethostname, getpid, ftruncate, pwrite, pread, usleep
+#include <mpi.h>         // OPEN_MPI: which MPI this is built with (job_launcher_plugin_check)
 #include "llmc/utils.h"  // llmc_error, llmc_input_add: no output replaces the lock file
 #include "common/file.h" // file_open, file_lock: the lock file, opened without blocking, locked as the swap files are
 
@@ -45,6 +46,32 @@ static void job_env_first(const char* const* names, int n, char* var, size_t len
     }
 }
 
+// srun started this process as one of several tasks with no MPI plugin (--mpi=none, or
+// MpiDefault=none): no PMIx or PMI variable, no mpirun's. Open MPI cannot start a rank that
+// way: its MPI_Init aborts with a page on how Open MPI is built (the build is not what is
+// wrong), or, outside a real step, makes a singleton. Refused here, before MPI_Init, saying
+// how to launch. Only for Open MPI: an MPICH built on Slurm's own PMI-1 library does start
+// under --mpi=none (job_launcher_check still catches a world of 1 after MPI_Init).
+static void job_launcher_plugin_check(const JobLauncher* l, int step) {
+#ifdef OPEN_MPI
+    static const char* const mpi_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMIX_NAMESPACE", "PMI_RANK", "PMI_FD", "PMI_SIZE"};
+    if (!step || strcmp(l->size_var, "SLURM_STEP_NUM_TASKS") != 0 || l->size < 2) { return; }
+    for (size_t i = 0; i < sizeof(mpi_vars) / sizeof(mpi_vars[0]); i++) {
+        if (getenv(mpi_vars[i]) != NULL) { return; }
+    }
+    // every task says it once, with its rank: srun shows which ones ended
+    fprintf(stderr, "error: this process is one of %ld processes its launcher started (SLURM_STEP_NUM_TASKS=%ld, "
+            "SLURM_PROCID=%ld), but srun gave it no MPI plugin (no PMIX_RANK or PMI_RANK: srun --mpi=none, or "
+            "MpiDefault=none in slurm.conf): Open MPI cannot start its ranks that way, and each process would train "
+            "alone, writing the same files. Start the ranks through MPI: srun --mpi=pmix (or another plugin of "
+            "`srun --mpi=list` that this MPI supports), or the mpirun of the MPI the trainer was built with\n",
+            l->size, l->size, job_env_long("SLURM_PROCID"));
+    exit(EXIT_FAILURE);
+#else
+    (void)l; (void)step;
+#endif
+}
+
 void job_launcher_read(JobLauncher* l) {
     memset(l, 0, sizeof(*l));
     l->rank = -1;
@@ -53,6 +80,7 @@ void job_launcher_read(JobLauncher* l) {
     static const char* const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
     job_env_first(sizes, step ? 5 : 3, l->size_var, sizeof(l->size_var), &l->size);
     job_env_first(ranks, step ? 4 : 3, l->rank_var, sizeof(l->rank_var), &l->rank);
+    job_launcher_plugin_check(l, step);
 }
 
 int job_launcher_check(const JobLauncher* l, int world) {

@@ -10,8 +10,9 @@
 #                                        # e.g. scripts/profile.sh -e gpt3:c768 -t 2048 -b 4
 # Environment: OUT_DIR (default profile_out: the .nsys-rep, .sqlite and the stats go there),
 #   NAME (report name, default d12), NSYS (the nsys binary), NGPU (default 1: one rank;
-#   more runs the trainer under mpirun -np NGPU with one report per rank),
-#   NSYS_ARGS (more `nsys profile` options, word-split).
+#   more runs the trainer under mpirun -np NGPU with one report per rank, NAME_rankR),
+#   LAUNCHER (mpirun, or srun: `srun --mpi=pmix --ntasks=NGPU` inside a SLURM allocation),
+#   NSYS_ARGS (more `nsys profile` options, word-split), TRAINER (default ./train_gpt2_zero3).
 # Needs an NVIDIA GPU and Nsight Systems (nsys, in the CUDA toolkit or
 # /opt/nvidia/nsight-systems/*/bin); stops with a message naming what is missing.
 set -euo pipefail
@@ -39,27 +40,41 @@ require_gpu "scripts/profile.sh"
 
 # nothing here builds: on a GPU machine that cannot, these come in scripts/gpu_bundle.sh's bundle
 data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
-[ -x ./train_gpt2_zero3 ] || die "./train_gpt2_zero3 is not built: make train_gpt2_zero3 (or scripts/gpu_bundle.sh exec DIR scripts/profile.sh)"
+TRAINER=${TRAINER:-./train_gpt2_zero3}
+[ -x "$TRAINER" ] || die "$TRAINER is not built: make train_gpt2_zero3 (or scripts/gpu_bundle.sh exec DIR scripts/profile.sh)"
 [ -f "$data" ] || die "$data is missing: make data"
 
 args=(-e d12 -b 16 -t 1024 -x 10 -v 0 -s 0 -r 0 -i "$data" -j "$data" "$@")
 mkdir -p "$OUT_DIR"
 nsys_extra=()
 read -r -a nsys_extra <<< "${NSYS_ARGS:-}"
-# one rank: nsys runs the trainer; several: mpirun runs one nsys per rank, each writing
-# its own report (nsys expands %q{OMPI_COMM_WORLD_RANK} from the rank's environment)
+# one rank: nsys runs the trainer; several: the launcher runs one nsys per rank, each
+# writing its own report, NAME_rankR. nsys expands %q{VAR} from the rank's environment; R
+# is PROFILE_RANK, which a shell around nsys sets in each rank from the variable its
+# launcher gives it (mpirun: OMPI_COMM_WORLD_RANK, srun: SLURM_PROCID)
 rep="$OUT_DIR/$NAME"
-mpi=()
+mpi=() rank=()
 if [ "$NGPU" != 1 ]; then
-    mpi=(mpirun -np "$NGPU")
-    if [ "$(id -u)" = 0 ] && mpirun --version 2>&1 | grep -q "Open MPI"; then mpi+=(--allow-run-as-root); fi
-    rep="$OUT_DIR/${NAME}_rank%q{OMPI_COMM_WORLD_RANK}"
+    case ${LAUNCHER:-mpirun} in
+        mpirun)
+            mpi=(mpirun -np "$NGPU")
+            if [ "$(id -u)" = 0 ] && mpirun --version 2>&1 | grep -q "Open MPI"; then mpi+=(--allow-run-as-root); fi ;;
+        srun)
+            [ -n "${SLURM_JOB_ID:-}" ] || die "LAUNCHER=srun outside a SLURM allocation: run it under salloc or in a batch job"
+            mpi=(srun --mpi=pmix --ntasks="$NGPU") ;;
+        *) die "LAUNCHER=$LAUNCHER: mpirun or srun" ;;
+    esac
+    # shellcheck disable=SC2016  # expanded by the shell in each rank
+    rank=(sh -c 'PROFILE_RANK=${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-}}
+[ -n "$PROFILE_RANK" ] || { echo "error: profile.sh: neither OMPI_COMM_WORLD_RANK nor SLURM_PROCID is set: start the ranks with mpirun or srun" >&2; exit 1; }
+export PROFILE_RANK; exec "$@"' sh)
+    rep="$OUT_DIR/${NAME}_rank%q{PROFILE_RANK}"
 fi
-profile=("$nsys_bin" profile "--trace=cuda,nvtx,cublas" --sample=none --cpuctxsw=none
+profile=("${rank[@]}" "$nsys_bin" profile "--trace=cuda,nvtx,cublas" --sample=none --cpuctxsw=none
          --cuda-memory-usage=true --force-overwrite=true --output="$rep" "${nsys_extra[@]}")
 
-echo "profiling: ${mpi[*]:+${mpi[*]} }./train_gpt2_zero3 ${args[*]}"
-if ! "${mpi[@]}" "${profile[@]}" ./train_gpt2_zero3 "${args[@]}" 2>&1 | tee "$OUT_DIR/$NAME.log"; then
+echo "profiling: ${mpi[*]:+${mpi[*]} }$TRAINER ${args[*]}"
+if ! "${mpi[@]}" "${profile[@]}" "$TRAINER" "${args[@]}" 2>&1 | tee "$OUT_DIR/$NAME.log"; then
     die "the profiled run failed (its output: $OUT_DIR/$NAME.log)"
 fi
 

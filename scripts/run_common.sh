@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by scripts/run_gpt2_*.sh and scripts/run_gpt3_*.sh: sourced, not run. A run
 # script sets the recipe (the variables below) and calls `run_main "$@"`; this file turns
-# it into one `mpirun -np $NGPU ./train_gpt2_zero3 ...` command, checks it, and runs it.
+# it into one `mpirun -np $NGPU ./train_gpt2_zero3 ...` command (or `srun --mpi=pmix ...`
+# inside a SLURM job: LAUNCHER=srun, as scripts/slurm/*.sbatch set it), checks it, and runs it.
 #
 # Set by the run script (the recipe):
 #   NAME MODEL T TOTAL_BATCH LR FINAL_LR_FRAC WARMUP WEIGHT_DECAY STEPS
@@ -9,7 +10,15 @@
 #   DEF_OFFLOAD_OPT DEF_OFFLOAD_PARAM (none|cpu|nvme) DEF_DATA (shard prefix)
 #   VAL_EVERY SAMPLE_EVERY GEN_T CKPT_EVERY
 # Environment overrides (all optional):
-#   NGPU=1                 ranks (one per GPU) for mpirun -np
+#   NGPU=1                 ranks (one per GPU) for mpirun -np; under LAUNCHER=srun the
+#                          job's tasks (SLURM_NTASKS) when unset
+#   LAUNCHER=mpirun        or srun: `srun --mpi=pmix --ntasks=NGPU --kill-on-bad-exit=1`
+#                          inside a SLURM allocation (sbatch or salloc); SRUN_ARGS adds
+#                          srun options (word-split), as MPI_ARGS does mpirun's
+#   REQUEUE=0              1 (LAUNCHER=srun in a batch job): when the trainer stopped early
+#                          on a signal (the job's preemption notice, #SBATCH --signal=USR1@T:
+#                          a checkpoint and exit 0) and the final checkpoint is not there,
+#                          `scontrol requeue` the job, which then resumes (-y 1)
 #   TRAIN_DATA, VAL_DATA   shard globs (default ${DEF_DATA}_train_*.bin / _val_*.bin)
 #   OUT_DIR                logs and checkpoints (default log_$NAME); re-running resumes (-y 1)
 #   MICRO_BATCH RECOMPUTE ZERO_STAGE OFFLOAD_OPTIMIZER OFFLOAD_PARAM NVME_PATH MAX_STEPS
@@ -85,6 +94,17 @@ act_gib() {
     echo "${gib:-unknown}"
 }
 
+# requeue_if_stopped OUT STEPS: after the trainer exited 0 under REQUEUE=1 in a batch job,
+# without its final checkpoint: it stopped on a signal (the preemption notice of #SBATCH
+# --signal, a checkpoint written), so the job goes back to the queue to resume from it.
+# Exit 0 either way: the job did what it could in its time
+requeue_if_stopped() {
+    [ "${REQUEUE:-0}" = 1 ] && [ -n "${SLURM_JOB_ID:-}" ] || return 0
+    ./checkpoint_tool verify "$1" "$2" > /dev/null 2>&1 && return 0
+    echo "the trainer stopped before step $2 (a signal: its checkpoint is in $1): requeueing job $SLURM_JOB_ID to resume"
+    scontrol requeue "$SLURM_JOB_ID" || die "scontrol requeue $SLURM_JOB_ID failed: resubmit this job to resume from $1"
+}
+
 # run_main [trainer flags...]: build the command from the recipe and the environment,
 # print it, and run it (or only print it with DRY_RUN=1)
 run_main() {
@@ -95,8 +115,13 @@ run_main() {
     local steps=${MAX_STEPS:-$STEPS}
     local train=${TRAIN_DATA:-${DEF_DATA}_train_*.bin} val=${VAL_DATA:-${DEF_DATA}_val_*.bin}
     local out=${OUT_DIR:-log_$NAME} trainer=${TRAINER:-./train_gpt2_zero3}
-    local dry=${DRY_RUN:-0}
+    local dry=${DRY_RUN:-0} launcher=${LAUNCHER:-mpirun}
     cd "$RUN_ROOT" || die "cannot cd to $RUN_ROOT"
+    case $launcher in
+        mpirun) ;;
+        srun) if [ -z "${NGPU:-}" ] && [ -n "${SLURM_NTASKS:-}" ]; then ngpu=$SLURM_NTASKS; fi ;;
+        *) die "LAUNCHER=$launcher: mpirun or srun" ;;
+    esac
 
     [[ $ngpu =~ ^[1-9][0-9]*$ ]] || die "NGPU=$ngpu: a positive number of GPUs"
     [[ $b =~ ^[1-9][0-9]*$ ]] || die "MICRO_BATCH=$b: a positive integer"
@@ -129,10 +154,18 @@ run_main() {
     read -r -a extra <<< "${EXTRA_ARGS:-}"
     args+=("${extra[@]}" "$@")
 
-    local mpi=(mpirun -np "$ngpu")
-    if [ "$(id -u)" = 0 ] && mpirun --version 2>&1 | grep -q "Open MPI"; then mpi+=(--allow-run-as-root); fi
-    local mpi_extra=()
-    read -r -a mpi_extra <<< "${MPI_ARGS:-}"
+    local mpi mpi_extra=()
+    if [ "$launcher" = srun ]; then
+        # PMIx: how Open MPI's ranks find each other under srun (without it every task is a
+        # world of one, which the trainer refuses); a rank that dies ends the step at once
+        # rather than leaving the others waiting in a collective
+        mpi=(srun --mpi=pmix --ntasks="$ngpu" --kill-on-bad-exit=1)
+        read -r -a mpi_extra <<< "${SRUN_ARGS:-}"
+    else
+        mpi=(mpirun -np "$ngpu")
+        if [ "$(id -u)" = 0 ] && mpirun --version 2>&1 | grep -q "Open MPI"; then mpi+=(--allow-run-as-root); fi
+        read -r -a mpi_extra <<< "${MPI_ARGS:-}"
+    fi
     mpi+=("${mpi_extra[@]}")
     local cmd=("${mpi[@]}" "$trainer" "${args[@]}")
 
@@ -151,7 +184,12 @@ run_main() {
 
     # a real run: the GPU, the binary, the data
     require_gpu "$trainer (DRY_RUN=1 prints the command instead)"
-    command -v mpirun > /dev/null || die "mpirun not found: install Open MPI (scripts/install_deps.sh)"
+    if [ "$launcher" = srun ]; then
+        command -v srun > /dev/null || die "srun not found: LAUNCHER=srun runs inside a SLURM job (sbatch scripts/slurm/...)"
+        [ -n "${SLURM_JOB_ID:-}" ] || die "LAUNCHER=srun outside a SLURM allocation: submit with sbatch (scripts/slurm/) or run under salloc"
+    else
+        command -v mpirun > /dev/null || die "mpirun not found: install Open MPI (scripts/install_deps.sh)"
+    fi
     if [ ! -x "$trainer" ]; then
         if [ "$trainer" = ./train_gpt2_zero3 ]; then make train_gpt2_zero3; else die "trainer $trainer not found"; fi
     fi
@@ -173,7 +211,7 @@ run_main() {
     local tries=0
     while true; do
         echo "+ ${cmd[*]}"
-        if "${cmd[@]}"; then return 0; fi
+        if "${cmd[@]}"; then requeue_if_stopped "$out" "$steps"; return 0; fi
         tries=$((tries + 1))
         if [ "$tries" -gt "${MAX_RESTARTS:-0}" ]; then die "the trainer failed (re-run this script to resume from the latest checkpoint in $out)"; fi
         echo "the trainer failed: restart $tries of ${MAX_RESTARTS:-0}, resuming from the latest checkpoint"

@@ -73,6 +73,7 @@ run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
 run_suite "faults (MPI)"          bash test/e2e/test_faults.sh
 run_suite "one job per directory, no blocking opens, stop signals" bash test/e2e/test_jobs.sh
 run_suite "two hosts (MPI, network namespaces)" bash test/e2e/test_multihost.sh
+run_suite "SLURM: srun, sbatch, preemption, job scripts" bash test/e2e/test_slurm.sh
 run_suite "run scripts"           bash test/e2e/test_scripts.sh
 run_suite "fuzzing the readers"   bash test/fuzz/run_fuzz.sh
 # the engine's units, its collectives and the offload suite (stages 1-3 at 1 and 2 ranks,

@@ -48,8 +48,9 @@ if $LIMIT $BIN $SMALL -x 4 -n 2 -o "$o" > "$tmp/out" 2>&1; then
 launch="this process is one of 2 processes its launcher started"
 expect_error "mpirun's world of 2, MPI's of 1" "$launch (OMPI_COMM_WORLD_SIZE=2), but MPI sees a world of 1" \
     env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 $LIMIT $BIN $SMALL -x 1
-# what srun sets in each task of `srun -n 2` (Slurm's env.c), without an MPI plugin
-expect_error "srun -n 2 without PMIx" "$launch (SLURM_STEP_NUM_TASKS=2), but MPI sees a world of 1: each process would train alone, writing the same files. Start the ranks through MPI: srun --mpi=pmix" \
+# what srun sets in each task of `srun -n 2` (Slurm's env.c), without an MPI plugin: refused
+# before MPI_Init (Open MPI's would abort under a real srun; test_slurm.sh runs that one)
+expect_error "srun -n 2 without PMIx" "$launch (SLURM_STEP_NUM_TASKS=2, SLURM_PROCID=0), but srun gave it no MPI plugin (no PMIX_RANK or PMI_RANK: srun --mpi=none, or MpiDefault=none in slurm.conf): Open MPI cannot start its ranks that way, and each process would train alone, writing the same files. Start the ranks through MPI: srun --mpi=pmix" \
     env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_NPROCS=2 SLURM_PROCID=0 $LIMIT $BIN $SMALL -x 1
 # a batch script runs once: the allocation's SLURM_NTASKS there is no launch of several
 if env SLURM_NTASKS=4 SLURM_NPROCS=4 SLURM_PROCID=0 $LIMIT $BIN $SMALL -x 0 > "$tmp/out" 2>&1; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CPU checks of the launch scripts in scripts/ (no GPU, no data, nothing trained):
-#   syntax        bash -n on every script (and shellcheck when it is installed)
+#   syntax        bash -n on every script, scripts/slurm's job scripts too (and shellcheck
+#                 when it is installed; test_slurm.sh runs the job scripts)
 #   run_*.sh      with DRY_RUN=1, at NGPU=1 and NGPU=8, each prints its plan and its
 #                 command; the command's flags, given to ./train_gpt2_zero3_cpu with
 #                 --estimate 1:NGPU, must parse (args_parse reads and validates every flag,
@@ -36,7 +37,7 @@ if [ "${#runs[@]}" -ge 10 ]; then ok "found ${#runs[@]} run scripts"; else bad "
 
 # ---------------------------------------------------------------------------
 # syntax
-for s in scripts/*.sh test/e2e/test_scripts.sh; do
+for s in scripts/*.sh scripts/slurm/*.sh scripts/slurm/*.sbatch test/e2e/test_scripts.sh; do
     if bash -n "$s" 2> "$tmp/err"; then ok "bash -n $s"; else bad "bash -n $s: $(head -1 "$tmp/err")"; fi
 done
 # every script the docs run as scripts/NAME.sh is executable (run_common.sh is sourced); a
@@ -52,6 +53,7 @@ if command -v shellcheck > /dev/null; then
     new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh scripts/bench_comm.sh
          scripts/bench_tokenize.sh
          scripts/gpu_first_contact.sh scripts/gpu_kernel_times.sh test/e2e/netns_hosts.sh test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh
+         scripts/slurm/job.sh scripts/slurm/*.sbatch test/e2e/test_slurm.sh
          test/gpu/standin/nvidia-smi test/gpu/standin/compute-sanitizer)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
     else bad "shellcheck: $(grep -m1 -E '^In |SC[0-9]+' "$tmp/sc")"; fi
