@@ -52,27 +52,27 @@ static void job_env_first(const char* const* names, int n, char* var, size_t len
 // wrong), or, outside a real step, makes a singleton. Refused here, before MPI_Init, saying
 // how to launch. Only for Open MPI: an MPICH built on Slurm's own PMI-1 library does start
 // under --mpi=none (job_launcher_check still catches a world of 1 after MPI_Init).
-static void job_launcher_plugin_check(const JobLauncher* l, int step) {
+static int job_launcher_plugin_check(const JobLauncher* l, int step) {
 #ifdef OPEN_MPI
     static const char* const mpi_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMIX_NAMESPACE", "PMI_RANK", "PMI_FD", "PMI_SIZE"};
-    if (!step || strcmp(l->size_var, "SLURM_STEP_NUM_TASKS") != 0 || l->size < 2) { return; }
+    if (!step || strcmp(l->size_var, "SLURM_STEP_NUM_TASKS") != 0 || l->size < 2) { return 0; }
     for (size_t i = 0; i < sizeof(mpi_vars) / sizeof(mpi_vars[0]); i++) {
-        if (getenv(mpi_vars[i]) != NULL) { return; }
+        if (getenv(mpi_vars[i]) != NULL) { return 0; }
     }
     // every task says it once, with its rank: srun shows which ones ended
-    fprintf(stderr, "error: this process is one of %ld processes its launcher started (SLURM_STEP_NUM_TASKS=%ld, "
+    return llmc_error("this process is one of %ld processes its launcher started (SLURM_STEP_NUM_TASKS=%ld, "
             "SLURM_PROCID=%ld), but srun gave it no MPI plugin (no PMIX_RANK or PMI_RANK: srun --mpi=none, or "
             "MpiDefault=none in slurm.conf): Open MPI cannot start its ranks that way, and each process would train "
             "alone, writing the same files. Start the ranks through MPI: srun --mpi=pmix (or another plugin of "
-            "`srun --mpi=list` that this MPI supports), or the mpirun of the MPI the trainer was built with\n",
+            "`srun --mpi=list` that this MPI supports), or the mpirun of the MPI the trainer was built with",
             l->size, l->size, job_env_long("SLURM_PROCID"));
-    exit(EXIT_FAILURE);
 #else
     (void)l; (void)step;
+    return 0;
 #endif
 }
 
-void job_launcher_read(JobLauncher* l) {
+int job_launcher_read(JobLauncher* l) {
     memset(l, 0, sizeof(*l));
     l->rank = -1;
     int step = getenv("SLURM_STEP_ID") != NULL || getenv("SLURM_STEPID") != NULL;
@@ -80,7 +80,7 @@ void job_launcher_read(JobLauncher* l) {
     static const char* const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
     job_env_first(sizes, step ? 5 : 3, l->size_var, sizeof(l->size_var), &l->size);
     job_env_first(ranks, step ? 4 : 3, l->rank_var, sizeof(l->rank_var), &l->rank);
-    job_launcher_plugin_check(l, step);
+    return job_launcher_plugin_check(l, step);
 }
 
 int job_launcher_check(const JobLauncher* l, int world) {

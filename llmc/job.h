@@ -13,9 +13,9 @@
    task count there); and this process's rank, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
    SLURM_PROCID (in a step): above 0 in a world of 1 is the same mistake. Read before
    MPI_Init, which sets some of them for a singleton (PMIX_RANK=0). Built with Open MPI,
-   the read itself ends the process (exit 1, saying how to launch) when srun started
-   several tasks with no MPI plugin (no PMIx, PMI or mpirun variable): Open MPI's MPI_Init
-   would abort there with a page blaming how Open MPI was built.
+   the read itself fails (saying how to launch) when srun started several tasks with no
+   MPI plugin (no PMIx, PMI or mpirun variable): Open MPI's MPI_Init would abort there
+   with a page blaming how Open MPI was built.
  - One job per directory (job_lock_dir, rank 0): -o/job.lock, locked with common/file.h's
    file_lock while the job lives, holds the holder's pid, host and start time; a second
    job on the same -o is refused with them and touches nothing. The file stays when the
@@ -56,9 +56,9 @@ typedef struct {
     long rank;          // this process's rank by the launcher, -1 unknown
 } JobLauncher;
 
-// what the launcher says (the header's list); call before MPI_Init. Ends the process
-// (Open MPI builds) where srun started several tasks with no MPI plugin
-void job_launcher_read(JobLauncher* l);
+// what the launcher says (the header's list); call before MPI_Init. -1 with llmc_errmsg()
+// (Open MPI builds) where srun started several tasks with no MPI plugin, else 0
+int job_launcher_read(JobLauncher* l);
 
 // 0 when MPI's world of `world` ranks is what the launcher started; else -1 with
 // llmc_errmsg() saying what is wrong and how to launch

@@ -29,7 +29,9 @@ void trainer_start(Trainer* t, int* argc, char*** argv, const char* program, int
     setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
     signal(SIGXFSZ, SIG_IGN);
     JobLauncher launcher;
-    job_launcher_read(&launcher);  // before MPI_Init, which sets some of the variables for a singleton
+    // before MPI_Init, which sets some of the variables for a singleton (and which Open MPI
+    // aborts with a misleading page when srun gave no MPI plugin: refused here instead)
+    if (job_launcher_read(&launcher) != 0) { fprintf(stderr, "error: %s\n", llmc_errmsg()); exit(EXIT_FAILURE); }
     mpiCheck(MPI_Init(argc, argv));
     // every exit() too (a CUDA error's, llmc's checks): no swap file outlives the process
     atexit(zero_watch_exit_hooks);
