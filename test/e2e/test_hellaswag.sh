@@ -10,8 +10,8 @@
 #                checkpointed model; the accuracy is the count of lowest-score completions
 #                that are the label, as llm.c's acc_norm
 #   anywhere     the same scores at 1, 2 and 3 ranks, stages 0, 2 and 3, with the
-#                vocabulary tiled, and on the emulated GPU trainer (device engine, fp32
-#                and bf16, 1 and 2 ranks)
+#                vocabulary tiled (the GPU trainer's against these: the validation section
+#                of test/gpu/test_gpu_trainer.sh, emulated in make test)
 #   refusals     a batch too small for an example's completions, a missing file, a token
 #                shard given as the eval file, rows longer than -t, a truncated file
 #
@@ -20,12 +20,9 @@
 # float32-vs-float64 difference of that score (ref_hellaswag.py prints it). A wrong mask
 # (one position more or less) or row moves a score by 1e-2 or more on this model. Where
 # the best two completions are closer than twice the tolerance, the prediction is not
-# compared (either is right). bf16 (8 significant bits): within 1e-2 of float64 (it
-# measured 1.1e-3 here); its predictions are not compared.
+# compared (either is right).
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, expect_error
-GPU=${GPU:-build/train_gpt2_zero3_emu}
-GPU32=${GPU32:-build/train_gpt2_zero3_emu_fp32}
 DATA=dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 
 # ten examples from tinyshakespeare: a line, the line after it among three others
@@ -102,7 +99,7 @@ ref = {}
 for l in open(sys.argv[1]):
     p = l.split()
     ref[int(p[0])] = (int(p[1]), [float(x) for x in p[3::2]], [float(x) for x in p[4::2]])
-step, kind = int(sys.argv[3]), sys.argv[4]
+step = int(sys.argv[3])
 rows = [l.split() for l in open(sys.argv[2]) if int(l.split()[0]) == step]
 assert len(rows) == len(ref), (len(rows), len(ref))
 worst = 0.0
@@ -111,19 +108,19 @@ for p in rows:
     scores = [float(x) for x in p[4:]]
     want, d = ref[i][1], ref[i][2]
     assert label == ref[i][0], (i, label)
-    tol = [max(10 * e, 16 * 2.0 ** -24 * abs(w)) if kind == "fp32" else 1e-2 for w, e in zip(want, d)]
+    tol = [max(10 * e, 16 * 2.0 ** -24 * abs(w)) for w, e in zip(want, d)]
     for j, (s, w, t) in enumerate(zip(scores, want, tol)):
         assert abs(s - w) <= t, (i, j, s, w, t)
         worst = max(worst, abs(s - w))
     order = sorted(range(len(want)), key=lambda j: (want[j], j))
-    if kind == "fp32" and want[order[1]] - want[order[0]] > 2 * max(tol):
+    if want[order[1]] - want[order[0]] > 2 * max(tol):
         assert pred == order[0], (i, pred, order)
 print("largest difference", worst)
 EOF
 }
 compare "-x 4 -v 2, step 4" "$tmp/train.dump" 4 fp32
 
-# the model of step 4 scored at step 0 of -x 0 (the last step): ranks, stages, tiles, the GPU trainer
+# the model of step 4 scored at step 0 of -x 0 (the last step): ranks, stages, tiles
 M="$tmp/run/model_00000004.bin"
 EVAL="-e $M -i $DATA -j $DATA -t 64 -x 0 -v 0 -s 0 $HS"
 # score NAME N BIN ARGS...: NAME's dump in $tmp/NAME.dump
@@ -140,16 +137,7 @@ compare "1 rank, stage 0"                        "$tmp/z0.dump" 0 fp32
 compare "2 ranks, stage 3"                       "$tmp/z3_2.dump" 0 fp32
 compare "3 ranks, stage 2, vocabulary tiles"     "$tmp/z2_3.dump" 0 fp32
 compare "3 ranks, stage 3, empty batches"        "$tmp/z3_3.dump" 0 fp32
-if [ -x "$GPU32" ] && [ -x "$GPU" ]; then
-    score gpu32 1 $GPU32 -b 8
-    score gpu32_z3 2 $GPU32 -b 8 -z 3 --zero-backend device
-    score gpu16 1 $GPU -b 8
-    compare "GPU trainer, fp32"                  "$tmp/gpu32.dump" 0 fp32
-    compare "GPU trainer, fp32, 2 ranks, stage 3" "$tmp/gpu32_z3.dump" 0 fp32
-    compare "GPU trainer, bf16"                  "$tmp/gpu16.dump" 0 bf16
-else
-    skip "the GPU trainer's HellaSwag: $GPU32 or $GPU not built"
-fi
+# (the GPU trainer: test/gpu/test_gpu_trainer.sh's validation section, against this trainer)
 
 # ---------------------------------------------------------------------------
 # refusals

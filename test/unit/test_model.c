@@ -675,6 +675,17 @@ Test(flags, help) {
     cr_assert_eq(parse(&c, "-b 2 --help"), 1);
 }
 
+// -h with a value is llm.c's HellaSwag switch; its file defaults to llm.c's path
+Test(flags, hellaswag) {
+    TrainConfig c;
+    cr_assert_eq(parse(&c, "-h 1"), 0);
+    cr_assert_eq(c.hellaswag, 1);
+    cr_assert_str_eq(c.hellaswag_file, "dev/data/hellaswag/hellaswag_val.bin");
+    cr_assert_eq(parse(&c, "-h 0 --hellaswag-file x.bin"), 0);
+    cr_assert_eq(c.hellaswag, 0);
+    cr_assert_str_eq(c.hellaswag_file, "x.bin");
+}
+
 // each bad command line fails with a message that names the flag (or the argument)
 Test(flags, errors_name_the_flag) {
     struct { const char* line; const char* names; } cases[] = {
@@ -696,7 +707,7 @@ Test(flags, errors_name_the_flag) {
         {"-k warmup_stable", "-k"},
         {"-zz 1", "-zz"},               // unknown flag
         {"-w 0", "-w"},                 // llm.c's, refused at this value
-        {"-h 1", "-h"},                 // llm.c's HellaSwag, not built yet
+        {"-h 2", "-h"},                 // llm.c's HellaSwag switch: 0 or 1
         {"--frobnicate 1", "--frobnicate"},
         {"--seed -1", "--seed"},
         {"--seed 12ab", "--seed"},
