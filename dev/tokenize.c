@@ -59,7 +59,7 @@
 #include <unistd.h>          // access, readlink, getcwd
 #include <sys/stat.h>        // stat: VAL.bin and TRAIN.bin the same file
 #include "llmc/utils.h"      // llmc_error, llmcCheck, mallocCheck; llmc_input_add, output_check, path_in_dir: no output over an input
-#include "llmc/tokenizer.h"  // Bpe: bpe_init, bpe_encode, bpe_write_tokenizer_file
+#include "llmc/tokenizer.h"  // Bpe: bpe_init, bpe_encode, bpe_write_tokenizer_file; tokenizer_fwrite_u16le
 #include "zero3/util.h"      // zero_now_ms: --shards' throughput line
 #include <omp.h>             // omp_get_max_threads, omp_get_thread_num: --shards' encoders
 #include <cjson/cJSON.h>     // cJSON_ParseWithLength: a JSON line's "text" (--shards --jsonl), HellaSwag's examples
@@ -109,17 +109,7 @@ static int shard_write(const char* path, const uint16_t* tokens, size_t n) {
     tokenizer_write_u32le(header, SHARD_MAGIC);
     tokenizer_write_u32le(header + 4, SHARD_VERSION);
     tokenizer_write_u32le(header + 8, (uint32_t)n);
-    int ok = fwrite(header, 1, sizeof(header), f.fp) == sizeof(header);
-    // tokens go out in chunks, byte by byte little-endian, whatever the host order
-    unsigned char buf[8192];
-    for (size_t i = 0; ok && i < n;) {
-        size_t k = 0;
-        for (; i < n && k + 2 <= sizeof(buf); i++) {
-            buf[k++] = (unsigned char)tokens[i];
-            buf[k++] = (unsigned char)(tokens[i] >> 8);
-        }
-        ok = fwrite(buf, 1, k, f.fp) == k;
-    }
+    int ok = fwrite(header, 1, sizeof(header), f.fp) == sizeof(header) && tokenizer_fwrite_u16le(f.fp, tokens, n) == 0;
     return atomic_commit(&f, ok);
 }
 

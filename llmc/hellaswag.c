@@ -1,42 +1,18 @@
 // Multiple-choice evaluation in llm.c's eval file format (llmc/hellaswag.h).
 #include "llmc/hellaswag.h"  // the interface
-#include <stdio.h>           // FILE, fopen, fread
-#include <stdlib.h>          // malloc, calloc, free
+#include <stdio.h>           // FILE, fwrite
+#include <stdlib.h>          // malloc, free
 #include <string.h>          // memset, strerror
 #include <errno.h>           // errno for the messages
+#include <fcntl.h>           // O_RDONLY
 #include "llmc/utils.h"      // llmc_error, AtomicFile: atomic_open, atomic_commit
-
-static uint32_t rd_u32(const unsigned char* p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static void wr_u32(unsigned char* p, uint32_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24); }
+#include "llmc/tokenizer.h"  // tokenizer_read_u32le, tokenizer_write_u32le, tokenizer_fwrite_u16le, tokenizer_slurp_stream
+#include "common/file.h"     // file_fopen: the eval file opened without waiting on a FIFO or a device
 
 void evalset_free(EvalSet* s) {
     free(s->label); free(s->first); free(s->ctx_at); free(s->ctx_len);
     free(s->comp_at); free(s->comp_len); free(s->tokens);
     memset(s, 0, sizeof(*s));
-}
-
-// the whole file into memory (HellaSwag's validation set is 3.6 MB)
-static int slurp(const char* path, unsigned char** out, size_t* size) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) { return llmc_error("%s: cannot open: %s", path, strerror(errno)); }
-    size_t cap = 1 << 20, n = 0;
-    unsigned char* buf = (unsigned char*)malloc(cap);
-    for (size_t got = 1; buf != NULL && got > 0;) {
-        if (n == cap) {
-            unsigned char* bigger = (unsigned char*)realloc(buf, cap * 2);
-            if (bigger == NULL) { free(buf); buf = NULL; break; }
-            buf = bigger;
-            cap *= 2;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-    }
-    int bad = buf == NULL ? ENOMEM : ferror(f) ? EIO : 0;
-    fclose(f);
-    if (bad) { free(buf); return llmc_error("%s: cannot read: %s", path, strerror(bad)); }
-    *out = buf;
-    *size = n;
-    return 0;
 }
 
 // one example at w (uint16 words, nw of them from w on): its fields into s as example i
@@ -92,14 +68,19 @@ static int check_fits(EvalSet* s, const char* path, int B, int T, int vocab_size
 
 int evalset_load(EvalSet* s, const char* path, int B, int T, int vocab_size) {
     memset(s, 0, sizeof(*s));
-    unsigned char* buf = NULL;
+    // read whole (HellaSwag's validation set is 3.6 MB), only when it is a regular file
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp == NULL) { return llmc_error("%s: cannot open: %s", path, why); }
+    char* text = NULL;
     size_t size = 0;
-    if (slurp(path, &buf, &size) != 0) { return -1; }
+    if (tokenizer_slurp_stream(fp, path, &text, &size) != 0) { return -1; }
+    unsigned char* buf = (unsigned char*)text;
     int rc = -1;
     if (size < EVAL_HEADER_INTS * 4) { llmc_error("%s: %zu bytes: shorter than the eval file's header", path, size); goto done; }
-    if (rd_u32(buf) != EVAL_MAGIC) { llmc_error("%s: magic %u, not an eval file (%d); a token shard or model file given as the eval file?", path, rd_u32(buf), EVAL_MAGIC); goto done; }
-    if (rd_u32(buf + 4) != EVAL_VERSION) { llmc_error("%s: eval file version %u; this build reads version %d", path, rd_u32(buf + 4), EVAL_VERSION); goto done; }
-    int n = (int)rd_u32(buf + 8);
+    if (tokenizer_read_u32le(buf) != EVAL_MAGIC) { llmc_error("%s: magic %u, not an eval file (%d); a token shard or model file given as the eval file?", path, tokenizer_read_u32le(buf), EVAL_MAGIC); goto done; }
+    if (tokenizer_read_u32le(buf + 4) != EVAL_VERSION) { llmc_error("%s: eval file version %u; this build reads version %d", path, tokenizer_read_u32le(buf + 4), EVAL_VERSION); goto done; }
+    int n = (int)tokenizer_read_u32le(buf + 8);
     size_t nw = (size - EVAL_HEADER_INTS * 4) / 2;
     if (n < 1 || (size_t)n > nw / 6) { llmc_error("%s: %d examples in the header, for %zu bytes of examples", path, n, size - EVAL_HEADER_INTS * 4); goto done; }
     s->n = n;
@@ -168,19 +149,13 @@ int evalset_write(const EvalSet* s, const char* path) {
     }
     unsigned char header[EVAL_HEADER_INTS * 4];
     memset(header, 0, sizeof(header));
-    wr_u32(header, EVAL_MAGIC);
-    wr_u32(header + 4, EVAL_VERSION);
-    wr_u32(header + 8, (uint32_t)s->n);
-    wr_u32(header + 12, (uint32_t)longest);
+    tokenizer_write_u32le(header, EVAL_MAGIC);
+    tokenizer_write_u32le(header + 4, EVAL_VERSION);
+    tokenizer_write_u32le(header + 8, (uint32_t)s->n);
+    tokenizer_write_u32le(header + 12, (uint32_t)longest);
     AtomicFile f;
     if (atomic_open(&f, path) != 0) { free(out); return -1; }
-    int ok = fwrite(header, 1, sizeof(header), f.fp) == sizeof(header);
-    unsigned char chunk[8192];
-    for (size_t i = 0; ok && i < n;) {
-        size_t k = 0;
-        for (; i < n && k + 2 <= sizeof(chunk); i++) { chunk[k++] = (unsigned char)out[i]; chunk[k++] = (unsigned char)(out[i] >> 8); }
-        ok = fwrite(chunk, 1, k, f.fp) == k;
-    }
+    int ok = fwrite(header, 1, sizeof(header), f.fp) == sizeof(header) && tokenizer_fwrite_u16le(f.fp, out, n) == 0;
     free(out);
     return atomic_commit(&f, ok);
 }

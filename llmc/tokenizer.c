@@ -7,13 +7,26 @@
 #include "llmc/utils.h"   // llmc_error: the 0 / -1 error convention; AtomicFile
 #include "common/file.h"  // file_fopen: the tokenizer, encoder.json and vocab.bpe opened without waiting on a FIFO
 
-static uint32_t tokenizer_read_u32le(const unsigned char* p) {
+uint32_t tokenizer_read_u32le(const unsigned char* p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
 void tokenizer_write_u32le(unsigned char* p, uint32_t v) {
     p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
     p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+
+int tokenizer_fwrite_u16le(FILE* fp, const uint16_t* v, size_t n) {
+    unsigned char buf[8192];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; i < n && k + 2 <= sizeof(buf); i++) {
+            buf[k++] = (unsigned char)v[i];
+            buf[k++] = (unsigned char)(v[i] >> 8);
+        }
+        if (fwrite(buf, 1, k, fp) != k) { return -1; }
+    }
+    return 0;
 }
 
 int tokenizer_slurp_stream(FILE* fp, const char* path, char** data, size_t* size) {

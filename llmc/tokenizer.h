@@ -53,6 +53,12 @@ extern "C" {
 // v into p[0..4), little-endian
 void tokenizer_write_u32le(unsigned char* p, uint32_t v);
 
+// p[0..4) as a little-endian uint32
+uint32_t tokenizer_read_u32le(const unsigned char* p);
+
+// n uint16s to fp, little-endian, in chunks; 0, or -1 (errno) when a write fails
+int tokenizer_fwrite_u16le(FILE* fp, const uint16_t* v, size_t n);
+
 // reads all of the stream fp (closed here) into a malloc'd buffer (plus one NUL so text
 // can be used as a C string); 0 or -1 with a message naming `path`, where it came from
 int tokenizer_slurp_stream(FILE* fp, const char* path, char** data, size_t* size);

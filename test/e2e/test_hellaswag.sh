@@ -13,7 +13,7 @@
 #                vocabulary tiled (the GPU trainer's against these: the validation section
 #                of test/gpu/test_gpu_trainer.sh, emulated in make test)
 #   refusals     a batch too small for an example's completions, a missing file, a token
-#                shard given as the eval file, rows longer than -t, a truncated file
+#                shard given as the eval file, rows longer than -t, a truncated file, a FIFO
 #
 # Tolerances. The fp32 trainers differ from PyTorch's float64 only in rounding order, as
 # in test_reference.sh: tol = max(10 d, 16 fp32 ulps of the score), d = the PyTorch
@@ -152,4 +152,6 @@ expect_error "-h 1, no eval file: how to make one" "./tokenize --hellaswag" $BIN
 expect_error "-h 1, a token shard as the eval file" "not an eval file" $BIN $EVAL -b 4 --hellaswag-file $DATA
 expect_error "-h 1 -t 16: rows longer than -t" "more than -t 16" $BIN -e d2 -i $DATA -j $DATA -t 16 -b 4 -x 0 -v 0 -s 0 $HS
 expect_error "-h 1, a truncated eval file" "short.bin: example 9" $BIN $EVAL -b 4 --hellaswag-file "$tmp/short.bin"
+mkfifo "$tmp/fifo"   # read only when a regular file: a FIFO is named, never waited on
+expect_error "-h 1, a FIFO as the eval file" "fifo: cannot open: it is a FIFO" timeout 60 $BIN $EVAL -b 4 --hellaswag-file "$tmp/fifo"
 finish
