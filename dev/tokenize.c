@@ -336,6 +336,50 @@ static int shard_batch_run(ShardBatch* b, Bpe* bpes, const char* sep, size_t sep
     return rc;
 }
 
+// Each non-blank line of `in` (named `path` in messages) parsed as JSON and handed to
+// fn(ctx, json, lineno) until fn fails (its message names the line). 0, or -1 with
+// llmc_errmsg(): fn's, a line that is not JSON, or a read error. --shards --jsonl and
+// --hellaswag read their inputs through it.
+static int jsonl_each(FILE* in, const char* path, int (*fn)(void* ctx, const cJSON* j, long lineno), void* ctx) {
+    char* line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    int rc = 0;
+    while (rc == 0 && (len = getline(&line, &cap, in)) >= 0) {
+        lineno++;
+        if (len == 0 || (len == 1 && line[0] == '\n')) { continue; }
+        cJSON* j = cJSON_ParseWithLength(line, (size_t)len);
+        rc = j == NULL ? llmc_error("%s line %ld: not JSON", path, lineno) : fn(ctx, j, lineno);
+        cJSON_Delete(j);
+    }
+    free(line);
+    if (rc == 0 && ferror(in)) { rc = llmc_error("%s: read error: %s", path, strerror(errno)); }
+    return rc;
+}
+
+// what a JSON line's document goes into (shard_line)
+typedef struct {
+    const char* path;
+    ShardBatch* b;
+    Bpe* bpes;
+    const char* sep;
+    size_t sep_len;
+    ShardOut* o;
+} ShardLines;
+
+// one JSON line's "text" into the batch, which runs whenever it holds SHARDS_BATCH_BYTES
+static int shard_line(void* ctx, const cJSON* j, long lineno) {
+    ShardLines* c = (ShardLines*)ctx;
+    const cJSON* t = cJSON_GetObjectItemCaseSensitive(j, "text");
+    if (!cJSON_IsString(t)) { return llmc_error("%s line %ld: no \"text\" string", c->path, lineno); }
+    shard_batch_add(c->b, t->valuestring, strlen(t->valuestring));
+    if (c->b->bytes < SHARDS_BATCH_BYTES) { return 0; }
+    char what[4200];
+    snprintf(what, sizeof(what), "%s up to line %ld", c->path, lineno);
+    return shard_batch_run(c->b, c->bpes, c->sep, c->sep_len, c->o, what);
+}
+
 // One input's documents into the batch (run whenever it holds SHARDS_BATCH_BYTES): the
 // whole input (its stream closed here), or with jsonl each line's "text" (left open).
 static int shard_input(FILE* in, const char* path, int jsonl, ShardBatch* b, Bpe* bpes, const char* sep, size_t sep_len,
@@ -348,30 +392,8 @@ static int shard_input(FILE* in, const char* path, int jsonl, ShardBatch* b, Bpe
         free(text);
         return shard_batch_run(b, bpes, sep, sep_len, o, path);
     }
-    char* line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0;
-    int rc = 0;
-    while (rc == 0 && (len = getline(&line, &cap, in)) >= 0) {
-        lineno++;
-        if (len == 0 || (len == 1 && line[0] == '\n')) { continue; }
-        cJSON* j = cJSON_ParseWithLength(line, (size_t)len);
-        const cJSON* t = j != NULL ? cJSON_GetObjectItemCaseSensitive(j, "text") : NULL;
-        if (!cJSON_IsString(t)) {
-            rc = llmc_error("%s line %ld: %s", path, lineno, j == NULL ? "not JSON" : "no \"text\" string");
-        } else {
-            shard_batch_add(b, t->valuestring, strlen(t->valuestring));
-            if (b->bytes >= SHARDS_BATCH_BYTES) {
-                char what[4200];
-                snprintf(what, sizeof(what), "%s up to line %ld", path, lineno);
-                rc = shard_batch_run(b, bpes, sep, sep_len, o, what);
-            }
-        }
-        cJSON_Delete(j);
-    }
-    free(line);
-    if (rc == 0 && ferror(in)) { rc = llmc_error("%s: read error: %s", path, strerror(errno)); }
+    ShardLines c = {path, b, bpes, sep, sep_len, o};
+    int rc = jsonl_each(in, path, shard_line, &c);
     if (rc == 0 && b->n > 0) { rc = shard_batch_run(b, bpes, sep, sep_len, o, path); }
     return rc;
 }
@@ -537,46 +559,48 @@ static int hellaswag_example(Bpe* bpe, const cJSON* j, EvalSet* s, int i, size_t
     return 0;
 }
 
+// the eval set being read (hellaswag_line)
+typedef struct {
+    Bpe* bpe;
+    const char* path;
+    EvalSet s;
+    size_t ntok, cap, room;  // tokens in s.tokens, its room; examples s's arrays have room for
+} HellaswagLines;
+
+// one JSON line as the next example, the arrays grown first when full
+static int hellaswag_line(void* ctx, const cJSON* j, long lineno) {
+    HellaswagLines* c = (HellaswagLines*)ctx;
+    EvalSet* s = &c->s;
+    if ((size_t)s->n + 1 >= c->room) {  // room for one more example and its completions
+        c->room = c->room == 0 ? 1024 : c->room * 2;
+        s->label = (int*)realloc(s->label, c->room * sizeof(int)); s->first = (int*)realloc(s->first, (c->room + 1) * sizeof(int));
+        s->ctx_at = (int*)realloc(s->ctx_at, c->room * sizeof(int)); s->ctx_len = (int*)realloc(s->ctx_len, c->room * sizeof(int));
+        s->comp_at = (int*)realloc(s->comp_at, c->room * HELLASWAG_MAX_ENDINGS * sizeof(int));
+        s->comp_len = (int*)realloc(s->comp_len, c->room * HELLASWAG_MAX_ENDINGS * sizeof(int));
+        if (!s->label || !s->first || !s->ctx_at || !s->ctx_len || !s->comp_at || !s->comp_len) { return llmc_error("out of memory"); }
+    }
+    int rc = hellaswag_example(c->bpe, j, s, s->n, &c->ntok, &c->cap);
+    s->n++;
+    if (rc == 0) { return 0; }
+    char msg[1100];
+    snprintf(msg, sizeof(msg), "%s line %ld: %s", c->path, lineno, llmc_errmsg());
+    return llmc_error("%s", msg);
+}
+
 // every line of in_path into out_path's eval file; 0, or -1 with llmc_errmsg() naming the line
 static int hellaswag_run(Bpe* bpe, const char* in_path, const char* out_path) {
     FILE* in = fopen(in_path, "rb");
     if (in == NULL) { return llmc_error("%s: cannot open: %s", in_path, strerror(errno)); }
-    EvalSet s;
-    memset(&s, 0, sizeof(s));
-    size_t ntok = 0, cap = 0, room = 0;
-    char* line = NULL;
-    size_t line_cap = 0;
-    ssize_t len;
-    long lineno = 0;
-    int rc = 0;
-    while (rc == 0 && (len = getline(&line, &line_cap, in)) >= 0) {
-        lineno++;
-        if (len == 0 || (len == 1 && line[0] == '\n')) { continue; }
-        if ((size_t)s.n + 1 >= room) {  // room for one more example and its completions
-            room = room == 0 ? 1024 : room * 2;
-            s.label = (int*)realloc(s.label, room * sizeof(int)); s.first = (int*)realloc(s.first, (room + 1) * sizeof(int));
-            s.ctx_at = (int*)realloc(s.ctx_at, room * sizeof(int)); s.ctx_len = (int*)realloc(s.ctx_len, room * sizeof(int));
-            s.comp_at = (int*)realloc(s.comp_at, room * HELLASWAG_MAX_ENDINGS * sizeof(int));
-            s.comp_len = (int*)realloc(s.comp_len, room * HELLASWAG_MAX_ENDINGS * sizeof(int));
-            if (!s.label || !s.first || !s.ctx_at || !s.ctx_len || !s.comp_at || !s.comp_len) { rc = llmc_error("out of memory"); break; }
-        }
-        cJSON* j = cJSON_ParseWithLength(line, (size_t)len);
-        rc = j == NULL ? llmc_error("not JSON") : hellaswag_example(bpe, j, &s, s.n, &ntok, &cap);
-        cJSON_Delete(j);
-        if (rc != 0) {
-            char msg[1100];
-            snprintf(msg, sizeof(msg), "%s line %ld: %s", in_path, lineno, llmc_errmsg());
-            rc = llmc_error("%s", msg);
-        }
-        s.n++;
-    }
-    if (rc == 0 && ferror(in)) { rc = llmc_error("%s: read error: %s", in_path, strerror(errno)); }
-    if (rc == 0 && s.n == 0) { rc = llmc_error("%s: no examples", in_path); }
+    HellaswagLines c;
+    memset(&c, 0, sizeof(c));
+    c.bpe = bpe;
+    c.path = in_path;
+    int rc = jsonl_each(in, in_path, hellaswag_line, &c);
+    if (rc == 0 && c.s.n == 0) { rc = llmc_error("%s: no examples", in_path); }
     fclose(in);
-    free(line);
-    if (rc == 0) { rc = evalset_write(&s, out_path); }
-    if (rc == 0) { printf("wrote %d examples (%d endings, %zu tokens) to %s\n", s.n, s.completions, ntok, out_path); }
-    evalset_free(&s);
+    if (rc == 0) { rc = evalset_write(&c.s, out_path); }
+    if (rc == 0) { printf("wrote %d examples (%d endings, %zu tokens) to %s\n", c.s.n, c.s.completions, c.ntok, out_path); }
+    evalset_free(&c.s);
     return rc;
 }
 
