@@ -23,6 +23,20 @@ float cpu_adam_bf16_to_f32(uint16_t b) {
     return x;
 }
 
+void cpu_adam_grad_add(float* acc, const void* g, int g_bf16, size_t n, int first) {
+    // each element's sum is one add whatever the threads: the same bits at any count
+    const int threads = n >= ((size_t)1 << 16);
+    if (g_bf16) {
+        const uint16_t* g16 = (const uint16_t*)g;
+        #pragma omp parallel for schedule(static) if (threads)
+        for (size_t i = 0; i < n; i++) { acc[i] = (first ? 0.0f : acc[i]) + cpu_adam_bf16_to_f32(g16[i]); }
+    } else {
+        const float* g32 = (const float*)g;
+        #pragma omp parallel for schedule(static) if (threads)
+        for (size_t i = 0; i < n; i++) { acc[i] = (first ? 0.0f : acc[i]) + g32[i]; }
+    }
+}
+
 static void cpu_adam_kernel_scalar(const CpuAdamConsts* c, float* p, const void* g, int g_bf16,
                                    float* m, float* v, size_t n, void* out, int out_kind) {
     // constants in locals: stores through the float pointers could alias *c otherwise

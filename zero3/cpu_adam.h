@@ -74,6 +74,12 @@ uint16_t cpu_adam_f32_to_bf16(float x);
 // bf16 bits -> fp32: exact (the low 16 bits of the fp32 are zero)
 float cpu_adam_bf16_to_f32(uint16_t b);
 
+// acc (n,) += g (n,): a reduced gradient shard into its fp32 accumulator, g fp32 or (g_bf16)
+// bf16 bits widened exactly. first: acc starts from zero (0 + g: -0 becomes +0, as in an
+// accumulator that was zeroed). Threaded over n: the host adds a whole model's gradient a
+// step with parameter offload, one element per cycle of one core is seconds at 1.5B
+void cpu_adam_grad_add(float* acc, const void* g, int g_bf16, size_t n, int first);
+
 // ----------------------------------------------------------------------------
 // per-call constants, the same for every element (see the top comment)
 

@@ -147,7 +147,7 @@ typedef struct {
 // pinned slot of the largest shard (fp32 bytes) until the host has added it in
 #define ZERO_DEV_SLOTS ZERO_DEV_EST_GRAD_SLOTS
 typedef struct {
-    void* host;           // (largest shard) fp32, or floatX (widened in place when it is added)
+    void* host;           // (largest shard) fp32, or floatX (widened as it is added)
     cudaEvent_t done;     // the copy into host is over (recorded on copy_out)
     int unit, last_micro, x;   // x: host holds floatX
 } ZeroDevSlot;
@@ -267,8 +267,8 @@ typedef struct ZeroDev {
     float* m;
     float* v;
     size_t opt_elems;             // padded_total (stage 0) or shard_total
-    float* norm_scratch;          // GLOBAL_NORM_SCRATCH_FLOATS
-    float* norm_out;              // (3,): [0] this rank's squared norm, [1] AdamW's gradient scale, [2] the norm
+    double* norm_scratch;         // GLOBAL_NORM_SCRATCH_DOUBLES
+    float* norm_out;              // (2,): [0] AdamW's gradient scale, [1] the norm
     double* norm_sum;             // (1,) the squared norm summed over ranks
     float* host_norm;             // (2,) pinned: [0] AdamW's gradient scale (read by offload's CPU Adam), [1] the step's norm
     // waiting on communication (zero_dev_wait)
@@ -613,24 +613,16 @@ static int zero_dev_copy_out(ZeroDev* d, int u) {
 static int zero_dev_slot_add(ZeroDev* d) {
     ZeroDevSlot* sl = &d->slots[d->slot_head];
     const ZeroUnit* pu = &d->plan.units[sl->unit];
-    float* got = (float*)sl->host;
-    if (sl->x && sizeof(floatX) == 2) {  // bf16 widened in place, from the end (each value doubles in size)
-        const uint16_t* bits = (const uint16_t*)sl->host;
-        for (size_t i = pu->shard; i-- > 0;) { got[i] = cpu_adam_bf16_to_f32(bits[i]); }
-    }
+    int bf16 = sl->x && sizeof(floatX) == 2;  // bf16 bits, widened as they are added
     int rc = 0;
     if (d->opt_nvme) {  // into the swap file's gradient region (which keeps the squares itself),
         // once --dpu's update of the step before, which streams the same file, is over
         rc = zero_dev_update_join(d);
-        if (rc == 0) { rc = zero_swap_grad_add(&d->swap, sl->unit, got, sl->last_micro); }
+        if (rc == 0) { rc = zero_swap_grad_add(&d->swap, sl->unit, sl->host, bf16, sl->last_micro); }
     } else {
         float* acc = (float*)d->h_grads + pu->shard_offset;
-        if (d->acc_started[sl->unit]) {
-            for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
-        } else {
-            for (size_t i = 0; i < pu->shard; i++) { acc[i] = 0.0f + got[i]; }
-            d->acc_started[sl->unit] = 1;
-        }
+        cpu_adam_grad_add(acc, sl->host, bf16, pu->shard, !d->acc_started[sl->unit]);
+        d->acc_started[sl->unit] = 1;
         if (sl->last_micro) { d->grad_sumsq += grad_norm_squared(acc, pu->shard); }
     }
     d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;

@@ -191,11 +191,10 @@ static int zero_host_reduce_complete(void* be, int u) {
     if (e->stage >= 2) {
         const float* got = e->red_recv[u];
         if (e->shard_grads == NULL) {
-            if (zero_swap_grad_add(&e->swap, u, got, e->sched.last_micro) != 0) { return -1; }
+            if (zero_swap_grad_add(&e->swap, u, got, 0, e->sched.last_micro) != 0) { return -1; }
             if (e->sched.last_micro) { e->moved[ZERO_MOVE_D2H] += pu->shard * sizeof(float); }
         } else {
-            float* acc = e->shard_grads + pu->shard_offset;
-            for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+            cpu_adam_grad_add(e->shard_grads + pu->shard_offset, got, 0, pu->shard, 0);
         }
         zero_buf_put(e, e->red_recv[u], pu->shard);
         e->red_recv[u] = NULL;

@@ -11,7 +11,7 @@
 #include "zero3/groups.h"      // zero_groups_split: the shard group, replicas and hpZ groups
 #include "zero3/engine.h"      // ZeroOps, zero_create: what an engine implements
 #include "zero3/checkpoint.h"  // ZeroStateHeader: this engine's part of a checkpoint
-#include "zero3/cpu_adam.h"    // cpu_adam_step: SIMD AdamW over host shards
+#include "zero3/cpu_adam.h"    // cpu_adam_step: SIMD AdamW over host shards; cpu_adam_grad_add
 
 // zero3/host.c
 void* zero_alloc(ZeroHost* e, int kind, size_t elems);

@@ -5,6 +5,7 @@
 #include <errno.h>          // errno: a failed fwrite's reason
 #include "zero3/util.h"     // zero_error, zero_now_ms
 #include "zero3/adamw.h"    // grad_norm_squared: the gradient's squared norm
+#include "zero3/cpu_adam.h" // cpu_adam_grad_add: a shard added into its accumulator, threaded
 
 // Every request on the file carries its owner in the tag's top bits, so that whichever
 // wait takes its completion can record it for its owner (zero_swap_reap).
@@ -326,7 +327,7 @@ static int zero_swap_grad_edges(ZeroSwap* s, int u, size_t a, size_t lo, size_t 
 // so the span written is [lo, hi) widened to blocks, its neighbours' parts as
 // zero_swap_grad_edges finds them. One write is left in flight, overlapping the backward
 // of the next units; the next add waits for it first, since two spans may share a block.
-int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
+int zero_swap_grad_add(ZeroSwap* s, int u, const void* got, int got_bf16, int last_micro) {
     const ZeroUnit* pu = &s->plan->units[u];
     size_t lo = zero_swap_offset(s, ZERO_SWAP_G, pu->shard_offset), hi = lo + pu->shard * sizeof(float);
     size_t a = lo / NVME_ALIGN * NVME_ALIGN, b = zero_swap_align(hi);
@@ -335,11 +336,10 @@ int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro) {
     if (zero_swap_grad_settle(s) != 0) { return -1; }
     if (s->grad_in_file[u]) {
         if (zero_swap_io(s, 0, stage, a, b - a) != 0) { return -1; }
-    } else {
-        if (zero_swap_grad_edges(s, u, a, lo, hi, b) != 0) { return -1; }
-        memset(acc, 0, pu->shard * sizeof(float));
+    } else if (zero_swap_grad_edges(s, u, a, lo, hi, b) != 0) {
+        return -1;
     }
-    for (size_t i = 0; i < pu->shard; i++) { acc[i] += got[i]; }
+    cpu_adam_grad_add(acc, got, got_bf16, pu->shard, !s->grad_in_file[u]);
     if (last_micro) { s->grad_sumsq += grad_norm_squared(acc, pu->shard); }
     if (nvme_write_async(&s->nvme, stage, a, b - a, SWAP_TAG_GRAD) != 0) { return -1; }
     s->grad_pending = 1;

@@ -208,14 +208,15 @@ int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out
 // ----------------------------------------------------------------------------
 // the optimizer's regions: the gradient
 
-// Adds unit u's reduced fp32 shard `got` (plan->units[u].shard elements) into G. The
+// Adds unit u's reduced shard `got` (plan->units[u].shard elements, fp32, or bf16 bits
+// widened when got_bf16) into G. The
 // first add of a step starts from zero (0 + got: -0 becomes +0, as an accumulator in
 // memory does) and reads at most the 4 KiB blocks it shares with units already added
 // this step (none when the units come in decreasing order, as in a backward); later ones
 // read, add, write back. last_micro: the sum's squared norm is
 // added to the step's (zero_swap_grad_sumsq). The write is left in flight; the next add,
 // a read of G or zero_swap_grad_settle waits for it.
-int zero_swap_grad_add(ZeroSwap* s, int u, const float* got, int last_micro);
+int zero_swap_grad_add(ZeroSwap* s, int u, const void* got, int got_bf16, int last_micro);
 
 // waits for the gradient's write in flight, if any
 int zero_swap_grad_settle(ZeroSwap* s);

@@ -463,3 +463,40 @@ Test(cpu_adam, bad_arguments) {
     // n = 0 is a valid empty update, even with NULL arrays
     cr_assert_eq(cpu_adam_step(NULL, NULL, CPU_ADAM_FP32, NULL, NULL, 0, &hp, NULL, CPU_ADAM_FP32), 0);
 }
+
+// cpu_adam_grad_add: every element one add (0 + g on the first), fp32 or bf16 widened
+// exactly, the same bits at any thread count; sizes below and above the threading cut-off
+Test(grad_add, one_add_per_element_any_threads) {
+    size_t sizes[3] = {5, ((size_t)1 << 16) + 7, (size_t)3 << 17};
+    for (int s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float* acc = malloc(n * sizeof(float));
+        float* ref = malloc(n * sizeof(float));
+        float* g32 = malloc(n * sizeof(float));
+        uint16_t* g16 = malloc(n * sizeof(uint16_t));
+        uint32_t x = 12345u + (uint32_t)s;
+        for (size_t i = 0; i < n; i++) {
+            x = x * 1664525u + 1013904223u;
+            g32[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 3.0f;
+            g16[i] = (uint16_t)(x >> 16);
+            if (isnan(cpu_adam_bf16_to_f32(g16[i]))) { g16[i] = 0x3f80; }
+        }
+        g32[0] = -0.0f; g16[1] = 0x8000;  // -0: the first add makes it +0
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            for (int threads = 1; threads <= 4; threads += 3) {
+                omp_set_num_threads(threads);
+                for (size_t i = 0; i < n; i++) { acc[i] = NAN; }  // a first add must not read acc
+                cpu_adam_grad_add(acc, bf16 ? (const void*)g16 : (const void*)g32, bf16, n, 1);
+                cpu_adam_grad_add(acc, bf16 ? (const void*)g16 : (const void*)g32, bf16, n, 0);
+                for (size_t i = 0; i < n; i++) {
+                    float g = bf16 ? cpu_adam_bf16_to_f32(g16[i]) : g32[i];
+                    ref[i] = (0.0f + g) + g;
+                }
+                cr_assert(memcmp(acc, ref, n * sizeof(float)) == 0, "n=%zu bf16=%d threads=%d: sums differ", n, bf16, threads);
+                cr_assert(!signbit(acc[bf16 ? 1 : 0]), "n=%zu bf16=%d: -0 + -0 after a first add from zero is +0", n, bf16);
+            }
+        }
+        free(acc); free(ref); free(g32); free(g16);
+    }
+    omp_set_num_threads(omp_get_num_procs());
+}

@@ -219,7 +219,7 @@ static void step_writes_bf16(int pipeline_read, int pipeline_write, int deferred
     for (size_t i = 0; i < total; i++) { half[i] = grad[i] * 0.5f; }
     for (int micro = 0; micro < 2; micro++) {
         for (int u = 2; u >= 0; u--) {
-            cr_assert_eq(zero_swap_grad_add(&s, u, half + g_plan.units[u].shard_offset, micro == 1), 0, "%s", zero_errmsg());
+            cr_assert_eq(zero_swap_grad_add(&s, u, half + g_plan.units[u].shard_offset, 0, micro == 1), 0, "%s", zero_errmsg());
         }
         if (micro == 0) {  // a backward's order: each span's shared blocks are as the previous add left them
             cr_assert_eq(zero_swap_counters(&s).read_bytes, 0.0, "first adds in decreasing order read nothing");
@@ -302,14 +302,14 @@ Test(swap, read_ahead_beside_the_gradient_write) {
     for (size_t i = 0; i < n2; i++) { g[i] = (float)i; }
     uint16_t* b = (uint16_t*)abuf(zero_swap_param_bytes(&s, 2));
     // the gradient's write and the read ahead in flight together; each wait finds its own
-    cr_assert_eq(zero_swap_grad_add(&s, 2, g, 1), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_grad_add(&s, 2, g, 0, 1), 0, "%s", zero_errmsg());
     cr_assert_eq(zero_swap_param_read_start(&s, 2, b), 0, "%s", zero_errmsg());
     cr_assert_eq(zero_swap_param_wait(&s, 2), 0, "%s", zero_errmsg());
     cr_assert_eq(memcmp(b, want, n2 * 2), 0);
     cr_assert_eq(zero_swap_grad_settle(&s), 0, "%s", zero_errmsg());
     cr_assert_eq(s.grad_pending, 0);
     // the second add reads the first back: twice the shard
-    cr_assert_eq(zero_swap_grad_add(&s, 2, g, 1), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_grad_add(&s, 2, g, 0, 1), 0, "%s", zero_errmsg());
     cr_assert_float_eq(zero_swap_grad_sumsq(&s), 5.0 * (double)(n2 - 1) * (double)n2 * (double)(2 * n2 - 1) / 6.0,
                        1e-6 * (double)n2 * n2 * n2);
     zero_swap_grad_clear(&s);
@@ -330,10 +330,10 @@ Test(swap, first_adds_in_increasing_order_keep_the_neighbours) {
     double want = 0.0;
     for (int u = 0; u < 3; u++) {
         for (size_t i = 0; i < g_plan.units[u].shard; i++) { g[i] = (float)(u + 1) + 0.001f * (float)i; want += (double)g[i] * g[i]; }
-        cr_assert_eq(zero_swap_grad_add(&s, u, g, 0), 0, "%s", zero_errmsg());
+        cr_assert_eq(zero_swap_grad_add(&s, u, g, 0, 0), 0, "%s", zero_errmsg());
     }
     cr_assert_gt(zero_swap_counters(&s).read_bytes, 0.0, "unit 1's first block holds unit 0's sum: read");
-    for (int u = 0; u < 3; u++) { cr_assert_eq(zero_swap_grad_add(&s, u, zero, 1), 0, "%s", zero_errmsg()); }
+    for (int u = 0; u < 3; u++) { cr_assert_eq(zero_swap_grad_add(&s, u, zero, 0, 1), 0, "%s", zero_errmsg()); }
     cr_assert_float_eq(zero_swap_grad_sumsq(&s), want, 1e-9 * want);
     free(g); free(zero);
     zero_swap_close(&s);
