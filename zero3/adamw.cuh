@@ -27,10 +27,10 @@
 #define ADAMW_MAX_BLOCKS 8192
 
 // global_norm_squared: a FIXED grid (independent of the GPU) so the summation order, hence
-// the bits of the result, depend only on n. scratch must hold GLOBAL_NORM_BLOCKS floats.
+// the bits of the result, depend only on n. scratch must hold GLOBAL_NORM_BLOCKS doubles.
 #define GLOBAL_NORM_BLOCKS 512
 #define GLOBAL_NORM_THREADS 256
-#define GLOBAL_NORM_SCRATCH_FLOATS GLOBAL_NORM_BLOCKS
+#define GLOBAL_NORM_SCRATCH_DOUBLES GLOBAL_NORM_BLOCKS
 
 // ----------------------------------------------------------------------------
 // stochastic rounding
@@ -120,10 +120,17 @@ __device__ __forceinline__ double adamw_block_sum_double(double x) {
 
 // pass 1: grid (GLOBAL_NORM_BLOCKS,), block (GLOBAL_NORM_THREADS,).
 // partial[b] = sum of grads[i]^2 over the elements i of block b's grid-stride loop. Squares
-// and sums in double, like grad_norm_squared in adamw.h (each square is then exact); only
-// the per-block result is rounded to float.
+// and sums in double, like grad_norm_squared in adamw.h (each square is then exact), and
+// nothing rounded to float on the way.
+// [Note: the GPU's norm and the host's agree] With the optimizer offloaded, the norm is the
+// GPU's (this sum) or, with the gradients summed on the host (parameter offload, NVMe), the
+// host's (grad_norm_squared, unit by unit): two orders of one double sum, a few double ulps
+// apart. The scale and the norm are rounded to float from them (adamw_grad_scale), so the
+// two tiers take the same step unless a float rounding boundary falls within those ulps
+// (about 1e-9 of steps). Float partials (as before 2026-11-27) moved the sum by 1e-7 and
+// changed the clipped scale's last bit in one step of four on an H100.
 template <typename Tg>
-__global__ void global_norm_partial_kernel(float* partial, const Tg* grads, size_t n) {
+__global__ void global_norm_partial_kernel(double* partial, const Tg* grads, size_t n) {
     double acc = 0.0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -131,20 +138,16 @@ __global__ void global_norm_partial_kernel(float* partial, const Tg* grads, size
         acc += g * g;
     }
     acc = adamw_block_sum_double(acc);
-    if (threadIdx.x == 0) { partial[blockIdx.x] = (float)acc; }
+    if (threadIdx.x == 0) { partial[blockIdx.x] = acc; }
 }
 
 // pass 2: one block of GLOBAL_NORM_THREADS threads; out[0] = sum of the partials (nblocks,)
-__global__ void global_norm_final_kernel(float* out, const float* partial, int nblocks) {
+__global__ void global_norm_final_kernel(double* out, const double* partial, int nblocks) {
     double acc = 0.0;
-    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) { acc += (double)partial[b]; }
+    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) { acc += partial[b]; }
     acc = adamw_block_sum_double(acc);
-    if (threadIdx.x == 0) { out[0] = (float)acc; }
+    if (threadIdx.x == 0) { out[0] = acc; }
 }
-
-// one thread: the squared norm (fp32, from global_norm_squared) widened to double, the
-// type the ranks sum it in
-__global__ void adamw_norm_widen_kernel(double* sumsq, const float* local) { *sumsq = (double)*local; }
 
 // one thread: AdamW's gradient scale and the norm of the mean gradient from the squared
 // norm summed over `world` ranks, with adamw.h's adamw_grad_scale (the host engine's)
@@ -185,11 +188,11 @@ static inline int adamw_update_cuda(floatX* params, float* master, const Tg* gra
 }
 
 // out[0] (device) = sum of grads[i]^2 over i < n; deterministic (bitwise, for a given n).
-// scratch (device) must hold GLOBAL_NORM_SCRATCH_FLOATS floats and is in use until the
+// scratch (device) must hold GLOBAL_NORM_SCRATCH_DOUBLES doubles and is in use until the
 // kernels on stream s finish. The norm of several tensors needs them in one buffer (or
 // the caller adds the squares of separate calls). Returns 0, or -1 as adamw_update_cuda.
 template <typename Tg>
-static inline int global_norm_squared(float* out, float* scratch, const Tg* grads, size_t n, cudaStream_t s) {
+static inline int global_norm_squared(double* out, double* scratch, const Tg* grads, size_t n, cudaStream_t s) {
     global_norm_partial_kernel<Tg><<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, s>>>(scratch, grads, n);
     if (zero_cuda(cudaGetLastError(), "the norm's first kernel") != 0) { return -1; }
     global_norm_final_kernel<<<1, GLOBAL_NORM_THREADS, 0, s>>>(out, scratch, GLOBAL_NORM_BLOCKS);

@@ -276,8 +276,8 @@ static int zero_dev_init(void* impl, const ZeroInit* in) {
                (d->v = (float*)zero_dev_alloc(d->opt_elems * sizeof(float), &d->bytes_optimizer)) == NULL) {
         return -1;
     }
-    if ((d->norm_scratch = (float*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_FLOATS * sizeof(float), &d->bytes_buffers)) == NULL ||
-        (d->norm_out = (float*)zero_dev_alloc(3 * sizeof(float), &d->bytes_buffers)) == NULL ||
+    if ((d->norm_scratch = (double*)zero_dev_alloc(GLOBAL_NORM_SCRATCH_DOUBLES * sizeof(double), &d->bytes_buffers)) == NULL ||
+        (d->norm_out = (float*)zero_dev_alloc(2 * sizeof(float), &d->bytes_buffers)) == NULL ||
         (d->norm_sum = (double*)zero_dev_alloc(sizeof(double), &d->bytes_buffers)) == NULL ||
         (d->wait_clock = (unsigned long long*)zero_dev_alloc(2 * sizeof(unsigned long long), &d->bytes_buffers)) == NULL ||
         zero_cuda(cudaMallocHost((void**)&d->host_norm, 2 * sizeof(float)), "cudaMallocHost") != 0) {

@@ -175,7 +175,7 @@ static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scal
 // AdamW on the GPU, one launch per piece; the scale is read on the GPU (scale_dev)
 static int zero_dev_update_gpu(ZeroDev* d, const ZeroStep* st, float* grad_scale) {
     unsigned int run_seed = (unsigned int)(st->seed ^ (st->seed >> 32));
-    const float* scale_dev = d->norm_out + 1;
+    const float* scale_dev = d->norm_out;
     for (int i = 0; i < d->step.npieces; i++) {
         const ZeroDevPiece* pc = &d->step.pieces[i];
         float wd = pc->decay ? st->weight_decay : 0.0f;
@@ -291,13 +291,11 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
             return -1;
         }
     } else {
-        int rc = pl->norm32 != NULL ? global_norm_squared(d->norm_out, d->norm_scratch, pl->norm32, pl->norm_n, s)
-                                    : global_norm_squared(d->norm_out, d->norm_scratch, pl->normx, pl->norm_n, s);
+        // this rank's squared norm, in double, summed over ranks at stages 1-3 (each rank holds
+        // the squares of its shards), then the scale and the norm: all on the GPU
+        int rc = pl->norm32 != NULL ? global_norm_squared(d->norm_sum, d->norm_scratch, pl->norm32, pl->norm_n, s)
+                                    : global_norm_squared(d->norm_sum, d->norm_scratch, pl->normx, pl->norm_n, s);
         if (rc != 0) { return -1; }
-        // this rank's squared norm widened to double, summed over ranks at stages 1-3 (each rank
-        // holds the squares of its shards), then the scale and the norm: all on the GPU
-        adamw_norm_widen_kernel<<<1, 1, 0, s>>>(d->norm_sum, d->norm_out);
-        if (zero_cuda(cudaGetLastError(), "the norm's widening") != 0) { return -1; }
     }
     if (pl->norm_allreduce) {  // 8 bytes, left out of the model's traffic counters (the host engine's scalar sums are too)
         if (zero_nccl_after(&d->nccl, s) != 0 || zero_nccl_watch_begin(d->nccl.stream, "all-reduce of the gradient norm", -1) != 0 ||
@@ -307,12 +305,12 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
             return -1;
         }
     }
-    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, d->norm_sum, d->dp_world, st->grad_clip);
-    adamw_skip_kernel<<<1, 1, 0, s>>>(d->norm_out + 1, d->norm_out + 2, st->skip, st->skip_norm_above);  // NaN scale: AdamW changes nothing
+    adamw_grad_scale_kernel<<<1, 1, 0, s>>>(d->norm_out, d->norm_out + 1, d->norm_sum, d->dp_world, st->grad_clip);
+    adamw_skip_kernel<<<1, 1, 0, s>>>(d->norm_out, d->norm_out + 1, st->skip, st->skip_norm_above);  // NaN scale: AdamW changes nothing
     // the scale and the norm to the host: read after the trainer's end-of-step
     // synchronization (zero_dev_stats), or at once with offload, whose CPU Adam needs the scale
     if (zero_cuda(cudaGetLastError(), "the gradient scale") != 0 ||
-        zero_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out + 1, 2 * sizeof(float), cudaMemcpyDeviceToHost, s),
+        zero_cuda(cudaMemcpyAsync(d->host_norm, d->norm_out, 2 * sizeof(float), cudaMemcpyDeviceToHost, s),
                   "copying the norm") != 0) {
         return -1;
     }

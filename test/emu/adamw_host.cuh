@@ -6,7 +6,7 @@
  computes with zero3/adamw.h's functions, because the real kernels' fixed 512 x 256-thread norm
  takes seconds per call as emulated fibers (they are tested, emulated, by
  build/test_kernels2_emu, and on a GPU by test/gpu/test_kernels2_gpu.cu). Sums of squares in
- double, rounded to float like the GPU's.
+ double, kept in double like the GPU's.
 */
 #ifndef ZERO3_ADAMW_CUH
 #define ZERO3_ADAMW_CUH
@@ -15,7 +15,7 @@
 #include "zero3/cuda_util.cuh"   // floatX, to_float
 #include "zero3/adamw.h"         // adamw_param_step, adamw_grad_scale
 
-#define GLOBAL_NORM_SCRATCH_FLOATS 512
+#define GLOBAL_NORM_SCRATCH_DOUBLES 512
 
 template <typename Tg>
 static inline int adamw_update_cuda(floatX* params, float* master, const Tg* grads, float* m, float* v,
@@ -37,16 +37,15 @@ static inline int adamw_update_cuda(floatX* params, float* master, const Tg* gra
 }
 
 template <typename Tg>
-static inline int global_norm_squared(float* out, float*, const Tg* grads, size_t n, cudaStream_t s) {
+static inline int global_norm_squared(double* out, double*, const Tg* grads, size_t n, cudaStream_t s) {
     emu_stream_work(s, "global_norm_squared (host stand-in)", [=]() {
         double acc = 0.0;
         for (size_t i = 0; i < n; i++) { acc += (double)to_float(grads[i]) * to_float(grads[i]); }
-        out[0] = (float)acc;
+        out[0] = acc;
     });
     return 0;
 }
 
-__global__ void adamw_norm_widen_kernel(double* sumsq, const float* local) { *sumsq = (double)*local; }
 __global__ void adamw_grad_scale_kernel(float* scale, float* norm, const double* sumsq, int world, float max_norm) {
     *scale = adamw_grad_scale(*sumsq, world, max_norm, norm);
 }
