@@ -15,8 +15,13 @@
    ./checkpoint_tool verify DIR [STEP] [--allow-unverified]
        every file of STEP (default: every checkpoint with a marker) against the sizes and
        CRC32C of its manifest, DONE_S; exits 1 when any fails
+   ./checkpoint_tool get DIR STEP TENSOR OUT.npy [--state master|m|v] [--allow-unverified]
+       one tensor, whole, in fp32, as a NumPy file of its shape: the fp32 master (default)
+       or AdamW's m or v, gathered from the ranks' shards whatever world size and stage
+       wrote them. TENSOR is a kind of llm.c's file (wte wpe lnfw lnfb) or a block's kind
+       and layer, NAME.L (qkvw.0, fcprojb.11)
 
- consolidate and extract-optimizer verify the checkpoint first and refuse a damaged one,
+ consolidate, extract-optimizer and get verify the checkpoint first and refuse a damaged one,
  and one whose marker is empty (no checksums: an earlier version's, or one cut short)
  unless --allow-unverified. Their output goes neither into DIR nor over any file of the
  checkpoint (compared by device and inode, so a hard link elsewhere counts).
@@ -142,6 +147,76 @@ static int tool_extract_optimizer(const char* dir, int step, const char* out) {
         if (!ok) { atomic_abort(&f); rc = -1; } else { rc = atomic_commit(&f, 1); }
     }
     if (rc == 0) { printf("wrote %s: m and v of %zu parameters from %d ranks at ZeRO stage %d, step %d\n", out, n, s.world, s.src.head.stage, step); }
+    checkpoint_set_close(&s);
+    return rc;
+}
+
+// The tensor TENSOR names (module comment): its index in r (nt tensors), or -1 with a message
+static int tool_tensor_find(const GPT2Config* c, const TensorRange* r, int nt, const char* spec) {
+    char name[32];
+    const char* dot = strchr(spec, '.');
+    size_t len = dot != NULL ? (size_t)(dot - spec) : strlen(spec);
+    int layer = -1;
+    if (len == 0 || len >= sizeof(name)) { return llmc_error("no tensor '%s' (a kind of llm.c's file, NAME.L for a block's)", spec); }
+    memcpy(name, spec, len);
+    name[len] = '\0';
+    int kind = -1;
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) { if (!strcmp(gpt2_param_names[k], name)) { kind = k; } }
+    if (kind < 0) { return llmc_error("no tensor kind '%s' (wte wpe ln1w ... fcprojb lnfw lnfb)", name); }
+    if (dot != NULL) {
+        char* end;
+        long l = strtol(dot + 1, &end, 10);
+        if (dot[1] == '\0' || *end != '\0' || l < 0 || l >= c->num_layers) {
+            return llmc_error("tensor '%s': the layer must be 0..%d", spec, c->num_layers - 1);
+        }
+        layer = (int)l;
+    }
+    if (gpt2_is_block_kind(kind) != (layer >= 0)) {
+        return llmc_error("tensor '%s': %s", spec, layer >= 0 ? "this kind is not a block's: no layer" : "a block's kind needs its layer, NAME.L");
+    }
+    for (int i = 0; i < nt; i++) { if (r[i].kind == kind && r[i].layer == layer) { return i; } }
+    return llmc_error("tensor '%s' is not in this model", spec);
+}
+
+// A NumPy file's header (format 1.0: little-endian fp32, C order) for a tensor of `kind`
+// and `size` elements: (rows, cols) for the matrices and embeddings (as llm.c lays them
+// out: fcprojw is (C, 4C), every other (size / C, C)), (size,) for the vectors
+static int tool_npy_header(FILE* fp, const GPT2Config* c, int kind, size_t size) {
+    int matrix = kind == P_WTE || kind == P_WPE || kind == P_QKVW || kind == P_ATTPROJW || kind == P_FCW || kind == P_FCPROJW;
+    size_t cols = kind == P_FCPROJW ? 4 * (size_t)c->channels : (size_t)c->channels;
+    char dict[160];
+    int n = matrix ? snprintf(dict, sizeof(dict), "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", size / cols, cols)
+                   : snprintf(dict, sizeof(dict), "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", size);
+    size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64;  // magic, version, length, dict, newline: to 64 bytes
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((total - 10) & 0xff), (unsigned char)((total - 10) >> 8)};
+    if (fwrite(pre, 1, 10, fp) != 10 || fwrite(dict, 1, (size_t)n, fp) != (size_t)n) { return -1; }
+    for (size_t i = 10 + (size_t)n; i + 1 < total; i++) { if (fputc(' ', fp) == EOF) { return -1; } }
+    return fputc('\n', fp) == EOF ? -1 : 0;
+}
+
+static int tool_get(const char* dir, int step, const char* tensor, int arr, const char* out) {
+    static const char* const arr_names[3] = {"the fp32 master", "AdamW's m", "AdamW's v"};
+    GPT2Config c;
+    CheckpointSet s;
+    if (tool_open(dir, step, out, &c, &s) != 0) { return -1; }
+    int nt = gpt2_num_tensors(&c), i = -1;
+    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
+    float* buf = NULL;
+    int rc = ranges != NULL ? 0 : llmc_error("out of memory");
+    if (rc == 0) { gpt2_tensor_ranges(&c, ranges); rc = (i = tool_tensor_find(&c, ranges, nt, tensor)) < 0 ? -1 : 0; }
+    if (rc == 0 && (buf = (float*)malloc(ranges[i].size * sizeof(float))) == NULL) { rc = llmc_error("out of memory for %zu values", ranges[i].size); }
+    if (rc == 0 && zero_state_read_range(&s.src, arr, ranges[i].unit, ranges[i].offset, ranges[i].offset + ranges[i].size, buf) != 0) {
+        rc = llmc_error("%s", zero_errmsg());
+    }
+    AtomicFile f;
+    if (rc == 0 && (rc = atomic_open(&f, out)) == 0) {
+        int ok = tool_npy_header(f.fp, &c, ranges[i].kind, ranges[i].size) == 0 &&
+                 fwrite(buf, sizeof(float), ranges[i].size, f.fp) == ranges[i].size;
+        if (!ok) { llmc_error("writing %s failed: %s", out, strerror(errno)); atomic_abort(&f); rc = -1; } else { rc = atomic_commit(&f, 1); }
+    }
+    if (rc == 0) { printf("wrote %s: %s of %s (%zu values) from %d ranks at ZeRO stage %d, step %d\n", out, arr_names[arr], tensor, ranges[i].size, s.world, s.src.head.stage, step); }
+    free(buf);
+    free(ranges);
     checkpoint_set_close(&s);
     return rc;
 }
@@ -299,6 +374,8 @@ static void usage(void) {
                     "       checkpoint_tool consolidate DIR STEP OUT.bin [--bf16] [--allow-unverified]\n"
                     "       checkpoint_tool extract-optimizer DIR STEP OUT [--allow-unverified]\n"
                     "       checkpoint_tool verify DIR [STEP] [--allow-unverified]\n"
+                    "       checkpoint_tool get DIR STEP TENSOR OUT.npy [--state master|m|v] [--allow-unverified]\n"
+                    "TENSOR: wte wpe lnfw lnfb, or a block's kind and layer: qkvw.0, fcprojb.11 (llm.c's names)\n"
                     "--allow-unverified takes a checkpoint whose DONE marker is empty (an earlier version's, without\n"
                     "checksums) unverified; without it such a checkpoint is refused\n");
 }
@@ -313,16 +390,24 @@ static int parse_step(const char* s, int* step) {
 }
 
 int main(int argc, char** argv) {
-    // the options anywhere after the command, the rest positional: CMD DIR [STEP] [OUT]
-    const char* arg[4];
+    // the options anywhere after the command, the rest positional: CMD DIR [STEP] [TENSOR] [OUT]
+    const char* arg[5];
+    const char* state = NULL;
     int nargs = 0, bf16 = 0, allow = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bf16")) { bf16 = 1; }
         else if (!strcmp(argv[i], "--allow-unverified")) { allow = 1; }
-        else if (nargs == 4 || (argv[i][0] == '-' && argv[i][1] == '-')) { usage(); return 2; }
+        else if (!strcmp(argv[i], "--state") && i + 1 < argc) { state = argv[++i]; }
+        else if (nargs == 5 || (argv[i][0] == '-' && argv[i][1] == '-')) { usage(); return 2; }
         else { arg[nargs++] = argv[i]; }
     }
-    if (nargs < 2) { usage(); return 2; }
+    int arr = 0;  // --state: the engine state's array (0 the master, 1 m, 2 v)
+    if (state != NULL && strcmp(state, "master") != 0) {
+        if (!strcmp(state, "m")) { arr = 1; }
+        else if (!strcmp(state, "v")) { arr = 2; }
+        else { fprintf(stderr, "error: --state %s: it is master, m or v\n", state); return 2; }
+    }
+    if (nargs < 2 || (state != NULL && strcmp(arg[0], "get") != 0)) { usage(); return 2; }
     const char* cmd = arg[0];
     const char* dir = arg[1];
     int step = -1, rc;
@@ -332,6 +417,8 @@ int main(int argc, char** argv) {
         rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_consolidate(dir, step, arg[3], bf16);
     } else if (!strcmp(cmd, "extract-optimizer") && nargs == 4 && !bf16) {
         rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_extract_optimizer(dir, step, arg[3]);
+    } else if (!strcmp(cmd, "get") && nargs == 5 && !bf16) {
+        rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_get(dir, step, arg[3], arr, arg[4]);
     } else if (!strcmp(cmd, "verify") && nargs <= 3 && !bf16) {
         rc = nargs == 3 && parse_step(arg[2], &step) != 0 ? -1 : tool_verify(dir, step, allow);
     } else {

@@ -19,7 +19,9 @@
 #               at stage 1 and 2 ranks at stage 3, bf16 from 4 ranks at stage 3);
 #               extract-optimizer's m and v equal the state file of a 1-rank stage-0
 #               checkpoint, read here in Python; at one world size they do not depend on the
-#               stage that saved them; inspect names the world size, stage and positions
+#               stage that saved them; get's tensors (master, m, v; NumPy files of their
+#               shapes) equal consolidate's and extract-optimizer's, and its refusals;
+#               inspect names the world size, stage and positions
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
 TOOL=./checkpoint_tool
@@ -247,6 +249,45 @@ if run s1 2 $M -b 4 -z 1 -x 6 -n 6 -o "$tmp/s1" && run s3 2 $M -b 4 -z 3 -x 6 -n
     cmp -s "$tmp/o1.bin" "$tmp/o3.bin" && ok "extract-optimizer: stage 1 and stage 3 of one run give the same m and v" \
         || bad "extract-optimizer: stages 1 and 3 differ"
 else bad "the stage 1 / stage 3 runs"; fi
+# get: one tensor whole, in fp32, as a NumPy file of its shape, from the 2-rank stage-3
+# checkpoint's shards: against consolidate's model file (the master) and extract-optimizer's
+# m and v, at offsets of llm.c's kind-major order computed here from the file's header
+if $TOOL consolidate "$tmp/s3" 6 "$tmp/c3.bin" > /dev/null &&
+   $TOOL get "$tmp/s3" 6 wte "$tmp/g_wte_master.npy" > /dev/null && $TOOL get "$tmp/s3" 6 lnfb "$tmp/g_lnfb_master.npy" --state master > /dev/null &&
+   $TOOL get "$tmp/s3" 6 qkvw.1 "$tmp/g_qkvw.1_m.npy" --state m > /dev/null && $TOOL get "$tmp/s3" 6 fcprojw.0 "$tmp/g_fcprojw.0_v.npy" --state v > /dev/null &&
+   $TOOL get "$tmp/s3" 6 attprojb.1 "$tmp/g_attprojb.1_v.npy" --state v > /dev/null; then
+    $PY - "$tmp" <<'EOF' && ok "get: master, m and v of 5 tensors (2 ranks, stage 3) = consolidate's and extract-optimizer's, in their shapes" || bad "get"
+import sys, numpy as np
+t = sys.argv[1]
+h = np.fromfile(t + "/c3.bin", np.int32, 256)
+maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
+block = {"ln1w": C, "ln1b": C, "qkvw": 3*C*C, "qkvb": 3*C, "attprojw": C*C, "attprojb": C, "ln2w": C, "ln2b": C,
+         "fcw": 4*C*C, "fcb": 4*C, "fcprojw": 4*C*C, "fcprojb": C}
+sizes = [("wte", Vp*C, 1), ("wpe", maxT*C, 1)] + [(k, n, L) for k, n in block.items()] + [("lnfw", C, 1), ("lnfb", C, 1)]
+def where(name):  # (offset, size) in the kind-major body
+    kind, _, layer = name.partition("."); at = 0
+    for k, n, count in sizes:
+        if k == kind: return at + n * (int(layer) if layer else 0), n
+        at += n * count
+numel = sum(n * count for _, n, count in sizes)
+master = np.fromfile(t + "/c3.bin", np.float32, offset=1024)
+opt = np.fromfile(t + "/o3.bin", np.float32, offset=24)
+state = {"master": master, "m": opt[:numel], "v": opt[numel:]}
+shapes = {"wte": (Vp, C), "lnfb": (C,), "qkvw.1": (3*C, C), "fcprojw.0": (C, 4*C), "attprojb.1": (C,)}
+for name, which in [("wte", "master"), ("lnfb", "master"), ("qkvw.1", "m"), ("fcprojw.0", "v"), ("attprojb.1", "v")]:
+    got = np.load(f"{t}/g_{name}_{which}.npy")
+    o, n = where(name)
+    assert got.dtype == np.float32 and got.shape == shapes[name], (name, got.dtype, got.shape)
+    assert np.array_equal(got.reshape(-1), state[which][o:o+n]) and got.any(), (name, which)
+EOF
+else bad "get or consolidate of the stage-3 checkpoint"; fi
+expect_error "get: an unknown kind" "no tensor kind 'qkv'" $TOOL get "$tmp/s3" 6 qkv.0 "$tmp/x.npy"
+expect_error "get: a layer past the last" "the layer must be 0..1" $TOOL get "$tmp/s3" 6 qkvw.2 "$tmp/x.npy"
+expect_error "get: a block's kind without its layer" "needs its layer" $TOOL get "$tmp/s3" 6 fcw "$tmp/x.npy"
+expect_error "get: a layer on wte" "not a block's" $TOOL get "$tmp/s3" 6 wte.0 "$tmp/x.npy"
+expect_error "get: --state other than master, m, v" "it is master, m or v" $TOOL get "$tmp/s3" 6 wte "$tmp/x.npy" --state grad
+expect_error "get: into the checkpoint's directory" "refusing to write" $TOOL get "$tmp/s3" 6 wte "$tmp/s3/wte.npy"
+[ ! -e "$tmp/x.npy" ] && [ ! -e "$tmp/s3/wte.npy" ] && ok "get: nothing written by the refused calls" || bad "get: a refused call left a file"
 $TOOL inspect "$tmp/w3to2" 3 > "$tmp/insp" 2>&1
 grep -q "world size   3" "$tmp/insp" && grep -q "ZeRO stage   3" "$tmp/insp" && grep -q "section version 2: shards padded to 256 bytes" "$tmp/insp" && grep -q "rank 2 .*data position: epoch 0, shard 0, batch 6" "$tmp/insp" \
     && grep -q "step        3  complete    3 state files" "$tmp/insp" && grep -q "step        6  complete    2 state files" "$tmp/insp" \
