@@ -20,8 +20,17 @@
        or AdamW's m or v, gathered from the ranks' shards whatever world size and stage
        wrote them. TENSOR is a kind of llm.c's file (wte wpe lnfw lnfb) or a block's kind
        and layer, NAME.L (qkvw.0, fcprojb.11)
+   ./checkpoint_tool set DIR STEP TENSOR IN.npy OUTDIR [--state master|m|v] [--allow-unverified]
+       a copy of the checkpoint in OUTDIR with one tensor's state from IN.npy (the shape get
+       writes; finite values, v not negative): the master, which also sets the engine's
+       compute copy (bf16 rounded to nearest) and the model file, or m or v. DIR's files are
+       not touched; OUTDIR (made if missing) must hold no file of STEP. The copy gets its own
+       manifest, the marker last, and is verified before the tool says it is done; resume
+       from it with -o OUTDIR -y 1
+   ./checkpoint_tool reset-moments DIR STEP OUTDIR [TENSOR] [--allow-unverified]
+       the same copy with AdamW's m and v zero, of one tensor or of all
 
- consolidate, extract-optimizer and get verify the checkpoint first and refuse a damaged one,
+ consolidate, extract-optimizer, get, set and reset-moments verify the checkpoint first and refuse a damaged one,
  and one whose marker is empty (no checksums: an earlier version's, or one cut short)
  unless --allow-unverified. Their output goes neither into DIR nor over any file of the
  checkpoint (compared by device and inode, so a hard link elsewhere counts).
@@ -46,6 +55,10 @@
 #include "zero3/reshard.h"    // zero_state_read_range: one unit of one array from the ranks' files
 #include "llmc/manifest.h"  // checkpoint_name_parse, checkpoint_steps, CheckpointManifest: the DONE markers
 #include "zero3/util.h"     // zero_errmsg
+#include "zero3/cpu_adam.h" // cpu_adam_f32_to_bf16: set's bf16 compute copy
+#include <unistd.h>           // unlink, fsync, close: set's copies
+#include <errno.h>            // errno, EEXIST
+#include <math.h>             // isfinite: the values set takes
 
 // extract-optimizer's file: this header, then m (numel fp32), then v (numel fp32), each in
 // llm.c's parameter order (the model file's body, unpadded)
@@ -178,15 +191,20 @@ static int tool_tensor_find(const GPT2Config* c, const TensorRange* r, int nt, c
     return llmc_error("tensor '%s' is not in this model", spec);
 }
 
-// A NumPy file's header (format 1.0: little-endian fp32, C order) for a tensor of `kind`
-// and `size` elements: (rows, cols) for the matrices and embeddings (as llm.c lays them
-// out: fcprojw is (C, 4C), every other (size / C, C)), (size,) for the vectors
-static int tool_npy_header(FILE* fp, const GPT2Config* c, int kind, size_t size) {
+// A NumPy file's header dictionary (little-endian fp32, C order) for a tensor of `kind` and
+// `size` elements: (rows, cols) for the matrices and embeddings (as llm.c lays them out:
+// fcprojw is (C, 4C), every other (size / C, C)), (size,) for the vectors; then the whole
+// header (format 1.0), padded to 64 bytes
+static int tool_npy_dict(const GPT2Config* c, int kind, size_t size, char* dict, size_t cap) {
     int matrix = kind == P_WTE || kind == P_WPE || kind == P_QKVW || kind == P_ATTPROJW || kind == P_FCW || kind == P_FCPROJW;
     size_t cols = kind == P_FCPROJW ? 4 * (size_t)c->channels : (size_t)c->channels;
+    return matrix ? snprintf(dict, cap, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", size / cols, cols)
+                  : snprintf(dict, cap, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", size);
+}
+
+static int tool_npy_header(FILE* fp, const GPT2Config* c, int kind, size_t size) {
     char dict[160];
-    int n = matrix ? snprintf(dict, sizeof(dict), "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", size / cols, cols)
-                   : snprintf(dict, sizeof(dict), "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", size);
+    int n = tool_npy_dict(c, kind, size, dict, sizeof(dict));
     size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64;  // magic, version, length, dict, newline: to 64 bytes
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((total - 10) & 0xff), (unsigned char)((total - 10) >> 8)};
     if (fwrite(pre, 1, 10, fp) != 10 || fwrite(dict, 1, (size_t)n, fp) != (size_t)n) { return -1; }
@@ -369,12 +387,232 @@ static int tool_verify(const char* dir, int step, int allow_unverified) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// set and reset-moments: a copy of a checkpoint, some of its state replaced
+
+// Reads the NumPy file `path` (format 1.0-3.0, little-endian fp32, C order) holding tensor
+// r (`name`), of the shape get writes for it, into *out (malloc'd). Returns 0, or -1 saying why.
+static int tool_npy_read(const char* path, const char* name, const GPT2Config* c, const TensorRange* r, float** out) {
+    const char* why = NULL;
+    FILE* fp = file_fopen(path, O_RDONLY, 0, "rb", &why);
+    if (fp == NULL) { return llmc_error("cannot read %s: %s", path, why); }
+    unsigned char pre[12];
+    char dict[4096];
+    size_t hlen = 0;
+    int rc = 0;
+    if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0 || pre[6] < 1 || pre[6] > 3) {
+        rc = llmc_error("%s is not a NumPy file (format 1.0-3.0)", path);
+    } else if (pre[6] == 1) {
+        hlen = pre[8] | (size_t)pre[9] << 8;
+    } else if (fread(pre + 10, 1, 2, fp) != 2) {
+        rc = llmc_error("%s: its header is cut short", path);
+    } else {
+        hlen = pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+    }
+    if (rc == 0 && (hlen >= sizeof(dict) || fread(dict, 1, hlen, fp) != hlen)) { rc = llmc_error("%s: its header is cut short or too long", path); }
+    if (rc == 0) {
+        dict[hlen] = '\0';
+        char want[160], have[64] = "(none)";
+        tool_npy_dict(c, r->kind, r->size, want, sizeof(want));
+        const char* w = strstr(want, "'shape': ") + 9;  // the shape get writes, as np.save spells it
+        const char* h = strstr(dict, "'shape': ");
+        if (h != NULL) { snprintf(have, sizeof(have), "%.*s", (int)strcspn(h + 9, ")") + 1, h + 9); }
+        if (strstr(dict, "'descr': '<f4'") == NULL || strstr(dict, "'fortran_order': False") == NULL) {
+            dict[strcspn(dict, "}") + (strchr(dict, '}') != NULL)] = '\0';  // (np.save pads it with spaces and a newline)
+            rc = llmc_error("%s: not little-endian fp32 in C order (its header: %s); numpy: np.save(path, a.astype('<f4'))", path, dict);
+        } else if (strncmp(have, w, strcspn(w, ")") + 1) != 0 || strlen(have) != strcspn(w, ")") + 1) {
+            rc = llmc_error("%s: shape %s, but %s is %.*s", path, have, name, (int)strcspn(w, ")") + 1, w);
+        }
+    }
+    float* v = rc == 0 ? (float*)malloc(r->size * sizeof(float)) : NULL;
+    if (rc == 0 && v == NULL) { rc = llmc_error("out of memory for %zu values", r->size); }
+    if (rc == 0 && (fread(v, sizeof(float), r->size, fp) != r->size || fgetc(fp) != EOF)) {
+        rc = llmc_error("%s: its data is not %zu fp32 values", path, r->size);
+    }
+    fclose(fp);
+    if (rc != 0) { free(v); return -1; }
+    *out = v;
+    return 0;
+}
+
+// the values a state may take: finite, and v (arr 2) not negative
+static int tool_values_check(const float* v, size_t n, int arr, const char* path) {
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i]) || (arr == 2 && v[i] < 0.0f)) {
+            return llmc_error("%s: value %zu is %g: %s must be finite%s", path, i, (double)v[i],
+                              arr == 0 ? "a parameter" : arr == 1 ? "m" : "v", arr == 2 ? " and not negative" : "");
+        }
+    }
+    return 0;
+}
+
+// A checkpoint being copied: step's model and state files from dir, written to outdir
+// under their names + ".tmp", open for update, then committed (renamed, the marker last)
+typedef struct {
+    char dir[4096], outdir[4096];
+    int step, world;
+    FILE** fp;        // (world + 1): the model file's copy, then each rank's state file's
+    char (*tmp)[4200], (*dst)[4200];
+} ToolCopy;
+
+static void tool_copy_abort(ToolCopy* k) {
+    for (int i = 0; i <= k->world; i++) {
+        if (k->fp != NULL && k->fp[i] != NULL) { fclose(k->fp[i]); }
+        if (k->tmp != NULL) { unlink(k->tmp[i]); }
+    }
+    free(k->fp); free(k->tmp); free(k->dst);
+    memset(k, 0, sizeof(*k));
+}
+
+// Copies the files byte for byte; refuses an outdir that holds any file of this step.
+static int tool_copy_begin(ToolCopy* k, const char* dir, int step, int world, const char* outdir) {
+    memset(k, 0, sizeof(*k));
+    snprintf(k->dir, sizeof(k->dir), "%s", dir);
+    snprintf(k->outdir, sizeof(k->outdir), "%s", outdir);
+    k->step = step;
+    k->world = world;
+    if (mkdir(outdir, 0755) != 0 && errno != EEXIST) { return llmc_error("cannot make %s: %s", outdir, strerror(errno)); }
+    char marker[4200];
+    snprintf(marker, sizeof(marker), "%s/DONE_%08d", outdir, step);
+    k->fp = (FILE**)calloc((size_t)world + 1, sizeof(FILE*));
+    k->tmp = (char(*)[4200])calloc((size_t)world + 1, sizeof(*k->tmp));
+    k->dst = (char(*)[4200])calloc((size_t)world + 1, sizeof(*k->dst));
+    char* buf = (char*)malloc((size_t)1 << 20);
+    int rc = k->fp != NULL && k->tmp != NULL && k->dst != NULL && buf != NULL ? 0 : llmc_error("out of memory");
+    struct stat st;
+    if (rc == 0 && lstat(marker, &st) == 0) { rc = llmc_error("%s already holds a checkpoint of step %d (%s): give a directory without one", outdir, step, marker); }
+    for (int i = 0; i <= world && rc == 0; i++) {
+        char src[4200];
+        if (i == 0) {
+            snprintf(src, sizeof(src), "%s/model_%08d.bin", dir, step);
+            snprintf(k->dst[i], sizeof(k->dst[i]), "%s/model_%08d.bin", outdir, step);
+        } else {
+            checkpoint_state_path(src, sizeof(src), dir, step, i - 1);
+            checkpoint_state_path(k->dst[i], sizeof(k->dst[i]), outdir, step, i - 1);
+        }
+        snprintf(k->tmp[i], sizeof(k->tmp[i]), "%s.tmp", k->dst[i]);
+        if (lstat(k->dst[i], &st) == 0 || lstat(k->tmp[i], &st) == 0) {
+            k->tmp[i][0] = '\0';  // (not ours to remove)
+            rc = llmc_error("%s already holds %s of step %d: give a directory without it", outdir, lstat(k->dst[i], &st) == 0 ? k->dst[i] : k->tmp[i], step);
+            break;
+        }
+        int fd = open(k->tmp[i], O_RDWR | O_CREAT | O_EXCL, 0644);
+        const char* why = NULL;
+        FILE* in = file_fopen(src, O_RDONLY, 0, "rb", &why);
+        if (fd < 0 || (k->fp[i] = fdopen(fd, "w+b")) == NULL) {
+            if (fd >= 0) { close(fd); }
+            rc = llmc_error("cannot create %s: %s", k->tmp[i], strerror(errno));
+        } else if (in == NULL) {
+            rc = llmc_error("cannot read %s: %s", src, why);
+        }
+        for (size_t n; rc == 0 && (n = fread(buf, 1, (size_t)1 << 20, in)) > 0;) {
+            if (fwrite(buf, 1, n, k->fp[i]) != n) { rc = llmc_error("writing %s failed: %s", k->tmp[i], strerror(errno)); }
+        }
+        if (rc == 0 && ferror(in)) { rc = llmc_error("reading %s failed", src); }
+        if (in != NULL) { fclose(in); }
+    }
+    free(buf);
+    if (rc != 0) { tool_copy_abort(k); }
+    return rc;
+}
+
+// Flushes and syncs the copies, renames them into place and writes their manifest (the
+// marker last: a copy cut short is no checkpoint), then verifies it as a reader would.
+static int tool_copy_commit(ToolCopy* k) {
+    uint64_t* pairs = (uint64_t*)malloc(((size_t)k->world + 1) * 2 * sizeof(uint64_t));
+    int rc = pairs != NULL ? 0 : llmc_error("out of memory");
+    for (int i = 0; i <= k->world && rc == 0; i++) {
+        if (fflush(k->fp[i]) != 0 || fsync(fileno(k->fp[i])) != 0) { rc = llmc_error("writing %s failed: %s", k->tmp[i], strerror(errno)); }
+        if (fclose(k->fp[i]) != 0 && rc == 0) { rc = llmc_error("writing %s failed: %s", k->tmp[i], strerror(errno)); }
+        k->fp[i] = NULL;
+        if (rc == 0) { rc = checkpoint_file_sum(k->tmp[i], pairs + 2 * i); }
+    }
+    for (int i = 0; i <= k->world && rc == 0; i++) {
+        if (rename(k->tmp[i], k->dst[i]) != 0) { rc = llmc_error("renaming %s failed: %s", k->tmp[i], strerror(errno)); }
+        else { snprintf(k->tmp[i], sizeof(k->tmp[i]), "%s", k->dst[i]); }  // (removed if the marker fails)
+    }
+    if (rc == 0) { rc = checkpoint_manifest_write(k->outdir, k->step, k->world, pairs); }
+    free(pairs);
+    if (rc != 0) { tool_copy_abort(k); return -1; }
+    free(k->fp); free(k->tmp); free(k->dst);
+    return tool_verify_step(k->outdir, k->step, 0, 0);
+}
+
+// Writes `vals` (tensor r's n values) into array arr of the copies' state files and, for
+// the master, into the engine's compute copy (array 3, fp32 or bf16 rounded to nearest)
+// and the model file (fp32 or bf16, as the checkpoint's is)
+static int tool_copy_write(ToolCopy* k, const CheckpointSet* s, const GPT2Config* c, const TensorRange* r, int arr, const float* vals) {
+    size_t a = r->offset, b = r->offset + r->size;
+    if (zero_state_write_range(&s->src, k->fp + 1, arr, r->unit, a, b, vals) != 0) { return llmc_error("%s", zero_errmsg()); }
+    if (arr != 0) { return 0; }
+    const ZeroStateLayout* l = &s->src.layout;
+    if (l->num_arrays == 4) {
+        int rc = 0;
+        if (l->arrays[3].elem_bytes == 4) {
+            rc = zero_state_write_range(&s->src, k->fp + 1, 3, r->unit, a, b, vals);
+        } else {
+            uint16_t* x = (uint16_t*)malloc(r->size * sizeof(uint16_t));
+            if (x == NULL) { return llmc_error("out of memory"); }
+            for (size_t i = 0; i < r->size; i++) { x[i] = cpu_adam_f32_to_bf16(vals[i]); }
+            rc = zero_state_write_range(&s->src, k->fp + 1, 3, r->unit, a, b, x);
+            free(x);
+        }
+        if (rc != 0) { return llmc_error("%s", zero_errmsg()); }
+    }
+    int32_t h[256];
+    FILE* m = k->fp[0];
+    if (fseek(m, 0, SEEK_SET) != 0 || fread(h, sizeof(int32_t), 256, m) != 256) { return llmc_error("cannot read %s's header", k->tmp[0]); }
+    int bf16 = h[1] == GPT2_MODEL_VERSION_BF16;
+    int ok = fseek(m, 1024 + (long)(gpt2_file_offset(c, r) * (bf16 ? 2 : 4)), SEEK_SET) == 0 &&
+             (bf16 ? gpt2_fwrite_bf16(vals, r->size, m) : fwrite(vals, sizeof(float), r->size, m) == r->size);
+    return ok ? 0 : llmc_error("writing %s failed: %s", k->tmp[0], strerror(errno));
+}
+
+// set: tensor `tensor`'s array arr from in.npy; reset-moments (in NULL): m and v zero, of
+// one tensor or (tensor NULL) of all
+static int tool_edit(const char* dir, int step, const char* tensor, int arr, const char* in, const char* outdir) {
+    GPT2Config c;
+    CheckpointSet s;
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/model_%08d.bin", outdir, step);
+    if (tool_open(dir, step, probe, &c, &s) != 0) { return -1; }
+    int nt = gpt2_num_tensors(&c);
+    TensorRange* ranges = (TensorRange*)malloc(nt * sizeof(TensorRange));
+    float* vals = NULL;
+    int rc = ranges != NULL ? 0 : llmc_error("out of memory"), first = 0, last = nt;
+    if (rc == 0) { gpt2_tensor_ranges(&c, ranges); }
+    if (rc == 0 && tensor != NULL) { rc = (first = tool_tensor_find(&c, ranges, nt, tensor)) < 0 ? -1 : 0; last = first + 1; }
+    if (rc == 0 && in != NULL && (tool_npy_read(in, tensor, &c, &ranges[first], &vals) != 0 || tool_values_check(vals, ranges[first].size, arr, in) != 0)) { rc = -1; }
+    ToolCopy k;
+    memset(&k, 0, sizeof(k));
+    if (rc == 0) { rc = tool_copy_begin(&k, dir, step, s.world, outdir); }
+    for (int i = first; i < last && rc == 0 && in == NULL; i++) {  // reset: zeros into m and v
+        float* z = (float*)calloc(ranges[i].size, sizeof(float));
+        rc = z != NULL && tool_copy_write(&k, &s, &c, &ranges[i], 1, z) == 0 && tool_copy_write(&k, &s, &c, &ranges[i], 2, z) == 0 ? 0 : -1;
+        free(z);
+    }
+    if (rc == 0 && in != NULL) { rc = tool_copy_write(&k, &s, &c, &ranges[first], arr, vals); }
+    if (rc == 0) { rc = tool_copy_commit(&k); } else if (k.fp != NULL) { tool_copy_abort(&k); }
+    if (rc == 0 && in != NULL) {
+        printf("wrote %s: step %d of %s with %s's %s from %s (%zu values), verified\n", outdir, step, dir, tensor,
+               arr == 0 ? "parameters (master, compute copy, model file)" : arr == 1 ? "m" : "v", in, ranges[first].size);
+    } else if (rc == 0) {
+        printf("wrote %s: step %d of %s with AdamW's m and v of %s zero, verified\n", outdir, step, dir, tensor != NULL ? tensor : "every tensor");
+    }
+    free(vals);
+    free(ranges);
+    checkpoint_set_close(&s);
+    return rc;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: checkpoint_tool inspect DIR [STEP]\n"
                     "       checkpoint_tool consolidate DIR STEP OUT.bin [--bf16] [--allow-unverified]\n"
                     "       checkpoint_tool extract-optimizer DIR STEP OUT [--allow-unverified]\n"
                     "       checkpoint_tool verify DIR [STEP] [--allow-unverified]\n"
                     "       checkpoint_tool get DIR STEP TENSOR OUT.npy [--state master|m|v] [--allow-unverified]\n"
+                    "       checkpoint_tool set DIR STEP TENSOR IN.npy OUTDIR [--state master|m|v] [--allow-unverified]\n"
+                    "       checkpoint_tool reset-moments DIR STEP OUTDIR [TENSOR] [--allow-unverified]\n"
                     "TENSOR: wte wpe lnfw lnfb, or a block's kind and layer: qkvw.0, fcprojb.11 (llm.c's names)\n"
                     "--allow-unverified takes a checkpoint whose DONE marker is empty (an earlier version's, without\n"
                     "checksums) unverified; without it such a checkpoint is refused\n");
@@ -390,15 +628,15 @@ static int parse_step(const char* s, int* step) {
 }
 
 int main(int argc, char** argv) {
-    // the options anywhere after the command, the rest positional: CMD DIR [STEP] [TENSOR] [OUT]
-    const char* arg[5];
+    // the options anywhere after the command, the rest positional: CMD DIR [STEP] [TENSOR] [IN] [OUT]
+    const char* arg[6];
     const char* state = NULL;
     int nargs = 0, bf16 = 0, allow = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bf16")) { bf16 = 1; }
         else if (!strcmp(argv[i], "--allow-unverified")) { allow = 1; }
         else if (!strcmp(argv[i], "--state") && i + 1 < argc) { state = argv[++i]; }
-        else if (nargs == 5 || (argv[i][0] == '-' && argv[i][1] == '-')) { usage(); return 2; }
+        else if (nargs == 6 || (argv[i][0] == '-' && argv[i][1] == '-')) { usage(); return 2; }
         else { arg[nargs++] = argv[i]; }
     }
     int arr = 0;  // --state: the engine state's array (0 the master, 1 m, 2 v)
@@ -407,7 +645,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(state, "v")) { arr = 2; }
         else { fprintf(stderr, "error: --state %s: it is master, m or v\n", state); return 2; }
     }
-    if (nargs < 2 || (state != NULL && strcmp(arg[0], "get") != 0)) { usage(); return 2; }
+    if (nargs < 2 || (state != NULL && strcmp(arg[0], "get") != 0 && strcmp(arg[0], "set") != 0)) { usage(); return 2; }
     const char* cmd = arg[0];
     const char* dir = arg[1];
     int step = -1, rc;
@@ -419,6 +657,11 @@ int main(int argc, char** argv) {
         rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_extract_optimizer(dir, step, arg[3]);
     } else if (!strcmp(cmd, "get") && nargs == 5 && !bf16) {
         rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_get(dir, step, arg[3], arr, arg[4]);
+    } else if (!strcmp(cmd, "set") && nargs == 6 && !bf16) {
+        rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1 : tool_edit(dir, step, arg[3], arr, arg[4], arg[5]);
+    } else if (!strcmp(cmd, "reset-moments") && (nargs == 4 || nargs == 5) && !bf16) {
+        rc = parse_step(arg[2], &step) != 0 || tool_verify_step(dir, step, 0, allow) != 0 ? -1
+           : tool_edit(dir, step, nargs == 5 ? arg[4] : NULL, 1, NULL, arg[3]);
     } else if (!strcmp(cmd, "verify") && nargs <= 3 && !bf16) {
         rc = nargs == 3 && parse_step(arg[2], &step) != 0 ? -1 : tool_verify(dir, step, allow);
     } else {

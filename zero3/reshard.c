@@ -112,28 +112,50 @@ static int zero_reshard_pread(FILE* fp, off_t at, void* dst, size_t n, const cha
     return 0;
 }
 
-int zero_state_read_range(const ZeroStateSource* s, int i, int u, size_t begin, size_t end, void* dst) {
+// writes n bytes at offset `at` of fp (a copy of a source file: the same offsets)
+static int zero_reshard_pwrite(FILE* fp, off_t at, const void* src, size_t n, const char* what) {
+    if (fseeko(fp, at, SEEK_SET) != 0 || fwrite(src, 1, n, fp) != n) {
+        return zero_error("zero: cannot write %zu bytes of %s at byte %lld: %s", n, what, (long long)at, strerror(errno));
+    }
+    return 0;
+}
+
+// The elements [begin, end) of unit u of array i, in the files `fp` (the source's, or
+// copies of them), read into or written from buf: rank 0's file for a full array, else
+// the shards of the ranks that own them.
+static int zero_state_range_io(const ZeroStateSource* s, FILE** fp, int writing, int i, int u, size_t begin, size_t end, char* buf) {
     const ZeroStateLayout* l = &s->layout;
     if (i < 0 || i >= l->num_arrays || u < 0 || u >= l->plan.num_units || begin > end || end > l->plan.units[u].numel) {
-        return zero_error("zero_state_read_range: array %d, unit %d, range [%zu, %zu) out of range", i, u, begin, end);
+        return zero_error("zero_state_%s_range: array %d, unit %d, range [%zu, %zu) out of range", writing ? "write" : "read", i, u, begin, end);
     }
     const ZeroUnit* pu = &l->plan.units[u];
     size_t eb = l->arrays[i].elem_bytes;
     off_t arr = (off_t)zero_state_array_offset(l, i);
-    char* out = (char*)dst;
-    if (!l->arrays[i].sharded) {
-        return zero_reshard_pread(s->fp[0], s->payload[0] + arr + (off_t)((pu->full_offset + begin) * eb), out, (end - begin) * eb, "a full array");
-    }
     while (begin < end) {
-        size_t q = begin / pu->shard, in = begin % pu->shard;
-        size_t n = pu->shard - in < end - begin ? pu->shard - in : end - begin;
-        if (zero_reshard_pread(s->fp[q], s->payload[q] + arr + (off_t)((pu->shard_offset + in) * eb), out, n * eb, "a shard") != 0) {
+        size_t q = 0, at = pu->full_offset + begin, n = end - begin;  // a full array: all of it in rank 0's file
+        if (l->arrays[i].sharded) {
+            size_t in = begin % pu->shard;
+            q = begin / pu->shard;
+            at = pu->shard_offset + in;
+            n = pu->shard - in < n ? pu->shard - in : n;
+        }
+        off_t where = s->payload[q] + arr + (off_t)(at * eb);
+        const char* what = l->arrays[i].sharded ? "a shard" : "a full array";
+        if ((writing ? zero_reshard_pwrite(fp[q], where, buf, n * eb, what) : zero_reshard_pread(fp[q], where, buf, n * eb, what)) != 0) {
             return -1;
         }
-        out += n * eb;
+        buf += n * eb;
         begin += n;
     }
     return 0;
+}
+
+int zero_state_read_range(const ZeroStateSource* s, int i, int u, size_t begin, size_t end, void* dst) {
+    return zero_state_range_io(s, s->fp, 0, i, u, begin, end, (char*)dst);
+}
+
+int zero_state_write_range(const ZeroStateSource* s, FILE** copies, int i, int u, size_t begin, size_t end, const void* src) {
+    return zero_state_range_io(s, copies, 1, i, u, begin, end, (char*)src);
 }
 
 // the message of a failed write of the resharded section, errno's reason included: `at`

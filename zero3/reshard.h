@@ -95,6 +95,11 @@ int zero_state_source_init(ZeroStateSource* s, FILE** fp, const char* const* nam
 // the array is full, else from the shards of the ranks that own them.
 int zero_state_read_range(const ZeroStateSource* s, int i, int u, size_t begin, size_t end, void* dst);
 
+// The same elements written from src into `copies` (world files, opened for update: byte
+// copies of the source's, so the same offsets), where a read would have found them.
+// Returns 0, or -1 naming the byte and the reason.
+int zero_state_write_range(const ZeroStateSource* s, FILE** copies, int i, int u, size_t begin, size_t end, const void* src);
+
 // Writes to `out` (named out_name in messages) the section `to` describes (its header, then
 // every array for its rank), each element read from the source, padding as zeros, and
 // flushes it. The two layouts must be of the same engine and compute precision. Returns 0,

@@ -20,7 +20,10 @@
 #               extract-optimizer's m and v equal the state file of a 1-rank stage-0
 #               checkpoint, read here in Python; at one world size they do not depend on the
 #               stage that saved them; get's tensors (master, m, v; NumPy files of their
-#               shapes) equal consolidate's and extract-optimizer's, and its refusals;
+#               shapes) equal consolidate's and extract-optimizer's, and its refusals; set
+#               and reset-moments write verified copies (identity byte for byte; new values
+#               read back, in the model file, resumed at 2 ranks and resharded at 1; the
+#               device engine's bf16 compute copy rounded to nearest), and their refusals;
 #               inspect names the world size, stage and positions
 # Ends with "N passed, N failed".
 source "$(dirname "$0")/lib.sh"   # $tmp, ok/bad/finish, run, losses, maxdiff, within, expect_error
@@ -288,6 +291,104 @@ expect_error "get: a layer on wte" "not a block's" $TOOL get "$tmp/s3" 6 wte.0 "
 expect_error "get: --state other than master, m, v" "it is master, m or v" $TOOL get "$tmp/s3" 6 wte "$tmp/x.npy" --state grad
 expect_error "get: into the checkpoint's directory" "refusing to write" $TOOL get "$tmp/s3" 6 wte "$tmp/s3/wte.npy"
 [ ! -e "$tmp/x.npy" ] && [ ! -e "$tmp/s3/wte.npy" ] && ok "get: nothing written by the refused calls" || bad "get: a refused call left a file"
+# set and reset-moments: copies of the stage-3 checkpoint with state replaced, DIR untouched.
+# The identity (a tensor set to its own master) copies every file byte for byte, the marker
+# too; new values of qkvw.1 come back through get, reach consolidate and model_S.bin alike,
+# and reach the trainer: resumed at 2 ranks (its layout) and at 1 (resharded) the step-7
+# losses agree (RTOL) and differ from the untouched checkpoint's by more than 1e-4, ten
+# times what two layouts' sums can part them by (the change moves it by 1.1e-3); m of
+# fcw.0 likewise
+E="$tmp/edit"; mkdir -p "$E"
+$TOOL get "$tmp/s3" 6 qkvw.1 "$E/q_master.npy" > /dev/null
+$PY -c "
+import numpy as np, sys
+q = np.load(sys.argv[1]); np.save(sys.argv[2], (q * 2 + 0.5).astype('<f4')); np.save(sys.argv[3], q.T.copy())
+np.save(sys.argv[4], np.where(np.arange(q.size).reshape(q.shape) == 7, np.nan, q).astype('<f4')); np.save(sys.argv[5], q.astype('<f8'))
+np.save(sys.argv[6], -np.ones(q.shape, '<f4'))" "$E/q_master.npy" "$E/q_new.npy" "$E/q_T.npy" "$E/q_nan.npy" "$E/q_f8.npy" "$E/q_neg.npy"
+if $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_master.npy" "$E/same" > "$E/same.log" 2>&1; then
+    same=1; for f in DONE_00000006 model_00000006.bin state_00000006_00000.bin state_00000006_00001.bin; do cmp -s "$tmp/s3/$f" "$E/same/$f" || same=0; done
+    [ $same = 1 ] && [ "$(ls "$E/same" | wc -l)" = 4 ] && ok "set: a tensor set to its own master copies the checkpoint byte for byte (its 4 files, nothing else)" \
+        || bad "set: the identity changed a file: $(ls "$E/same")"
+else bad "set (identity): $(cat "$E/same.log")"; fi
+if $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_new.npy" "$E/new" > /dev/null && $TOOL get "$E/new" 6 qkvw.1 "$E/q_back.npy" > /dev/null &&
+   $TOOL consolidate "$E/new" 6 "$E/c_new.bin" > /dev/null && $TOOL consolidate "$tmp/s3" 6 "$E/c_old.bin" > /dev/null; then
+    cmp -s "$E/c_new.bin" "$E/new/model_00000006.bin" && $PY - "$E" <<'EOF' && ok "set: new values of qkvw.1 come back through get, and consolidate = model_S.bin = the old model but for qkvw.1" || bad "set: new values"
+import sys, numpy as np
+e = sys.argv[1]
+new, back = np.load(e + "/q_new.npy"), np.load(e + "/q_back.npy")
+assert np.array_equal(new, back)
+a, b = np.fromfile(e + "/c_old.bin", np.float32, offset=1024), np.fromfile(e + "/c_new.bin", np.float32, offset=1024)
+h = np.fromfile(e + "/c_old.bin", np.int32, 256); maxT, L, C, Vp = int(h[2]), int(h[4]), int(h[6]), int(h[7])
+o = Vp*C + maxT*C + 2*L*C + 3*C*C*1   # wte, wpe, ln1w and ln1b of every layer, qkvw of layer 0
+changed = np.flatnonzero(a != b)
+assert changed.size > 0 and changed.min() >= o and changed.max() < o + 3*C*C, (changed.min(), changed.max(), o)
+assert np.array_equal(b[o:o + 3*C*C], new.reshape(-1))
+EOF
+else bad "set (new values) or its get/consolidate"; fi
+if run e_old 2 $M -b 4 -z 3 -x 7 -n 0 -o "$tmp/s3" -y 1 && run e_new2 2 $M -b 4 -z 3 -x 7 -n 0 -o "$E/new" -y 1 &&
+   run e_new1 1 $M -b 8 -z 0 -x 7 -n 0 -o "$E/new" -y 1; then
+    losses "$tmp/e_old.json" > "$tmp/l_o"; losses "$tmp/e_new2.json" > "$tmp/l_2"; losses "$tmp/e_new1.json" > "$tmp/l_1"
+    r=$(maxrel "$tmp/l_1" "$tmp/l_2"); d=$(maxdiff "$tmp/l_o" "$tmp/l_2")
+    within "$r" $RTOL && ! within "$d" 1e-4 && ok "set: the copy resumes at 2 ranks (its layout) and at 1 (resharded) alike (rel $r) and not as the original (diff $d)" \
+        || bad "set: resumes of the copy: 2 vs 1 rank rel $r, against the original $d"
+else bad "set: a resume of the copy"; fi
+$TOOL get "$tmp/s3" 6 fcw.0 "$E/fm.npy" --state m > /dev/null
+$PY -c "
+import numpy as np, sys
+m = np.load(sys.argv[1]); np.save(sys.argv[2], (m * -3).astype('<f4'))" "$E/fm.npy" "$E/fm_new.npy"
+if $TOOL set "$tmp/s3" 6 fcw.0 "$E/fm_new.npy" "$E/m" --state m > /dev/null && $TOOL get "$E/m" 6 fcw.0 "$E/fm_back.npy" --state m > /dev/null &&
+   $TOOL reset-moments "$tmp/s3" 6 "$E/r_all" > /dev/null && $TOOL reset-moments "$tmp/s3" 6 "$E/r_one" attprojb.1 > /dev/null &&
+   $TOOL extract-optimizer "$E/m" 6 "$E/o_m.bin" > /dev/null && $TOOL extract-optimizer "$E/r_all" 6 "$E/o_all.bin" > /dev/null &&
+   $TOOL extract-optimizer "$E/r_one" 6 "$E/o_one.bin" > /dev/null && cmp -s "$E/m/model_00000006.bin" "$tmp/s3/model_00000006.bin"; then
+    $PY - "$E" "$tmp/o3.bin" <<'EOF' && ok "set --state m and reset-moments (all, one tensor): m and v as asked, the rest and the model as they were" || bad "set --state m / reset-moments"
+import sys, numpy as np
+e, o3 = sys.argv[1], sys.argv[2]
+rd = lambda p: np.fromfile(p, np.float32, offset=24)
+old, m, alln, one = rd(o3), rd(e + "/o_m.bin"), rd(e + "/o_all.bin"), rd(e + "/o_one.bin")
+assert np.array_equal(np.load(e + "/fm_back.npy"), np.load(e + "/fm_new.npy"))
+d = np.flatnonzero(old != m); assert d.size > 0 and d.max() < old.size // 2   # only m changed
+assert not alln.any() and old.any()
+d = np.flatnonzero(old != one); assert 0 < d.size <= 2 * 64 and not one[d].any(), d.size  # attprojb.1's m and v (C each)
+EOF
+else bad "set --state m or reset-moments"; fi
+expect_error "set: another shape" "shape (64, 192), but qkvw.1 is (192, 64)" $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_T.npy" "$E/x"
+expect_error "set: a NaN" "value 7 is nan" $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_nan.npy" "$E/x"
+expect_error "set: float64" "not little-endian fp32" $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_f8.npy" "$E/x"
+expect_error "set: a negative v" "must be finite and not negative" $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_neg.npy" "$E/x" --state v
+expect_error "set: OUTDIR holding the step" "already holds a checkpoint of step 6" $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_new.npy" "$E/new"
+expect_error "set: into the checkpoint's own directory" "refusing to write" $TOOL set "$tmp/s3" 6 qkvw.1 "$E/q_new.npy" "$tmp/s3"
+[ ! -e "$E/x" ] && [ -z "$(ls "$E"/*/*.tmp 2> /dev/null)" ] && $TOOL verify "$tmp/s3" 6 > /dev/null \
+    && ok "set: the refused calls made nothing, left no temporary, and the checkpoint still verifies" || bad "set: a refused call left something"
+# the device engine's compute copy (bf16, emulated GPU trainer, 1 rank, stage 0: every array
+# full): set writes the master as given and the compute copy rounded to nearest, read here
+# from the state file (master, m, v, then the copy, units padded to 256 bytes)
+EMU=${EMU:-build/train_gpt2_zero3_emu}
+if [ ! -x "$EMU" ]; then bad "missing $EMU (make build/train_gpt2_zero3_emu)"
+elif "$EMU" $M -b 4 -z 0 --zero-backend device -x 2 -n 2 -o "$E/dev" > "$E/dev.log" 2>&1 &&
+     $PY -c "
+import numpy as np, sys
+C = int(np.fromfile(sys.argv[2], np.int32, 256)[6])
+np.save(sys.argv[1], (np.linspace(-1, 1, C) + 1e-3).astype('<f4'))" "$E/lnfw.npy" "$tmp/model.bin" &&
+     $TOOL set "$E/dev" 2 lnfw "$E/lnfw.npy" "$E/dev2" > /dev/null; then
+    $PY - "$E/dev2/state_00000002_00000.bin" "$E/lnfw.npy" "$tmp/model.bin" <<'EOF' && ok "set on the device engine's bf16 state: the master as given, the compute copy rounded to nearest" || bad "set on the device engine's state"
+import sys, numpy as np
+raw = open(sys.argv[1], "rb").read(); x = np.load(sys.argv[2])
+h = np.fromfile(sys.argv[3], np.int32, 256); maxT, L, C, Vp = int(h[2]), int(h[4]), int(h[6]), int(h[7])
+assert raw[88 + 8:88 + 14] == b"device", raw[88:120]
+P = int(np.frombuffer(raw[88 + 48:88 + 56], np.uint64)[0])   # padded_total
+pad = lambda n: -(-n // 128) * 128                          # units to 256 bytes of bf16
+units = [Vp*C + maxT*C] + [12*C*C + 13*C] * L + [2*C]
+off = sum(pad(n) for n in units[:-1])                       # lnfw: the last unit's first tensor
+base = 88 + 72
+master = np.frombuffer(raw, np.float32, C, base + 4*off)
+copy = np.frombuffer(raw, np.uint16, C, base + 12*P + 2*off)
+u = x.view(np.uint32).astype(np.uint64)
+rne = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+assert np.array_equal(master, x), "master"
+assert np.array_equal(copy, rne), "compute copy"
+assert (copy != (u >> 16).astype(np.uint16)).any(), "no value where nearest and truncation differ: a weak test"
+EOF
+else bad "the device engine's checkpoint or set on it: $(grep -m1 -i error "$E/dev.log")"; fi
 $TOOL inspect "$tmp/w3to2" 3 > "$tmp/insp" 2>&1
 grep -q "world size   3" "$tmp/insp" && grep -q "ZeRO stage   3" "$tmp/insp" && grep -q "section version 2: shards padded to 256 bytes" "$tmp/insp" && grep -q "rank 2 .*data position: epoch 0, shard 0, batch 6" "$tmp/insp" \
     && grep -q "step        3  complete    3 state files" "$tmp/insp" && grep -q "step        6  complete    2 state files" "$tmp/insp" \
