@@ -10,7 +10,7 @@
 #include "llmc/utils.h"       // llmc_error, AtomicFile
 #include "llmc/manifest.h"    // the DONE marker: checkpoint_manifest_write, checkpoint_verify, checkpoint_retire, checkpoint_steps
 #include "common/file.h"      // file_open, file_fopen: checkpoint files opened without blocking on a FIFO or a device
-#include "zero3/zero.h"       // Zero: the engine's state; zero_master_shard: this rank's range of the master
+#include "zero3/zero.h"       // Zero: the engine's state; zero_state_shard: this rank's range of the master
 #include "zero3/watchdog.h"   // zero_watch_enter/leave, zero_watch_io_enter/leave: the save's collectives and file waits told to --collective-timeout's watchdog
 #include "zero3/checkpoint.h" // ZeroStateHeader: the engine section's size, checked against the file's
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
@@ -33,7 +33,7 @@ int checkpoint_agree(int ok, int rank, int step) {
 // [Note: the partitioned model file] No rank holds the whole model to write it: rank 0
 // creates the temporary (AtomicFile's rules: output_check on the final name, O_EXCL |
 // O_NOFOLLOW) with the header, at its full size; then every rank writes its own range of
-// each unit's master (zero_master_shard; the ranges of all ranks tile the model) at its
+// each unit's master (zero_state_shard; the ranges of all ranks tile the model) at its
 // places in the file (gpt2_unit_parts: a unit's range is up to 12 runs of the kind-major
 // file), and fsyncs; only once every rank has, rank 0 renames the file into place and
 // fsyncs the directory. A rank holds one unit's range of the master at a time. Every rank
@@ -67,7 +67,7 @@ static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2
     if (checkpoint_agree(ok, rank, step) != 0) { goto fail; }
     for (int u = 0; u < gpt2_num_units(c); u++) {
         size_t begin, n;
-        if (zero_master_shard(z, u, &begin, &n, NULL) != 0) { ok = 0; break; }
+        if (zero_state_shard(z, ZERO_STATE_MASTER, u, &begin, &n, NULL) != 0) { ok = 0; break; }
         if (n > largest) { largest = n; }
     }
     buf = ok ? (float*)malloc((largest > 0 ? largest : 1) * sizeof(float)) : NULL;
@@ -83,7 +83,7 @@ static int checkpoint_write_model(const char* dir, int step, Zero* z, const GPT2
     for (int u = 0; ok && u < gpt2_num_units(c); u++) {
         size_t begin, n;
         Gpt2Part parts[NUM_BLOCK_TENSORS];
-        if (zero_master_shard(z, u, &begin, &n, buf) != 0) { llmc_error("%s: %s", path, zero_errmsg()); ok = 0; break; }
+        if (zero_state_shard(z, ZERO_STATE_MASTER, u, &begin, &n, buf) != 0) { llmc_error("%s: %s", path, zero_errmsg()); ok = 0; break; }
         int np = gpt2_unit_parts(c, u, begin, begin + n, parts);
         zero_watch_io_enter("write", f.tmp);
         for (int i = 0; ok && i < np; i++) {

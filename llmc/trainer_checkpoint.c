@@ -7,7 +7,7 @@
 #include <limits.h>           // LLONG_MAX: no non-finite parameter on a rank
 #include <mpi.h>              // the finiteness check across ranks
 #include "llmc/checkpoint.h"  // checkpoint_save, checkpoint_find_valid, checkpoint_resume, checkpoint_prune
-#include "zero3/zero.h"       // zero_master_shard
+#include "zero3/zero.h"       // zero_state_shard
 #include "llmc/trainer_proc.h"  // die_all, trainer_fail, zeroCheck, mpiWatched
 #include "llmc/utils.h"  // llmc_errmsg, mallocCheck
 #include "llmc/job.h"  // job_doing
@@ -94,14 +94,14 @@ int trainer_params_finite(const Trainer* t, const TrainerModel* m, char* msg, si
     const GPT2Config* c = &t->config;
     size_t largest = 0, begin, n;
     for (int u = 0; u < gpt2_num_units(c); u++) {
-        zeroCheck(zero_master_shard(m->zero, u, &begin, &n, NULL));
+        zeroCheck(zero_state_shard(m->zero, ZERO_STATE_MASTER, u, &begin, &n, NULL));
         if (n > largest) { largest = n; }
     }
     float* buf = (float*)mallocCheck((largest > 0 ? largest : 1) * sizeof(float));
     long long bad = LLONG_MAX;  // this rank's first non-finite parameter, in unit order
     float value = 0.0f;
     for (int u = 0; u < gpt2_num_units(c) && bad == LLONG_MAX; u++) {
-        zeroCheck(zero_master_shard(m->zero, u, &begin, &n, buf));
+        zeroCheck(zero_state_shard(m->zero, ZERO_STATE_MASTER, u, &begin, &n, buf));
         for (size_t i = 0; i < n; i++) {
             if (!isfinite(buf[i])) { bad = (long long)(gpt2_unit_offset(c, u) + begin + i); value = buf[i]; break; }
         }

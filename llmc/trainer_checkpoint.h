@@ -22,7 +22,7 @@ extern "C" {
 int trainer_resume(Trainer* t, const TrainerModel* m, Rng* sample_rng, int* skipped);
 
 // Whether every parameter of the engine's fp32 master is finite: each rank checks its own
-// range of each unit (zero_master_shard, one unit's range at a time), and the first
+// range of each unit (zero_state_shard, one unit's range at a time), and the first
 // non-finite parameter of the model (unit order) is found over the ranks: a checkpoint of a
 // non-finite state would be resumed from and poison every step after it. Says which
 // parameter (its tensor, element and place in unit order) and its value in *msg when not.

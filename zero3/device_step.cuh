@@ -458,10 +458,10 @@ static int zero_dev_load(void* impl, FILE* fp) {
     return 0;
 }
 
-// This rank's range of unit u's fp32 master (ZeroOps.master_shard): its shard's real
-// elements, from the whole master (stage 0) or the shards (1-3), on the GPU or, with
-// offload, in pinned host memory (cudaMemcpyDefault takes either)
-static int zero_dev_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
+// This rank's range of unit u's fp32 master, m or v (ZeroOps.state_shard): its shard's real
+// elements, from the whole arrays (stage 0) or the shards (1-3), on the GPU or, with
+// offload, in pinned host memory (cudaMemcpyDefault takes either), or the swap file
+static int zero_dev_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out) {
     ZeroDev* d = (ZeroDev*)impl;
     const ZeroUnit* pu = &d->plan.units[u];
     *begin = (size_t)d->rank * pu->shard;
@@ -469,9 +469,13 @@ static int zero_dev_master_shard(void* impl, int u, size_t* begin, size_t* n, fl
     if (out == NULL || *n == 0) { return 0; }
     if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
     if (zero_gpu_wait(d->compute, NULL, "waiting for the master") != 0) { return -1; }
-    if (d->opt_nvme) { return zero_swap_master_read(&d->swap, u, 0, *n, out); }
-    const float* src = d->master + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
-    return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the master");
+    if (d->opt_nvme) {
+        int region = what == ZERO_STATE_MASTER ? ZERO_SWAP_P : what == ZERO_STATE_M ? ZERO_SWAP_M : ZERO_SWAP_V;
+        return zero_swap_state_read(&d->swap, region, u, 0, *n, out);
+    }
+    const float* arr = what == ZERO_STATE_MASTER ? d->master : what == ZERO_STATE_M ? d->m : d->v;
+    const float* src = arr + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
+    return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the optimizer's state");
 }
 
 #endif // ZERO3_DEVICE_STEP_CUH

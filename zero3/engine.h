@@ -28,7 +28,7 @@ typedef struct {
     int (*stats)(void* impl, ZeroStats* out);    // may wait for the GPU: between steps
     int (*save)(void* impl, FILE* fp);           // this rank's state (zero3/checkpoint.h)
     int (*load)(void* impl, FILE* fp);
-    int (*master_shard)(void* impl, int unit, size_t* begin, size_t* n, float* out);
+    int (*state_shard)(void* impl, int what, int unit, size_t* begin, size_t* n, float* out);
                                                  // this rank's range of unit's fp32 master: its unit-local
                                                  // start and real elements (no padding), copied to out
                                                  // (room for *n) unless out is NULL

@@ -257,10 +257,10 @@ void zero_host_free(void* impl);
 // ----------------------------------------------------------------------------
 // the master by ranges, for checkpoints (the model file, its finiteness check)
 
-// This rank's range of unit u's parameters (ZeroOps.master_shard): its shard's real
-// elements, from the full buffer (stages 0-2) or the shard (stage 3: from the host, or
-// from NVMe through the staging buffer)
-int zero_host_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out);
+// This rank's range of unit u's parameters, m or v (ZeroOps.state_shard): its shard's
+// real elements, from the full buffers (stages 0-2) or the shards (stage 3; m and v at
+// stages 1-3), from the host, or from NVMe through the staging buffer
+int zero_host_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out);
 
 // This rank's part of a checkpoint (zero3/checkpoint.h): the section header ("host"), then
 // the fp32 parameters it owns (stage 0: the whole padded model; stages 1-3: its shard of

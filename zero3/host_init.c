@@ -236,13 +236,21 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     return zero_host_step_plan_init(e);  // last: it points into the arrays above
 }
 
-int zero_host_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
+int zero_host_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroUnit* pu = &e->plan.units[u];
     if (zero_host_update_through(e, -1) != 0) { return -1; }  // (a deferred update)
     *begin = (size_t)e->rank * pu->shard;
     *n = zero_plan_shard_numel(&e->plan, u, e->rank);
     if (out == NULL || *n == 0) { return 0; }
+    if (what != ZERO_STATE_MASTER) {  // m or v: the arrays, or the swap file's regions
+        if (e->offload_opt == ZERO_OFFLOAD_NVME) {
+            return zero_swap_state_read(&e->swap, what == ZERO_STATE_M ? ZERO_SWAP_M : ZERO_SWAP_V, u, 0, *n, out);
+        }
+        const float* src = what == ZERO_STATE_M ? e->m : e->v;
+        memcpy(out, src + (e->stage == 0 ? pu->full_offset + *begin : pu->shard_offset), *n * sizeof(float));
+        return 0;
+    }
     if (e->stage < 3) {
         memcpy(out, e->full_params + pu->full_offset + *begin, *n * sizeof(float));
         return 0;

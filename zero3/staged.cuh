@@ -144,8 +144,8 @@ static int zero_staged_load(void* impl, FILE* fp) {
     return 0;
 }
 
-static int zero_staged_master_shard(void* impl, int u, size_t* begin, size_t* n, float* out) {
-    return zero_host_master_shard(((ZeroStaged*)impl)->host, u, begin, n, out);
+static int zero_staged_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out) {
+    return zero_host_state_shard(((ZeroStaged*)impl)->host, what, u, begin, n, out);
 }
 
 static void zero_staged_free(void* impl) {
@@ -168,7 +168,7 @@ static const ZeroOps zero_staged_ops = {
     .grad = zero_staged_grad, .reduce = zero_staged_reduce, .end = zero_staged_end,
     .step = zero_staged_step, .flush = zero_staged_flush, .stats = zero_staged_stats,
     .save = zero_staged_save, .load = zero_staged_load,
-    .master_shard = zero_staged_master_shard, .free = zero_staged_free,
+    .state_shard = zero_staged_state_shard, .free = zero_staged_free,
 };
 
 // the host engine, and the GPU's copies: whole floatX units padded to 256 bytes, zeroed,

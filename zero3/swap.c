@@ -257,11 +257,12 @@ int zero_swap_master_end(ZeroSwap* s) {
     return 0;
 }
 
-int zero_swap_master_read(ZeroSwap* s, int u, size_t begin, size_t n, float* out) {
+int zero_swap_state_read(ZeroSwap* s, int region, int u, size_t begin, size_t n, float* out) {
+    if (region != ZERO_SWAP_P && region != ZERO_SWAP_M && region != ZERO_SWAP_V) { return zero_error("zero swap: region %d is not P, M or V", region); }
     if (n == 0) { return 0; }
-    size_t lo = zero_swap_offset(s, ZERO_SWAP_P, s->plan->units[u].shard_offset + begin), hi = lo + n * sizeof(float);
+    if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: state range past unit %d's shard", u); }
+    size_t lo = zero_swap_offset(s, region, s->plan->units[u].shard_offset + begin), hi = lo + n * sizeof(float);
     size_t a = lo / NVME_ALIGN * NVME_ALIGN;
-    if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: master range past unit %d's shard", u); }
     s->grad_last = (size_t)-1;  // the staging is reused here
     if (zero_swap_grad_settle(s) != 0 || zero_swap_io(s, 0, s->grad_stage, a, zero_swap_align(hi) - a) != 0) { return -1; }
     memcpy(out, s->grad_stage + (lo - a), n * sizeof(float));

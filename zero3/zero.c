@@ -66,8 +66,9 @@ int zero_save(Zero* z, FILE* fp) { return z->ops->save(z->impl, fp); }
 
 int zero_load(Zero* z, FILE* fp) { return z->ops->load(z->impl, fp); }
 
-int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out) {
-    return z->ops->master_shard(z->impl, unit, begin, n, out);
+int zero_state_shard(Zero* z, int what, int unit, size_t* begin, size_t* n, float* out) {
+    if (what < ZERO_STATE_MASTER || what > ZERO_STATE_V) { return zero_error("zero: no state %d (the master, m or v)", what); }
+    return z->ops->state_shard(z->impl, what, unit, begin, n, out);
 }
 
 const char* zero_name(const Zero* z) { return z->ops->name; }

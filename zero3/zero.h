@@ -154,7 +154,11 @@ int zero_load(Zero* z, FILE* fp);
 // stage 0, where every rank holds the whole master, the range a shard would be), so a
 // checkpoint writes and checks the model with each rank holding one unit's shard at most
 // beyond its state: the ranges of all ranks tile every unit's real elements exactly once.
-int zero_master_shard(Zero* z, int unit, size_t* begin, size_t* n, float* out);
+// zero_state_shard: this rank's range [*begin, *begin + *n) of unit `unit`'s fp32 master,
+// AdamW m or v (`what`, ZERO_STATE_*), into out when out is not NULL, wherever the engine
+// keeps it (GPU, host, NVMe); between steps (a deferred update is applied first).
+enum { ZERO_STATE_MASTER, ZERO_STATE_M, ZERO_STATE_V };
+int zero_state_shard(Zero* z, int what, int unit, size_t* begin, size_t* n, float* out);
 const char* zero_name(const Zero* z);
 
 // frees the engine and sets *z to NULL (harmless on NULL, or twice)

@@ -496,9 +496,9 @@ int main(int argc, char** argv) {
         std::vector<float> range;
         for (int u = 0; u < nu; u++) {
             size_t begin = 0, n = 0;
-            if (zero_master_shard(z, u, &begin, &n, NULL) != 0) { fail("zero_master_shard"); }
+            if (zero_state_shard(z, ZERO_STATE_MASTER, u, &begin, &n, NULL) != 0) { fail("zero_state_shard"); }
             range.assign(n > 0 ? n : 1, 0.0f);
-            if (zero_master_shard(z, u, &begin, &n, range.data()) != 0) { fail("zero_master_shard"); }
+            if (zero_state_shard(z, ZERO_STATE_MASTER, u, &begin, &n, range.data()) != 0) { fail("zero_state_shard"); }
             if (n > 0 && begin + n > sp.unit_numel[u]) { e = INFINITY; continue; }  // padding handed out as the model's
             for (size_t i = 0; i < n; i++) {
                 seen[unit_start[u] + begin + i]++;

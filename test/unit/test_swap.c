@@ -276,9 +276,9 @@ static void step_writes_bf16(int pipeline_read, int pipeline_write, int deferred
     }
     // the master, updated, by ranges
     float part[100];
-    cr_assert_eq(zero_swap_master_read(&s, 2, 17, 100, part), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_state_read(&s, ZERO_SWAP_P, 2, 17, 100, part), 0, "%s", zero_errmsg());
     cr_assert_eq(memcmp(part, master + g_plan.units[2].shard_offset + 17, sizeof(part)), 0);
-    cr_assert_eq(zero_swap_master_read(&s, 0, g_plan.units[0].shard, 1, part), -1, "past the shard");
+    cr_assert_eq(zero_swap_state_read(&s, ZERO_SWAP_P, 0, g_plan.units[0].shard, 1, part), -1, "past the shard");
     free(master); free(grad); free(half); free(host0); free(m); free(v); free(want); free(got);
     zero_swap_close(&s);
 }
