@@ -61,6 +61,7 @@ typedef struct {
     float grad_clip;             // --grad-clip   global-norm clipping; 0: off
     int max_skipped_steps;       // --max-skipped-steps  consecutive steps skipped for a non-finite loss/norm before the run stops
     const char* report;          // --report      JSON summary written by rank 0 at exit
+    int log_tensors;             // --log-tensors N  per-tensor figures in main.jsonl every N steps (llmc/tensor_log.h)
     const char* tokenizer;       // --tokenizer   tokenizer file for decoding samples
     float beta1, beta2, eps;     // AdamW, from --ds-config's optimizer.params (llm.c's by default)
     const char* ds_config;       // --ds-config   DeepSpeed-style JSON; flags override it

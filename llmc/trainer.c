@@ -153,6 +153,7 @@ static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* l
     lp->vals = (ValRecord*)mallocCheck((t->max_steps + 2) * sizeof(ValRecord));
     lp->evals = (EvalRecord*)mallocCheck((t->max_steps + 2) * sizeof(EvalRecord));
     zeroCheck(zero_stats(m->zero, &lp->traffic.start));
+    tensor_log_init(&lp->tensors, &t->config, m->zero, tc->log_tensors);
     kernel_steps_begin(lp->kernel);
     if (!tc->resume) { log_fresh(tc->output_dir, rank); }  // a resumed run appends, as llm.c's does
     lp->t_start = zero_now_ms();
@@ -245,10 +246,17 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     // AdamW's 1-based step counts only the updates made, as DeepSpeed's does over overflows
     ZeroStep zs = {lr, tc->weight_decay, tc->grad_clip, step + 1 - lp->skipped, tc->seed, !isfinite(loss) || loss_out,
                    (float)norm_limit};
+    int log_tensors = tensor_log_due(&lp->tensors, step);
+    if (log_tensors) {  // the parameters the update starts from (its time left out of the step's)
+        double tb = zero_now_ms();
+        tensor_log_before(&lp->tensors, m->zero);
+        t0 += zero_now_ms() - tb;
+    }
     if (m->range_push != NULL) { m->range_push("optimizer"); }
     zeroCheck(zero_step(m->zero, &zs));
     if (m->range_pop != NULL) { m->range_pop(); }
     double ms = zero_now_ms() - t0;
+    if (log_tensors) { tensor_log_after(&lp->tensors, &t->config, m->zero, step, rank, tc->output_dir); }
     ZeroStats after;
     zeroCheck(zero_stats(m->zero, &after));
     if (isfinite(after.norm)) { outlier_update(&lp->norm_z, after.norm); }
@@ -350,6 +358,7 @@ void trainer_run(Trainer* t, const TrainerModel* m) {
     int nsteps = lp.nsteps, skipped_in_a_row = lp.skipped_in_a_row, start_step = lp.start_step;
     int last = nsteps > 0 ? lp.steps[nsteps - 1].step + 1 : start_step;
     free(lp.steps); free(lp.vals); free(lp.evals); free(lp.mem_all);
+    tensor_log_free(&lp.tensors);
     if (stopped) {  // every rank saw the same loss and norm: all stop here together
         zeroCheck(zero_flush(m->zero));
         char msg[4400];

@@ -31,6 +31,7 @@
 #include "llmc/rand.h"               // Rng: the sampler's coins
 #include "llmc/schedulers.h"         // LRScheduler
 #include "llmc/outlier.h"            // OutlierDetector: -sl, -sg
+#include "llmc/tensor_log.h"         // TensorLog: --log-tensors
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,6 +63,7 @@ typedef struct {
     int nsteps, nvals, nevals, have_batch;
     TrainerTraffic traffic;
     double kernel[KERNEL_FIELDS];
+    TensorLog tensors;          // --log-tensors
 } TrainerLoop;
 
 // The run: resume, the header and the memory table, then per step validation (-v),

@@ -95,6 +95,9 @@ void trainer_model(Trainer* t) {
         snprintf(msg, sizeof(msg), "flag -t: sequence length %d exceeds the model's maximum of %d", tc->T, t->config.max_seq_len);
         die_all(t->rank, msg);
     }
+    if (tc->log_tensors > 0 && tc->output_dir == NULL) {
+        die_all(t->rank, "flag --log-tensors: its figures go to main.jsonl in -o's directory: give -o DIR");
+    }
 }
 
 // Tokens per optimizer step over all ranks: -d if given (a multiple of B*T*ranks), else

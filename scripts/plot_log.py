@@ -58,6 +58,8 @@ def read_run(d):
             for i, text in enumerate(f, 1):
                 try:
                     s = json.loads(text)
+                    if "tensors" in s:  # --log-tensors' line of the step (docs/FORMATS.md)
+                        continue
                     run["tokens"][int(s["step"])] = float(s["tokens"])
                 except (ValueError, KeyError, TypeError):
                     print(f"plot_log: warning: {jl} line {i} is not a step's JSON (cut short?): passed over",
