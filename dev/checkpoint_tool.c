@@ -412,16 +412,17 @@ static int tool_npy_read(const char* path, const char* name, const GPT2Config* c
     if (rc == 0 && (hlen >= sizeof(dict) || fread(dict, 1, hlen, fp) != hlen)) { rc = llmc_error("%s: its header is cut short or too long", path); }
     if (rc == 0) {
         dict[hlen] = '\0';
-        char want[160], have[64] = "(none)";
+        char want[160], shape[64], have[64] = "(none)";
         tool_npy_dict(c, r->kind, r->size, want, sizeof(want));
         const char* w = strstr(want, "'shape': ") + 9;  // the shape get writes, as np.save spells it
         const char* h = strstr(dict, "'shape': ");
+        snprintf(shape, sizeof(shape), "%.*s", (int)strcspn(w, ")") + 1, w);
         if (h != NULL) { snprintf(have, sizeof(have), "%.*s", (int)strcspn(h + 9, ")") + 1, h + 9); }
         if (strstr(dict, "'descr': '<f4'") == NULL || strstr(dict, "'fortran_order': False") == NULL) {
             dict[strcspn(dict, "}") + (strchr(dict, '}') != NULL)] = '\0';  // (np.save pads it with spaces and a newline)
             rc = llmc_error("%s: not little-endian fp32 in C order (its header: %s); numpy: np.save(path, a.astype('<f4'))", path, dict);
-        } else if (strncmp(have, w, strcspn(w, ")") + 1) != 0 || strlen(have) != strcspn(w, ")") + 1) {
-            rc = llmc_error("%s: shape %s, but %s is %.*s", path, have, name, (int)strcspn(w, ")") + 1, w);
+        } else if (strcmp(have, shape) != 0) {
+            rc = llmc_error("%s: shape %s, but %s is %s", path, have, name, shape);
         }
     }
     float* v = rc == 0 ? (float*)malloc(r->size * sizeof(float)) : NULL;
@@ -449,7 +450,7 @@ static int tool_values_check(const float* v, size_t n, int arr, const char* path
 // A checkpoint being copied: step's model and state files from dir, written to outdir
 // under their names + ".tmp", open for update, then committed (renamed, the marker last)
 typedef struct {
-    char dir[4096], outdir[4096];
+    char outdir[4096];
     int step, world;
     FILE** fp;        // (world + 1): the model file's copy, then each rank's state file's
     char (*tmp)[4200], (*dst)[4200];
@@ -467,7 +468,6 @@ static void tool_copy_abort(ToolCopy* k) {
 // Copies the files byte for byte; refuses an outdir that holds any file of this step.
 static int tool_copy_begin(ToolCopy* k, const char* dir, int step, int world, const char* outdir) {
     memset(k, 0, sizeof(*k));
-    snprintf(k->dir, sizeof(k->dir), "%s", dir);
     snprintf(k->outdir, sizeof(k->outdir), "%s", outdir);
     k->step = step;
     k->world = world;

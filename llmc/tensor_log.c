@@ -66,12 +66,13 @@ static void tensor_log_add(const TensorLog* tl, int u, const float* x, const flo
 // characters, the keys, a name): the line's buffer holds one per tensor and layer
 #define TL_ENTRY_BYTES 400
 
-// appends at out + *len the figures of one tensor or layer as a JSON object after `head`
-static void tensor_log_json(char* out, size_t* len, size_t cap, const char* head, const double* s, const double* m) {
+// appends at out + *len the figures of one tensor or layer as a JSON object after `head`,
+// `tail` (more keys, or "") last inside it
+static void tensor_log_json(char* out, size_t* len, size_t cap, const char* head, const double* s, const double* m, const char* tail) {
     double p = sqrt(s[TL_P2]);
     *len += (size_t)snprintf(out + *len, cap - *len, "%s{\"param_norm\": %.9g, \"param_max\": %.9g, \"m_norm\": %.9g, \"m_max\": %.9g, "
-                             "\"v_norm\": %.9g, \"v_max\": %.9g, \"update_ratio\": %.9g}", head, p, m[TL_PMAX], sqrt(s[TL_M2]),
-                             m[TL_MMAX], sqrt(s[TL_V2]), m[TL_VMAX], p > 0 ? sqrt(s[TL_D2]) / p : 0.0);
+                             "\"v_norm\": %.9g, \"v_max\": %.9g, \"update_ratio\": %.9g%s}", head, p, m[TL_PMAX], sqrt(s[TL_M2]),
+                             m[TL_MMAX], sqrt(s[TL_V2]), m[TL_VMAX], p > 0 ? sqrt(s[TL_D2]) / p : 0.0, tail);
 }
 
 void tensor_log_after(TensorLog* tl, const GPT2Config* c, Zero* z, int step, int rank, const char* dir) {
@@ -104,7 +105,7 @@ void tensor_log_after(TensorLog* tl, const GPT2Config* c, Zero* z, int step, int
             const TensorRange* r = &tl->ranges[t];
             if (r->layer >= 0) { snprintf(head, sizeof(head), "%s\"%s.%d\": ", t ? ", " : "", gpt2_param_names[r->kind], r->layer); }
             else { snprintf(head, sizeof(head), "%s\"%s\": ", t ? ", " : "", gpt2_param_names[r->kind]); }
-            tensor_log_json(out, &len, cap, head, sums + (size_t)t * TL_SUMS, maxes + (size_t)t * TL_MAXES);
+            tensor_log_json(out, &len, cap, head, sums + (size_t)t * TL_SUMS, maxes + (size_t)t * TL_MAXES, "");
         }
         len += (size_t)snprintf(out + len, cap - len, "}, \"layers\": [");
         for (int l = 0; l < c->num_layers; l++) {  // a block's tensors: sums summed, maxima maxed
@@ -114,10 +115,9 @@ void tensor_log_after(TensorLog* tl, const GPT2Config* c, Zero* z, int step, int
                 for (int k = 0; k < TL_SUMS; k++) { s[k] += sums[(size_t)t * TL_SUMS + k]; }
                 for (int k = 0; k < TL_MAXES; k++) { if (maxes[(size_t)t * TL_MAXES + k] > m[k]) { m[k] = maxes[(size_t)t * TL_MAXES + k]; } }
             }
-            snprintf(head, sizeof(head), "%s", l ? ", " : "");
-            tensor_log_json(out, &len, cap, head, s, m);
-            len -= 1;  // the layer's index inside its object
-            len += (size_t)snprintf(out + len, cap - len, ", \"layer\": %d}", l);
+            char tail[32];
+            snprintf(tail, sizeof(tail), ", \"layer\": %d", l);
+            tensor_log_json(out, &len, cap, l ? ", " : "", s, m, tail);
         }
         len += (size_t)snprintf(out + len, cap - len, "]}\n");
         log_line(dir, rank, "main.jsonl", "%s", out);
