@@ -165,6 +165,13 @@ build/obj/build/test_gpt2.o: test/e2e/test_gpt2.c | build
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
 
+# the tensor calls' driver includes the trainer too
+build/test_access: build/obj/build/test_access.o $(LIB)
+	$(MPICC) $(CFLAGS) $< $(LIB) -o $@ $(PKG_LIBS)
+build/obj/build/test_access.o: test/e2e/test_access.c | build
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(PKG_CFLAGS) $(BINDEP) -c $< -o $@
+
 # multi-rank drivers: plain MPI programs (Criterion forks, so MPI stays out of it)
 # (the chunked one compiles the collectives, zero3/comm*.c, with its chunk itself, ahead of
 # the library's)
@@ -296,7 +303,7 @@ build/alloc_peak.so: test/e2e/alloc_peak.c | build
 
 UNIT_TESTS = build/test_tokenizer build/test_dataloader build/test_ops build/test_model build/test_plan build/test_reshard build/test_schedule build/test_config \
              build/test_options build/test_cpu_adam build/test_nvme build/test_swap build/test_file
-MPI_TESTS  = build/test_gpt2 build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
+MPI_TESTS  = build/test_gpt2 build/test_access build/test_comm_mpi build/test_comm_mpi_chunk build/test_device_emu build/test_device_emu_bf16 \
              build/test_nccl_emu build/test_emu
 
 # the build in parallel on every core (a minute less on 2 cores than one at a time)

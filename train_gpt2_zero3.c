@@ -308,6 +308,22 @@ static void gpt2_free(GPT2* m) {
     zero_free(&m->zero);
 }
 
+// The run's model after trainer_model: the run set up (trainer_setup), the model built over
+// its engine and its activations allocated. main's, and the tests' that include this file.
+static void gpt2_setup(Trainer* t, GPT2* model) {
+    const TrainConfig* tc = &t->tc;
+    trainer_setup(t);
+    ZeroModel spec;
+    gpt2_engine_model(&t->config, &spec);
+    ZeroInit in = trainer_engine(t, &spec);
+    if (gpt2_build(model, &t->config, &in) != 0) {
+        fprintf(stderr, "error: rank %d: %s\n", t->rank, zero_errmsg());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    gpt2_engine_model_free(&spec);
+    gpt2_alloc_activations(model, tc->B, tc->T, tc->recompute, tc->vocab_tile);
+}
+
 #ifndef TESTING
 // ----------------------------------------------------------------------------
 // the model's part of the run (llmc/trainer.h runs the loop)
@@ -373,18 +389,8 @@ int main(int argc, char** argv) {
     // of this run on the host engine)
     trainer_model(&t);
     if (tc->estimate != NULL) { return trainer_estimate(&t, 2, gpt2_activation_bytes(&t.config, tc->B, tc->T, tc->recompute, tc->vocab_tile)); }
-    trainer_setup(&t);
-
     GPT2 model;
-    ZeroModel spec;
-    gpt2_engine_model(&t.config, &spec);
-    ZeroInit in = trainer_engine(&t, &spec);
-    if (gpt2_build(&model, &t.config, &in) != 0) {
-        fprintf(stderr, "error: rank %d: %s\n", t.rank, zero_errmsg());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    gpt2_engine_model_free(&spec);
-    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute, tc->vocab_tile);
+    gpt2_setup(&t, &model);
 
     char notes[64];
     snprintf(notes, sizeof(notes), ", vocab tile %d", model.vocab_tile);

@@ -483,6 +483,19 @@ static void gpt2_free(GPT2* m) {
     cudaCheck(cudaStreamDestroy(m->stream));
 }
 
+// The run's model after trainer_model: the run set up (trainer_setup), the model built over
+// its engine (the device engine's, or the host engine's staged) and its activations allocated.
+static void gpt2_setup(Trainer* t, GPT2* model, int device_engine, int use_flash) {
+    const TrainConfig* tc = &t->tc;
+    trainer_setup(t);
+    ZeroModel spec;
+    gpt2_engine_model(&t->config, &spec);
+    ZeroInit in = trainer_engine(t, &spec);
+    gpt2_build(model, &t->config, in, device_engine);
+    gpt2_engine_model_free(&spec);
+    gpt2_alloc_activations(model, tc->B, tc->T, tc->recompute, use_flash, tc->vocab_tile);
+}
+
 // ----------------------------------------------------------------------------
 // the batch on the device
 
@@ -714,15 +727,8 @@ int main(int argc, char** argv) {
                  c->channels / c->num_heads);
         die_all(rank, msg);
     }
-    trainer_setup(&t);
-
     GPT2 model;
-    ZeroModel spec;
-    gpt2_engine_model(c, &spec);
-    ZeroInit in = trainer_engine(&t, &spec);
-    gpt2_build(&model, c, in, device_engine);
-    gpt2_engine_model_free(&spec);
-    gpt2_alloc_activations(&model, tc->B, tc->T, tc->recompute, use_flash, tc->vocab_tile);
+    gpt2_setup(&t, &model, device_engine, use_flash);
 
     char notes[128];
     snprintf(notes, sizeof(notes), ", attention %s, vocab tile %d, %d GPUs per node", use_flash ? "flash" : "cublas",

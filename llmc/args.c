@@ -98,8 +98,8 @@ static const OptRow args_options[] = {
     { .long_flag = "--report", .type = OPT_STRING, TC(report), .def = NULL, .arg = "<file>", .trainer = OPT_BOTH,
       .help = "write a JSON report at exit (rank 0)" },
     { .long_flag = "--log-tensors", .type = OPT_INT, TC(log_tensors), .lo = 0, .hi = K30, .def = "0", .arg = "<N>", .trainer = OPT_BOTH,
-      .help = "every N steps, per tensor and per layer, the norm and largest magnitude of the parameters, m and v and the "
-              "update-to-parameter ratio, as a line of -o's main.jsonl (needs -o); 0 = off" },
+      .help = "every N steps, per tensor and per layer, the norm and largest magnitude of the parameters, m, v and the "
+              "gradient and the update-to-parameter ratio, as a line of -o's main.jsonl (needs -o); 0 = off" },
 
     { .group = "Memory and compute",
       .short_flag = "-r", .type = OPT_INT, TC(recompute), .lo = 0, .hi = 2, .def = "1", .arg = "0|1|2", .trainer = OPT_BOTH,

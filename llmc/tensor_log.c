@@ -9,8 +9,8 @@
 #include "llmc/utils.h"       // mallocCheck
 
 // the figures of one tensor: sums of squares (summed over ranks), then maxima (maxed)
-enum { TL_P2, TL_M2, TL_V2, TL_D2, TL_SUMS };
-enum { TL_PMAX, TL_MMAX, TL_VMAX, TL_MAXES };
+enum { TL_P2, TL_M2, TL_V2, TL_D2, TL_G2, TL_SUMS };
+enum { TL_PMAX, TL_MMAX, TL_VMAX, TL_GMAX, TL_MAXES };
 
 void tensor_log_init(TensorLog* tl, const GPT2Config* c, Zero* z, int every) {
     memset(tl, 0, sizeof(*tl));
@@ -31,17 +31,11 @@ void tensor_log_init(TensorLog* tl, const GPT2Config* c, Zero* z, int every) {
         if (tl->n[u] > largest) { largest = tl->n[u]; }
     }
     tl->buf = (float*)mallocCheck(largest * sizeof(float));
+    tl->sums = (double*)mallocCheck((size_t)tl->nt * TL_SUMS * sizeof(double));
+    tl->maxes = (double*)mallocCheck((size_t)tl->nt * TL_MAXES * sizeof(double));
 }
 
 int tensor_log_due(const TensorLog* tl, int step) { return tl->every > 0 && (step + 1) % tl->every == 0; }
-
-void tensor_log_before(TensorLog* tl, Zero* z) {
-    if (tl->every <= 0) { return; }
-    size_t total = tl->nu > 0 ? tl->at[tl->nu - 1] + tl->n[tl->nu - 1] : 0;
-    tl->before = (float*)mallocCheck((total > 0 ? total : 1) * sizeof(float));
-    size_t b, n;
-    for (int u = 0; u < tl->nu; u++) { zeroCheck(zero_state_shard(z, ZERO_STATE_MASTER, u, &b, &n, tl->before + tl->at[u])); }
-}
 
 // Adds unit u's state `x` (this rank's range) to the figures of the tensors in it: squares
 // at sums[k], magnitudes at maxes[m] (m < 0: none); with `prev`, the squares of x - prev
@@ -62,25 +56,37 @@ static void tensor_log_add(const TensorLog* tl, int u, const float* x, const flo
     }
 }
 
-// TL_ENTRY_BYTES: room for one tensor's or layer's entry (7 numbers of at most 16
+void tensor_log_before(TensorLog* tl, Zero* z) {
+    if (tl->every <= 0) { return; }
+    memset(tl->sums, 0, (size_t)tl->nt * TL_SUMS * sizeof(double));
+    memset(tl->maxes, 0, (size_t)tl->nt * TL_MAXES * sizeof(double));
+    size_t total = tl->nu > 0 ? tl->at[tl->nu - 1] + tl->n[tl->nu - 1] : 0;
+    tl->before = (float*)mallocCheck((total > 0 ? total : 1) * sizeof(float));
+    size_t b, n;
+    for (int u = 0; u < tl->nu; u++) {
+        zeroCheck(zero_state_shard(z, ZERO_STATE_MASTER, u, &b, &n, tl->before + tl->at[u]));
+        zeroCheck(zero_state_shard(z, ZERO_STATE_GRAD, u, &b, &n, tl->buf));  // the step's mean gradient, before clipping
+        tensor_log_add(tl, u, tl->buf, NULL, tl->sums, TL_G2, tl->maxes, TL_GMAX);
+    }
+}
+
+// TL_ENTRY_BYTES: room for one tensor's or layer's entry (9 numbers of at most 16
 // characters, the keys, a name): the line's buffer holds one per tensor and layer
-#define TL_ENTRY_BYTES 400
+#define TL_ENTRY_BYTES 512
 
 // appends at out + *len the figures of one tensor or layer as a JSON object after `head`,
 // `tail` (more keys, or "") last inside it
 static void tensor_log_json(char* out, size_t* len, size_t cap, const char* head, const double* s, const double* m, const char* tail) {
     double p = sqrt(s[TL_P2]);
     *len += (size_t)snprintf(out + *len, cap - *len, "%s{\"param_norm\": %.9g, \"param_max\": %.9g, \"m_norm\": %.9g, \"m_max\": %.9g, "
-                             "\"v_norm\": %.9g, \"v_max\": %.9g, \"update_ratio\": %.9g%s}", head, p, m[TL_PMAX], sqrt(s[TL_M2]),
-                             m[TL_MMAX], sqrt(s[TL_V2]), m[TL_VMAX], p > 0 ? sqrt(s[TL_D2]) / p : 0.0, tail);
+                             "\"v_norm\": %.9g, \"v_max\": %.9g, \"grad_norm\": %.9g, \"grad_max\": %.9g, \"update_ratio\": %.9g%s}",
+                             head, p, m[TL_PMAX], sqrt(s[TL_M2]), m[TL_MMAX], sqrt(s[TL_V2]), m[TL_VMAX], sqrt(s[TL_G2]),
+                             m[TL_GMAX], p > 0 ? sqrt(s[TL_D2]) / p : 0.0, tail);
 }
 
 void tensor_log_after(TensorLog* tl, const GPT2Config* c, Zero* z, int step, int rank, const char* dir) {
     if (tl->every <= 0 || tl->before == NULL) { return; }
-    double* sums = (double*)mallocCheck((size_t)tl->nt * TL_SUMS * sizeof(double));
-    double* maxes = (double*)mallocCheck((size_t)tl->nt * TL_MAXES * sizeof(double));
-    memset(sums, 0, (size_t)tl->nt * TL_SUMS * sizeof(double));
-    memset(maxes, 0, (size_t)tl->nt * TL_MAXES * sizeof(double));
+    double *sums = tl->sums, *maxes = tl->maxes;  // the gradient's already in (tensor_log_before)
     size_t b, n;
     for (int u = 0; u < tl->nu; u++) {
         zeroCheck(zero_state_shard(z, ZERO_STATE_MASTER, u, &b, &n, tl->buf));
@@ -123,11 +129,10 @@ void tensor_log_after(TensorLog* tl, const GPT2Config* c, Zero* z, int step, int
         log_line(dir, rank, "main.jsonl", "%s", out);
         free(out);
     }
-    free(sums);
-    free(maxes);
 }
 
 void tensor_log_free(TensorLog* tl) {
     free(tl->ranges); free(tl->begin); free(tl->n); free(tl->at); free(tl->before); free(tl->buf);
+    free(tl->sums); free(tl->maxes);
     memset(tl, 0, sizeof(*tl));
 }

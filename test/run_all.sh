@@ -71,6 +71,7 @@ run_suite "nodes: hierarchical, MiCS, ZeRO++ (MPI)" bash test/e2e/test_topology.
 run_suite "offload (MPI)"         bash test/e2e/test_offload.sh
 run_suite "resharding (MPI)"      bash test/e2e/test_reshard.sh
 run_suite "--log-tensors against NumPy" bash test/e2e/test_log_tensors.sh
+run_suite "tensor calls: whole, local, phases (MPI)" bash test/e2e/test_access.sh
 run_suite "faults (MPI)"          bash test/e2e/test_faults.sh
 run_suite "one job per directory, no blocking opens, stop signals" bash test/e2e/test_jobs.sh
 run_suite "two hosts (MPI, network namespaces)" bash test/e2e/test_multihost.sh

@@ -458,15 +458,51 @@ static int zero_dev_load(void* impl, FILE* fp) {
     return 0;
 }
 
-// This rank's range of unit u's fp32 master, m or v (ZeroOps.state_shard): its shard's real
-// elements, from the whole arrays (stage 0) or the shards (1-3), on the GPU or, with
-// offload, in pinned host memory (cudaMemcpyDefault takes either), or the swap file
+// the mean gradient of unit u's [begin, begin + n): the step's sum over the ranks where the
+// norm reads it (the step plan's norm32 or normx, on the GPU or pinned), or with the
+// gradient shards on the host their accumulators (h_grads; zeros for a unit none was added
+// to yet) or the swap file's region, once every shard sent has been added
+static int zero_dev_grad_shard(ZeroDev* d, int u, size_t begin, size_t n, float* out) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    const ZeroDevStepPlan* pl = &d->step;
+    int rc = 0;
+    if (d->grads_host) {
+        if (zero_dev_slots_drain(d) != 0 || (d->opt_nvme && zero_dev_update_join(d) != 0)) { return -1; }
+        if (d->opt_nvme) {
+            rc = zero_swap_state_read(&d->swap, ZERO_SWAP_G, u, 0, n, out);
+        } else if (d->acc_started[u]) {
+            memcpy(out, (const float*)d->h_grads + pu->shard_offset, n * sizeof(float));
+        } else {
+            memset(out, 0, n * sizeof(float));
+        }
+    } else {
+        size_t at = d->stage == 0 ? pu->full_offset + begin : pu->shard_offset;
+        if ((d->use_nccl && zero_dev_join(d) != 0) || zero_gpu_wait(d->compute, NULL, "waiting for the gradient") != 0) { return -1; }
+        if (pl->norm32 != NULL) {
+            rc = zero_cuda(cudaMemcpy(out, pl->norm32 + at, n * sizeof(float), cudaMemcpyDefault), "copying the gradient");
+        } else {  // floatX, widened as cpu_adam_grad_add reads it
+            floatX* tmp = (floatX*)malloc(n * sizeof(floatX));
+            if (tmp == NULL) { return zero_error("zero: out of memory for a gradient's copy"); }
+            rc = zero_cuda(cudaMemcpy(tmp, pl->normx + at, n * sizeof(floatX), cudaMemcpyDefault), "copying the gradient");
+            if (rc == 0) { cpu_adam_grad_add(out, tmp, sizeof(floatX) == 2, n, 1); }
+            free(tmp);
+        }
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) { out[i] /= (float)d->dp_world; }
+    return rc;
+}
+
+// This rank's range of unit u's fp32 master, m, v or mean gradient (ZeroOps.state_shard):
+// its shard's real elements, from the whole arrays (stage 0) or the shards (1-3), on the
+// GPU or, with offload, in pinned host memory (cudaMemcpyDefault takes either), or the
+// swap file
 static int zero_dev_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out) {
     ZeroDev* d = (ZeroDev*)impl;
     const ZeroUnit* pu = &d->plan.units[u];
     *begin = (size_t)d->rank * pu->shard;
     *n = zero_plan_shard_numel(&d->plan, u, d->rank);
     if (out == NULL || *n == 0) { return 0; }
+    if (what == ZERO_STATE_GRAD) { return zero_dev_grad_shard(d, u, *begin, *n, out); }
     if (zero_dev_flush(d) != 0) { return -1; }  // --dpu: the pending update is part of the master
     if (zero_gpu_wait(d->compute, NULL, "waiting for the master") != 0) { return -1; }
     if (d->opt_nvme) {

@@ -258,7 +258,9 @@ int zero_host_grad(void* impl, int u, void** out) {
 int zero_host_reduce(void* impl, int u) { return zero_pass_reduce(&((ZeroHost*)impl)->pass, u); }
 int zero_host_end(void* impl) {
     ZeroHost* e = (ZeroHost*)impl;
-    return zero_pass_end(&e->pass) != 0 || zero_ahead_drop(e) != 0 ? -1 : 0;
+    int train_last = e->sched.pass == ZERO_PASS_TRAIN && e->sched.last_micro;  // (read before the pass ends)
+    if (zero_pass_end(&e->pass) != 0 || zero_ahead_drop(e) != 0) { return -1; }
+    return train_last ? zero_host_grads_finish(e) : 0;  // the gradient is read between here and the step
 }
 
 void zero_host_free(void* impl) {

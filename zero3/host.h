@@ -176,6 +176,7 @@ typedef struct ZeroHost {
     // other reader of the states (a gradient, the next step, a checkpoint, the master, a
     // flush) carries it to the end first.
     int defer_update;
+    int grads_final;        // zero_host_grads_finish has run since the gradients were last cleared
     // stage 3: the parameter shards of the units kept on the host (all of them without
     // --offload-param nvme; else max_in_cpu elements, persistent units first)
     float** param_ptr;      // (num_units) the unit's shard on the host, NULL if in the swap file
@@ -219,6 +220,12 @@ int zero_host_end(void* impl);
 // zeroes the accumulated gradients (zero_step does it after each update)
 void zero_host_clear_grads(ZeroHost* e);
 
+// The step's gradient made complete where the norm and AdamW read it: the reductions in
+// flight done, the swap file's writes settled, stage 1 at one rank's copied into the
+// shard, MiCS's groups summed. At the end of the last micro-step's training pass (so that
+// zero_state_shard reads it there), or at the step if that pass did not run; once a step.
+int zero_host_grads_finish(ZeroHost* e);
+
 // Carries a deferred update (see defer_update) on until unit u's shard is updated, or to
 // the end (u = -1); its time and NVMe waits count as the update's. Nothing to do when no
 // update is pending.
@@ -257,9 +264,10 @@ void zero_host_free(void* impl);
 // ----------------------------------------------------------------------------
 // the master by ranges, for checkpoints (the model file, its finiteness check)
 
-// This rank's range of unit u's parameters, m or v (ZeroOps.state_shard): its shard's
-// real elements, from the full buffers (stages 0-2) or the shards (stage 3; m and v at
-// stages 1-3), from the host, or from NVMe through the staging buffer
+// This rank's range of unit u's parameters, m, v or mean gradient (ZeroOps.state_shard):
+// its shard's real elements, from the full buffers (stages 0-2; the gradient at 0-1) or
+// the shards (stage 3; m, v and the gradient at stages 1-3), from the host, or from NVMe
+// through the staging buffer
 int zero_host_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out);
 
 // This rank's part of a checkpoint (zero3/checkpoint.h): the section header ("host"), then

@@ -236,6 +236,21 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     return zero_host_step_plan_init(e);  // last: it points into the arrays above
 }
 
+// the mean gradient of unit u's [begin, begin + n): the step's sum over the ranks, where
+// the norm reads it (zero_host_grads_finish has run: zero_state_shard's phase), divided
+static int zero_host_grad_shard(ZeroHost* e, int u, size_t begin, size_t n, float* out) {
+    const ZeroUnit* pu = &e->plan.units[u];
+    if (e->stage == 0) {
+        memcpy(out, e->full_grads + pu->full_offset + begin, n * sizeof(float));
+    } else if (e->shard_grads == NULL) {  // the optimizer on NVMe: the swap file's gradient region
+        if (zero_swap_state_read(&e->swap, ZERO_SWAP_G, u, 0, n, out) != 0) { return -1; }
+    } else {
+        memcpy(out, e->shard_grads + pu->shard_offset, n * sizeof(float));
+    }
+    for (size_t i = 0; i < n; i++) { out[i] /= (float)e->dp_world; }
+    return 0;
+}
+
 int zero_host_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out) {
     ZeroHost* e = (ZeroHost*)impl;
     ZeroUnit* pu = &e->plan.units[u];
@@ -243,6 +258,7 @@ int zero_host_state_shard(void* impl, int what, int u, size_t* begin, size_t* n,
     *begin = (size_t)e->rank * pu->shard;
     *n = zero_plan_shard_numel(&e->plan, u, e->rank);
     if (out == NULL || *n == 0) { return 0; }
+    if (what == ZERO_STATE_GRAD) { return zero_host_grad_shard(e, u, *begin, *n, out); }
     if (what != ZERO_STATE_MASTER) {  // m or v: the arrays, or the swap file's regions
         if (e->offload_opt == ZERO_OFFLOAD_NVME) {
             return zero_swap_state_read(&e->swap, what == ZERO_STATE_M ? ZERO_SWAP_M : ZERO_SWAP_V, u, 0, *n, out);

@@ -32,6 +32,7 @@ int zero_param_shard_put(ZeroHost* e, int u, const float* src) {
 }
 
 void zero_host_clear_grads(ZeroHost* e) {
+    e->grads_final = 0;
     if (e->full_grads != NULL) { memset(e->full_grads, 0, e->plan.padded_total * sizeof(float)); }
     if (e->shard_grads != NULL) { memset(e->shard_grads, 0, e->plan.shard_total * sizeof(float)); }
     zero_swap_grad_clear(&e->swap);  // the gradient region: the next adds overwrite it
@@ -200,6 +201,16 @@ int zero_host_step_plan_init(ZeroHost* e) {
     return e->offload_opt == ZERO_OFFLOAD_NVME ? 0 : zero_host_pieces_init(e);
 }
 
+int zero_host_grads_finish(ZeroHost* e) {
+    const ZeroHostStepPlan* pl = &e->step;
+    if (e->grads_final) { return 0; }
+    if (zero_reduce_drain(e) != 0 || zero_swap_grad_settle(&e->swap) != 0) { return -1; }
+    if (pl->collect != NULL && pl->collect(e) != 0) { return -1; }
+    if (pl->rep_sum != NULL && zero_allreduce(pl->rep_sum, e->shard_grads, e->plan.shard_total, NULL, NULL) != 0) { return -1; }
+    e->grads_final = 1;
+    return 0;
+}
+
 // The step follows e->step (zero_host_step_plan_init): the gradient gathered where the
 // norm and the update read it, the norm summed over the ranks that share it, the update,
 // then the updated parameters shared.
@@ -207,9 +218,7 @@ int zero_host_step(void* impl, const ZeroStep* st) {
     ZeroHost* e = (ZeroHost*)impl;
     const ZeroHostStepPlan* pl = &e->step;
     if (zero_host_update_through(e, -1) != 0) { return -1; }  // a step without a backward since the last
-    if (zero_reduce_drain(e) != 0 || zero_swap_grad_settle(&e->swap) != 0) { return -1; }
-    if (pl->collect != NULL && pl->collect(e) != 0) { return -1; }
-    if (pl->rep_sum != NULL && zero_allreduce(pl->rep_sum, e->shard_grads, e->plan.shard_total, NULL, NULL) != 0) { return -1; }
+    if (zero_host_grads_finish(e) != 0) { return -1; }
     double sumsq = pl->norm_src != NULL ? grad_norm_squared(pl->norm_src, pl->norm_n) : zero_swap_grad_sumsq(&e->swap);
     if (pl->norm_sum != NULL && zero_allreduce_scalars(pl->norm_sum, &sumsq, 1) != 0) { return -1; }
     float scale = adamw_grad_scale(sumsq, e->dp_world, st->grad_clip, &e->norm);

@@ -201,9 +201,9 @@ int zero_swap_master_unit(ZeroSwap* s, int u, const float* shard);
 // writes the groups not yet written
 int zero_swap_master_end(ZeroSwap* s);
 
-// Elements [begin, begin + n) of unit u's fp32 shard of region P (the master), M or V into
-// out (a checkpoint's model file, zero_state_shard). Settles the gradient's write (it
-// shares the staging).
+// Elements [begin, begin + n) of unit u's fp32 shard of region P (the master), M, V or G
+// (the step's sum so far; zeros where none was added) into out (a checkpoint's model
+// file, zero_state_shard). Settles the gradient's write (it shares the staging).
 int zero_swap_state_read(ZeroSwap* s, int region, int u, size_t begin, size_t n, float* out);
 
 // ----------------------------------------------------------------------------

@@ -1,15 +1,23 @@
 // zero3/zero.c: the implementation (the interface and its notes: zero3/zero.h)
-#include <stdlib.h>          // calloc, free
-#include <string.h>         // memset
+#include <stdlib.h>          // calloc, malloc, free
+#include <string.h>         // memset, memcpy
+#include <limits.h>         // INT_MAX: an MPI count
 #include "zero3/util.h"     // zero_error
 #include "zero3/zero.h"      // this module's types and prototypes
 #include "zero3/engine.h"    // ZeroOps, zero_create: what the engines implement
 #include "zero3/watch.h"    // zero_watch_enter/leave: the agreement's collective told to the watchdog
 
-// an engine: its calls and its state
+// an engine: its calls and its state, what the tensor calls need, and the phase
+// (zero3/zero.h's [Note: phases])
 struct Zero {
     const ZeroOps* ops;
     void* impl;
+    MPI_Comm comm;          // ZeroInit's: the ranks zero_tensor_get gathers over
+    int num_tensors;
+    ZeroTensor* tensors;    // (num_tensors) the model's table
+    int in_pass;            // between zero_begin and zero_end
+    int pass_train_last;    // the pass is a training pass begun with last_micro
+    int grads_ready;        // the step's gradient is complete and not yet used by zero_step
 };
 
 int zero_fill_agree(MPI_Comm comm, int failed) {
@@ -41,7 +49,12 @@ void zero_stats_add_traffic(ZeroStats* s, const double bytes[ZERO_NUM_COLLECTIVE
     }
 }
 
-int zero_begin(Zero* z, int pass, int last_micro) { return z->ops->begin(z->impl, pass, last_micro); }
+int zero_begin(Zero* z, int pass, int last_micro) {
+    z->in_pass = 1;
+    z->pass_train_last = pass == ZERO_PASS_TRAIN && last_micro;
+    if (pass == ZERO_PASS_TRAIN) { z->grads_ready = 0; }  // accumulating again: incomplete
+    return z->ops->begin(z->impl, pass, last_micro);
+}
 
 int zero_fetch(Zero* z, int unit, void** params) { return z->ops->fetch(z->impl, unit, params); }
 
@@ -51,9 +64,17 @@ int zero_grad(Zero* z, int unit, void** grad) { return z->ops->grad(z->impl, uni
 
 int zero_reduce(Zero* z, int unit) { return z->ops->reduce(z->impl, unit); }
 
-int zero_end(Zero* z) { return z->ops->end(z->impl); }
+int zero_end(Zero* z) {
+    if (z->ops->end(z->impl) != 0) { return -1; }
+    z->in_pass = 0;
+    z->grads_ready = z->grads_ready || z->pass_train_last;
+    return 0;
+}
 
-int zero_step(Zero* z, const ZeroStep* step) { return z->ops->step(z->impl, step); }
+int zero_step(Zero* z, const ZeroStep* step) {
+    z->grads_ready = 0;  // used, then cleared (or discarded by a skip)
+    return z->ops->step(z->impl, step);
+}
 
 int zero_flush(Zero* z) { return z->ops->flush(z->impl); }
 
@@ -66,9 +87,98 @@ int zero_save(Zero* z, FILE* fp) { return z->ops->save(z->impl, fp); }
 
 int zero_load(Zero* z, FILE* fp) { return z->ops->load(z->impl, fp); }
 
+static const char* const zero_state_names[ZERO_NUM_STATES] = {"the master", "m", "v", "the gradient"};
+
+// 0 when `what` may be read now (zero3/zero.h's [Note: phases]), else -1 saying why
+static int zero_state_phase(const Zero* z, int what) {
+    if (what < 0 || what >= ZERO_NUM_STATES) { return zero_error("zero: no state %d (the master, m, v or the gradient)", what); }
+    if (z->in_pass) {
+        return zero_error("zero: %s read during a pass (between zero_begin and zero_end): it is read between passes",
+                          zero_state_names[what]);
+    }
+    if (what == ZERO_STATE_GRAD && !z->grads_ready) {
+        return zero_error("zero: the gradient read outside its phase: it is complete only between the last micro-step's "
+                          "backward and the optimizer step");
+    }
+    return 0;
+}
+
 int zero_state_shard(Zero* z, int what, int unit, size_t* begin, size_t* n, float* out) {
-    if (what < ZERO_STATE_MASTER || what > ZERO_STATE_V) { return zero_error("zero: no state %d (the master, m or v)", what); }
+    if (what < 0 || what >= ZERO_NUM_STATES) { return zero_error("zero: no state %d (the master, m, v or the gradient)", what); }
+    if (out != NULL && zero_state_phase(z, what) != 0) { return -1; }
     return z->ops->state_shard(z->impl, what, unit, begin, n, out);
+}
+
+// tensor t's place: unit *u, [*lo, *hi) of it; or -1 for no such tensor
+static int zero_tensor_at(const Zero* z, int t, int* u, size_t* lo, size_t* hi) {
+    if (t < 0 || t >= z->num_tensors) { return zero_error("zero: no tensor %d (the model has %d)", t, z->num_tensors); }
+    *u = z->tensors[t].unit;
+    *lo = z->tensors[t].offset;
+    *hi = *lo + z->tensors[t].size;
+    return 0;
+}
+
+int zero_tensor_local(Zero* z, int what, int t, size_t* begin, size_t* n, float* out) {
+    int u = 0;
+    size_t lo = 0, hi = 0, rb, rn;
+    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0 || zero_state_shard(z, what, u, &rb, &rn, NULL) != 0) { return -1; }
+    size_t a = rb > lo ? rb : lo, b = rb + rn < hi ? rb + rn : hi;  // this rank's range of the unit, within the tensor
+    *begin = a < b ? a - lo : 0;
+    *n = a < b ? b - a : 0;
+    if (out == NULL || *n == 0) { return out == NULL ? 0 : zero_state_phase(z, what); }  // (no part: the phase still holds)
+    float* range = (float*)malloc(rn * sizeof(float));
+    if (range == NULL) { return zero_error("zero: out of memory for unit %d's range", u); }
+    int rc = zero_state_shard(z, what, u, &rb, &rn, range);
+    if (rc == 0) { memcpy(out, range + (a - rb), *n * sizeof(float)); }
+    free(range);
+    return rc;
+}
+
+int zero_tensor_get(Zero* z, int what, int t, float* out) {
+    int u = 0, rank = 0, world = 1;
+    size_t lo = 0, hi = 0, b = 0, n = 0;
+    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0) { return -1; }
+    if (hi - lo > (size_t)INT_MAX) { return zero_error("zero: tensor %d's %zu elements are more than one MPI gather takes", t, hi - lo); }
+    if (MPI_Comm_rank(z->comm, &rank) != MPI_SUCCESS || MPI_Comm_size(z->comm, &world) != MPI_SUCCESS) {
+        return zero_error("zero: the MPI communicator is unusable");
+    }
+    // this rank's part; every rank must reach the gather, so they first agree that all read theirs
+    float* mine = NULL;
+    int rc = zero_tensor_local(z, what, t, &b, &n, NULL);
+    if (rc == 0 && (mine = (float*)malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) { rc = zero_error("zero: out of memory for a tensor's part"); }
+    if (rc == 0) { rc = zero_tensor_local(z, what, t, &b, &n, mine); }
+    long long* parts = (long long*)malloc((size_t)world * 2 * sizeof(long long));
+    int* counts = (int*)malloc((size_t)world * 2 * sizeof(int));
+    if (rc == 0 && (parts == NULL || counts == NULL)) { rc = zero_error("zero: out of memory for the ranks' parts"); }
+    if (zero_fill_agree(z->comm, rc != 0) != 0) { rc = -1; goto done; }
+    long long me[2] = {(long long)b, (long long)n};
+    zero_watch_enter("gather of a whole tensor", -1);
+    rc = MPI_Allgather(me, 2, MPI_LONG_LONG, parts, 2, MPI_LONG_LONG, z->comm);
+    zero_watch_leave();
+    if (rc != MPI_SUCCESS) { rc = zero_error("zero: gathering the ranks' parts of tensor %d failed (MPI error %d)", t, rc); goto done; }
+    // each part once: replicas (MiCS's groups) hold the same ranges; shards tile the tensor
+    int* displs = counts + world;
+    long long covered = 0;
+    for (int r = 0; r < world; r++) {
+        int again = 0;
+        for (int q = 0; q < r && !again; q++) { again = parts[2 * q] == parts[2 * r] && parts[2 * q + 1] == parts[2 * r + 1]; }
+        counts[r] = again ? 0 : (int)parts[2 * r + 1];
+        displs[r] = (int)parts[2 * r];
+        covered += counts[r];
+    }
+    if (covered != (long long)(hi - lo)) {
+        rc = zero_error("zero: the ranks' parts of tensor %d cover %lld of its %zu elements", t, covered, hi - lo);
+        goto done;
+    }
+    zero_watch_enter("gather of a whole tensor", -1);
+    rc = MPI_Allgatherv(mine, counts[rank], MPI_FLOAT, out, counts, displs, MPI_FLOAT, z->comm);
+    zero_watch_leave();
+    if (rc != MPI_SUCCESS) { rc = zero_error("zero: gathering tensor %d failed (MPI error %d)", t, rc); }
+done:
+    free(mine);
+    free(parts);
+    free(counts);
+    return rc == 0 ? 0 : -1;
 }
 
 const char* zero_name(const Zero* z) { return z->ops->name; }
@@ -89,6 +199,14 @@ int zero_create(Zero** z, const ZeroOps* ops, void* impl, int (*init)(void* impl
     }
     made->ops = ops;
     made->impl = impl;
+    made->comm = in->comm;
+    made->num_tensors = in->model->num_tensors;
+    made->tensors = (ZeroTensor*)malloc((size_t)(made->num_tensors > 0 ? made->num_tensors : 1) * sizeof(ZeroTensor));
+    if (made->tensors == NULL) {
+        zero_free(&made);
+        return zero_error("zero: out of memory for the tensor table");
+    }
+    memcpy(made->tensors, in->model->tensors, (size_t)made->num_tensors * sizeof(ZeroTensor));
     *z = made;
     return 0;
 }
@@ -98,6 +216,7 @@ void* zero_engine_state(const Zero* z) { return z->impl; }
 void zero_free(Zero** z) {
     if (*z == NULL) { return; }
     if ((*z)->ops != NULL && (*z)->impl != NULL) { (*z)->ops->free((*z)->impl); }
+    free((*z)->tensors);
     free(*z);
     *z = NULL;
 }

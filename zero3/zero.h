@@ -155,10 +155,31 @@ int zero_load(Zero* z, FILE* fp);
 // checkpoint writes and checks the model with each rank holding one unit's shard at most
 // beyond its state: the ranges of all ranks tile every unit's real elements exactly once.
 // zero_state_shard: this rank's range [*begin, *begin + *n) of unit `unit`'s fp32 master,
-// AdamW m or v (`what`, ZERO_STATE_*), into out when out is not NULL, wherever the engine
-// keeps it (GPU, host, NVMe); between steps (a deferred update is applied first).
-enum { ZERO_STATE_MASTER, ZERO_STATE_M, ZERO_STATE_V };
+// AdamW m or v, or the gradient (`what`, ZERO_STATE_*), into out when out is not NULL,
+// wherever the engine keeps it (GPU, host, NVMe); a deferred update is applied first.
+// The gradient is the mean over the data-parallel ranks of the step's accumulated
+// gradient, before clipping: what the norm and AdamW read.
+//
+// [Note: phases] The phases are DeepSpeed's. The master, m and v are read between passes
+// (not between zero_begin and zero_end); the gradient only once it is complete and not
+// yet used: after the zero_end of a training pass begun with last_micro, before zero_step
+// (forward passes between them leave it be). A call outside its phase is refused with a
+// message, never answered with stale data. A range query (out NULL) is answered anywhere.
+enum { ZERO_STATE_MASTER, ZERO_STATE_M, ZERO_STATE_V, ZERO_STATE_GRAD, ZERO_NUM_STATES };
 int zero_state_shard(Zero* z, int what, int unit, size_t* begin, size_t* n, float* out);
+
+// zero_tensor_get: the whole fp32 `what` of tensor t (ZeroModel.tensors' index) into out
+// (size elements) on every rank: each rank gives its range (zero_state_shard) and the
+// ranks gather them over the engine's communicator. Collective: every rank of ZeroInit's
+// comm calls it with the same what and t. DeepSpeed's safe_get_full_fp32_param,
+// safe_get_full_grad and safe_get_full_optimizer_state.
+int zero_tensor_get(Zero* z, int what, int t, float* out);
+
+// zero_tensor_local: this rank's part of tensor t's `what`, elements [*begin, *begin + *n)
+// of the tensor (*n 0: none), into out (room for *n) unless out is NULL. Not collective.
+// DeepSpeed's safe_get_local_*.
+int zero_tensor_local(Zero* z, int what, int t, size_t* begin, size_t* n, float* out);
+
 const char* zero_name(const Zero* z);
 
 // frees the engine and sets *z to NULL (harmless on NULL, or twice)
