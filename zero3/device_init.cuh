@@ -355,7 +355,8 @@ static const ZeroOps zero_dev_ops = {
     .grad = zero_dev_grad, .reduce = zero_dev_reduce, .end = zero_dev_end,
     .step = zero_dev_step, .flush = zero_dev_flush, .stats = zero_dev_stats,
     .save = zero_dev_save, .load = zero_dev_load,
-    .state_shard = zero_dev_state_shard, .free = zero_dev_free,
+    .state_shard = zero_dev_state_shard, .state_write = zero_dev_state_write, .state_commit = zero_dev_state_commit,
+    .free = zero_dev_free,
 };
 
 // A device engine behind z (see ZeroInit). On failure nothing is left allocated. Defined

@@ -10,19 +10,24 @@
 // ----------------------------------------------------------------------------
 // the optimizer step
 
-// stage 3: the persistent units get this rank's updated shard (on the GPU, or the host's
-// with parameter offload: cudaMemcpyDefault) and every other rank's
+// stage 3: persistent unit u gets this rank's updated shard (on the GPU, or the host's
+// with parameter offload: cudaMemcpyDefault) and every other rank's, on the NCCL stream
+static int zero_dev_refresh_unit(ZeroDev* d, int u) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    const floatX* mine = d->param_nvme ? d->unit_host[u] : d->shard_params + pu->shard_offset;  // (persistent: cached)
+    if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, mine,
+                                  pu->shard * sizeof(floatX), cudaMemcpyDefault, d->nccl.stream), "copying a shard") != 0 ||
+        zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX, u) != 0) {
+        return -1;
+    }
+    if (d->offload_param) { d->moved_h2d += (double)pu->shard * sizeof(floatX); }
+    return 0;
+}
+
+// stage 3: every persistent unit refreshed
 static int zero_dev_refresh_persistent(ZeroDev* d) {
     for (int u = 0; u < d->plan.num_units; u++) {
-        if (!d->sched.persistent[u]) { continue; }
-        const ZeroUnit* pu = &d->plan.units[u];
-        const floatX* mine = d->param_nvme ? d->unit_host[u] : d->shard_params + pu->shard_offset;  // (persistent: cached)
-        if (zero_cuda(cudaMemcpyAsync(d->unit_ptr[u] + (size_t)d->rank * pu->shard, mine,
-                                      pu->shard * sizeof(floatX), cudaMemcpyDefault, d->nccl.stream), "copying a shard") != 0 ||
-            zero_nccl_allgather(&d->nccl, d->unit_ptr[u], pu->shard, NCCL_FLOATX, u) != 0) {
-            return -1;
-        }
-        if (d->offload_param) { d->moved_h2d += (double)pu->shard * sizeof(floatX); }
+        if (d->sched.persistent[u] && zero_dev_refresh_unit(d, u) != 0) { return -1; }
     }
     return 0;
 }
@@ -512,6 +517,131 @@ static int zero_dev_state_shard(void* impl, int what, int u, size_t* begin, size
     const float* arr = what == ZERO_STATE_MASTER ? d->master : what == ZERO_STATE_M ? d->m : d->v;
     const float* src = arr + (d->stage == 0 ? pu->full_offset + *begin : pu->shard_offset);
     return zero_cuda(cudaMemcpy(out, src, *n * sizeof(float), cudaMemcpyDefault), "copying the optimizer's state");
+}
+
+// ----------------------------------------------------------------------------
+// changing a state (zero_tensor_set)
+
+// fp32 to floatX on the host, rounded to nearest (as zero_to_floatx_kernel on the GPU)
+static void zero_dev_round(floatX* out, const float* in, size_t n) {
+#if defined(ENABLE_FP32)
+    memcpy(out, in, n * sizeof(float));
+#else
+    for (size_t i = 0; i < n; i++) { out[i] = __float2bfloat16_rn(in[i]); }
+#endif
+}
+
+// the gradient's part [at, at + k) of unit u's shard (whole: stage 0's [begin, begin + k)
+// of the unit) from the mean in, kept as the sum over the ranks where the norm reads it:
+// the host's accumulators and their squared norm, the swap file's region, or the GPU's
+static int zero_dev_grad_write(ZeroDev* d, int u, size_t at, size_t k, const float* in) {
+    const ZeroUnit* pu = &d->plan.units[u];
+    const ZeroDevStepPlan* pl = &d->step;
+    float* sum = (float*)malloc(k * sizeof(float) + 1);
+    if (sum == NULL) { return zero_error("zero device: out of memory for a gradient's change"); }
+    for (size_t i = 0; i < k; i++) { sum[i] = in[i] * (float)d->dp_world; }
+    int rc = 0;
+    if (d->grads_host) {
+        if (zero_dev_slots_drain(d) != 0 || (d->opt_nvme && zero_dev_update_join(d) != 0)) { rc = -1; }
+        else if (d->opt_nvme) { rc = zero_swap_state_write(&d->swap, ZERO_SWAP_G, u, at, k, sum); }
+        else if (!d->acc_started[u]) { rc = zero_error("zero device: unit %d has no gradient this step to change", u); }
+        else {
+            float* acc = (float*)d->h_grads + pu->shard_offset + at;
+            d->grad_sumsq += grad_norm_squared(sum, k) - grad_norm_squared(acc, k);  // (the step's norm)
+            memcpy(acc, sum, k * sizeof(float));
+        }
+    } else {
+        size_t off = d->stage == 0 ? pu->full_offset + at : pu->shard_offset + at;
+        if ((d->use_nccl && zero_dev_join(d) != 0) || zero_gpu_wait(d->compute, NULL, "waiting for the gradient") != 0) { rc = -1; }
+        else if (pl->norm32 != NULL) {
+            rc = zero_cuda(cudaMemcpy((float*)pl->norm32 + off, sum, k * sizeof(float), cudaMemcpyDefault), "changing the gradient");
+        } else {
+            floatX* x = (floatX*)malloc(k * sizeof(floatX) + 1);
+            rc = x != NULL ? 0 : zero_error("zero device: out of memory for a gradient's change");
+            if (rc == 0) { zero_dev_round(x, sum, k); }
+            if (rc == 0) { rc = zero_cuda(cudaMemcpy((floatX*)pl->normx + off, x, k * sizeof(floatX), cudaMemcpyDefault), "changing the gradient"); }
+            free(x);
+        }
+        // offload's host copy of the shards (stages 1-3, copied out on the last micro-step): what the
+        // CPU Adam reads, once the copies have landed
+        if (rc == 0 && d->offload && d->stage > 0 && d->h_grads != NULL &&
+            (rc = zero_gpu_wait(d->copy_out, NULL, "waiting for the gradient's copies")) == 0) {
+            if (d->stage == 1 && pl->norm32 == NULL) {
+                floatX* hx = (floatX*)d->h_grads + pu->shard_offset + at;
+                zero_dev_round(hx, sum, k);
+            } else {
+                memcpy((float*)d->h_grads + pu->shard_offset + at, sum, k * sizeof(float));
+            }
+        }
+    }
+    free(sum);
+    return rc;
+}
+
+// ZeroOps.state_write: unit u's [begin, begin + n) of a state, the part this rank holds
+// (stage 0: all of it; the compute copy at stages 0-2: all of it), wherever it lives
+static int zero_dev_state_write(void* impl, int what, int u, size_t begin, size_t n, const float* in) {
+    ZeroDev* d = (ZeroDev*)impl;
+    const ZeroUnit* pu = &d->plan.units[u];
+    if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting before a change") != 0) { return -1; }  // --dpu's update first
+    size_t rb = (size_t)d->rank * pu->shard, rn = zero_plan_shard_numel(&d->plan, u, d->rank);
+    size_t a = begin > rb ? begin : rb, b = begin + n < rb + rn ? begin + n : rb + rn;
+    size_t k = a < b ? b - a : 0, at = a - rb;
+    const float* src = in + (a - begin);
+    int whole = d->stage == 0;
+    if (what == ZERO_STATE_GRAD) { return whole ? zero_dev_grad_write(d, u, begin, n, in) : zero_dev_grad_write(d, u, at, k, src); }
+    if (what != ZERO_STATE_MASTER && d->opt_nvme) { return zero_swap_state_write(&d->swap, what == ZERO_STATE_M ? ZERO_SWAP_M : ZERO_SWAP_V, u, at, k, src); }
+    int rc = 0;
+    if (what == ZERO_STATE_MASTER && d->opt_nvme) {
+        rc = zero_swap_state_write(&d->swap, ZERO_SWAP_P, u, at, k, src);
+    } else {
+        float* arr = what == ZERO_STATE_MASTER ? d->master : what == ZERO_STATE_M ? d->m : d->v;
+        float* dst = whole ? arr + pu->full_offset + begin : arr + pu->shard_offset + at;
+        rc = zero_cuda(cudaMemcpy(dst, whole ? in : src, (whole ? n : k) * sizeof(float), cudaMemcpyDefault), "changing the optimizer's state");
+    }
+    if (rc != 0 || what != ZERO_STATE_MASTER) { return rc; }
+    // the compute copy: the whole buffer every rank holds (stages 0-2), or the shard (3), wherever it lives
+    size_t m = d->stage < 3 ? n : pu->shard;
+    floatX* x = (floatX*)malloc(m * sizeof(floatX) + 1);
+    if (x == NULL) { return zero_error("zero device: out of memory for a parameter shard"); }
+    if (d->stage < 3) {
+        zero_dev_round(x, in, n);
+        rc = zero_cuda(cudaMemcpy(d->params + pu->full_offset + begin, x, n * sizeof(floatX), cudaMemcpyDefault), "changing the parameters");
+    } else if (k > 0) {
+        rc = zero_dev_param_get(d, u, x);
+        if (rc == 0) { zero_dev_round(x + at, src, k); rc = zero_dev_param_put(d, u, x); }
+    }
+    free(x);
+    return rc;
+}
+
+// ZeroOps.state_commit: what is held whole made whole again after every rank's write:
+// stage 0 gathers the unit of the state (the compute copy too, for the master), stages 1-2
+// the compute copy's unit; stage 3 regathers a persistent unit and forgets hpZ's slices
+static int zero_dev_state_commit(void* impl, int what, int u) {
+    ZeroDev* d = (ZeroDev*)impl;
+    const ZeroUnit* pu = &d->plan.units[u];
+    if ((what != ZERO_STATE_MASTER && d->stage > 0) || !d->use_nccl) { return 0; }  // (no NCCL: one rank at stage 0)
+    if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
+    if (d->stage == 0) {  // every rank holds every state whole: each rank's range to the others (set_local wrote its own)
+        const ZeroDevStepPlan* pl = &d->step;
+        int rc = 0;
+        if (what == ZERO_STATE_GRAD && pl->norm32 == NULL) {
+            rc = zero_nccl_allgather(&d->nccl, (floatX*)pl->normx + pu->full_offset, pu->shard, NCCL_FLOATX, u);
+        } else {
+            float* arr = what == ZERO_STATE_MASTER ? d->master : what == ZERO_STATE_M ? d->m : what == ZERO_STATE_V ? d->v : (float*)pl->norm32;
+            rc = zero_nccl_allgather(&d->nccl, arr + pu->full_offset, pu->shard, ncclFloat32, u);
+        }
+        if (rc == 0 && what == ZERO_STATE_MASTER) { rc = zero_nccl_allgather(&d->nccl, d->params + pu->full_offset, pu->shard, NCCL_FLOATX, u); }
+        if (rc != 0) { return -1; }
+    } else if (d->stage < 3) {
+        if (zero_nccl_allgather(&d->nccl, d->params + pu->full_offset, pu->shard, NCCL_FLOATX, u) != 0) { return -1; }
+    } else {
+        d->shards_written = 1;
+        zero_pass_params_changed(&d->pass);  // hpZ: slices of the old parameters
+        if (d->sched.persistent[u] && zero_dev_refresh_unit(d, u) != 0) { return -1; }
+    }
+    return zero_dev_join(d) != 0 || zero_gpu_wait(d->compute, NULL, "sharing a change") != 0 ? -1 : 0;
 }
 
 #endif // ZERO3_DEVICE_STEP_CUH

@@ -32,6 +32,12 @@ typedef struct {
                                                  // this rank's range of unit's fp32 master: its unit-local
                                                  // start and real elements (no padding), copied to out
                                                  // (room for *n) unless out is NULL
+    int (*state_write)(void* impl, int what, int unit, size_t begin, size_t n, const float* in);
+                                                 // unit-local [begin, begin + n) of a state from in: the part
+                                                 // this rank holds (zero_tensor_set)
+    int (*state_commit)(void* impl, int what, int unit);
+                                                 // after every rank's write: what is made from the state (the
+                                                 // compute copy, gathered units) brought up to date; collective
     void (*free)(void* impl);
 } ZeroOps;
 

@@ -326,7 +326,8 @@ static const ZeroOps zero_host_ops = {
     .grad = zero_host_grad, .reduce = zero_host_reduce, .end = zero_host_end,
     .step = zero_host_step, .flush = zero_host_flush, .stats = zero_host_stats,
     .save = zero_host_save, .load = zero_host_load,
-    .state_shard = zero_host_state_shard, .free = zero_host_free,
+    .state_shard = zero_host_state_shard, .state_write = zero_host_state_write, .state_commit = zero_host_state_commit,
+    .free = zero_host_free,
 };
 
 int zero_host_create(Zero** z, const ZeroInit* in) {

@@ -270,6 +270,18 @@ void zero_host_free(void* impl);
 // through the staging buffer
 int zero_host_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out);
 
+// ZeroOps.state_write: unit u's [begin, begin + n) of a state from in, the part this rank
+// holds (the whole where every rank holds the unit: stage 0, and the parameters at 1-2);
+// the master into the parameters and AdamW's copy (offload's, the swap file's); the
+// gradient as the mean, kept as the sum over the ranks
+int zero_host_state_write(void* impl, int what, int u, size_t begin, size_t n, const float* in);
+
+// ZeroOps.state_commit: after every rank wrote, what is held whole made whole again from
+// the ranks' ranges: stage 0 gathers the unit of the state (any of them), stages 1-2 the
+// parameters' unit; stage 3 regathers a persistent unit and forgets hpZ's slices.
+// Collective.
+int zero_host_state_commit(void* impl, int what, int u);
+
 // This rank's part of a checkpoint (zero3/checkpoint.h): the section header ("host"), then
 // the fp32 parameters it owns (stage 0: the whole padded model; stages 1-3: its shard of
 // every unit, in shard-buffer order), then AdamW's m and v (opt_elems each). The shards

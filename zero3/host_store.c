@@ -38,12 +38,16 @@ void zero_host_clear_grads(ZeroHost* e) {
     zero_swap_grad_clear(&e->swap);  // the gradient region: the next adds overwrite it
 }
 
+// persistent unit u gets this rank's shard and every other rank's
+static int zero_refresh_unit(ZeroHost* e, int u) {
+    ZeroUnit* pu = &e->plan.units[u];
+    memcpy(e->unit_buf[u] + (size_t)e->rank * pu->shard, zero_param_shard(e, u), pu->shard * sizeof(float));
+    return zero_allgather(&e->comm, e->unit_buf[u], pu->shard, NULL);
+}
+
 int zero_refresh_persistent(ZeroHost* e) {
     for (int u = 0; u < e->plan.num_units; u++) {
-        if (!e->sched.persistent[u]) { continue; }
-        ZeroUnit* pu = &e->plan.units[u];
-        memcpy(e->unit_buf[u] + (size_t)e->rank * pu->shard, zero_param_shard(e, u), pu->shard * sizeof(float));
-        if (zero_allgather(&e->comm, e->unit_buf[u], pu->shard, NULL) != 0) { return -1; }
+        if (e->sched.persistent[u] && zero_refresh_unit(e, u) != 0) { return -1; }
     }
     return 0;
 }
@@ -236,4 +240,69 @@ int zero_host_step(void* impl, const ZeroStep* st) {
     zero_pass_params_changed(&e->pass);  // hpZ: the slices are of the old parameters
     zero_host_clear_grads(e);
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// changing a state (zero_tensor_set)
+
+int zero_host_state_write(void* impl, int what, int u, size_t begin, size_t n, const float* in) {
+    ZeroHost* e = (ZeroHost*)impl;
+    const ZeroUnit* pu = &e->plan.units[u];
+    if (zero_host_update_through(e, -1) != 0) { return -1; }  // (a deferred update first: it would overwrite)
+    // this rank's range of the unit, and the part of [begin, begin + n) in it: [a, b)
+    size_t rb = (size_t)e->rank * pu->shard, rn = zero_plan_shard_numel(&e->plan, u, e->rank);
+    size_t a = begin > rb ? begin : rb, b = begin + n < rb + rn ? begin + n : rb + rn;
+    size_t k = a < b ? b - a : 0, at = a - rb;  // (at: where the part starts in the shard)
+    const float* src = in + (a - begin);
+    int whole = e->stage == 0 || (what == ZERO_STATE_MASTER && e->stage < 3);  // every rank holds the unit
+    int rc = 0;
+    if (what == ZERO_STATE_GRAD) {  // the mean in, the sum over the ranks kept
+        float* sum = (float*)malloc((whole ? n : k) * sizeof(float) + 1);
+        if (sum == NULL) { return zero_error("zero: out of memory for a gradient's change"); }
+        const float* from = whole ? in : src;
+        for (size_t i = 0; i < (whole ? n : k); i++) { sum[i] = from[i] * (float)e->dp_world; }
+        if (whole) {
+            memcpy(e->full_grads + pu->full_offset + begin, sum, n * sizeof(float));
+        } else if (e->shard_grads == NULL) {
+            rc = zero_swap_state_write(&e->swap, ZERO_SWAP_G, u, at, k, sum);
+        } else {
+            memcpy(e->shard_grads + pu->shard_offset + at, sum, k * sizeof(float));
+            if (e->host_grads != NULL) { memcpy(e->host_grads + pu->shard_offset + at, sum, k * sizeof(float)); }
+        }
+        free(sum);
+        return rc;
+    }
+    if (what != ZERO_STATE_MASTER) {  // m or v: the arrays, or the swap file's regions
+        if (e->offload_opt == ZERO_OFFLOAD_NVME) { return zero_swap_state_write(&e->swap, what == ZERO_STATE_M ? ZERO_SWAP_M : ZERO_SWAP_V, u, at, k, src); }
+        float* dst = what == ZERO_STATE_M ? e->m : e->v;
+        if (whole) { memcpy(dst + pu->full_offset + begin, in, n * sizeof(float)); }
+        else { memcpy(dst + pu->shard_offset + at, src, k * sizeof(float)); }
+        return 0;
+    }
+    // the master: the parameters the model computes with, and AdamW's copy where it has one
+    if (whole) {
+        memcpy(e->full_params + pu->full_offset + begin, in, n * sizeof(float));
+    } else if (k > 0) {  // stage 3: the shard, wherever it lives
+        float* shard = (float*)malloc(pu->shard * sizeof(float));
+        if (shard == NULL) { return zero_error("zero: out of memory for a parameter shard"); }
+        rc = zero_param_shard_get(e, u, shard, pu->shard);
+        if (rc == 0) { memcpy(shard + at, src, k * sizeof(float)); rc = zero_param_shard_put(e, u, shard); }
+        free(shard);
+    }
+    if (rc == 0 && e->host_master != NULL) { memcpy(e->host_master + pu->shard_offset + at, src, k * sizeof(float)); }
+    if (rc == 0 && e->offload_opt == ZERO_OFFLOAD_NVME) { rc = zero_swap_state_write(&e->swap, ZERO_SWAP_P, u, at, k, src); }
+    return rc;
+}
+
+int zero_host_state_commit(void* impl, int what, int u) {
+    ZeroHost* e = (ZeroHost*)impl;
+    const ZeroUnit* pu = &e->plan.units[u];
+    if (e->stage == 0) {  // every rank holds every state whole: each rank's range to the others (set_local wrote its own)
+        float* arr = what == ZERO_STATE_MASTER ? e->full_params : what == ZERO_STATE_M ? e->m : what == ZERO_STATE_V ? e->v : e->full_grads;
+        return zero_allgather(&e->comm, arr + pu->full_offset, pu->shard, NULL);
+    }
+    if (what != ZERO_STATE_MASTER) { return 0; }
+    if (e->stage < 3) { return zero_allgather(&e->comm, e->full_params + pu->full_offset, pu->shard, NULL); }
+    zero_pass_params_changed(&e->pass);  // hpZ: the slices are of the old parameters
+    return e->sched.persistent[u] ? zero_refresh_unit(e, u) : 0;  // (the others: gathered at their next use)
 }

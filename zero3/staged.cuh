@@ -148,6 +148,18 @@ static int zero_staged_state_shard(void* impl, int what, int u, size_t* begin, s
     return zero_host_state_shard(((ZeroStaged*)impl)->host, what, u, begin, n, out);
 }
 
+static int zero_staged_state_write(void* impl, int what, int u, size_t begin, size_t n, const float* in) {
+    return zero_host_state_write(((ZeroStaged*)impl)->host, what, u, begin, n, in);
+}
+
+// the host engine's copies, and the GPU's: uploaded again at the unit's next fetch
+static int zero_staged_state_commit(void* impl, int what, int u) {
+    ZeroStaged* e = (ZeroStaged*)impl;
+    if (zero_host_state_commit(e->host, what, u) != 0) { return -1; }
+    if (what == ZERO_STATE_MASTER) { e->fresh[u] = 0; }
+    return 0;
+}
+
 static void zero_staged_free(void* impl) {
     ZeroStaged* e = (ZeroStaged*)impl;
     if (e == NULL) { return; }
@@ -168,7 +180,8 @@ static const ZeroOps zero_staged_ops = {
     .grad = zero_staged_grad, .reduce = zero_staged_reduce, .end = zero_staged_end,
     .step = zero_staged_step, .flush = zero_staged_flush, .stats = zero_staged_stats,
     .save = zero_staged_save, .load = zero_staged_load,
-    .state_shard = zero_staged_state_shard, .free = zero_staged_free,
+    .state_shard = zero_staged_state_shard, .state_write = zero_staged_state_write,
+    .state_commit = zero_staged_state_commit, .free = zero_staged_free,
 };
 
 // the host engine, and the GPU's copies: whole floatX units padded to 256 bytes, zeroed,

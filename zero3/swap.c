@@ -257,20 +257,47 @@ int zero_swap_master_end(ZeroSwap* s) {
     return 0;
 }
 
-int zero_swap_state_read(ZeroSwap* s, int region, int u, size_t begin, size_t n, float* out) {
+// [begin, begin + n) of unit u's shard of a region, read into or written from buf, through
+// the staging (grad_stage) in pieces it holds from the 4 KiB block the piece starts in to
+// the one it ends in (a shard at once); a write reads the blocks it shares with other
+// elements first
+static int zero_swap_range_io(ZeroSwap* s, int region, int u, size_t begin, size_t n, float* buf, int writing) {
     if (region < ZERO_SWAP_P || region > ZERO_SWAP_G) { return zero_error("zero swap: no region %d", region); }
-    if (n == 0) { return 0; }
-    if (region == ZERO_SWAP_G && (s->grad_in_file == NULL || !s->grad_in_file[u])) {  // none added this step: stale bytes
+    if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: state range past unit %d's shard", u); }
+    s->grad_last = (size_t)-1;  // the staging is reused here
+    if (zero_swap_grad_settle(s) != 0) { return -1; }
+    for (size_t done = 0; done < n;) {
+        size_t lo = zero_swap_offset(s, region, s->plan->units[u].shard_offset + begin + done);
+        size_t a = lo / NVME_ALIGN * NVME_ALIGN;
+        size_t room = (s->grad_stage_bytes - (lo - a)) / sizeof(float);  // (the staging: 4 KiB-aligned, a block past a shard)
+        size_t k = n - done < room ? n - done : room;
+        size_t bytes = zero_swap_align(lo + k * sizeof(float)) - a;
+        if (zero_swap_io(s, 0, s->grad_stage, a, bytes) != 0) { return -1; }
+        if (!writing) { memcpy(buf + done, s->grad_stage + (lo - a), k * sizeof(float)); }
+        else {
+            float* at = (float*)(s->grad_stage + (lo - a));
+            if (region == ZERO_SWAP_G) { s->grad_sumsq += grad_norm_squared(buf + done, k) - grad_norm_squared(at, k); }  // (the step's norm)
+            memcpy(at, buf + done, k * sizeof(float));
+            if (zero_swap_io(s, 1, s->grad_stage, a, bytes) != 0) { return -1; }
+        }
+        done += k;
+    }
+    return 0;
+}
+
+int zero_swap_state_read(ZeroSwap* s, int region, int u, size_t begin, size_t n, float* out) {
+    if (n > 0 && region == ZERO_SWAP_G && (s->grad_in_file == NULL || !s->grad_in_file[u])) {  // none added this step: stale bytes
         memset(out, 0, n * sizeof(float));
         return 0;
     }
-    if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: state range past unit %d's shard", u); }
-    size_t lo = zero_swap_offset(s, region, s->plan->units[u].shard_offset + begin), hi = lo + n * sizeof(float);
-    size_t a = lo / NVME_ALIGN * NVME_ALIGN;
-    s->grad_last = (size_t)-1;  // the staging is reused here
-    if (zero_swap_grad_settle(s) != 0 || zero_swap_io(s, 0, s->grad_stage, a, zero_swap_align(hi) - a) != 0) { return -1; }
-    memcpy(out, s->grad_stage + (lo - a), n * sizeof(float));
-    return 0;
+    return n == 0 ? 0 : zero_swap_range_io(s, region, u, begin, n, out, 0);
+}
+
+int zero_swap_state_write(ZeroSwap* s, int region, int u, size_t begin, size_t n, const float* in) {
+    if (n > 0 && region == ZERO_SWAP_G && (s->grad_in_file == NULL || !s->grad_in_file[u])) {
+        return zero_error("zero swap: unit %d has no gradient this step to change", u);
+    }
+    return n == 0 ? 0 : zero_swap_range_io(s, region, u, begin, n, (float*)in, 1);
 }
 
 // ----------------------------------------------------------------------------

@@ -206,6 +206,10 @@ int zero_swap_master_end(ZeroSwap* s);
 // file, zero_state_shard). Settles the gradient's write (it shares the staging).
 int zero_swap_state_read(ZeroSwap* s, int region, int u, size_t begin, size_t n, float* out);
 
+// The same range written from in (zero_tensor_set); G only where this step's sum is in the
+// file, its squared norm (zero_swap_grad_sumsq) mended by the change.
+int zero_swap_state_write(ZeroSwap* s, int region, int u, size_t begin, size_t n, const float* in);
+
 // ----------------------------------------------------------------------------
 // the optimizer's regions: the gradient
 

@@ -18,6 +18,11 @@ struct Zero {
     int in_pass;            // between zero_begin and zero_end
     int pass_train_last;    // the pass is a training pass begun with last_micro
     int grads_ready;        // the step's gradient is complete and not yet used by zero_step
+    int num_units;
+    size_t* unit_numel;     // (num_units) the model's
+    // a gathered scope (zero_gather_begin .. zero_gather_end): the units' whole fp32 copies
+    float** gathered;       // (num_units) a unit's copy in the open scope, or NULL
+    int scope_open, modifier;
 };
 
 int zero_fill_agree(MPI_Comm comm, int failed) {
@@ -50,6 +55,7 @@ void zero_stats_add_traffic(ZeroStats* s, const double bytes[ZERO_NUM_COLLECTIVE
 }
 
 int zero_begin(Zero* z, int pass, int last_micro) {
+    if (z->scope_open) { return zero_error("zero: a pass begun inside a gathered scope (zero_gather_end first)"); }
     z->in_pass = 1;
     z->pass_train_last = pass == ZERO_PASS_TRAIN && last_micro;
     if (pass == ZERO_PASS_TRAIN) { z->grads_ready = 0; }  // accumulating again: incomplete
@@ -72,6 +78,7 @@ int zero_end(Zero* z) {
 }
 
 int zero_step(Zero* z, const ZeroStep* step) {
+    if (z->scope_open) { return zero_error("zero: an optimizer step inside a gathered scope (zero_gather_end first)"); }
     z->grads_ready = 0;  // used, then cleared (or discarded by a skip)
     return z->ops->step(z->impl, step);
 }
@@ -118,11 +125,12 @@ static int zero_tensor_at(const Zero* z, int t, int* u, size_t* lo, size_t* hi) 
     return 0;
 }
 
-int zero_tensor_local(Zero* z, int what, int t, size_t* begin, size_t* n, float* out) {
-    int u = 0;
-    size_t lo = 0, hi = 0, rb, rn;
-    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0 || zero_state_shard(z, what, u, &rb, &rn, NULL) != 0) { return -1; }
-    size_t a = rb > lo ? rb : lo, b = rb + rn < hi ? rb + rn : hi;  // this rank's range of the unit, within the tensor
+// [lo, hi) of unit u: this rank's part of it, [*begin, *begin + *n) of the range, into out
+// unless out is NULL
+static int zero_range_local(Zero* z, int what, int u, size_t lo, size_t hi, size_t* begin, size_t* n, float* out) {
+    size_t rb, rn;
+    if (zero_state_shard(z, what, u, &rb, &rn, NULL) != 0) { return -1; }
+    size_t a = rb > lo ? rb : lo, b = rb + rn < hi ? rb + rn : hi;  // this rank's range of the unit, within [lo, hi)
     *begin = a < b ? a - lo : 0;
     *n = a < b ? b - a : 0;
     if (out == NULL || *n == 0) { return out == NULL ? 0 : zero_state_phase(z, what); }  // (no part: the phase still holds)
@@ -134,19 +142,26 @@ int zero_tensor_local(Zero* z, int what, int t, size_t* begin, size_t* n, float*
     return rc;
 }
 
-int zero_tensor_get(Zero* z, int what, int t, float* out) {
-    int u = 0, rank = 0, world = 1;
-    size_t lo = 0, hi = 0, b = 0, n = 0;
+int zero_tensor_local(Zero* z, int what, int t, size_t* begin, size_t* n, float* out) {
+    int u = 0;
+    size_t lo = 0, hi = 0;
     if (zero_tensor_at(z, t, &u, &lo, &hi) != 0) { return -1; }
-    if (hi - lo > (size_t)INT_MAX) { return zero_error("zero: tensor %d's %zu elements are more than one MPI gather takes", t, hi - lo); }
+    return zero_range_local(z, what, u, lo, hi, begin, n, out);
+}
+
+// [lo, hi) of unit u whole into out on every rank, from the ranks' parts (collective)
+static int zero_range_get(Zero* z, int what, int u, size_t lo, size_t hi, float* out) {
+    int rank = 0, world = 1;
+    size_t b = 0, n = 0;
+    if (hi - lo > (size_t)INT_MAX) { return zero_error("zero: %zu elements of unit %d are more than one MPI gather takes", hi - lo, u); }
     if (MPI_Comm_rank(z->comm, &rank) != MPI_SUCCESS || MPI_Comm_size(z->comm, &world) != MPI_SUCCESS) {
         return zero_error("zero: the MPI communicator is unusable");
     }
     // this rank's part; every rank must reach the gather, so they first agree that all read theirs
     float* mine = NULL;
-    int rc = zero_tensor_local(z, what, t, &b, &n, NULL);
+    int rc = zero_range_local(z, what, u, lo, hi, &b, &n, NULL);
     if (rc == 0 && (mine = (float*)malloc((n > 0 ? n : 1) * sizeof(float))) == NULL) { rc = zero_error("zero: out of memory for a tensor's part"); }
-    if (rc == 0) { rc = zero_tensor_local(z, what, t, &b, &n, mine); }
+    if (rc == 0) { rc = zero_range_local(z, what, u, lo, hi, &b, &n, mine); }
     long long* parts = (long long*)malloc((size_t)world * 2 * sizeof(long long));
     int* counts = (int*)malloc((size_t)world * 2 * sizeof(int));
     if (rc == 0 && (parts == NULL || counts == NULL)) { rc = zero_error("zero: out of memory for the ranks' parts"); }
@@ -155,7 +170,7 @@ int zero_tensor_get(Zero* z, int what, int t, float* out) {
     zero_watch_enter("gather of a whole tensor", -1);
     rc = MPI_Allgather(me, 2, MPI_LONG_LONG, parts, 2, MPI_LONG_LONG, z->comm);
     zero_watch_leave();
-    if (rc != MPI_SUCCESS) { rc = zero_error("zero: gathering the ranks' parts of tensor %d failed (MPI error %d)", t, rc); goto done; }
+    if (rc != MPI_SUCCESS) { rc = zero_error("zero: gathering the ranks' parts of unit %d failed (MPI error %d)", u, rc); goto done; }
     // each part once: replicas (MiCS's groups) hold the same ranges; shards tile the tensor
     int* displs = counts + world;
     long long covered = 0;
@@ -167,18 +182,93 @@ int zero_tensor_get(Zero* z, int what, int t, float* out) {
         covered += counts[r];
     }
     if (covered != (long long)(hi - lo)) {
-        rc = zero_error("zero: the ranks' parts of tensor %d cover %lld of its %zu elements", t, covered, hi - lo);
+        rc = zero_error("zero: the ranks' parts of unit %d's [%zu, %zu) cover %lld of its elements", u, lo, hi, covered);
         goto done;
     }
     zero_watch_enter("gather of a whole tensor", -1);
     rc = MPI_Allgatherv(mine, counts[rank], MPI_FLOAT, out, counts, displs, MPI_FLOAT, z->comm);
     zero_watch_leave();
-    if (rc != MPI_SUCCESS) { rc = zero_error("zero: gathering tensor %d failed (MPI error %d)", t, rc); }
+    if (rc != MPI_SUCCESS) { rc = zero_error("zero: gathering unit %d failed (MPI error %d)", u, rc); }
 done:
     free(mine);
     free(parts);
     free(counts);
     return rc == 0 ? 0 : -1;
+}
+
+int zero_tensor_get(Zero* z, int what, int t, float* out) {
+    int u = 0;
+    size_t lo = 0, hi = 0;
+    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0) { return -1; }
+    return zero_range_get(z, what, u, lo, hi, out);
+}
+
+// writes [begin, begin + n) of unit u's `what` (the part this rank holds), then, once every
+// rank has, brings what is made from it up to date (collective)
+static int zero_state_change(Zero* z, int what, int u, size_t begin, size_t n, const float* in) {
+    int rc = zero_state_phase(z, what);
+    if (rc == 0) { rc = z->ops->state_write(z->impl, what, u, begin, n, in); }
+    if (zero_fill_agree(z->comm, rc != 0) != 0) { return -1; }  // (no rank left in the commit's collectives)
+    return z->ops->state_commit(z->impl, what, u);
+}
+
+int zero_tensor_set(Zero* z, int what, int t, const float* in) {
+    int u = 0;
+    size_t lo = 0, hi = 0;
+    if (what < 0 || what >= ZERO_NUM_STATES) { return zero_error("zero: no state %d (the master, m, v or the gradient)", what); }
+    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0) { return -1; }
+    return zero_state_change(z, what, u, lo, hi - lo, in);
+}
+
+int zero_tensor_set_local(Zero* z, int what, int t, const float* in) {
+    int u = 0;
+    size_t lo = 0, hi = 0, b = 0, n = 0;
+    if (what < 0 || what >= ZERO_NUM_STATES) { return zero_error("zero: no state %d (the master, m, v or the gradient)", what); }
+    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0 || zero_tensor_local(z, what, t, &b, &n, NULL) != 0) { return -1; }
+    return zero_state_change(z, what, u, lo + b, n, in);
+}
+
+int zero_gather_begin(Zero* z, const int* units, int n, int modifier, float** params) {
+    int world = 1;
+    MPI_Comm_size(z->comm, &world);
+    if (z->scope_open) { return zero_error("zero: a gathered scope is open already (zero_gather_end first)"); }
+    if (modifier < -1 || modifier >= world) { return zero_error("zero: modifier rank %d of %d ranks (-1: none)", modifier, world); }
+    for (int i = 0; i < n; i++) {
+        if (units[i] < 0 || units[i] >= z->num_units) { return zero_error("zero: no unit %d (the model has %d)", units[i], z->num_units); }
+        if (z->gathered[units[i]] != NULL) { return zero_error("zero: unit %d named twice in one gathered scope", units[i]); }
+        z->gathered[units[i]] = (float*)malloc(z->unit_numel[units[i]] * sizeof(float) + 1);
+        int rc = z->gathered[units[i]] == NULL ? zero_error("zero: out of memory for unit %d's gathered copy", units[i])
+               : zero_range_get(z, ZERO_STATE_MASTER, units[i], 0, z->unit_numel[units[i]], z->gathered[units[i]]);
+        if (rc != 0) {
+            for (int u = 0; u < z->num_units; u++) { free(z->gathered[u]); z->gathered[u] = NULL; }
+            return -1;
+        }
+        params[i] = z->gathered[units[i]];
+    }
+    z->scope_open = 1;
+    z->modifier = modifier;
+    return 0;
+}
+
+int zero_gather_end(Zero* z) {
+    if (!z->scope_open) { return zero_error("zero: zero_gather_end without an open gathered scope"); }
+    int rc = 0;
+    z->scope_open = 0;  // (zero_state_change reads the master's phase)
+    for (int u = 0; u < z->num_units; u++) {
+        if (z->gathered[u] == NULL) { continue; }
+        if (rc == 0 && z->modifier >= 0) {  // the modifier's copy to every rank, then into the states
+            if (z->unit_numel[u] > (size_t)INT_MAX) { rc = zero_error("zero: unit %d is larger than one MPI broadcast takes", u); }
+            zero_watch_enter("broadcast of a gathered scope's changes", u);
+            if (rc == 0 && MPI_Bcast(z->gathered[u], (int)z->unit_numel[u], MPI_FLOAT, z->modifier, z->comm) != MPI_SUCCESS) {
+                rc = zero_error("zero: broadcasting unit %d's changes from rank %d failed", u, z->modifier);
+            }
+            zero_watch_leave();
+            if (rc == 0) { rc = zero_state_change(z, ZERO_STATE_MASTER, u, 0, z->unit_numel[u], z->gathered[u]); }
+        }
+        free(z->gathered[u]);
+        z->gathered[u] = NULL;
+    }
+    return rc;
 }
 
 const char* zero_name(const Zero* z) { return z->ops->name; }
@@ -207,6 +297,14 @@ int zero_create(Zero** z, const ZeroOps* ops, void* impl, int (*init)(void* impl
         return zero_error("zero: out of memory for the tensor table");
     }
     memcpy(made->tensors, in->model->tensors, (size_t)made->num_tensors * sizeof(ZeroTensor));
+    made->num_units = in->model->num_units;
+    made->unit_numel = (size_t*)malloc((size_t)(made->num_units > 0 ? made->num_units : 1) * sizeof(size_t));
+    made->gathered = (float**)calloc((size_t)(made->num_units > 0 ? made->num_units : 1), sizeof(float*));
+    if (made->unit_numel == NULL || made->gathered == NULL) {
+        zero_free(&made);
+        return zero_error("zero: out of memory for the unit table");
+    }
+    memcpy(made->unit_numel, in->model->unit_numel, (size_t)made->num_units * sizeof(size_t));
     *z = made;
     return 0;
 }
@@ -217,6 +315,9 @@ void zero_free(Zero** z) {
     if (*z == NULL) { return; }
     if ((*z)->ops != NULL && (*z)->impl != NULL) { (*z)->ops->free((*z)->impl); }
     free((*z)->tensors);
+    for (int u = 0; (*z)->gathered != NULL && u < (*z)->num_units; u++) { free((*z)->gathered[u]); }
+    free((*z)->gathered);
+    free((*z)->unit_numel);
     free(*z);
     *z = NULL;
 }

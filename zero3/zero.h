@@ -180,6 +180,31 @@ int zero_tensor_get(Zero* z, int what, int t, float* out);
 // DeepSpeed's safe_get_local_*.
 int zero_tensor_local(Zero* z, int what, int t, size_t* begin, size_t* n, float* out);
 
+// zero_tensor_set: tensor t's whole `what` from in (size elements, the same on every
+// rank): each rank keeps the part it holds, then what is made from it is brought up to
+// date on every rank. Setting the master sets the parameters the model computes with
+// (rounded to nearest where they are bf16), gathered units and hpZ's slices included, so
+// the next forward sees it; the gradient is given as the mean (as zero_tensor_get gives
+// it), and the step's norm and clipping then see it. Collective, in the phases of
+// zero_state_shard. DeepSpeed's safe_set_full_fp32_param, safe_set_full_optimizer_state,
+// safe_set_full_grad.
+int zero_tensor_set(Zero* z, int what, int t, const float* in);
+
+// zero_tensor_set_local: this rank's part only, in holding the elements zero_tensor_local
+// names (none: in unread). Collective all the same (the shards are shared after).
+// DeepSpeed's safe_set_local_*.
+int zero_tensor_set_local(Zero* z, int what, int t, const float* in);
+
+// [Note: gathered scope] DeepSpeed's GatheredParameters: zero_gather_begin hands every
+// rank the whole fp32 master of the units named (params[i]: unit units[i]'s ZeroModel
+// unit_numel elements, unpadded, the engine's memory until the scope ends), to read or to
+// change outside the passes; zero_gather_end takes the modifier rank's copies (every
+// rank's others are ignored) into the master and the compute copy on every rank, as
+// zero_tensor_set does, so the next forward sees them; modifier -1: read only, nothing
+// written back. No pass or step inside the scope. Both collective.
+int zero_gather_begin(Zero* z, const int* units, int n, int modifier, float** params);
+int zero_gather_end(Zero* z);
+
 const char* zero_name(const Zero* z);
 
 // frees the engine and sets *z to NULL (harmless on NULL, or twice)

@@ -61,6 +61,43 @@ static int read_all(Zero* z, const TensorRange* r, int nt, int what, float* all)
     return ok;
 }
 
+// the index of tensor `kind` of layer (-1: not in a block)
+static int find(const TensorRange* r, int nt, const char* kind, int layer) {
+    for (int t = 0; t < nt; t++) {
+        if (!strcmp(gpt2_param_names[r[t].kind], kind) && r[t].layer == layer) { return t; }
+    }
+    fprintf(stderr, "no tensor %s.%d\n", kind, layer);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return -1;
+}
+
+// Sets tensor t's `what` to in (local: this rank's part of in only, as zero_tensor_local
+// names it), then reads it back: 1 when it reads as set, to rel (0: bit for bit)
+static int set_get(Zero* z, int what, int t, const float* in, size_t n, int local, double rel) {
+    float* got = (float*)mallocCheck(n * sizeof(float));
+    size_t b = 0, k = 0;
+    int ok = zero_tensor_local(z, what, t, &b, &k, NULL) == 0;
+    if (ok && local) { ok = zero_tensor_set_local(z, what, t, in + b) == 0; }
+    else if (ok) { ok = zero_tensor_set(z, what, t, in) == 0; }
+    if (!ok) { fprintf(stderr, "set: %s\n", zero_errmsg()); }
+    if (ok) { ok = zero_tensor_get(z, what, t, got) == 0; }
+    for (size_t i = 0; ok && i < n; i++) { ok = fabs((double)got[i] - in[i]) <= rel * fabs((double)in[i]); }
+    free(got);
+    return ok;
+}
+
+// the mean loss over the ranks of a forward pass on the batch (validation's)
+static double forward_loss(GPT2* m, const int* inputs, const int* targets) {
+    zeroCheck(zero_begin(m->zero, ZERO_PASS_FORWARD, 1));
+    gpt2_forward(m, inputs, targets, m->B, m->T);
+    zeroCheck(zero_end(m->zero));
+    double loss = m->mean_loss;
+    MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    return loss / world;
+}
+
 static void write_all(int rank, const char* dir, const char* name, const float* all, size_t total) {
     if (rank != 0 || dir == NULL) { return; }
     char path[1024];
@@ -115,6 +152,17 @@ int main(int argc, char** argv) {
     check(t.rank, read_all(z, r, nt, ZERO_STATE_GRAD, again) && memcmp(all, again, total * sizeof(float)) == 0,
           "the gradient after a forward pass, bit for bit as before it");
 
+    // the gradient of qkvw.0 halved (the mean given; the ranks keep the sum: a round trip
+    // through x * N / N, exact for N a power of 2, within an ulp otherwise), seen by the step
+    int tq = find(r, nt, "qkvw", 0);
+    size_t aq = 0;
+    for (int i = 0; i < tq; i++) { aq += r[i].size; }
+    float* want = (float*)mallocCheck(total * sizeof(float));
+    for (size_t i = 0; i < r[tq].size; i++) { want[i] = 0.5f * all[aq + i]; }
+    check(t.rank, set_get(z, ZERO_STATE_GRAD, tq, want, r[tq].size, 0, 2.4e-7), "qkvw.0's gradient halved, read back (zero_tensor_set)");
+    check(t.rank, read_all(z, r, nt, ZERO_STATE_GRAD, again), "the gradient after the change, whole and parts alike");
+    write_all(t.rank, dir, "grad_set", again, total);
+
     ZeroStep zs = {1e-3f, 0.1f, 1.0f, 1, tc->seed, 0, 0.0f};
     zeroCheck(zero_step(z, &zs));
     check(t.rank, refused(zero_tensor_get(z, ZERO_STATE_GRAD, 0, all), "outside its phase"), "a gradient read after the step is refused");
@@ -125,6 +173,64 @@ int main(int argc, char** argv) {
         check(t.rank, read_all(z, r, nt, what, all), msg);
         write_all(t.rank, dir, names[what], all, total);
     }
+    // after the step: the master of wte (gathered at each use at stage 3) and of lnfw (small:
+    // persistent) changed, as a whole and by each rank's part; m and v of fcw.1 zeroed
+    // (reset, by each rank's part); read back bit for bit, and seen by the next forward
+    double before = forward_loss(&model, t.train.inputs, t.train.targets);
+    const char* kinds[2] = {"wte", "lnfw"};
+    for (int k = 0; k < 2; k++) {
+        int tm = find(r, nt, kinds[k], -1);
+        float* p = (float*)mallocCheck(r[tm].size * sizeof(float));
+        zeroCheck(zero_tensor_get(z, ZERO_STATE_MASTER, tm, p));
+        for (size_t i = 0; i < r[tm].size; i++) { p[i] += 0.01f * (float)((i % 7) + 1); }
+        char msg[96];
+        snprintf(msg, sizeof(msg), "%s's master changed %s, read back bit for bit", kinds[k], k ? "by parts (set_local)" : "whole (set)");
+        check(t.rank, set_get(z, ZERO_STATE_MASTER, tm, p, r[tm].size, k, 0.0), msg);
+        free(p);
+    }
+    int tf = find(r, nt, "fcw", 1);
+    float* zeros = (float*)calloc(r[tf].size, sizeof(float));
+    check(t.rank, set_get(z, ZERO_STATE_M, tf, zeros, r[tf].size, 1, 0.0) && set_get(z, ZERO_STATE_V, tf, zeros, r[tf].size, 1, 0.0),
+          "fcw.1's m and v zeroed by parts, read back");
+    free(zeros);
+    double after = forward_loss(&model, t.train.inputs, t.train.targets);
+    check(t.rank, after != before, "the next forward sees the change (its loss moved)");
+    // gathered scopes over the final layernorm's unit and block 0's: read only (every rank
+    // changes its copy: nothing kept), then with the last rank as the modifier (every rank
+    // changes its copy differently: the last rank's kept, on every rank)
+    int tw = find(r, nt, "lnfw", -1), units[2] = {r[tw].unit, r[find(r, nt, "qkvw", 0)].unit};
+    size_t un[2] = {0, 0};
+    for (int i = 0; i < nt; i++) { for (int k = 0; k < 2; k++) { if (r[i].unit == units[k]) { un[k] += r[i].size; } } }
+    float* lnf = (float*)mallocCheck(r[tw].size * sizeof(float));
+    float* got = (float*)mallocCheck(r[tw].size * sizeof(float));
+    zeroCheck(zero_tensor_get(z, ZERO_STATE_MASTER, tw, lnf));
+    for (int modifier = -1; modifier < t.world; modifier += t.world) {  // -1, then world - 1
+        float* p[2];
+        zeroCheck(zero_gather_begin(z, units, 2, modifier, p));
+        int ok = memcmp(p[0] + r[tw].offset, lnf, r[tw].size * sizeof(float)) == 0;
+        if (modifier < 0) { check(t.rank, refused(zero_begin(z, ZERO_PASS_FORWARD, 1), "inside a gathered scope"), "a pass inside a gathered scope is refused"); }
+        float d = t.rank == modifier ? 0.002f : 0.005f * (float)(t.rank + 1);  // (the same change at any world size)
+        for (size_t i = 0; i < un[0]; i++) { p[0][i] += d; }
+        zeroCheck(zero_gather_end(z));
+        zeroCheck(zero_tensor_get(z, ZERO_STATE_MASTER, tw, got));
+        for (size_t i = 0; i < r[tw].size && ok; i++) {
+            float want = modifier < 0 ? lnf[i] : lnf[i] + 0.002f;
+            ok = got[i] == want;
+        }
+        check(t.rank, ok, modifier < 0 ? "a read-only gathered scope: the whole unit handed out, changes left behind"
+                                       : "a gathered scope's modifier rank's changes kept on every rank, the others' not");
+    }
+    free(lnf);
+    free(got);
+    double scoped = forward_loss(&model, t.train.inputs, t.train.targets);
+    write_all(t.rank, dir, "loss", (float[]){(float)before, (float)after, (float)scoped}, 3);
+    for (int what = ZERO_STATE_MASTER; what <= ZERO_STATE_V; what++) {
+        char name[32];
+        snprintf(name, sizeof(name), "%s_set", names[what]);
+        zeroCheck(read_all(z, r, nt, what, all) ? 0 : -1);
+        write_all(t.rank, dir, name, all, total);
+    }
+    free(want);
     check(t.rank, refused(zero_tensor_get(z, ZERO_STATE_MASTER, nt, all), "no tensor"), "a tensor past the table is refused");
     check(t.rank, refused(zero_tensor_get(z, ZERO_NUM_STATES, 0, all), "no state"), "a state that does not exist is refused");
 

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The engine's tensor calls (zero3/zero.h: zero_tensor_get, zero_tensor_local, the phases)
-# through build/test_access (test/e2e/test_access.c), which makes one training step of the
-# CPU trainer's model by hand and checks along it, on every rank: the phases' refusals,
-# each rank's part against the whole bit for bit, a forward pass leaving the gradient be.
-# Its files (every tensor's mean gradient before the step; master, m and v after it) are
-# compared here against the stage-0 single-rank run's:
+# The engine's tensor calls (zero3/zero.h: zero_tensor_get, zero_tensor_local,
+# zero_tensor_set, zero_tensor_set_local, the phases) through build/test_access
+# (test/e2e/test_access.c), which makes one training step of the CPU trainer's model by hand
+# and checks along it, on every rank: the phases' refusals, each rank's part against the
+# whole bit for bit, a forward pass leaving the gradient be, the changes read back (a
+# gradient halved before the step; after it, masters set whole and by parts, a persistent
+# unit's among them, m and v zeroed), gathered scopes (read only, and with the last rank as
+# the modifier: its changes kept on every rank, the others' not) and the next forward's
+# loss moved by them. Its files
+# (every tensor's mean gradient, before and after the change; master, m and v after the
+# step and after the changes; the forward's losses) are compared here against the stage-0
+# single-rank run's, which also catches a rank that missed a change:
 #   - at 2 ranks, stages 1-3, parameters and optimizer offloaded to the CPU, and both tiers
 #     on NVMe, bit for bit against stage 0 at 2 ranks (the engines reduce alike: what the
 #     stages change is where the states live, which these calls read);
@@ -34,8 +40,8 @@ acc() {
     ACCESS_OUT="$tmp/$name" $MPIRUN -np "$n" $ACC $A "$@" > "$tmp/$name.log" 2>&1
     local rc=$? np nf
     np=$(grep -c '^PASS' "$tmp/$name.log"); nf=$(grep -c '^FAIL' "$tmp/$name.log")
-    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -eq 11 ]; then
-        ok "$name: the driver's 11 checks (phases, each rank's part against the whole)"
+    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -eq 20 ]; then
+        ok "$name: the driver's 20 checks (phases, parts against the whole, set and read back)"
     else
         bad "$name: exit $rc, $np passed: $(grep -m1 -E '^FAIL|error' "$tmp/$name.log")"
         return 1
@@ -46,30 +52,34 @@ acc() {
 compare() {
     local name=$1 ref=$2 mode=$3 how="within the summation's rounding of"
     [ "$mode" = same ] && how="bit for bit as"
-    $PY - "$tmp" "$name" "$ref" "$mode" <<'EOF' && ok "$name: gradient, master, m and v $how $ref" || bad "$name against $ref: $(tail -1 "$tmp/why" 2>/dev/null)"
+    $PY - "$tmp" "$name" "$ref" "$mode" <<'EOF' && ok "$name: gradient, master, m and v, before and after the changes, $how $ref" || bad "$name against $ref: $(tail -1 "$tmp/why" 2>/dev/null)"
 import sys, numpy as np
 d, a, b, mode = sys.argv[1:5]
 table = [(l.split()[0], int(l.split()[1])) for l in open(f"{d}/{b}/tensors.txt")]
 def why(msg): open(f"{d}/why", "w").write(msg + "\n"); sys.exit(1)
 if open(f"{d}/{a}/tensors.txt").read() != open(f"{d}/{b}/tensors.txt").read(): why("the tensor tables differ")
-st = {s: (np.fromfile(f"{d}/{a}/{s}.bin", np.float32), np.fromfile(f"{d}/{b}/{s}.bin", np.float32)) for s in ("grad", "master", "m", "v")}
+names = ("grad", "master", "m", "v", "grad_set", "master_set", "m_set", "v_set", "loss")
+st = {s: (np.fromfile(f"{d}/{a}/{s}.bin", np.float32), np.fromfile(f"{d}/{b}/{s}.bin", np.float32)) for s in names}
 for s, (x, y) in st.items():
-    if len(x) != len(y) or len(y) != sum(n for _, n in table): why(f"{s}: {len(x)} and {len(y)} elements")
+    if len(x) != len(y) or len(y) != (3 if s == "loss" else sum(n for _, n in table)): why(f"{s}: {len(x)} and {len(y)} elements")
     if mode == "same" and not np.array_equal(x.view(np.uint32), y.view(np.uint32)):
         i = int(np.argmax(x.view(np.uint32) != y.view(np.uint32))); why(f"{s}: element {i}: {x[i]!r} against {y[i]!r}")
 if mode == "same": sys.exit(0)
+x, y = (v.astype(np.float64) for v in st["loss"])
+if not np.all(np.abs(x - y) <= 1e-6 * np.abs(y)): why(f"the forward's losses {x} against {y}")
 at = 0
-g = st["grad"][1].astype(np.float64)
+g = st["grad_set"][1].astype(np.float64)  # (the step's gradient)
 for name, n in table:
     sl = slice(at, at + n); at += n
-    for s in ("grad", "m", "v"):
+    for s in ("grad", "m", "v", "grad_set", "m_set", "v_set"):
         x, y = (v[sl].astype(np.float64) for v in st[s])
         err, top = np.max(np.abs(x - y)), np.max(np.abs(y))
         if not err <= 1e-5 * top: why(f"{s} of {name}: off by {err:.3e}, its largest {top:.3e}")
-    x, y = (v[sl].astype(np.float64) for v in st["master"])
-    big = np.abs(g[sl]) >= 1e-6
-    if np.any(big) and not np.max(np.abs(x - y)[big]) <= 1e-6: why(f"master of {name}: off by {np.max(np.abs(x - y)[big]):.3e} where |g| >= 1e-6")
-    if not np.max(np.abs(x - y)) <= 2e-3: why(f"master of {name}: off by {np.max(np.abs(x - y)):.3e}, more than 2 lr")
+    for s in ("master", "master_set"):
+        x, y = (v[sl].astype(np.float64) for v in st[s])
+        big = np.abs(g[sl]) >= 1e-6
+        if np.any(big) and not np.max(np.abs(x - y)[big]) <= 1e-6: why(f"{s} of {name}: off by {np.max(np.abs(x - y)[big]):.3e} where |g| >= 1e-6")
+        if not np.max(np.abs(x - y)) <= 2e-3: why(f"{s} of {name}: off by {np.max(np.abs(x - y)):.3e}, more than 2 lr")
 EOF
 }
 

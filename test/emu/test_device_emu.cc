@@ -362,6 +362,11 @@ int main(int argc, char** argv) {
         return d->nccl.calls[ZERO_ALLREDUCE] + d->nccl.calls[ZERO_REDUCE_SCATTER];
     };
 
+    // the tensor the last step's gradient is changed in: unit 1's largest
+    int th = 0;
+    for (int k = 0; k < sp.num_tensors; k++) {
+        if (sp.tensors[k].unit == 1 && (sp.tensors[th].unit != 1 || sp.tensors[k].size > sp.tensors[th].size)) { th = k; }
+    }
     double max_norm_err = 0.0;
     int floor = 0;  // dpu: the last update applied at once (a checkpoint flushes the pending one)
     for (int step = 0; step < steps; step++) {
@@ -398,8 +403,6 @@ int main(int argc, char** argv) {
         long reductions = reductions_so_far() - calls0;
         long expect = stage == 0 && world_ == 1 ? 0 : stage <= 1 ? nu : (long)nu * accum;
         if (reductions != expect) { check("reductions per step", 0, "%g, expected %g", (double)reductions, (double)expect); }
-        ZeroStep st = {lr, wd, clip, step + 1, 1234u, 0};
-        if (zero_step(z, &st) != 0) { fail("zero_step"); }
         // the reference step: the gradient summed over ranks and micro-steps at vis
         for (int u = 0; u < nu; u++) {
             for (size_t i = 0; i < sp.unit_numel[u]; i++) {
@@ -412,6 +415,34 @@ int main(int argc, char** argv) {
                 grad[unit_start[u] + i] = s;
             }
         }
+        // the last step: tensor th's mean gradient read (zero_tensor_get) against the
+        // reference's, then halved (zero_tensor_set) and read back; the step then uses the
+        // halved one, and so does the reference (halving is exact in fp32 and bf16)
+        if (step == steps - 1 && !qg) {
+            const ZeroTensor* tr = &sp.tensors[th];
+            size_t at = unit_start[tr->unit] + tr->offset;
+            std::vector<float> g(tr->size), got(tr->size);
+            if (zero_tensor_get(z, ZERO_STATE_GRAD, th, g.data()) != 0) { fail("zero_tensor_get of the gradient"); }
+            double e = 0.0, top = 0.0;
+            for (size_t j = 0; j < tr->size; j++) {
+                double want = (double)grad[at + j] / world_;
+                e = fmax(e, fabs((double)g[j] - want));
+                top = fmax(top, fabs(want));
+            }
+            // fp32: the sums' order; bf16: each rank's gradient rounded, and a rounding per hop
+            // of the reductions unless they are fp32
+            double tol = (sizeof(floatX) == 2 ? (world_ + 1) / 128.0 : 1e-5) * top;
+            check("the mean gradient (zero_tensor_get) equals the reference's", e <= tol, "max err %g, tol %g", e, tol);
+            for (size_t j = 0; j < tr->size; j++) { g[j] = 0.5f * g[j]; grad[at + j] *= 0.5f; }
+            if (zero_tensor_set(z, ZERO_STATE_GRAD, th, g.data()) != 0 || zero_tensor_get(z, ZERO_STATE_GRAD, th, got.data()) != 0) {
+                fail("zero_tensor_set of the gradient");
+            }
+            e = 0.0;  // (x * N / N: exact for N a power of 2, within an ulp otherwise)
+            for (size_t j = 0; j < tr->size; j++) { e = fmax(e, fabs((double)got[j] - g[j]) - 2.4e-7 * fabs((double)g[j])); }
+            check("the gradient set (zero_tensor_set) reads back", e <= 0.0, "excess %g %g", e, 0.0);
+        }
+        ZeroStep st = {lr, wd, clip, step + 1, 1234u, 0};
+        if (zero_step(z, &st) != 0) { fail("zero_step"); }
         double sumsq = 0.0;
         for (size_t i = 0; i < total; i++) { sumsq += (double)grad[i] * grad[i]; }
         float norm = 0.0f;
@@ -528,6 +559,44 @@ int main(int argc, char** argv) {
     if (offload == 3 && persistence == 0) {
         long used = ((const ZeroDev*)zero_engine_state(z))->reads_ahead_used;
         check("parameters on NVMe: gathers find their shard read ahead", used > 0, "%g reads ahead used %g", (double)used, 0.0);
+    }
+
+    // the tensor calls' changes: the master of the first tensor set whole (zero_tensor_set)
+    // and of the last (a persistent unit's) by parts (zero_tensor_set_local), read back bit
+    // for bit, and a forward fetches them on every rank (floatX: rounded to nearest, within
+    // half a bf16 ulp, beyond the fetches' own tolerance); m of tensor 1 zeroed by parts
+    {
+        std::vector<float> vis = P.back();
+        int ok = 1, last = sp.num_tensors - 1;
+        for (int k : {0, last}) {
+            const ZeroTensor* tr = &sp.tensors[k];
+            size_t at = unit_start[tr->unit] + tr->offset, b = 0, n = 0;
+            std::vector<float> p(tr->size), got(tr->size);
+            for (size_t j = 0; j < tr->size; j++) { p[j] = vis[at + j] + 0.01f * (float)((j % 7) + 1); vis[at + j] = p[j]; }
+            int rc = k == 0 ? zero_tensor_set(z, ZERO_STATE_MASTER, k, p.data())
+                            : zero_tensor_local(z, ZERO_STATE_MASTER, k, &b, &n, NULL) != 0 ? -1
+                            : zero_tensor_set_local(z, ZERO_STATE_MASTER, k, p.data() + b);
+            if (rc != 0 || zero_tensor_get(z, ZERO_STATE_MASTER, k, got.data()) != 0) { fail("zero_tensor_set of the master"); }
+            ok = ok && memcmp(p.data(), got.data(), tr->size * sizeof(float)) == 0;
+        }
+        check("the master set whole and by parts reads back bit for bit", ok, "%g %g", 0.0, 0.0);
+        double top = 0.0;
+        for (float x : vis) { top = fmax(top, fabs((double)x)); }
+        // (offload's SIMD AdamW: a few ulps from the reference; qwZ: a block's error is of its
+        // largest magnitude, now up to top rather than the 0.106 tol_fetch allows for)
+        double tol = (sizeof(floatX) == 2 ? top / 256.0 : 0.0) + tol_fetch + (qw ? top / 254.0 : 0.0);
+        max_fetch_err = 0.0;
+        if (run_pass(0, 0, 1, vis, 0) != 0) { fail("the forward after the change"); }
+        cudaStreamSynchronize(compute);
+        check("the next forward fetches the parameters set", max_fetch_err <= tol, "max err %g, tol %g", max_fetch_err, tol);
+        const ZeroTensor* t1 = &sp.tensors[1];
+        std::vector<float> zeros(t1->size, 0.0f), got(t1->size, 1.0f);
+        size_t b = 0, n = 0;
+        if (zero_tensor_local(z, ZERO_STATE_M, 1, &b, &n, NULL) != 0 || zero_tensor_set_local(z, ZERO_STATE_M, 1, zeros.data()) != 0 ||
+            zero_tensor_get(z, ZERO_STATE_M, 1, got.data()) != 0) {
+            fail("zero_tensor_set_local of m");
+        }
+        check("m set to zero by parts reads back", memcmp(zeros.data(), got.data(), t1->size * sizeof(float)) == 0, "%g %g", 0.0, 0.0);
     }
 
     // a use out of schedule is refused with a message, not followed; so is a state saved

@@ -338,3 +338,46 @@ Test(swap, first_adds_in_increasing_order_keep_the_neighbours) {
     free(g); free(zero);
     zero_swap_close(&s);
 }
+
+// zero_swap_state_write / read (zero_tensor_set): whole shards and a range at an offset in
+// no block's boundary, read back exactly with their neighbours kept; G written
+// only where this step's sum is in the file, its squared norm mended by the change
+Test(swap, state_ranges_written_and_read_back) {
+    ZeroSegment segs[3];
+    ZeroSwap s;
+    open_with_optimizer(&s, segs);
+    size_t n2 = g_plan.units[2].shard;
+    float* x = (float*)calloc(n2, sizeof(float));
+    float* got = (float*)calloc(n2, sizeof(float));
+    for (int u = 0; u < 3; u++) {  // M whole, unit by unit
+        for (size_t i = 0; i < g_plan.units[u].shard; i++) { x[i] = (float)u + 0.5f * (float)i; }
+        cr_assert_eq(zero_swap_state_write(&s, ZERO_SWAP_M, u, 0, g_plan.units[u].shard, x), 0, "%s", zero_errmsg());
+    }
+    for (size_t i = 0; i < 777; i++) { x[i] = -1.0f - (float)i; }  // then 777 elements of unit 2 from 1001 (no block boundary)
+    cr_assert_eq(zero_swap_state_write(&s, ZERO_SWAP_M, 2, 1001, 777, x), 0, "%s", zero_errmsg());
+    for (int u = 0; u < 3; u++) {
+        cr_assert_eq(zero_swap_state_read(&s, ZERO_SWAP_M, u, 0, g_plan.units[u].shard, got), 0, "%s", zero_errmsg());
+        for (size_t i = 0; i < g_plan.units[u].shard; i++) {
+            float want = u == 2 && i >= 1001 && i < 1778 ? -1.0f - (float)(i - 1001) : (float)u + 0.5f * (float)i;
+            cr_assert_eq(got[i], want, "unit %d element %zu: %g, not %g", u, i, got[i], want);
+        }
+    }
+    cr_assert_neq(zero_swap_state_write(&s, ZERO_SWAP_G, 1, 0, 10, x), 0, "G before any add this step is refused");
+    cr_assert_neq(zero_swap_state_write(&s, ZERO_SWAP_M, 0, g_plan.units[0].shard - 5, 10, x), 0, "a range past the shard is refused");
+    // G: the step's sums, then 100 elements of unit 1 changed: the squared norm follows
+    double sumsq = 0.0;
+    for (int u = 0; u < 3; u++) {
+        for (size_t i = 0; i < g_plan.units[u].shard; i++) { x[i] = 0.01f * (float)(i % 13); sumsq += (double)x[i] * x[i]; }
+        cr_assert_eq(zero_swap_grad_add(&s, u, x, 0, 1), 0, "%s", zero_errmsg());
+    }
+    float y[100];
+    for (int i = 0; i < 100; i++) { y[i] = 2.0f; sumsq += 4.0 - (double)(0.01f * (float)((i + 50) % 13)) * (0.01f * (float)((i + 50) % 13)); }
+    cr_assert_eq(zero_swap_state_write(&s, ZERO_SWAP_G, 1, 50, 100, y), 0, "%s", zero_errmsg());
+    cr_assert_float_eq(zero_swap_grad_sumsq(&s), sumsq, 1e-9 * sumsq);
+    cr_assert_eq(zero_swap_state_read(&s, ZERO_SWAP_G, 1, 49, 102, got), 0, "%s", zero_errmsg());
+    cr_assert_eq(got[0], 0.01f * (float)(49 % 13));
+    for (int i = 1; i <= 100; i++) { cr_assert_eq(got[i], 2.0f); }
+    cr_assert_eq(got[101], 0.01f * (float)(150 % 13));
+    free(x); free(got);
+    zero_swap_close(&s);
+}
