@@ -142,6 +142,8 @@ static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* l
     outlier_init(&lp->norm_z);
     const char* nan_env = getenv("ZERO3_TEST_NAN_STEP");
     lp->nan_step = nan_env != NULL ? atoi(nan_env) : -1;
+    const char* change_env = getenv("ZERO3_TEST_CHANGE_STEP");
+    lp->change_step = change_env != NULL ? atoi(change_env) : -1;
 
     lp->flops_per_token = gpt2_flops_per_token(&t->config, tc->T);
     if (rank == 0) { trainer_print_header(t, m, lp->flops_per_token); }
@@ -214,6 +216,34 @@ static int trainer_boundary(Trainer* t, const TrainerModel* m, TrainerLoop* lp, 
     }
     return 1;
 }
+// The test hook ZERO3_TEST_CHANGE_STEP=S (docs/TESTING.md): after step S's update and a
+// forward pass on its batch, every rank changes the states through the engine's calls, as a
+// program of its own would:
+// wte's master times 1.5 (zero_tensor_set), the final layernorm's unit plus 0.01 in a
+// gathered scope whose modifier is the last rank (the others' different changes dropped),
+// then zero_empty_cache. The later steps' losses tell whether each engine applied them alike.
+static void test_change_states(const TrainerModel* m, Trainer* tr, int rank, int world) {
+    Zero* z = m->zero;
+    const GPT2Config* c = &tr->config;
+    (void)m->eval_losses(m->self, tr->train.inputs, tr->train.targets);  // a forward first: what it made of the parameters is current
+    int nt = gpt2_num_tensors(c), t = 0, u = gpt2_num_units(c) - 1;
+    TensorRange* r = (TensorRange*)mallocCheck((size_t)nt * sizeof(TensorRange));
+    gpt2_tensor_ranges(c, r);
+    while (t < nt - 1 && r[t].kind != P_WTE) { t++; }
+    float* w = (float*)mallocCheck(r[t].size * sizeof(float));
+    zeroCheck(zero_tensor_get(z, ZERO_STATE_MASTER, t, w));
+    for (size_t i = 0; i < r[t].size; i++) { w[i] *= 1.5f; }
+    zeroCheck(zero_tensor_set(z, ZERO_STATE_MASTER, t, w));
+    float* p = NULL;
+    zeroCheck(zero_gather_begin(z, &u, 1, world - 1, &p));
+    for (size_t i = 0; i < 2 * (size_t)c->channels; i++) { p[i] += rank == world - 1 ? 0.01f : 0.5f; }  // (lnfw, lnfb)
+    zeroCheck(zero_gather_end(z));
+    double freed = 0.0;
+    zeroCheck(zero_empty_cache(z, &freed));
+    free(w);
+    free(r);
+}
+
 
 // One optimizer step after `step`: the micro-steps of gradient accumulation, the engine's
 // step, the step line and main.log. Returns 1 when more than --max-skipped-steps steps in a
@@ -257,6 +287,7 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     if (m->range_pop != NULL) { m->range_pop(); }
     double ms = zero_now_ms() - t0;
     if (log_tensors) { tensor_log_after(&lp->tensors, &t->config, m->zero, step, rank, tc->output_dir); }
+    if (step == lp->change_step) { test_change_states(m, t, rank, world); }
     ZeroStats after;
     zeroCheck(zero_stats(m->zero, &after));
     if (isfinite(after.norm)) { outlier_update(&lp->norm_z, after.norm); }

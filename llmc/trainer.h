@@ -54,6 +54,7 @@ typedef struct {
     int outliers;               // of which skipped by -sl/-sg
     double t_start;             // zero_now_ms at the first step of this run: the step line's elapsed time and ETA
     int nan_step;               // test hook (docs/TESTING.md): the last rank's loss of this step is NaN, as an overflow would make it
+    int change_step;            // test hook (docs/TESTING.md): after this step the states are changed through the engine's calls
     double flops_per_token;
     double* mem_all;            // (world, MEM_FIELDS) on rank 0
     double mine[MEM_FIELDS];

@@ -167,6 +167,7 @@ typedef struct {
     int count;            // buffers
     int next;             // where the search for a free buffer starts: round robin from the last one taken
     ZeroDevBuf* bufs;     // (count)
+    int rs, rs32;         // the buffers carry rs_out, rs32 (zero_dev_pools_alloc's with_rs, with_rs32)
 } ZeroDevPool;
 
 // --dpu: what the update thread is given, and what it returns (rc, ms)
@@ -242,6 +243,7 @@ typedef struct ZeroDev {
     ZeroTensor* tensors;
     float beta1, beta2, eps;
     int shards_written;           // stage 3: the compute stream wrote shard_params since the last pass began (step, load)
+    int cache_emptied;            // zero_dev_empty_cache freed the pools' and persistent units' memory: allocated again before use
     // parameters (floatX)
     floatX* params;               // (padded_total) stages 0-2
     floatX* shard_params;         // (shard_total) stage 3: this rank's shards
@@ -415,6 +417,8 @@ static int zero_dev_pools_alloc(ZeroDev* d, ZeroDevPool* pools, int npools, int 
     for (int i = 0; i < npools; i++) {
         ZeroDevPool* p = &pools[i];
         p->next = 0;
+        p->rs = with_rs;
+        p->rs32 = with_rs32;
         p->bufs = (ZeroDevBuf*)calloc(p->count, sizeof(ZeroDevBuf));
         if (p->bufs == NULL) { return zero_error("zero device: out of memory"); }
         for (int k = 0; k < p->count; k++) {
@@ -757,7 +761,11 @@ static const ZeroMover zero_dev_mover = {
 // its reductions in flight (drain_at_end 0): they are ordered by the buffers' events and
 // the step's join.
 
-static int zero_dev_begin(void* impl, int pass, int last_micro) { return zero_pass_begin(&((ZeroDev*)impl)->pass, pass, last_micro); }
+static int zero_dev_cache_restore(ZeroDev* d);  // (zero3/device_step.cuh: after zero_dev_empty_cache)
+static int zero_dev_begin(void* impl, int pass, int last_micro) {
+    ZeroDev* d = (ZeroDev*)impl;
+    return zero_dev_cache_restore(d) != 0 ? -1 : zero_pass_begin(&d->pass, pass, last_micro);
+}
 static int zero_dev_fetch(void* impl, int u, void** out) { return zero_pass_fetch(&((ZeroDev*)impl)->pass, u, out); }
 static int zero_dev_release(void* impl, int u) { return zero_pass_release(&((ZeroDev*)impl)->pass, u); }
 static int zero_dev_grad(void* impl, int u, void** out) { return zero_pass_grad(&((ZeroDev*)impl)->pass, u, out); }

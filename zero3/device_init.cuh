@@ -356,6 +356,7 @@ static const ZeroOps zero_dev_ops = {
     .step = zero_dev_step, .flush = zero_dev_flush, .stats = zero_dev_stats,
     .save = zero_dev_save, .load = zero_dev_load,
     .state_shard = zero_dev_state_shard, .state_write = zero_dev_state_write, .state_commit = zero_dev_state_commit,
+    .empty_cache = zero_dev_empty_cache,
     .free = zero_dev_free,
 };
 

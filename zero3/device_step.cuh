@@ -284,6 +284,7 @@ static int zero_dev_step(void* impl, const ZeroStep* st) {
     ZeroDev* d = (ZeroDev*)impl;
     const ZeroDevStepPlan* pl = &d->step;
     cudaStream_t s = d->compute;
+    if (zero_dev_cache_restore(d) != 0) { return -1; }  // (the step refreshes the persistent units)
     if (d->use_nccl && zero_dev_join(d) != 0) { return -1; }  // the reductions are done
     if (d->grads_host) {
         // the shards are summed on the host, and so are their squares: every shard sent is
@@ -451,7 +452,7 @@ static int zero_dev_load(void* impl, FILE* fp) {
     ZeroStateHeader want = zero_dev_state_header(d);
     size_t np = 0, n = d->opt_elems * sizeof(float);
     floatX* pstate = zero_dev_param_state(d, &np);
-    if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting before the load") != 0 ||
+    if (zero_dev_flush(d) != 0 || zero_dev_cache_restore(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting before the load") != 0 ||
         zero_state_read_header(fp, &want) != 0 || zero_dev_opt_stream(d, fp, n, 0) != 0 ||
         (d->param_nvme ? zero_dev_params_stream(d, fp, 0) : zero_dev_stream(fp, pstate, np * sizeof(floatX), 0)) != 0) {
         return -1;
@@ -622,6 +623,7 @@ static int zero_dev_state_commit(void* impl, int what, int u) {
     ZeroDev* d = (ZeroDev*)impl;
     const ZeroUnit* pu = &d->plan.units[u];
     if ((what != ZERO_STATE_MASTER && d->stage > 0) || !d->use_nccl) { return 0; }  // (no NCCL: one rank at stage 0)
+    if (zero_dev_cache_restore(d) != 0) { return -1; }  // (a persistent unit is refreshed below)
     if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
     if (d->stage == 0) {  // every rank holds every state whole: each rank's range to the others (set_local wrote its own)
         const ZeroDevStepPlan* pl = &d->step;
@@ -642,6 +644,77 @@ static int zero_dev_state_commit(void* impl, int what, int u) {
         if (d->sched.persistent[u] && zero_dev_refresh_unit(d, u) != 0) { return -1; }
     }
     return zero_dev_join(d) != 0 || zero_gpu_wait(d->compute, NULL, "sharing a change") != 0 ? -1 : 0;
+}
+
+// ----------------------------------------------------------------------------
+// the cache: the pools' buffers and the persistent units' copies, freed on demand
+
+// Every pool buffer's memory freed (release: its bytes added to *bytes) or allocated again
+// (not release: the bytes allocated, counted into *bytes); the buffers' events and the
+// pools' layout stay
+static int zero_dev_pools_memory(ZeroDev* d, int release, double* bytes) {
+    ZeroDevPool* all[2] = {d->ppool, d->gpool};
+    int counts[2] = {d->nppool, d->ngpool};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < counts[k]; i++) {
+            ZeroDevPool* p = &all[k][i];
+            size_t shard = p->elems / d->world;
+            for (int j = 0; j < p->count; j++) {
+                ZeroDevBuf* b = &p->bufs[j];
+                if (release) {
+                    if (b->unit != -1) { return zero_error("zero device: unit %d is still gathered between passes", b->unit); }
+                    *bytes += (double)(p->elems * sizeof(floatX) + (p->rs ? shard * sizeof(floatX) : 0) + (p->rs32 ? shard * sizeof(float) : 0));
+                    cudaFree(b->buf); cudaFree(b->rs_out); cudaFree(b->rs32);
+                    b->buf = NULL; b->rs_out = NULL; b->rs32 = NULL;
+                    continue;
+                }
+                b->buf = (floatX*)zero_dev_alloc(p->elems * sizeof(floatX), bytes);
+                if (p->rs) { b->rs_out = (floatX*)zero_dev_alloc(shard * sizeof(floatX), bytes); }
+                if (p->rs32) { b->rs32 = (float*)zero_dev_alloc(shard * sizeof(float), bytes); }
+                if (b->buf == NULL || (p->rs && b->rs_out == NULL) || (p->rs32 && b->rs32 == NULL)) { return -1; }
+            }
+        }
+    }
+    return 0;
+}
+
+// ZeroOps.empty_cache: once the work so far is done (a pending --dpu update applied, the
+// reductions joined, the GPU idle), every pool buffer's memory and, at stage 3, the
+// persistent units' copies freed, until zero_dev_cache_restore
+static int zero_dev_empty_cache(void* impl, double* freed) {
+    ZeroDev* d = (ZeroDev*)impl;
+    *freed = 0.0;
+    if (d->cache_emptied) { return 0; }
+    if (zero_dev_flush(d) != 0 || (d->use_nccl && zero_dev_join(d) != 0) ||
+        zero_gpu_wait(d->compute, NULL, "waiting before the cache is emptied") != 0 ||
+        zero_cuda(cudaDeviceSynchronize(), "waiting before the cache is emptied") != 0 || zero_dev_pools_memory(d, 1, freed) != 0) {
+        return -1;
+    }
+    for (int u = 0; d->stage == 3 && u < d->plan.num_units; u++) {
+        if (!d->sched.persistent[u]) { continue; }
+        *freed += (double)d->plan.units[u].padded * sizeof(floatX);
+        cudaFree(d->unit_ptr[u]);
+        d->unit_ptr[u] = NULL;
+    }
+    d->cache_emptied = 1;
+    return 0;
+}
+
+// What zero_dev_empty_cache freed, allocated again (not counted again: the accounting's
+// figures are peaks) and the persistent units gathered again; nothing when nothing was freed
+static int zero_dev_cache_restore(ZeroDev* d) {
+    if (!d->cache_emptied) { return 0; }
+    double again = 0.0;
+    if (zero_dev_pools_memory(d, 0, &again) != 0) { return -1; }
+    for (int u = 0; d->stage == 3 && u < d->plan.num_units; u++) {
+        if (!d->sched.persistent[u]) { continue; }
+        if ((d->unit_ptr[u] = (floatX*)zero_dev_alloc(d->plan.units[u].padded * sizeof(floatX), &again)) == NULL) { return -1; }
+    }
+    d->cache_emptied = 0;
+    // (the allocations' zeroing, on the default stream, done before any stream writes them)
+    if (zero_cuda(cudaDeviceSynchronize(), "allocating the cache again") != 0) { return -1; }
+    if (d->stage != 3) { return 0; }
+    return zero_nccl_after(&d->nccl, d->compute) != 0 || zero_dev_refresh_persistent(d) != 0 || zero_dev_join(d) != 0 ? -1 : 0;
 }
 
 #endif // ZERO3_DEVICE_STEP_CUH

@@ -38,6 +38,9 @@ typedef struct {
     int (*state_commit)(void* impl, int what, int unit);
                                                  // after every rank's write: what is made from the state (the
                                                  // compute copy, gathered units) brought up to date; collective
+    int (*empty_cache)(void* impl, double* freed);
+                                                 // the gathered and persistent buffers and the pools freed
+                                                 // (*freed: bytes), gathered again when next needed; collective
     void (*free)(void* impl);
 } ZeroOps;
 

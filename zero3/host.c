@@ -247,7 +247,29 @@ const ZeroMover zero_host_mover = {
 // ----------------------------------------------------------------------------
 // the model's calls: the pass driver's (zero3/pass.h)
 
-int zero_host_begin(void* impl, int pass, int last_micro) { return zero_pass_begin(&((ZeroHost*)impl)->pass, pass, last_micro); }
+int zero_host_begin(void* impl, int pass, int last_micro) {
+    ZeroHost* e = (ZeroHost*)impl;
+    if (e->cache_emptied && zero_refresh_persistent(e) != 0) { return -1; }  // (zero_host_empty_cache freed them)
+    return zero_pass_begin(&e->pass, pass, last_micro);
+}
+
+int zero_host_empty_cache(void* impl, double* freed) {
+    ZeroHost* e = (ZeroHost*)impl;
+    *freed = 0.0;
+    for (int i = 0; i < e->npool; i++) {
+        *freed += (double)e->pool[i].elems * sizeof(float);
+        zero_release_mem(e, ZERO_MEM_BUFFERS, e->pool[i].ptr, e->pool[i].elems);
+    }
+    e->npool = 0;
+    for (int u = 0; e->stage == 3 && u < e->plan.num_units; u++) {
+        if (!e->sched.persistent[u] || e->unit_buf[u] == NULL) { continue; }
+        *freed += (double)e->plan.units[u].padded * sizeof(float);
+        zero_release_mem(e, ZERO_MEM_BUFFERS, e->unit_buf[u], e->plan.units[u].padded);
+        e->unit_buf[u] = NULL;
+        e->cache_emptied = 1;
+    }
+    return 0;
+}
 int zero_host_fetch(void* impl, int u, void** out) { return zero_pass_fetch(&((ZeroHost*)impl)->pass, u, out); }
 int zero_host_release(void* impl, int u) { return zero_pass_release(&((ZeroHost*)impl)->pass, u); }
 int zero_host_grad(void* impl, int u, void** out) {
@@ -327,6 +349,7 @@ static const ZeroOps zero_host_ops = {
     .step = zero_host_step, .flush = zero_host_flush, .stats = zero_host_stats,
     .save = zero_host_save, .load = zero_host_load,
     .state_shard = zero_host_state_shard, .state_write = zero_host_state_write, .state_commit = zero_host_state_commit,
+    .empty_cache = zero_host_empty_cache,
     .free = zero_host_free,
 };
 

@@ -176,6 +176,7 @@ typedef struct ZeroHost {
     // other reader of the states (a gradient, the next step, a checkpoint, the master, a
     // flush) carries it to the end first.
     int defer_update;
+    int cache_emptied;      // zero_host_empty_cache freed the persistent units' copies: gathered again before their next use
     int grads_final;        // zero_host_grads_finish has run since the gradients were last cleared
     // stage 3: the parameter shards of the units kept on the host (all of them without
     // --offload-param nvme; else max_in_cpu elements, persistent units first)
@@ -269,6 +270,11 @@ void zero_host_free(void* impl);
 // the shards (stage 3; m, v and the gradient at stages 1-3), from the host, or from NVMe
 // through the staging buffer
 int zero_host_state_shard(void* impl, int what, int u, size_t* begin, size_t* n, float* out);
+
+// ZeroOps.empty_cache: the working-set buffers the pool keeps for reuse and, at stage 3,
+// the persistent units' gathered copies freed (*freed: their bytes); the next pass, step,
+// load or change gathers the persistent units again
+int zero_host_empty_cache(void* impl, double* freed);
 
 // ZeroOps.state_write: unit u's [begin, begin + n) of a state from in, the part this rank
 // holds (the whole where every rank holds the unit: stage 0, and the parameters at 1-2);

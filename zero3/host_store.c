@@ -38,9 +38,11 @@ void zero_host_clear_grads(ZeroHost* e) {
     zero_swap_grad_clear(&e->swap);  // the gradient region: the next adds overwrite it
 }
 
-// persistent unit u gets this rank's shard and every other rank's
+// persistent unit u gets this rank's shard and every other rank's (into a new copy, where
+// zero_host_empty_cache freed it)
 static int zero_refresh_unit(ZeroHost* e, int u) {
     ZeroUnit* pu = &e->plan.units[u];
+    if (e->unit_buf[u] == NULL && (e->unit_buf[u] = (float*)zero_buf_get(e, pu->padded, 1)) == NULL) { return -1; }
     memcpy(e->unit_buf[u] + (size_t)e->rank * pu->shard, zero_param_shard(e, u), pu->shard * sizeof(float));
     return zero_allgather(&e->comm, e->unit_buf[u], pu->shard, NULL);
 }
@@ -49,6 +51,7 @@ int zero_refresh_persistent(ZeroHost* e) {
     for (int u = 0; u < e->plan.num_units; u++) {
         if (e->sched.persistent[u] && zero_refresh_unit(e, u) != 0) { return -1; }
     }
+    e->cache_emptied = 0;
     return 0;
 }
 

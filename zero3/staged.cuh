@@ -160,6 +160,8 @@ static int zero_staged_state_commit(void* impl, int what, int u) {
     return 0;
 }
 
+static int zero_staged_empty_cache(void* impl, double* freed) { return zero_host_empty_cache(((ZeroStaged*)impl)->host, freed); }
+
 static void zero_staged_free(void* impl) {
     ZeroStaged* e = (ZeroStaged*)impl;
     if (e == NULL) { return; }
@@ -181,7 +183,7 @@ static const ZeroOps zero_staged_ops = {
     .step = zero_staged_step, .flush = zero_staged_flush, .stats = zero_staged_stats,
     .save = zero_staged_save, .load = zero_staged_load,
     .state_shard = zero_staged_state_shard, .state_write = zero_staged_state_write,
-    .state_commit = zero_staged_state_commit, .free = zero_staged_free,
+    .state_commit = zero_staged_state_commit, .empty_cache = zero_staged_empty_cache, .free = zero_staged_free,
 };
 
 // the host engine, and the GPU's copies: whole floatX units padded to 256 bytes, zeroed,

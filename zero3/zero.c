@@ -271,6 +271,13 @@ int zero_gather_end(Zero* z) {
     return rc;
 }
 
+int zero_empty_cache(Zero* z, double* freed) {
+    *freed = 0.0;
+    if (z->in_pass) { return zero_error("zero: the cache emptied during a pass (between zero_begin and zero_end)"); }
+    if (z->scope_open) { return zero_error("zero: the cache emptied inside a gathered scope (zero_gather_end first)"); }
+    return z->ops->empty_cache(z->impl, freed);
+}
+
 const char* zero_name(const Zero* z) { return z->ops->name; }
 
 int zero_create(Zero** z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),

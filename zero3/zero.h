@@ -205,6 +205,14 @@ int zero_tensor_set_local(Zero* z, int what, int t, const float* in);
 int zero_gather_begin(Zero* z, const int* units, int n, int modifier, float** params);
 int zero_gather_end(Zero* z);
 
+// zero_empty_cache: DeepSpeed's empty_partition_cache. Frees what the engine keeps
+// gathered or pooled between passes: the working-set buffers kept for reuse and, at stage
+// 3, the persistent units' gathered copies; *freed: their bytes (on the GPU for the device
+// engine, in host memory for the host engine). What the next pass, step or change needs
+// is gathered or allocated again then, so nothing changes but the memory held. Between
+// passes, outside a gathered scope; collective.
+int zero_empty_cache(Zero* z, double* freed);
+
 const char* zero_name(const Zero* z);
 
 // frees the engine and sets *z to NULL (harmless on NULL, or twice)

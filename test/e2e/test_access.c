@@ -25,6 +25,7 @@
 #define TESTING
 #include "train_gpt2_zero3.c"
 #include "zero3/util.h"     // zero_errmsg
+#include "zero3/engine.h"   // zero_engine_state: the host engine's gathered units (a white-box check)
 
 static int passed = 0, failed = 0;
 
@@ -177,6 +178,12 @@ int main(int argc, char** argv) {
     // persistent) changed, as a whole and by each rank's part; m and v of fcw.1 zeroed
     // (reset, by each rank's part); read back bit for bit, and seen by the next forward
     double before = forward_loss(&model, t.train.inputs, t.train.targets);
+    {  // a forward pass at stage 3 (validation's, sampling's) ends with only the persistent units gathered
+        const ZeroHost* e = (const ZeroHost*)zero_engine_state(z);
+        int kept = 0;
+        for (int u = 0; e->stage == 3 && u < e->plan.num_units; u++) { kept += !e->sched.persistent[u] && e->unit_buf[u] != NULL; }
+        check(t.rank, kept == 0, "a forward pass releases what it gathered (stage 3: only the persistent units stay)");
+    }
     const char* kinds[2] = {"wte", "lnfw"};
     for (int k = 0; k < 2; k++) {
         int tm = find(r, nt, kinds[k], -1);
@@ -223,6 +230,15 @@ int main(int argc, char** argv) {
     free(lnf);
     free(got);
     double scoped = forward_loss(&model, t.train.inputs, t.train.targets);
+    // the cache emptied (the pools; at stage 3 the persistent units' copies too), twice:
+    // the second frees nothing; the next forward gathers what it needs again, its loss bit
+    // for bit the same
+    double freed = -1.0, freed2 = -1.0;
+    zeroCheck(zero_empty_cache(z, &freed));
+    zeroCheck(zero_empty_cache(z, &freed2));
+    check(t.rank, (tc->zero.stage < 3 ? freed >= 0.0 : freed > 0.0) && freed2 == 0.0,
+          "zero_empty_cache frees what is kept (at stage 3 some), then nothing");
+    check(t.rank, forward_loss(&model, t.train.inputs, t.train.targets) == scoped, "the forward after it: the same loss, bit for bit");
     write_all(t.rank, dir, "loss", (float[]){(float)before, (float)after, (float)scoped}, 3);
     for (int what = ZERO_STATE_MASTER; what <= ZERO_STATE_V; what++) {
         char name[32];

@@ -6,8 +6,9 @@
 # whole bit for bit, a forward pass leaving the gradient be, the changes read back (a
 # gradient halved before the step; after it, masters set whole and by parts, a persistent
 # unit's among them, m and v zeroed), gathered scopes (read only, and with the last rank as
-# the modifier: its changes kept on every rank, the others' not) and the next forward's
-# loss moved by them. Its files
+# the modifier: its changes kept on every rank, the others' not), the next forward's loss
+# moved by them, and zero_empty_cache (some bytes freed at stage 3, none the second time,
+# the next forward's loss unchanged). Its files
 # (every tensor's mean gradient, before and after the change; master, m and v after the
 # step and after the changes; the forward's losses) are compared here against the stage-0
 # single-rank run's, which also catches a rank that missed a change:
@@ -40,8 +41,8 @@ acc() {
     ACCESS_OUT="$tmp/$name" $MPIRUN -np "$n" $ACC $A "$@" > "$tmp/$name.log" 2>&1
     local rc=$? np nf
     np=$(grep -c '^PASS' "$tmp/$name.log"); nf=$(grep -c '^FAIL' "$tmp/$name.log")
-    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -eq 20 ]; then
-        ok "$name: the driver's 20 checks (phases, parts against the whole, set and read back)"
+    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -eq 23 ]; then
+        ok "$name: the driver's 23 checks (phases, parts against the whole, set and read back)"
     else
         bad "$name: exit $rc, $np passed: $(grep -m1 -E '^FAIL|error' "$tmp/$name.log")"
         return 1
@@ -100,4 +101,38 @@ acc z3n3 3 -b 2 -z 3 && compare z3n3 r6 near
 acc z3n4 4 -b 1 -z 3 && compare z3n4 r1 near
 acc mics 4 -b 1 -z 3 --mics-shard-size 2 && compare mics r1 near
 acc hpz 4 -b 1 -z 3 --zero-hpz-partition-size 2 && compare hpz r1 near
+# The same calls from inside a run (the test hook ZERO3_TEST_CHANGE_STEP=1, llmc/trainer.c:
+# after step 1, wte's master x1.5, the final layernorm's unit + 0.01 in a scope whose
+# modifier is the last rank, then zero_empty_cache): the losses of steps 2-3 against the
+# CPU trainer's at 1 rank stage 0 (and moved from the run without it), on the host engine
+# at 2 ranks stage 3, and the emulated fp32 GPU trainer's device engine (1 rank stage 3)
+# and host-staged backend (2 ranks stage 2: its GPU copies are uploaded once a step there, so
+# a change must mark them stale). Tolerance 1e-5 relative: the GPU trainer
+# against the CPU trainer on this model differs by 1e-6 (test_gpu_trainer.sh); a change
+# missed by one engine or rank moves the loss by 1e-2 or more.
+T="-e $tmp/model.bin -i $tmp/train.bin -t 64 -x 4 -v 0 -s 0 -l 1e-3"
+EMU32=${EMU32:-build/train_gpt2_zero3_emu_fp32}
+# changed NAME REF: NAME's 4 losses within 1e-5 of REF's
+changed() {
+    $PY - "$tmp/$1.json" "$tmp/$2.json" "$tmp/why" <<'EOF' && ok "$1: the run's changes (after step 1) as $2's" || bad "$1 against $2: $(tail -1 "$tmp/why")"
+import json, sys
+a, b = ([s["loss"] for s in json.load(open(f))["steps"]] for f in sys.argv[1:3])
+if len(a) != 4 or any(not abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b)):
+    open(sys.argv[3], "w").write(f"losses {a} against {b}\n"); sys.exit(1)
+EOF
+}
+if run plain 1 $T -b 4 -z 0 && ZERO3_TEST_CHANGE_STEP=1 run chg 1 $T -b 4 -z 0; then
+    $PY -c "
+import json, sys
+a, b = ([s['loss'] for s in json.load(open(f))['steps']] for f in sys.argv[1:3])
+sys.exit(0 if a[:2] == b[:2] and abs(a[2] - b[2]) > 1e-2 * abs(b[2]) else 1)" "$tmp/chg.json" "$tmp/plain.json" \
+        && ok "the hook's changes move step 2's loss (by over 1%), steps 0-1 untouched" || bad "the hook changed nothing, or too early"
+    ZERO3_TEST_CHANGE_STEP=1 run chg_h3 2 $T -b 2 -z 3 && changed chg_h3 chg
+    if [ -x "$EMU32" ]; then
+        ZERO3_TEST_CHANGE_STEP=1 BIN=$EMU32 run chg_d3 1 $T -b 4 -z 3 --zero-backend device && changed chg_d3 chg
+        ZERO3_TEST_CHANGE_STEP=1 BIN=$EMU32 run chg_s2 2 $T -b 2 -z 2 --zero-backend host && changed chg_s2 chg
+    else
+        bad "missing $EMU32 (make build/train_gpt2_zero3_emu_fp32)"
+    fi
+fi
 finish

@@ -597,6 +597,17 @@ int main(int argc, char** argv) {
             fail("zero_tensor_set_local of m");
         }
         check("m set to zero by parts reads back", memcmp(zeros.data(), got.data(), t1->size * sizeof(float)) == 0, "%g %g", 0.0, 0.0);
+        // the cache emptied: at stages 2-3 the pools (and at 3 the persistent units) freed,
+        // nothing the second time; the next forward allocates and gathers again and fetches
+        // the same parameters
+        double freed = -1.0, again = -1.0;
+        if (zero_empty_cache(z, &freed) != 0 || zero_empty_cache(z, &again) != 0) { fail("zero_empty_cache"); }
+        check("zero_empty_cache frees the pools (stages 2-3), then nothing", (stage >= 2 ? freed > 0.0 : freed >= 0.0) && again == 0.0,
+              "freed %g, then %g", freed, again);
+        max_fetch_err = 0.0;
+        if (run_pass(0, 0, 1, vis, 0) != 0) { fail("the forward after zero_empty_cache"); }
+        cudaStreamSynchronize(compute);
+        check("the forward after zero_empty_cache fetches the same parameters", max_fetch_err <= tol, "max err %g, tol %g", max_fetch_err, tol);
     }
 
     // a use out of schedule is refused with a message, not followed; so is a state saved
