@@ -212,10 +212,11 @@ static int zero_state_change(Zero* z, int what, int u, size_t begin, size_t n, c
     return z->ops->state_commit(z->impl, what, u);
 }
 
+// (a `what` that names no state is refused by zero_state_change's phase check, and by
+// zero_range_local's zero_state_shard)
 int zero_tensor_set(Zero* z, int what, int t, const float* in) {
     int u = 0;
     size_t lo = 0, hi = 0;
-    if (what < 0 || what >= ZERO_NUM_STATES) { return zero_error("zero: no state %d (the master, m, v or the gradient)", what); }
     if (zero_tensor_at(z, t, &u, &lo, &hi) != 0) { return -1; }
     return zero_state_change(z, what, u, lo, hi - lo, in);
 }
@@ -223,8 +224,7 @@ int zero_tensor_set(Zero* z, int what, int t, const float* in) {
 int zero_tensor_set_local(Zero* z, int what, int t, const float* in) {
     int u = 0;
     size_t lo = 0, hi = 0, b = 0, n = 0;
-    if (what < 0 || what >= ZERO_NUM_STATES) { return zero_error("zero: no state %d (the master, m, v or the gradient)", what); }
-    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0 || zero_tensor_local(z, what, t, &b, &n, NULL) != 0) { return -1; }
+    if (zero_tensor_at(z, t, &u, &lo, &hi) != 0 || zero_range_local(z, what, u, lo, hi, &b, &n, NULL) != 0) { return -1; }
     return zero_state_change(z, what, u, lo + b, n, in);
 }
 

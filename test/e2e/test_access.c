@@ -249,6 +249,9 @@ int main(int argc, char** argv) {
     free(want);
     check(t.rank, refused(zero_tensor_get(z, ZERO_STATE_MASTER, nt, all), "no tensor"), "a tensor past the table is refused");
     check(t.rank, refused(zero_tensor_get(z, ZERO_NUM_STATES, 0, all), "no state"), "a state that does not exist is refused");
+    check(t.rank, refused(zero_tensor_set(z, ZERO_NUM_STATES, 0, all), "no state"), "a change of a state that does not exist is refused");
+    check(t.rank, refused(zero_tensor_set_local(z, -1, 0, all), "no state"), "... and by parts");
+    check(t.rank, refused(zero_tensor_set_local(z, ZERO_STATE_MASTER, -1, all), "no tensor"), "a change of a tensor that does not exist is refused");
 
     if (t.rank == 0) { printf("%d passed, %d failed\n", passed, failed); }
     free(all);
