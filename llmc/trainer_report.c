@@ -195,6 +195,8 @@ int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* st
     cJSON_AddNumberToObject(mv, "update_ms", (zs.update_ms - tr->start.update_ms) / n);
     cJSON_AddNumberToObject(mv, "nvme_wait_ms", (zs.nvme_wait_ms - tr->start.nvme_wait_ms) / n);
     cJSON_AddNumberToObject(mv, "update_nvme_wait_ms", (zs.update_nvme_wait_ms - tr->start.update_nvme_wait_ms) / n);
+    cJSON_AddNumberToObject(mv, "param_reads_ahead", (zs.reads_ahead - tr->start.reads_ahead) / n);
+    cJSON_AddNumberToObject(mv, "param_reads_ahead_peak", zs.reads_ahead_peak);
 
     char* text = cJSON_Print(root);
     cJSON_Delete(root);

@@ -95,8 +95,7 @@ const OptRow zero_options[] = {
     { .key = ZO "offload_optimizer.pipeline_write", .type = OPT_BOOL, ZC(pipeline_write), .hi = 1, .def = "1", .trainer = OPT_BOTH,
       .help = "NVMe: write the step's sub-groups back while the next ones are updated (DeepSpeed's default: false)" },
     { .key = ZO "offload_param.buffer_count", .type = OPT_WHOLE, ZC(param_buffer_count), .lo = 1, .hi = 65536, .def = "5",
-      .trainer = OPT_BOTH, .help = "NVMe: the parameter store's buffers",
-      .no_effect = "one unit's parameter shard is read ahead from NVMe: the next one the prefetch window gathers" },
+      .trainer = OPT_BOTH, .help = "NVMe: buffers the parameter shards are read ahead into" },
 
     { .group = "Beyond one node (stage 3): MiCS, ZeRO++ and where the nodes are",
       .long_flag = "--mics-shard-size", .key = ZO "mics_shard_size", .type = OPT_WHOLE, ZC(mics_shard_size), .lo = 1,
@@ -285,6 +284,7 @@ void zero_config_warnings(const ZeroConfig* c, char* warnings, size_t cap) {
         { "offload_optimizer.pipeline_read", c->pipeline_read != d.pipeline_read, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
         { "offload_optimizer.pipeline_write", c->pipeline_write != d.pipeline_write, c->offload_optimizer == ZERO_OFFLOAD_NVME, "offload_optimizer nvme" },
         { "offload_param.max_in_cpu", c->max_in_cpu != d.max_in_cpu, c->offload_param == ZERO_OFFLOAD_NVME, "offload_param nvme" },
+        { "offload_param.buffer_count", c->param_buffer_count != d.param_buffer_count, c->offload_param == ZERO_OFFLOAD_NVME, "offload_param nvme" },
     };
     for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
         if (knobs[i].changed && !knobs[i].applies) {

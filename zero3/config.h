@@ -60,7 +60,7 @@ typedef struct ZeroConfig {
     char nvme_path[1024];               // offload_*.nvme_path, one for both; "" when unset
     int pin_memory;                     // offload_*.pin_memory, one for both; no effect: always pinned; 0
     int buffer_count;                   // offload_optimizer.buffer_count: NVMe step buffers; 4
-    int param_buffer_count;             // offload_param.buffer_count; no effect; 5
+    int param_buffer_count;             // offload_param.buffer_count: buffers parameter shards are read ahead into; 5
     int pipeline_read, pipeline_write;  // offload_optimizer.pipeline_read / pipeline_write: the NVMe step's overlap; 1
     long long max_in_cpu;               // offload_param.max_in_cpu; 1e9
     // beyond one node (stage 3): MiCS, ZeRO++ (hpZ, qwZ, qgZ), and where the nodes are

@@ -28,9 +28,8 @@
    below say why; docs/USAGE.md lists them): allgather_bucket_size (a unit is gathered
    whole: the unit is the bucket), overlap_comm (communication always overlaps:
    nonblocking collectives, NCCL on its own stream), contiguous_gradients (a unit's
-   gradient is one buffer already), reduce_scatter (stages 1-3 always reduce-scatter),
-   pin_memory (the GPU's host buffers are always pinned) and offload_param.buffer_count
-   (a unit's shard is read at a time).
+   gradient is one buffer already), reduce_scatter (stages 1-3 always reduce-scatter)
+   and pin_memory (the GPU's host buffers are always pinned).
  - A failed load leaves the configuration untouched: keys are applied to a copy that is
    committed only once the whole file has been read without error.
  - Bounded: a file of more than ZERO_CONFIG_MAX_BYTES (1 MiB; a DeepSpeed config is a few

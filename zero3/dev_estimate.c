@@ -95,6 +95,10 @@ int zero_dev_grad_pool_counts(const ZeroPlan* p, int stage, size_t* elems, int* 
     return 0;
 }
 
+int zero_dev_param_stages(const ZeroPlan* p, const ZeroConfig* cfg) {
+    return cfg->param_buffer_count < p->num_units ? cfg->param_buffer_count : p->num_units;
+}
+
 int zero_dev_tier_valid(int stage, ZeroOffload opt, ZeroOffload param) {
     if (stage < 0 || stage > 3 || (unsigned)opt > ZERO_OFFLOAD_NVME || (unsigned)param > ZERO_OFFLOAD_NVME) { return 0; }
     if (opt != ZERO_OFFLOAD_NONE && stage < 1) { return 0; }
@@ -158,7 +162,7 @@ static int zero_dev_est_host(const ZeroPlan* p, const ZeroSchedule* s, const Zer
     // the CPU), or with the parameters on NVMe their cached part
     if (cfg->offload_optimizer != ZERO_OFFLOAD_NONE) { e->host_params = param_nvme ? X * (double)cached : copies * X * S; }
     if (e->shard_free) { e->host_staging += ZERO_DEV_EST_GRAD_SLOTS * f * (double)smax; }
-    if (param_nvme) { e->host_staging += ZERO_DEV_EST_PARAM_STAGES * (double)zero_swap_align(smax_nvme * (size_t)X); }
+    if (param_nvme) { e->host_staging += zero_dev_param_stages(p, cfg) * (double)zero_swap_align(smax_nvme * (size_t)X); }
     if (opt_nvme || param_nvme) {
         ZeroSwapOpen o;
         memset(&o, 0, sizeof(o));

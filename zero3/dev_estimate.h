@@ -45,9 +45,9 @@
                    gradients in memory. The parameter shards the NVMe step writes stay on the
                    host, X S, or with --offload-param nvme only the ones max_in_cpu keeps (the
                    persistent units first, then in order, as zero_swap_placement).
-   param nvme      4 pinned buffers (ZERO_DEV_EST_PARAM_STAGES) of the largest shard on NVMe,
-                   X each in whole 4 KiB blocks (reads ahead go there, O_DIRECT), that a shard
-                   read is uploaded from
+   param nvme      offload_param.buffer_count pinned buffers (zero_dev_param_stages) of the
+                   largest shard on NVMe, X each in whole 4 KiB blocks (reads ahead go there,
+                   O_DIRECT), that a shard read is uploaded from
    swap module     its own buffers, as zero_swap_size counts them (zero3/swap.h): the
                    step's groups and the gradient's span above, one shard's staging for the
                    parameter region, 4 bytes of checksum per 4 KiB block of the swap file
@@ -73,7 +73,6 @@ extern "C" {
 
 #define ZERO_DEV_EST_MAX_POOLS 16      // distinct unit sizes a pool list holds (the engine's ZERO_DEV_MAX_POOLS)
 #define ZERO_DEV_EST_GRAD_SLOTS 4      // shard-free mode: gradient shards staged on their way to the host
-#define ZERO_DEV_EST_PARAM_STAGES 4    // parameters on NVMe: pinned buffers the shards read are uploaded from
 
 typedef struct {
     // per rank on the GPU, bytes (see the top)
@@ -105,6 +104,10 @@ int zero_dev_pool_counts(const ZeroPlan* p, ZeroSchedule* s, int stage, size_t* 
 // the embedding (unit 0) is among several: its gradient is open for the whole backward.
 // Other stages: *npools 0. Returns 0, or -1 with zero_error (too many sizes).
 int zero_dev_grad_pool_counts(const ZeroPlan* p, int stage, size_t* elems, int* count, int* npools);
+
+// Parameters on NVMe: the pinned buffers a shard read is uploaded from, all but one of
+// them for reads ahead: offload_param.buffer_count, at most one per unit.
+int zero_dev_param_stages(const ZeroPlan* p, const ZeroConfig* cfg);
 
 // Whether the device engine runs (or is to run) this tier: zero_config_validate's offload
 // rules, and parameter offload only with optimizer offload. 1 or 0.

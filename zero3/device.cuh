@@ -153,7 +153,7 @@ typedef struct {
 } ZeroDevSlot;
 
 // --offload-param nvme: a pinned buffer a shard read from NVMe is uploaded from
-#define ZERO_DEV_PSTAGES ZERO_DEV_EST_PARAM_STAGES
+// (offload_param.buffer_count of them)
 typedef struct {
     floatX* buf;          // (largest shard on NVMe, 4 KiB-rounded) 4 KiB-aligned inside `alloc`, for O_DIRECT
     void* alloc;
@@ -314,11 +314,12 @@ typedef struct ZeroDev {
     int* on_host;                 // (num_units) parameter nvme: the unit's shard stays in host memory
     floatX** unit_host;           // (num_units) parameter nvme: a cached shard, in host_shards; NULL: on NVMe
     floatX* host_shards;          // pinned: the cached shards
-    ZeroDevStage pstage[ZERO_DEV_PSTAGES];
-    int pstage_next;
+    ZeroDevStage* pstage;         // (npstage) parameter nvme: the ring of read buffers
+    int npstage, pstage_next;
     ZeroDevStage* pstage_last;    // the one zero_dev_param_src filled last
-    signed char* read_ahead;      // (num_units) parameter nvme: the pstage a read ahead of the unit fills, -1: none
-    long reads_ahead_used;        // gathers that found their shard read ahead (the tests look)
+    int* read_ahead;              // (num_units) parameter nvme: the pstage a read ahead of the unit fills, -1: none
+    long reads_ahead_used;        // gathers that found their shard read ahead
+    int reads_ahead_peak;         // the most pstages holding reads ahead at once
     ZeroDevStepPlan step;         // the optimizer step's layout, resolved at init
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)

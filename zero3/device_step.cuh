@@ -370,6 +370,8 @@ static int zero_dev_stats(void* impl, ZeroStats* out) {
         out->moved[ZERO_MOVE_NVME_WRITE] = c.write_bytes;
         out->nvme_wait_ms = c.wait_ms;
         out->update_nvme_wait_ms = c.step_wait_ms;
+        out->reads_ahead = (double)d->reads_ahead_used;
+        out->reads_ahead_peak = d->reads_ahead_peak;
         out->nvme_bytes = (double)d->swap.file_bytes;
     }
     out->padded_total = d->plan.padded_total;

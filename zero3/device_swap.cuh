@@ -13,9 +13,10 @@
    --offload-param nvme (stage 3): the units' floatX shards in the file's parameter
        region, but for max_in_cpu elements of them (the persistent units first) kept in
        pinned host memory (host_shards). The unit the pass driver will gather after its
-       window ahead (ZeroMover.upcoming) starts its read into one of a ring of pinned
-       buffers; its gather waits for that read (or reads then, unhinted) and uploads the
-       buffer as any offloaded shard.
+       window ahead (ZeroMover.upcoming), and the ones after it while the ring of pinned
+       buffers (offload_param.buffer_count) has more than one free, start their reads into
+       them; a gather waits for its unit's read (or reads then, unhinted, into the buffer
+       always kept for that) and uploads the buffer as any offloaded shard.
 
  --dpu with the optimizer on NVMe: the update thread streams the swap file while the GPU
  computes the next step's forward, until that step's first gradient shard must be added
@@ -28,9 +29,9 @@
 // the next pinned read buffer that no read ahead owns (round robin), once the upload issued
 // from it before has passed its event; NULL with zero_error when there is none
 static ZeroDevStage* zero_dev_pstage_take(ZeroDev* d) {
-    for (int k = 0; k < ZERO_DEV_PSTAGES; k++) {
+    for (int k = 0; k < d->npstage; k++) {
         ZeroDevStage* st = &d->pstage[d->pstage_next];
-        d->pstage_next = (d->pstage_next + 1) % ZERO_DEV_PSTAGES;
+        d->pstage_next = (d->pstage_next + 1) % d->npstage;
         if (st->reading >= 0) { continue; }
         if (st->used && zero_gpu_wait(NULL, st->up_ev, "waiting for a shard's upload") != 0) { return NULL; }
         st->used = 0;
@@ -40,20 +41,24 @@ static ZeroDevStage* zero_dev_pstage_take(ZeroDev* d) {
     return NULL;
 }
 
-// The mover's hint (ZeroMover.upcoming): unit u's gather comes next, after those just
-// started. A unit on NVMe starts its read into a pinned buffer now, to be waited for when
-// its gather starts; without a free buffer the hint is let go (the gather reads then).
+// The mover's hint (ZeroMover.upcoming): unit u's gather comes after those started. A unit
+// on NVMe starts its read into a pinned buffer now, to be waited for when its gather
+// starts; 1 then, or when it needs no read (being read, or cached), so that the next unit
+// is hinted too. 0 stops the hints: no NVMe, or no free buffer but the one kept for the
+// gathers that were not hinted.
 static int zero_dev_upcoming(void* be, int u) {
     ZeroDev* d = (ZeroDev*)be;
-    if (!d->param_nvme || d->unit_host[u] != NULL || d->read_ahead[u] >= 0) { return 0; }
-    int owned = 0;  // (one buffer is kept for the gathers that were not hinted)
-    for (int i = 0; i < ZERO_DEV_PSTAGES; i++) { owned += d->pstage[i].reading >= 0; }
-    if (owned >= ZERO_DEV_PSTAGES - 1) { return 0; }
+    if (!d->param_nvme) { return 0; }
+    if (d->unit_host[u] != NULL || d->read_ahead[u] >= 0) { return 1; }
+    int owned = 0;
+    for (int i = 0; i < d->npstage; i++) { owned += d->pstage[i].reading >= 0; }
+    if (owned >= d->npstage - 1) { return 0; }
     ZeroDevStage* st = zero_dev_pstage_take(d);
     if (st == NULL || zero_swap_param_read_start(&d->swap, u, st->buf) != 0) { return -1; }
     st->reading = u;
-    d->read_ahead[u] = (signed char)(st - d->pstage);
-    return 0;
+    d->read_ahead[u] = (int)(st - d->pstage);
+    if (owned + 1 > d->reads_ahead_peak) { d->reads_ahead_peak = owned + 1; }
+    return 1;
 }
 
 // where unit u's floatX shard is on the host (parameter offload): the shards' array
@@ -154,10 +159,12 @@ static int zero_dev_swap_init(ZeroDev* d) {
         // 4 KiB-aligned whole blocks (a read ahead is O_DIRECT into them): counted as the
         // estimate counts them, the alignment's slack apart
         size_t bytes = zero_swap_align(largest_shard * sizeof(floatX));
-        d->read_ahead = (signed char*)malloc((size_t)p->num_units);
-        if (d->read_ahead == NULL) { return zero_error("zero device: out of memory"); }
-        memset(d->read_ahead, -1, (size_t)p->num_units);
-        for (int i = 0; i < ZERO_DEV_PSTAGES; i++) {
+        d->npstage = zero_dev_param_stages(p, &d->cfg);
+        d->read_ahead = (int*)malloc((size_t)p->num_units * sizeof(int));
+        d->pstage = (ZeroDevStage*)calloc((size_t)d->npstage, sizeof(ZeroDevStage));
+        if (d->read_ahead == NULL || d->pstage == NULL) { return zero_error("zero device: out of memory"); }
+        for (int u = 0; u < p->num_units; u++) { d->read_ahead[u] = -1; }
+        for (int i = 0; i < d->npstage; i++) {
             ZeroDevStage* st = &d->pstage[i];
             double ignored = 0;
             st->reading = -1;
@@ -192,12 +199,12 @@ static int zero_dev_swap_init(ZeroDev* d) {
 
 static void zero_dev_swap_free(ZeroDev* d) {
     if (d->swap_open) { zero_swap_close(&d->swap); }
-    for (int i = 0; i < ZERO_DEV_PSTAGES; i++) {
+    for (int i = 0; i < d->npstage; i++) {
         if (d->pstage[i].alloc != NULL) { cudaFreeHost(d->pstage[i].alloc); }
         if (d->pstage[i].up_ev != NULL) { cudaEventDestroy(d->pstage[i].up_ev); }
     }
     if (d->host_shards != NULL) { cudaFreeHost(d->host_shards); }
-    free(d->segs); free(d->on_host); free(d->unit_host); free(d->read_ahead);
+    free(d->segs); free(d->on_host); free(d->unit_host); free(d->read_ahead); free(d->pstage);
 }
 
 // ----------------------------------------------------------------------------

@@ -60,33 +60,63 @@ size_t zero_ahead_bytes(const ZeroPlan* p, size_t param_file_bytes) {
     return zero_swap_align(m * sizeof(float));
 }
 
-// The read ahead, if any, is over and forgotten: a guess the schedule overtook, or one
-// left at a pass's end (the step and a load change the shards it read).
-static int zero_ahead_drop(ZeroHost* e) {
-    int u = e->ahead_unit;
-    e->ahead_unit = -1;
-    return u >= 0 ? zero_swap_param_wait(&e->swap, u) : 0;
+int zero_ahead_count(const ZeroPlan* p, const ZeroConfig* cfg, size_t param_file_bytes) {
+    if (param_file_bytes == 0) { return 0; }
+    return cfg->param_buffer_count < p->num_units ? cfg->param_buffer_count : p->num_units;
 }
 
-// ZeroMover.upcoming: unit u's gather is next; with its shard on NVMe, it is read into
-// the read-ahead buffer now, overlapping the compute of the units before it
+// the read-ahead buffer that holds (or is being filled with) unit u's shard, or -1
+static int zero_ahead_find(const ZeroHost* e, int u) {
+    for (int k = 0; k < e->nahead; k++) {
+        if (e->ahead_unit[k] == u) { return k; }
+    }
+    return -1;
+}
+
+// Every read ahead is over and forgotten, at a pass's end: a guess the schedule overtook,
+// or one the pass did not reach (the step and a load change the shards they read).
+static int zero_ahead_drop(ZeroHost* e) {
+    int rc = 0;
+    for (int k = 0; k < e->nahead; k++) {
+        int u = e->ahead_unit[k];
+        e->ahead_unit[k] = -1;
+        if (u >= 0 && zero_swap_param_wait(&e->swap, u) != 0) { rc = -1; }
+    }
+    return rc;
+}
+
+// ZeroMover.upcoming: unit u's gather comes after those started. With its shard on NVMe
+// and a read-ahead buffer free (offload_param.buffer_count of them), its read starts now,
+// overlapping the compute of the units before it; 1 then (or when it is being read
+// already), so that the pass driver may hint the unit after it. 0 stops the hints: a unit
+// whose shard is in memory, or no free buffer. A deferred update is carried through u
+// first; the hints stop where they do so that it is carried no further than the reads.
 static int zero_host_upcoming(void* be, int u) {
     ZeroHost* e = (ZeroHost*)be;
+    if (zero_ahead_find(e, u) >= 0) { return 1; }  // being read already
+    int nvme = e->nahead > 0 && zero_param_shard(e, u) == NULL;
+    int k = nvme ? zero_ahead_find(e, -1) : -1;
+    if (nvme && k < 0) { return 0; }  // every buffer holds an earlier hint's read
     if (zero_host_update_through(e, u) != 0) { return -1; }  // (a deferred update: u's shard first)
-    if (e->ahead_buf == NULL || e->ahead_unit == u || zero_param_shard(e, u) != NULL) { return 0; }
-    if (zero_ahead_drop(e) != 0 || zero_swap_param_read_start(&e->swap, u, e->ahead_buf) != 0) { return -1; }
-    e->ahead_unit = u;
-    return 0;
+    if (!nvme) { return 0; }
+    if (zero_swap_param_read_start(&e->swap, u, e->ahead_buf + (size_t)k * e->ahead_bytes) != 0) { return -1; }
+    e->ahead_unit[k] = u;
+    int busy = 0;
+    for (int i = 0; i < e->nahead; i++) { busy += e->ahead_unit[i] >= 0; }
+    if (busy > e->reads_ahead_peak) { e->reads_ahead_peak = busy; }
+    return 1;
 }
 
-// this rank's shard of unit u into dst: from the read ahead when it is u's (waited for
+// this rank's shard of unit u into dst: from its read ahead if there is one (waited for
 // now if it is still coming), else from the store
 static int zero_shard_for_gather(ZeroHost* e, int u, float* dst) {
     size_t n = e->plan.units[u].shard;
-    if (e->ahead_unit != u) { return zero_param_shard_get(e, u, dst, n); }
-    e->ahead_unit = -1;
+    int k = zero_ahead_find(e, u);
+    if (k < 0) { return zero_param_shard_get(e, u, dst, n); }
+    e->ahead_unit[k] = -1;
     if (zero_swap_param_wait(&e->swap, u) != 0) { return -1; }
-    memcpy(dst, e->ahead_buf, n * sizeof(float));
+    memcpy(dst, e->ahead_buf + (size_t)k * e->ahead_bytes, n * sizeof(float));
+    e->reads_ahead++;
     return 0;
 }
 
@@ -288,7 +318,7 @@ int zero_host_end(void* impl) {
 void zero_host_free(void* impl) {
     ZeroHost* e = (ZeroHost*)impl;
     if (e == NULL) { return; }
-    zero_swap_close(&e->swap);  // first: it waits for a read ahead still landing in ahead_buf
+    zero_swap_close(&e->swap);  // first: it waits for reads ahead still landing in ahead_buf
     for (int u = 0; u < e->plan.num_units; u++) {
         if (e->unit_buf != NULL) { free(e->unit_buf[u]); }
         if (e->grad_buf != NULL) { free(e->grad_buf[u]); }
@@ -300,7 +330,7 @@ void zero_host_free(void* impl) {
     free(e->tensors); free(e->unit_buf); free(e->unit_req); free(e->grad_buf); free(e->red_req); free(e->red_recv); free(e->red_stage);
     for (int i = 0; i < e->npool; i++) { free(e->pool[i].ptr); }
     free(e->segs); free(e->step.pieces); free(e->host_grads); free(e->host_master);
-    free(e->param_ptr); free(e->ahead_buf);
+    free(e->param_ptr); free(e->ahead_buf); free(e->ahead_unit);
     zero_schedule_free(&e->sched);
     zero_plan_free(&e->plan);
     free(e->sec); free(e->unit_how);
@@ -335,6 +365,8 @@ int zero_host_stats(void* impl, ZeroStats* s) {
     s->update_ms = e->update_ms;
     s->nvme_wait_ms = sc.wait_ms;
     s->update_nvme_wait_ms = e->update_nvme_wait_ms;
+    s->reads_ahead = (double)e->reads_ahead;
+    s->reads_ahead_peak = e->reads_ahead_peak;
     memcpy(s->mem, e->mem.peak, sizeof(s->mem));
     s->mem_peak = e->mem.total_peak;
     s->nvme_bytes = e->mem.nvme_bytes;

@@ -22,11 +22,12 @@
  shard_total is then held in memory, at any point (init, step, checkpoints): the host holds
  the units being gathered or reduced, the step's group buffers and two shards' staging, so
  a rank's memory is bounded by a few of the largest unit, not by the model. With the
- parameters on NVMe (--offload-param nvme) the shard of the unit the prefetch window
- gathers next is read ahead (ZeroMover.upcoming) while the units before it compute, so
- that its gather starts from memory as before, where it started the collective: the read
- overlaps one unit's compute, the gather the next one's. The step writes each unit's
- updated shard while the next one is updated (zero3/swap.h).
+ parameters on NVMe (--offload-param nvme) the shards of the units the prefetch window
+ gathers next, as many as offload_param.buffer_count buffers hold, are read ahead
+ (ZeroMover.upcoming) while the units before them compute, so that each gather starts
+ from memory as before, where it started the collective: the reads overlap the compute of
+ the units ahead of them, the gather the next unit's. The step writes each unit's updated
+ shard while the next one is updated (zero3/swap.h).
 
  The calls are zero3/zero.h's, through zero_host_ops; the order of the uses and every
  keep, release, prefetch and reduction-window decision is zero3/schedule.h's. Each
@@ -119,12 +120,14 @@ typedef struct ZeroHost {
     // the unit's first gather after a step; later gathers of the unit read it
     float* sec;             // (padded_total / hpz.world)
     unsigned char* unit_how;// (num_units) how the gather in flight reads the unit (ZERO_GATHER_*: on hpz from the slices)
-    // --offload-param nvme: the shard of the unit the window ahead gathers next
-    // (ZeroMover.upcoming), read ahead into this buffer so that its gather_start finds it
-    char* ahead_buf;        // zero_ahead_bytes, 4 KiB-aligned; NULL without a parameter region
-    size_t ahead_bytes;
-    int ahead_unit;         // the unit being read (or read) into it, -1 if none
-    unsigned char* unit_read;  // (num_units) the gather's shard is being read ahead from NVMe: its collective starts at the wait
+    // --offload-param nvme: the shards of the units the window ahead gathers next
+    // (ZeroMover.upcoming), read ahead into these buffers so that their gather_start finds them
+    char* ahead_buf;        // (nahead x ahead_bytes), 4 KiB-aligned; NULL without a parameter region
+    size_t ahead_bytes;     // zero_ahead_bytes: the largest shard
+    int nahead;             // zero_ahead_count: offload_param.buffer_count, at most a buffer per unit
+    int* ahead_unit;        // (nahead) the unit being read (or read) into each buffer, -1 if none
+    long reads_ahead;       // gathers that found their shard read ahead
+    int reads_ahead_peak;   // the most buffers holding reads ahead at once
     size_t unit_slack;      // elements past a unit's padded size in the pool's unit buffers (zero_unit_slack)
     int num_tensors;
     ZeroTensor* tensors;

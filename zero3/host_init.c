@@ -49,10 +49,13 @@ static int zero_param_store_init(ZeroHost* e) {
         e->mem.nvme_bytes = (double)e->swap.file_bytes;
         e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->swap.host_bytes;  // its buffers, the blocks' checksums
     }
-    if ((e->ahead_bytes = zero_ahead_bytes(p, file_bytes)) > 0) {
-        e->ahead_buf = (char*)nvme_alloc(e->ahead_bytes);  // huge pages: few segments per O_DIRECT request
-        if (e->ahead_buf == NULL) { zero_error("zero: out of memory for the parameter read-ahead buffer"); goto done; }
-        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->ahead_bytes;
+    if ((e->nahead = zero_ahead_count(p, &e->cfg, file_bytes)) > 0) {
+        e->ahead_bytes = zero_ahead_bytes(p, file_bytes);
+        e->ahead_buf = (char*)nvme_alloc((size_t)e->nahead * e->ahead_bytes);  // huge pages: few segments per O_DIRECT request
+        e->ahead_unit = (int*)malloc((size_t)e->nahead * sizeof(int));
+        if (e->ahead_buf == NULL || e->ahead_unit == NULL) { zero_error("zero: out of memory for the parameters' read-ahead buffers"); goto done; }
+        for (int k = 0; k < e->nahead; k++) { e->ahead_unit[k] = -1; }  // nothing read ahead
+        e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->nahead * (double)e->ahead_bytes;
     }
     e->mem.peak[ZERO_MEM_HOST_BUFFERS] = e->mem.current[ZERO_MEM_HOST_BUFFERS];
     size_t host_off = 0;
@@ -164,7 +167,6 @@ int zero_host_init(void* impl, const ZeroInit* in) {
     e->stage = cfg->stage;
     e->offload_opt = cfg->offload_optimizer;
     e->offload_param = cfg->offload_param;
-    e->ahead_unit = -1;  // nothing read ahead
     e->defer_update = e->stage == 3 && e->offload_opt == ZERO_OFFLOAD_NVME;  // (host.h's note)
     if (e->offload_param != ZERO_OFFLOAD_NONE && e->stage != 3) {
         return zero_error("zero: parameter offload needs ZeRO stage 3");

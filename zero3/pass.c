@@ -42,26 +42,24 @@ static int zero_pass_gather(ZeroPass* p, int u) {
     return p->mv->gather_start(p->be, u, how);
 }
 
-// the first unit at or after use `from` of this pass that is not gathered nor in flight:
-// what the window ahead will gather next, or -1
-static int zero_pass_next_gather(const ZeroPass* p, int from) {
-    const ZeroSchedule* s = p->sched;
-    for (int i = from; s->gathers && i < s->len[s->pass]; i++) {
-        int u = s->unit[s->pass][i];
-        if (s->state[u] == ZERO_UNIT_NOT_LIVE && !s->persistent[u]) { return u; }
-    }
-    return -1;
-}
-
 // starts the gathers the schedule's window ahead asks for, after the use before `from`,
-// and tells the mover which unit comes next (ZeroMover.upcoming)
+// and tells the mover which units come next (ZeroMover.upcoming): those at or after use
+// `from` that are neither gathered nor in flight, in the order the window will gather
+// them, while the mover takes them. (Not those hpZ gathers from its slices: their shards
+// are not read.)
 static int zero_pass_prefetch(ZeroPass* p, int from) {
+    const ZeroSchedule* s = p->sched;
     int n = zero_schedule_prefetch(p->sched, from, p->ahead);
     for (int k = 0; k < n; k++) {
         if (zero_pass_gather(p, p->ahead[k]) != 0) { return -1; }
     }
-    int next = p->mv->upcoming != NULL ? zero_pass_next_gather(p, from) : -1;
-    return next >= 0 ? p->mv->upcoming(p->be, next) : 0;
+    for (int i = from; p->mv->upcoming != NULL && s->gathers && i < s->len[s->pass]; i++) {
+        int u = s->unit[s->pass][i];
+        if (s->state[u] != ZERO_UNIT_NOT_LIVE || s->persistent[u] || (p->sec_ok != NULL && p->sec_ok[u])) { continue; }
+        int rc = p->mv->upcoming(p->be, u);
+        if (rc <= 0) { return rc; }
+    }
+    return 0;
 }
 
 // unit u's gather, if one is in flight, is done

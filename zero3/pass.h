@@ -57,10 +57,13 @@ typedef struct {
     // optional: gives the collectives in flight a turn at each unit boundary (Open MPI moves
     // a host collective on only while the rank is inside an MPI call)
     int (*poll)(void* be);
-    // optional: unit u is the next one the window ahead will gather, after the gathers it
-    // has just started: an engine whose shards come from a slow tier (NVMe) may start
-    // reading it now, so that its gather_start finds it read. A hint: the schedule may
-    // gather another unit first; nothing about collectives may depend on it.
+    // optional: unit u is one the window ahead will gather later, the next one after the
+    // gathers it has just started and after the units hinted before it in this call: an
+    // engine whose shards come from a slow tier (NVMe) may start reading it now, so that
+    // its gather_start finds it read. Returns 1 to be told the unit after u too (u is
+    // being read; a free buffer may take the next), 0 to hear no more until the next
+    // fetch, -1 on error. A hint: the schedule may gather another unit first; nothing
+    // about collectives may depend on it.
     int (*upcoming)(void* be, int u);
 } ZeroMover;
 

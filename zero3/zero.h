@@ -123,6 +123,8 @@ typedef struct {
     double update_ms;                         // the AdamW update's time, wherever it runs
     double nvme_wait_ms;                      // time blocked on the NVMe tier's I/O (host engine)
     double update_nvme_wait_ms;               // the part of nvme_wait_ms inside the update
+    double reads_ahead;                       // gathers that found their parameter shard read ahead from NVMe
+    int reads_ahead_peak;                     // the most parameter shards read ahead at once (offload_param.buffer_count)
     double mem[ZERO_MEM_KINDS];               // peak bytes of each kind
     double mem_peak;                          // the peak of the compute-side kinds together
     double nvme_bytes;                        // the swap file

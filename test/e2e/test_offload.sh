@@ -110,7 +110,29 @@ m, shard = off["memory"]["per_rank"][0], base["memory"]["per_rank"][0]["params"]
 assert m["params"] == 0 and m["nvme"] >= shard, m           # every shard in the file (4 KiB-padded per unit)
 t = off["transfers_per_step"]
 assert t["nvme_read"] >= shard and t["nvme_write"] >= shard, t
+assert t["param_reads_ahead"] > 0 and 1 <= t["param_reads_ahead_peak"] <= 5, t
+assert base["transfers_per_step"]["param_reads_ahead_peak"] == 0
 EOF2
+
+# offload_param.buffer_count: the shards read ahead at once. With no window ahead
+# (--prefetch 0) every gather is one the pass driver hints first, so the reads run as far
+# ahead as the buffers allow: the report's peak is the count itself (the test model has
+# more units than 3), and the losses do not move.
+for bc in 1 3; do
+    printf '{"zero_optimization": {"offload_param": {"device": "nvme", "nvme_path": "%s", "buffer_count": %d, "max_in_cpu": 0}}}\n' \
+        "$tmp/nvme" $bc > "$tmp/pbc_cfg.json"
+    if run pbc 2 $STD -b 4 -z 3 --ds-config "$tmp/pbc_cfg.json" --prefetch 0 --param-persistence-threshold 0 --offload-optimizer cpu; then
+        $PY - "$tmp/pbc.json" $bc <<'EOF2' && same_losses "$tmp/base2_3.json" "$tmp/pbc.json" \
+            && ok "offload_param.buffer_count $bc: $bc shards read ahead at most and at once, losses bit-identical" \
+            || bad "offload_param.buffer_count $bc: $(grep -o '"param_reads_ahead[a-z_]*":[[:space:]]*[0-9.e+]*' "$tmp/pbc.json" | tr '\n' ' ') $(maxdiff "$tmp/la" "$tmp/lb")"
+import json, sys
+t = json.load(open(sys.argv[1]))["transfers_per_step"]
+assert t["param_reads_ahead_peak"] == int(sys.argv[2]) and t["param_reads_ahead"] > 0, t
+EOF2
+    else
+        bad "offload_param.buffer_count $bc: run failed"
+    fi
+done
 
 # resume with the moments and most parameter shards on NVMe: bit-identical to running straight through
 R="-e $tmp/model.bin -i $tmp/train.bin -j $tmp/train.bin -t 64 -v 0 -s 0 -b 4 --shuffle 1 -k constant -u 2 -l 1e-3 -c 0.1 -z 3 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 4096 --offload-param nvme --max-in-cpu 30000"

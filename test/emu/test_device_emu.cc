@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     int stage = 0, offload = 0, dpu = 0, accum = 1, steps = 3, prefetch = 2, resume_at = -1, host_sync = 1;
     ZeroCommDtype comm = ZERO_COMM_MODEL;
     long long persistence = 100, max_live = 1000000000LL;
-    int per_node = 0, mics = -1, hpz = 1, qw = 0, qg = 0, layers = 2;
+    int per_node = 0, mics = -1, hpz = 1, qw = 0, qg = 0, layers = 2, param_buffers = 0;
     float clip = 1.0f;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-z") == 0) { stage = atoi(argv[i + 1]); }
@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
             if (zero_parse_comm_dtype("-m", argv[i + 1], &comm) != 0) { fprintf(stderr, "%s\n", zero_errmsg()); MPI_Abort(MPI_COMM_WORLD, 2); }
         }
         else if (strcmp(argv[i], "-L") == 0) { layers = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-B") == 0) { param_buffers = atoi(argv[i + 1]); }
         else { fprintf(stderr, "test_device_emu: unknown flag %s\n", argv[i]); MPI_Abort(MPI_COMM_WORLD, 2); }
     }
 
@@ -170,6 +171,7 @@ int main(int argc, char** argv) {
     if (offload >= 3) {  // every parameter shard in the swap file (the persistent units' stay cached)
         snprintf(zc.nvme_path, sizeof(zc.nvme_path), "%s", getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
         zc.max_in_cpu = 0;
+        if (param_buffers > 0) { zc.param_buffer_count = param_buffers; }
     }
     zc.prefetch_depth = prefetch;
     zc.param_persistence_threshold = persistence;
@@ -555,10 +557,18 @@ int main(int argc, char** argv) {
         check("gradient downloads and parameter uploads on a copy stream each", apart, "%g %g", 0.0, 0.0);
     }
 
-    // the parameters on NVMe: gathers find their shard read ahead (the pass driver's hint)
+    // the parameters on NVMe: gathers find their shard read ahead (the pass driver's
+    // hints), with at most all but one of the offload_param.buffer_count buffers holding
+    // reads ahead; without a window ahead (-f 0) the hints run that far ahead at a pass's
+    // start (more units than buffers here)
     if (offload == 3 && persistence == 0) {
-        long used = ((const ZeroDev*)zero_engine_state(z))->reads_ahead_used;
-        check("parameters on NVMe: gathers find their shard read ahead", used > 0, "%g reads ahead used %g", (double)used, 0.0);
+        const ZeroDev* d = (const ZeroDev*)zero_engine_state(z);
+        long used = d->reads_ahead_used;
+        int most = d->npstage - 1, peak = d->reads_ahead_peak;
+        check("parameters on NVMe: gathers find their shard read ahead", most > 0 ? used > 0 : used == 0, "%g reads ahead used, %g buffers",
+              (double)used, (double)d->npstage);
+        check("parameters on NVMe: reads ahead at once, as buffer_count allows", prefetch == 0 || most == 0 ? peak == most : peak >= 1 && peak <= most,
+              "%g at most, %g allowed", (double)peak, (double)most);
     }
 
     // the tensor calls' changes: the master of the first tensor set whole (zero_tensor_set)

@@ -71,6 +71,10 @@ TMPDIR=$tmp emu 3 -z 3 -o 3 -t 0 -a 2 -n 4
 TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 3 -k 0 -n 3
 TMPDIR=$tmp emu 3 -z 3 -o 3 -n 4 -r 2
 TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 3 -L 8 -n 2   # 10 units: the pinned read buffers reused inside a pass
+# offload_param.buffer_count: 3 buffers, no window ahead (the reads run 2 units ahead), and
+# 1 (no read ahead: every gather reads its shard then)
+TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 0 -L 8 -B 3 -n 2
+TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 0 -L 8 -B 1 -n 2
 # the optimizer on NVMe with --dpu (-o 4: the parameters on the CPU), and across a resume
 TMPDIR=$tmp emu 3 -z 3 -o 4 -p 1 -t 0 -n 4
 TMPDIR=$tmp emu 2 -z 3 -o 4 -p 1 -n 5 -r 2

@@ -168,13 +168,14 @@ Test(config, full_deepspeed_json) {
     const char* no_effect[] = {
         "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients", "zero_optimization.reduce_scatter",
         "zero_optimization.allgather_bucket_size", "zero_optimization.offload_optimizer.pin_memory",
-        "zero_optimization.offload_param.pin_memory", "zero_optimization.offload_param.buffer_count",
+        "zero_optimization.offload_param.pin_memory",
     };
     for (size_t i = 0; i < sizeof(no_effect) / sizeof(no_effect[0]); i++) {
         snprintf(expect, sizeof(expect), "key '%s' is accepted but has no effect: ", no_effect[i]);
         cr_assert(strstr(warn, expect) != NULL, "missing: %s\nin: %s", expect, warn);
     }
     cr_assert_eq(count_lines(warn), 1 + (int)(sizeof(no_effect) / sizeof(no_effect[0])), "%s", warn);
+    cr_assert(strstr(warn, "offload_param.buffer_count") == NULL, "it sets the reads ahead: %s", warn);
 }
 
 // Knobs of a mode that is off are reported, once each, and only when given: the
@@ -190,13 +191,15 @@ Test(config, settings_without_effect_warn) {
     c.max_reuse_distance = 0;
     c.sub_group_size = 1000;
     c.max_in_cpu = 5;
+    c.param_buffer_count = 2;
     c.offload_optimizer = ZERO_OFFLOAD_CPU;
     zero_config_warnings(&c, warn, sizeof(warn));
     cr_assert(strstr(warn, "prefetch_bucket_size has no effect without ZeRO stage 3") != NULL, "%s", warn);
     cr_assert(strstr(warn, "max_reuse_distance has no effect without ZeRO stage 3") != NULL, "%s", warn);
     cr_assert(strstr(warn, "sub_group_size has no effect without offload_optimizer nvme") != NULL, "%s", warn);
     cr_assert(strstr(warn, "max_in_cpu has no effect without offload_param nvme") != NULL, "%s", warn);
-    cr_assert_eq(count_lines(warn), 4, "%s", warn);
+    cr_assert(strstr(warn, "offload_param.buffer_count has no effect without offload_param nvme") != NULL, "%s", warn);
+    cr_assert_eq(count_lines(warn), 5, "%s", warn);
     // the same settings where they apply: no warning
     warn[0] = '\0';
     c.stage = 3;
@@ -1230,12 +1233,16 @@ Test(dev_estimate, nvme_by_hand) {
     near(e.nvme, nvme, "the swap file");
     double host = 2.0 * 128                 // the cached norm's shard
                 + 4 * 4 * 1280.0            // the gradients' staging slots
-                + 4 * 4096.0                // the engine's 4 pinned buffers a shard read is uploaded from (bf16, 4 KiB blocks)
+                + 5 * 4096.0                // the engine's 5 pinned buffers (offload_param.buffer_count) a shard read is uploaded from (bf16, 4 KiB blocks)
                 + 2 * 4096.0                // the swap module's two staging buffers of a shard (bf16, 4 KiB-aligned)
                 + 4 * 4 * 5120 * 4.0        // 4 sets of 4 group buffers, a group the whole (1024-rounded) shard
                 + (8192.0 + 4096)           // one gradient shard's span staged for the file
                 + (double)nvme_sums_bytes((size_t)nvme);
     near(e.host, host, "the host");
+    c.param_buffer_count = 2;
+    near(dev_est(3, NV_, NV_, 0, &c).host, host - 3 * 4096.0, "offload_param.buffer_count 2: 2 pinned buffers");
+    c.param_buffer_count = 1000;  // (more than the units: one per unit)
+    near(dev_est(3, NV_, NV_, 0, &c).host, host + (dev_model().num_units - 5) * 4096.0, "one buffer per unit at most");
     ZeroDevEstimate np = dev_est(3, NV_, NO_, 0, NULL);
     near(np.nvme, 16.0 * 5120, "optimizer nvme alone: the optimizer's regions");
     near(np.host_params, 2 * DEV_S, "the parameter shards the NVMe step writes stay on the host");

@@ -372,6 +372,92 @@ Test(pass, hpz_gathers_from_slices_until_the_parameters_change) {
     fixture_free(&f);
 }
 
+// The hints (ZeroMover.upcoming): the units the window will gather next, in the order it
+// will, as many as the mover takes. This mover takes up to `take` units at once (as an
+// engine has buffers) and a gather consumes its unit's hint.
+typedef struct {
+    Rec rec;
+    int take, out[4], nout, most;  // hinted, not yet gathered; the most at once
+    int order[64], norder;         // every hint taken, in order
+    int gathers, hits, wasted;     // gathers; of them, found hinted; hinted but read from hpZ's slices
+} Hints;
+
+static int hints_find(const Hints* h, int u) {
+    for (int i = 0; i < h->nout; i++) {
+        if (h->out[i] == u) { return i; }
+    }
+    return -1;
+}
+static int hints_upcoming(void* be, int u) {
+    Hints* h = (Hints*)be;
+    if (hints_find(h, u) >= 0) { return 1; }
+    if (h->nout >= h->take) { return 0; }
+    h->out[h->nout++] = u;
+    if (h->nout > h->most) { h->most = h->nout; }
+    if (h->norder < 64) { h->order[h->norder++] = u; }
+    return 1;
+}
+static int hints_gather(void* be, int u, int how) {
+    Hints* h = (Hints*)be;
+    int i = hints_find(h, u);
+    h->gathers++;
+    if (i >= 0) {
+        h->hits++;
+        h->wasted += how == ZERO_GATHER_SLICES;
+        h->out[i] = h->out[--h->nout];
+    }
+    return rec_gather(&h->rec, u, how);
+}
+static int hints_free(void* be, int u) { return rec_free(&((Hints*)be)->rec, u); }
+static const ZeroMover HINTS_MOVER = {
+    .gather_start = hints_gather, .gather_wait = rec_wait, .gather_free = hints_free, .params = rec_params,
+    .grad_buf = rec_grad, .reduce_start = rec_reduce_start, .reduce_complete = rec_reduce_complete, .poll = NULL,
+    .upcoming = hints_upcoming,
+};
+
+Test(pass, hints_run_ahead_while_the_mover_takes_them) {
+    ZeroConfig c = stage3();
+    c.prefetch_depth = 0;      // no window: each gather at its use, each hinted first
+    c.max_reuse_distance = 0;  // the backward gathers the blocks again
+    for (int take = 0; take <= 3; take++) {
+        Fixture f;
+        fixture(&f, &c);
+        ZeroPass p;
+        Hints h;
+        memset(&h, 0, sizeof(h));
+        h.take = take;
+        rec_padded = f.s.padded;
+        cr_assert_eq(zero_pass_init(&p, &f.s, &HINTS_MOVER, &h, 3, 0), 0, "%s", zero_errmsg());
+        cr_assert_eq(zero_pass_walk(&p), 0, "%s", zero_errmsg());
+        // training 0 1 2 _ 0 0 _ 2 1 (gathered: 0 1 2 0 2 1, the second 0 kept from the first),
+        // forward 0 1 2 _ 0 (all gathered)
+        cr_assert_eq(h.gathers, 10, "take %d: %d gathers", take, h.gathers);
+        cr_assert_eq(h.hits, take > 0 ? h.gathers : 0, "take %d: %d of %d gathers hinted", take, h.hits, h.gathers);
+        cr_assert_eq(h.most, take, "take %d: %d at once", take, h.most);
+        cr_assert_eq(h.nout, 0, "take %d: a hint never gathered", take);
+        if (take == 1) {  // one at a time: the hints are the gathers, in order
+            static const int want[10] = {0, 1, 2, 0, 2, 1, 0, 1, 2, 0};
+            cr_assert_eq(h.norder, 10);
+            for (int i = 0; i < 10; i++) { cr_assert_eq(h.order[i], want[i], "hint %d: %d", i, h.order[i]); }
+        }
+        zero_pass_free(&p);
+        fixture_free(&f);
+    }
+    // hpZ: the gathers from the slices read no shards, so they are never hinted
+    Fixture f;
+    fixture(&f, &c);
+    ZeroPass p;
+    Hints h;
+    memset(&h, 0, sizeof(h));
+    h.take = 3;
+    rec_padded = f.s.padded;
+    cr_assert_eq(zero_pass_init(&p, &f.s, &HINTS_MOVER, &h, 3, 1), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_pass_walk(&p), 0, "%s", zero_errmsg());
+    cr_assert(h.wasted == 0 && h.nout == 0 && h.hits == 3, "hpZ: %d hinted slice gathers, %d left, %d hits", h.wasted, h.nout, h.hits);
+    zero_pass_free(&p);
+    fixture_free(&f);
+}
+
 // The window behind: with a bucket of one unit each reduction completes the oldest before
 // it starts; the pass's end completes the rest (drain_at_end) or leaves them to the
 // engine's ordering. Stages 0-1 reduce only on the last micro-step, and not at all when
