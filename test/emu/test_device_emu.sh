@@ -72,9 +72,13 @@ TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 3 -k 0 -n 3
 TMPDIR=$tmp emu 3 -z 3 -o 3 -n 4 -r 2
 TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 3 -L 8 -n 2   # 10 units: the pinned read buffers reused inside a pass
 # offload_param.buffer_count: 3 buffers, no window ahead (the reads run 2 units ahead), and
-# 1 (no read ahead: every gather reads its shard then)
-TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 0 -L 8 -B 3 -n 2
-TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 0 -L 8 -B 1 -n 2
+# 1 (no read ahead: every gather reads its shard then); at the first seed and with the
+# host as far ahead as it gets, where reused buffers would race
+SEEDS="1 lazy" TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 0 -L 8 -B 3 -n 2
+SEEDS="1 lazy" TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -f 0 -L 8 -B 1 -n 2
+# and in bf16: the bf16 shards widened as they are added into the swap file, the sums
+# there against the exact ones (and shown inexact: bf16 reductions)
+EMU_BIN=$EMU16 SEEDS="1 lazy" TMPDIR=$tmp emu 2 -z 3 -o 3 -t 0 -a 2 -n 3
 # the optimizer on NVMe with --dpu (-o 4: the parameters on the CPU), and across a resume
 TMPDIR=$tmp emu 3 -z 3 -o 4 -p 1 -t 0 -n 4
 TMPDIR=$tmp emu 2 -z 3 -o 4 -p 1 -n 5 -r 2
