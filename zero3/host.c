@@ -54,15 +54,18 @@ void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
 // ----------------------------------------------------------------------------
 // the mover (zero3/pass.h): the driver decides, these move bytes over MPI
 
-size_t zero_ahead_bytes(const ZeroPlan* p, size_t param_file_bytes) {
+size_t zero_ahead_bytes(const ZeroPlan* p, const int* on_host, size_t param_file_bytes) {
     size_t m = 0;
-    for (int u = 0; param_file_bytes > 0 && u < p->num_units; u++) { m = p->units[u].shard > m ? p->units[u].shard : m; }
+    for (int u = 0; param_file_bytes > 0 && u < p->num_units; u++) {
+        if (!on_host[u] && p->units[u].shard > m) { m = p->units[u].shard; }
+    }
     return zero_swap_align(m * sizeof(float));
 }
 
-int zero_ahead_count(const ZeroPlan* p, const ZeroConfig* cfg, size_t param_file_bytes) {
-    if (param_file_bytes == 0) { return 0; }
-    return cfg->param_buffer_count < p->num_units ? cfg->param_buffer_count : p->num_units;
+int zero_ahead_count(const ZeroPlan* p, const int* on_host, const ZeroConfig* cfg, size_t param_file_bytes) {
+    int n = 0;
+    for (int u = 0; param_file_bytes > 0 && u < p->num_units; u++) { n += !on_host[u]; }
+    return cfg->param_buffer_count < n ? cfg->param_buffer_count : n;
 }
 
 // the read-ahead buffer that holds (or is being filled with) unit u's shard, or -1

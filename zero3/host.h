@@ -123,8 +123,8 @@ typedef struct ZeroHost {
     // --offload-param nvme: the shards of the units the window ahead gathers next
     // (ZeroMover.upcoming), read ahead into these buffers so that their gather_start finds them
     char* ahead_buf;        // (nahead x ahead_bytes), 4 KiB-aligned; NULL without a parameter region
-    size_t ahead_bytes;     // zero_ahead_bytes: the largest shard
-    int nahead;             // zero_ahead_count: offload_param.buffer_count, at most a buffer per unit
+    size_t ahead_bytes;     // zero_ahead_bytes: the largest shard on NVMe
+    int nahead;             // zero_ahead_count: offload_param.buffer_count, at most a buffer per unit on NVMe
     int* ahead_unit;        // (nahead) the unit being read (or read) into each buffer, -1 if none
     long reads_ahead;       // gathers that found their shard read ahead
     int reads_ahead_peak;   // the most buffers holding reads ahead at once

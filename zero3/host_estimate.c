@@ -147,7 +147,7 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
         out->host_buffers += (double)host_bytes;
         out->swap += (double)swap_bytes;
     }
-    out->host_buffers += (double)zero_ahead_count(&p, cfg, file_bytes) * (double)zero_ahead_bytes(&p, file_bytes);  // the parameters' reads ahead
+    out->host_buffers += (double)zero_ahead_count(&p, on_host, cfg, file_bytes) * (double)zero_ahead_bytes(&p, on_host, file_bytes);  // the parameters' reads ahead
     out->unit = (double)max_padded * f;
     rc = 0;
 done:

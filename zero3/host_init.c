@@ -49,8 +49,8 @@ static int zero_param_store_init(ZeroHost* e) {
         e->mem.nvme_bytes = (double)e->swap.file_bytes;
         e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->swap.host_bytes;  // its buffers, the blocks' checksums
     }
-    if ((e->nahead = zero_ahead_count(p, &e->cfg, file_bytes)) > 0) {
-        e->ahead_bytes = zero_ahead_bytes(p, file_bytes);
+    if ((e->nahead = zero_ahead_count(p, on_host, &e->cfg, file_bytes)) > 0) {
+        e->ahead_bytes = zero_ahead_bytes(p, on_host, file_bytes);
         e->ahead_buf = (char*)nvme_alloc((size_t)e->nahead * e->ahead_bytes);  // huge pages: few segments per O_DIRECT request
         e->ahead_unit = (int*)malloc((size_t)e->nahead * sizeof(int));
         if (e->ahead_buf == NULL || e->ahead_unit == NULL) { zero_error("zero: out of memory for the parameters' read-ahead buffers"); goto done; }

@@ -17,11 +17,11 @@
 void* zero_alloc(ZeroHost* e, int kind, size_t elems);
 
 // one read-ahead buffer of a parameter region of param_file_bytes (0: none): the largest
-// shard, 4 KiB-rounded
-size_t zero_ahead_bytes(const ZeroPlan* p, size_t param_file_bytes);
+// shard of the units not kept on the host (on_host 0: zero_param_placement's), 4 KiB-rounded
+size_t zero_ahead_bytes(const ZeroPlan* p, const int* on_host, size_t param_file_bytes);
 
-// how many of them: offload_param.buffer_count, at most one per unit; 0 without a region
-int zero_ahead_count(const ZeroPlan* p, const ZeroConfig* cfg, size_t param_file_bytes);
+// how many of them: offload_param.buffer_count, at most one per unit on NVMe; 0 without a region
+int zero_ahead_count(const ZeroPlan* p, const int* on_host, const ZeroConfig* cfg, size_t param_file_bytes);
 
 // A working-set buffer (ZERO_MEM_BUFFERS): one of the same size from the pool if there
 // is one, else a new allocation. zeroed: 0 for buffers that are overwritten whole (a

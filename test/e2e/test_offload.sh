@@ -170,6 +170,7 @@ fi
 # buffers) equal the report's accounting of the same run, and the activations the
 # trainer's, to the byte
 for c in "1 -z 3" "2 -z 3 --offload-optimizer nvme --offload-param nvme --max-in-cpu 0 --sub-group-size 3000 --reduce-bucket-size 2e5" \
+         "2 -z 3 --offload-optimizer cpu --offload-param nvme --max-in-cpu 30000 --param-persistence-threshold 0" \
          "2 -z 2 --offload-optimizer cpu" "2 -z 3 --prefetch 1 --max-reuse-distance 0 --param-persistence-threshold 0" "2 -z 1" "2 -z 0"; do
     n=${c%% *}; flags=${c#* }
     run est $n $STD -b 4 -x 2 $flags --nvme-path "$tmp/nvme" \
