@@ -229,21 +229,22 @@ int zero_tensor_set_local(Zero* z, int what, int t, const float* in) {
 }
 
 int zero_gather_begin(Zero* z, const int* units, int n, int modifier, float** params) {
-    int world = 1;
+    int world = 1, rc = 0;
     MPI_Comm_size(z->comm, &world);
     if (z->scope_open) { return zero_error("zero: a gathered scope is open already (zero_gather_end first)"); }
     if (modifier < -1 || modifier >= world) { return zero_error("zero: modifier rank %d of %d ranks (-1: none)", modifier, world); }
-    for (int i = 0; i < n; i++) {
-        if (units[i] < 0 || units[i] >= z->num_units) { return zero_error("zero: no unit %d (the model has %d)", units[i], z->num_units); }
-        if (z->gathered[units[i]] != NULL) { return zero_error("zero: unit %d named twice in one gathered scope", units[i]); }
-        z->gathered[units[i]] = (float*)malloc(z->unit_numel[units[i]] * sizeof(float) + 1);
-        int rc = z->gathered[units[i]] == NULL ? zero_error("zero: out of memory for unit %d's gathered copy", units[i])
-               : zero_range_get(z, ZERO_STATE_MASTER, units[i], 0, z->unit_numel[units[i]], z->gathered[units[i]]);
-        if (rc != 0) {
-            for (int u = 0; u < z->num_units; u++) { free(z->gathered[u]); z->gathered[u] = NULL; }
-            return -1;
-        }
-        params[i] = z->gathered[units[i]];
+    for (int i = 0; i < n && rc == 0; i++) {
+        int u = units[i];
+        if (u < 0 || u >= z->num_units) { rc = zero_error("zero: no unit %d (the model has %d)", u, z->num_units); break; }
+        if (z->gathered[u] != NULL) { rc = zero_error("zero: unit %d named twice in one gathered scope", u); break; }
+        z->gathered[u] = (float*)malloc(z->unit_numel[u] * sizeof(float) + 1);
+        rc = z->gathered[u] == NULL ? zero_error("zero: out of memory for unit %d's gathered copy", u)
+           : zero_range_get(z, ZERO_STATE_MASTER, u, 0, z->unit_numel[u], z->gathered[u]);
+        params[i] = z->gathered[u];
+    }
+    if (rc != 0) {  // no scope: the copies made so far go (a unit refused here may be named again)
+        for (int u = 0; u < z->num_units; u++) { free(z->gathered[u]); z->gathered[u] = NULL; }
+        return -1;
     }
     z->scope_open = 1;
     z->modifier = modifier;

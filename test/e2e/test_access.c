@@ -211,6 +211,11 @@ int main(int argc, char** argv) {
     float* lnf = (float*)mallocCheck(r[tw].size * sizeof(float));
     float* got = (float*)mallocCheck(r[tw].size * sizeof(float));
     zeroCheck(zero_tensor_get(z, ZERO_STATE_MASTER, tw, lnf));
+    {   // a unit named twice: refused, no scope left open and nothing left of it (the scopes below open)
+        int twice[2] = {units[0], units[0]};
+        float* q[2];
+        check(t.rank, refused(zero_gather_begin(z, twice, 2, -1, q), "named twice"), "a unit named twice in a gathered scope is refused");
+    }
     for (int modifier = -1; modifier < t.world; modifier += t.world) {  // -1, then world - 1
         float* p[2];
         zeroCheck(zero_gather_begin(z, units, 2, modifier, p));

@@ -41,8 +41,8 @@ acc() {
     ACCESS_OUT="$tmp/$name" $MPIRUN -np "$n" $ACC $A "$@" > "$tmp/$name.log" 2>&1
     local rc=$? np nf
     np=$(grep -c '^PASS' "$tmp/$name.log"); nf=$(grep -c '^FAIL' "$tmp/$name.log")
-    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -eq 26 ]; then
-        ok "$name: the driver's 26 checks (phases, parts against the whole, set and read back)"
+    if [ $rc -eq 0 ] && [ "$nf" -eq 0 ] && [ "$np" -eq 27 ]; then
+        ok "$name: the driver's 27 checks (phases, parts against the whole, set and read back)"
     else
         bad "$name: exit $rc, $np passed: $(grep -m1 -E '^FAIL|error' "$tmp/$name.log")"
         return 1
