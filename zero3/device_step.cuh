@@ -587,10 +587,11 @@ static int zero_dev_state_write(void* impl, int what, int u, size_t begin, size_
     ZeroDev* d = (ZeroDev*)impl;
     const ZeroUnit* pu = &d->plan.units[u];
     if (zero_dev_flush(d) != 0 || zero_gpu_wait(d->compute, NULL, "waiting before a change") != 0) { return -1; }  // --dpu's update first
-    size_t rb = (size_t)d->rank * pu->shard, rn = zero_plan_shard_numel(&d->plan, u, d->rank);
-    size_t a = begin > rb ? begin : rb, b = begin + n < rb + rn ? begin + n : rb + rn;
-    size_t k = a < b ? b - a : 0, at = a - rb;
-    const float* src = in + (a - begin);
+    // the part of [begin, begin + n) in this rank's shard: k elements from `at` in the shard, src in `in`
+    size_t at = 0, end = 0;
+    if (zero_plan_shard_range(&d->plan, u, d->rank, begin, begin + n, &at, &end) < 0) { return -1; }
+    size_t k = end - at;
+    const float* src = k > 0 ? in + ((size_t)d->rank * pu->shard + at - begin) : in;
     int whole = d->stage == 0;
     if (what == ZERO_STATE_GRAD) { return whole ? zero_dev_grad_write(d, u, begin, n, in) : zero_dev_grad_write(d, u, at, k, src); }
     if (what != ZERO_STATE_MASTER && d->opt_nvme) { return zero_swap_state_write(&d->swap, what == ZERO_STATE_M ? ZERO_SWAP_M : ZERO_SWAP_V, u, at, k, src); }

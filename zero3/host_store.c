@@ -252,11 +252,11 @@ int zero_host_state_write(void* impl, int what, int u, size_t begin, size_t n, c
     ZeroHost* e = (ZeroHost*)impl;
     const ZeroUnit* pu = &e->plan.units[u];
     if (zero_host_update_through(e, -1) != 0) { return -1; }  // (a deferred update first: it would overwrite)
-    // this rank's range of the unit, and the part of [begin, begin + n) in it: [a, b)
-    size_t rb = (size_t)e->rank * pu->shard, rn = zero_plan_shard_numel(&e->plan, u, e->rank);
-    size_t a = begin > rb ? begin : rb, b = begin + n < rb + rn ? begin + n : rb + rn;
-    size_t k = a < b ? b - a : 0, at = a - rb;  // (at: where the part starts in the shard)
-    const float* src = in + (a - begin);
+    // the part of [begin, begin + n) in this rank's shard: k elements from `at` in the shard, src in `in`
+    size_t at = 0, end = 0;
+    if (zero_plan_shard_range(&e->plan, u, e->rank, begin, begin + n, &at, &end) < 0) { return -1; }
+    size_t k = end - at;
+    const float* src = k > 0 ? in + ((size_t)e->rank * pu->shard + at - begin) : in;
     int whole = e->stage == 0 || (what == ZERO_STATE_MASTER && e->stage < 3);  // every rank holds the unit
     int rc = 0;
     if (what == ZERO_STATE_GRAD) {  // the mean in, the sum over the ranks kept
