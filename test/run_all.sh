@@ -17,7 +17,7 @@
 # (mpirun's start, a rank waiting on the other, the disk, Python), so lane a (the CUDA code
 # emulated on the CPU, its compile check) and lane b (the CPU trainer and the engine's
 # suites) run side by side, each suite in its lane one after the other. The suites whose
-# checks hang on time (faults and collective timeouts, stop signals, SLURM's preemption,
+# checks wait on time (faults and collective timeouts, stop signals, SLURM's preemption,
 # the two hosts' launcher, the first contact's step limits) run after both lanes, one at a
 # time, with nothing beside them, as before. Each suite's output is printed whole when it
 # ends (a line "[lane] started: NAME" when it starts), its counts and times are kept, and
@@ -29,7 +29,6 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 res=$(mktemp -d)
 trap 'rm -rf "$res"' EXIT
-lane=serial; nrun=0; lane_pid=$$
 
 # CPU seconds (user + system) of the children the lane's shell ($lane_pid: the subshell
 # that runs the lane, whose children the suites are) has waited for: fields 16 and 17 of
@@ -41,8 +40,9 @@ children_cpu() {
     echo $(( (st[15] + st[16]) / tick ))
 }
 
-# run_suite NAME COMMAND...: runs it in this lane; writes $res/LANE.NNN.{out,res}: the
-# output, and four lines: "passed failed exit wall cpu", the name, the skip entry (or empty)
+# run_suite NAME COMMAND...: runs it in this lane ($lane, $nrun, $lane_pid: set by the
+# lane); writes $res/LANE.NNN.{name,out,res}: the name (at the start), the output, and two
+# lines: "passed failed exit wall cpu", the skip entry (or empty)
 run_suite() {
     local name=$1; shift
     nrun=$((nrun + 1))
@@ -73,7 +73,7 @@ run_suite() {
     elif line=$(grep -m1 -E '^SKIP ' "$base.out"); then
         skip="$name: $(grep -c -E '^SKIP ' "$base.out") check(s), the first: ${line#SKIP }"
     fi
-    printf '%s %s %s %s %s\n%s\n%s\n' "$p" "$f" "$rc" "$wall" "$cpu" "$name" "$skip" > "$base.res"
+    printf '%s %s %s %s %s\n%s\n' "$p" "$f" "$rc" "$wall" "$cpu" "$skip" > "$base.res"
     # the whole output at once, never two suites' lines interleaved
     { flock 9; echo "=== $name"; cat "$base.out"; } 9> "$res/print.lock"
 }
@@ -186,13 +186,13 @@ passed=0; failed=0; broken=(); skipped=(); timings=()
 [ -f "$res/nvcc.missing" ] && skipped+=("CUDA kernels compile (nvcc not found: install the CUDA toolkit)")
 for n in "$res"/a.*.name "$res"/b.*.name "$res"/alone.*.name; do
     [ -f "$n" ] || continue
-    r=${n%.name}.res l=${n#"$res"/}; l=${l%%.*}
+    r=${n%.name}.res l=${n#"$res"/}; l=${l%%.*} name=$(cat "$n")
     # a suite that started and left no result: its lane died under it (killed, out of memory)
     if [ ! -f "$r" ]; then
-        name=$(cat "$n"); broken+=("$name (did not finish)"); failed=$((failed + 1))
+        broken+=("$name (did not finish)"); failed=$((failed + 1))
         timings+=("$(printf '%6s   %6s      %-5s %s' - - "$l" "$name: did not finish")"); continue
     fi
-    { read -r p f rc wall cpu; read -r name; read -r skip; } < "$r"
+    { read -r p f rc wall cpu; read -r skip; } < "$r"
     passed=$((passed + p)); failed=$((failed + f))
     if [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then broken+=("$name"); fi
     [ -n "$skip" ] && skipped+=("$skip")
