@@ -54,14 +54,6 @@ void zero_buf_put(ZeroHost* e, void* p, size_t elems) {
 // ----------------------------------------------------------------------------
 // the mover (zero3/pass.h): the driver decides, these move bytes over MPI
 
-size_t zero_ahead_bytes(const ZeroPlan* p, const int* on_host, size_t param_file_bytes) {
-    size_t m = 0;
-    for (int u = 0; param_file_bytes > 0 && u < p->num_units; u++) {
-        if (!on_host[u] && p->units[u].shard > m) { m = p->units[u].shard; }
-    }
-    return zero_swap_align(m * sizeof(float));
-}
-
 int zero_ahead_count(const ZeroPlan* p, const int* on_host, const ZeroConfig* cfg, size_t param_file_bytes) {
     int n = 0;
     for (int u = 0; param_file_bytes > 0 && u < p->num_units; u++) { n += !on_host[u]; }
@@ -118,7 +110,7 @@ static int zero_shard_for_gather(ZeroHost* e, int u, float* dst) {
     if (k < 0) { return zero_param_shard_get(e, u, dst, n); }
     e->ahead_unit[k] = -1;
     if (zero_swap_param_wait(&e->swap, u) != 0) { return -1; }
-    memcpy(dst, e->ahead_buf + (size_t)k * e->ahead_bytes, n * sizeof(float));
+    memcpy(dst, e->ahead_buf + (size_t)k * e->ahead_bytes + zero_swap_param_skew(&e->swap, u), n * sizeof(float));
     e->reads_ahead++;
     return 0;
 }

@@ -140,14 +140,14 @@ int zero_host_estimate(const ZeroModel* model, const ZeroConfig* cfg, int world,
             break;
         }
     }
+    ZeroSwapOpen o = zero_host_swap_open(&p, cfg, 0, NULL, 0, stage == 3 ? on_host : NULL);
     if (nvme_opt || file_bytes > 0) {  // the swap file and its host buffers, as zero_swap_open makes them
-        ZeroSwapOpen o = zero_host_swap_open(&p, cfg, 0, NULL, 0, stage == 3 ? on_host : NULL);
         size_t host_bytes = 0, swap_bytes = 0;
         zero_swap_size(&o, &host_bytes, &swap_bytes);
         out->host_buffers += (double)host_bytes;
         out->swap += (double)swap_bytes;
     }
-    out->host_buffers += (double)zero_ahead_count(&p, on_host, cfg, file_bytes) * (double)zero_ahead_bytes(&p, on_host, file_bytes);  // the parameters' reads ahead
+    out->host_buffers += (double)zero_ahead_count(&p, on_host, cfg, file_bytes) * (double)zero_swap_param_span_max(&o);  // the parameters' reads ahead
     out->unit = (double)max_padded * f;
     rc = 0;
 done:

@@ -26,6 +26,7 @@ ZeroSwapOpen zero_host_swap_open(const ZeroPlan* p, const ZeroConfig* cfg, int r
     o.pipeline_write = cfg->pipeline_write;
     o.on_host = on_host;
     o.param_elem_bytes = sizeof(float);
+    o.param_in_master = o.optimizer && on_host != NULL;  // (fp32: the master is the compute copy)
     return o;
 }
 
@@ -43,14 +44,14 @@ static int zero_param_store_init(ZeroHost* e) {
     int kind = e->offload_param != ZERO_OFFLOAD_NONE ? ZERO_MEM_HOST_PARAMS : ZERO_MEM_PARAMS;
     e->shard_params = (float*)zero_alloc(e, kind, host_elems);
     if (e->shard_params == NULL) { goto done; }
+    ZeroSwapOpen o = zero_host_swap_open(p, &e->cfg, e->rank, e->segs, e->nsegs, on_host);
     if (file_bytes > 0 || e->offload_opt == ZERO_OFFLOAD_NVME) {
-        ZeroSwapOpen o = zero_host_swap_open(p, &e->cfg, e->rank, e->segs, e->nsegs, on_host);
         if (zero_swap_open(&e->swap, &o) != 0) { goto done; }
         e->mem.nvme_bytes = (double)e->swap.file_bytes;
         e->mem.current[ZERO_MEM_HOST_BUFFERS] += (double)e->swap.host_bytes;  // its buffers, the blocks' checksums
     }
     if ((e->nahead = zero_ahead_count(p, on_host, &e->cfg, file_bytes)) > 0) {
-        e->ahead_bytes = zero_ahead_bytes(p, on_host, file_bytes);
+        e->ahead_bytes = zero_swap_param_span_max(&o);
         e->ahead_buf = (char*)nvme_alloc((size_t)e->nahead * e->ahead_bytes);  // huge pages: few segments per O_DIRECT request
         e->ahead_unit = (int*)malloc((size_t)e->nahead * sizeof(int));
         if (e->ahead_buf == NULL || e->ahead_unit == NULL) { zero_error("zero: out of memory for the parameters' read-ahead buffers"); goto done; }

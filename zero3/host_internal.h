@@ -16,11 +16,9 @@
 // zero3/host.c
 void* zero_alloc(ZeroHost* e, int kind, size_t elems);
 
-// one read-ahead buffer of a parameter region of param_file_bytes (0: none): the largest
-// shard of the units not kept on the host (on_host 0: zero_param_placement's), 4 KiB-rounded
-size_t zero_ahead_bytes(const ZeroPlan* p, const int* on_host, size_t param_file_bytes);
-
-// how many of them: offload_param.buffer_count, at most one per unit on NVMe; 0 without a region
+// how many read-ahead buffers of the parameters on NVMe (each zero_swap_param_span_max's
+// bytes): offload_param.buffer_count, at most one per unit on NVMe; 0 without any
+// (param_file_bytes: zero_param_placement's)
 int zero_ahead_count(const ZeroPlan* p, const int* on_host, const ZeroConfig* cfg, size_t param_file_bytes);
 
 // A working-set buffer (ZERO_MEM_BUFFERS): one of the same size from the pool if there

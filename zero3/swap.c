@@ -1,5 +1,7 @@
-// zero3/swap.c: the implementation (the interface and its notes: zero3/swap.h)
+// zero3/swap.c: the implementation, less the parameter region (zero3/swap_param.c); the
+// interface and its notes: zero3/swap.h
 #include "zero3/swap.h"     // first: _GNU_SOURCE; this module's types and prototypes
+#include "zero3/swap_internal.h"  // the helpers swap.c and swap_param.c share, the requests' tags
 #include <stdlib.h>         // calloc, malloc, free
 #include <string.h>         // memset, memcpy, strerror
 #include <errno.h>          // errno: a failed fwrite's reason
@@ -7,17 +9,8 @@
 #include "zero3/adamw.h"    // grad_norm_squared: the gradient's squared norm
 #include "zero3/cpu_adam.h" // cpu_adam_grad_add: a shard added into its accumulator, threaded
 
-// Every request on the file carries its owner in the tag's top bits, so that whichever
-// wait takes its completion can record it for its owner (zero_swap_reap).
-#define SWAP_TAG_GRAD ((uint64_t)1 << 60)   // the gradient's write
-#define SWAP_TAG_READ ((uint64_t)2 << 60)   // a unit's read ahead: | unit
-#define SWAP_TAG_STEP ((uint64_t)3 << 60)   // the step: | group * 8 + (is_write << 2) + region
-#define SWAP_TAG_PUT  ((uint64_t)4 << 60)   // a parameter staging buffer's write: | buffer
-#define SWAP_TAG_KIND ((uint64_t)15 << 60)
-
-static int zero_swap_stage_settle(ZeroSwap* s, int i);
-static int zero_swap_param_put_start(ZeroSwap* s);
 static void zero_swap_run_free(ZeroSwap* s);
+static int zero_swap_groups(const ZeroSwap* s);
 
 size_t zero_swap_align(size_t bytes) { return (bytes + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN; }
 
@@ -70,11 +63,22 @@ static ZeroSwapSizes zero_swap_sizes(const ZeroSwapOpen* o) {
         // a shard's span in G: its bytes widened to 4 KiB blocks at both ends
         z.grad_stage = zero_swap_align(max_shard * sizeof(float)) + NVME_ALIGN;
     }
-    for (int u = 0; o->on_host != NULL && u < p->num_units; u++) {
+    for (int u = 0; o->on_host != NULL && !o->param_in_master && u < p->num_units; u++) {
         if (!o->on_host[u]) { z.param_file += zero_swap_align(p->units[u].shard * o->param_elem_bytes); }
     }
-    if (z.param_file > 0) { z.param_stage = zero_swap_align(max_shard * o->param_elem_bytes); }
+    if (zero_swap_param_span_max(o) > 0) {  // (in the master: a read of a unit's blocks)
+        z.param_stage = zero_swap_align(max_shard * o->param_elem_bytes) + (o->param_in_master ? NVME_ALIGN : 0);
+    }
     return z;
+}
+
+size_t zero_swap_param_span_max(const ZeroSwapOpen* o) {
+    size_t m = 0;
+    for (int u = 0; o->on_host != NULL && u < o->plan->num_units; u++) {
+        size_t b = zero_swap_align(o->plan->units[u].shard * o->param_elem_bytes) + (o->param_in_master ? NVME_ALIGN : 0);
+        if (!o->on_host[u] && b > m) { m = b; }
+    }
+    return m;
 }
 
 void zero_swap_size(const ZeroSwapOpen* o, size_t* host_bytes, size_t* file_bytes) {
@@ -94,6 +98,10 @@ static int zero_swap_param_init(ZeroSwap* s, const ZeroSwapOpen* o, const ZeroSw
     for (int u = 0; u < nu; u++) {
         s->param_off[u] = (size_t)-1;
         if (o->on_host == NULL || o->on_host[u]) { continue; }
+        if (s->in_master) {  // (the master: its place in P)
+            s->param_off[u] = zero_swap_offset(s, ZERO_SWAP_P, s->plan->units[u].shard_offset);
+            continue;
+        }
         s->param_off[u] = off;
         off += zero_swap_align(s->plan->units[u].shard * s->param_elem);
     }
@@ -115,6 +123,10 @@ int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
     s->param_elem = o->param_elem_bytes;
     s->staged_unit = s->stage_holds[0] = s->stage_holds[1] = -1;
     s->grad_last = (size_t)-1;
+    if (o->param_in_master && (!o->optimizer || o->param_elem_bytes != sizeof(float))) {
+        return zero_error("zero swap: parameters in the master need the optimizer's regions and fp32 elements");
+    }
+    s->in_master = o->param_in_master && o->on_host != NULL;
     ZeroSwapSizes z = zero_swap_sizes(o);
     zero_swap_size(o, &s->host_bytes, &s->file_bytes);
     if (s->file_bytes == 0) { return zero_error("zero swap: nothing to keep on NVMe"); }
@@ -160,7 +172,7 @@ ZeroSwapCounters zero_swap_counters(const ZeroSwap* s) {
 
 // Records one completion for its owner. block: waits for one; else takes one only if
 // there is one (returns 0 when none, 1 when one was recorded).
-static int zero_swap_reap(ZeroSwap* s, int block) {
+int zero_swap_reap(ZeroSwap* s, int block) {
     uint64_t tag = 0;  // no request of this module has tag 0
     int rc = block ? nvme_wait(&s->nvme, &tag) : nvme_poll(&s->nvme, &tag);
     if ((rc < 0 && tag == 0) || (!block && rc == 0)) { return rc; }  // (a failed request still names its owner)
@@ -180,7 +192,7 @@ static int zero_swap_reap(ZeroSwap* s, int block) {
     return rc < 0 ? -1 : 1;
 }
 
-static size_t zero_swap_offset(const ZeroSwap* s, int region, size_t elem) {
+size_t zero_swap_offset(const ZeroSwap* s, int region, size_t elem) {
     return (size_t)region * s->region + elem * sizeof(float);
 }
 
@@ -206,7 +218,7 @@ static int zero_swap_unit_group(const ZeroSwap* s, int u, int last) {
 static float* zero_swap_buf(const ZeroSwap* s, int b, int region) { return (float*)s->bufs[(size_t)b * ZERO_SWAP_REGIONS + region]; }
 
 // a synchronous read or write, counted
-static int zero_swap_io(ZeroSwap* s, int is_write, void* buf, size_t off, size_t bytes) {
+int zero_swap_io(ZeroSwap* s, int is_write, void* buf, size_t off, size_t bytes) {
     int rc = is_write ? nvme_write(&s->nvme, buf, off, bytes) : nvme_read(&s->nvme, buf, off, bytes);
     if (rc != 0) { return -1; }
     if (is_write) { s->c.write_bytes += (double)bytes; } else { s->c.read_bytes += (double)bytes; }
@@ -218,6 +230,8 @@ static int zero_swap_io(ZeroSwap* s, int is_write, void* buf, size_t off, size_t
 
 int zero_swap_master_begin(ZeroSwap* s) {
     if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
+    if (zero_swap_reads_quiet(s) != 0) { return -1; }  // (P is written: the note on the master)
+    zero_swap_stage_forget(s, -1);
     s->master_group = 0;
     s->master_next = 0;
     memset(zero_swap_buf(s, 0, ZERO_SWAP_P), 0, s->group * sizeof(float));
@@ -266,6 +280,7 @@ static int zero_swap_range_io(ZeroSwap* s, int region, int u, size_t begin, size
     if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: state range past unit %d's shard", u); }
     s->grad_last = (size_t)-1;  // the staging is reused here
     if (zero_swap_grad_settle(s) != 0) { return -1; }
+    if (writing && region == ZERO_SWAP_P) { zero_swap_stage_forget(s, u); }
     for (size_t done = 0; done < n;) {
         size_t lo = zero_swap_offset(s, region, s->plan->units[u].shard_offset + begin + done);
         size_t a = lo / NVME_ALIGN * NVME_ALIGN;
@@ -402,7 +417,7 @@ static int zero_swap_submit(ZeroSwap* s, int g, int is_write) {
 }
 
 // waits until the requests of (group g, is_write) are done
-static int zero_swap_wait_group(ZeroSwap* s, int g, int is_write) {
+int zero_swap_wait_group(ZeroSwap* s, int g, int is_write) {
     while (s->left[2 * g + is_write] > 0) {
         if (zero_swap_reap(s, 1) < 0) { return -1; }
     }
@@ -488,7 +503,7 @@ int zero_swap_step_begin(ZeroSwap* s, const CpuAdamParams* hp, float weight_deca
                          ZeroSwapFlush flush, void* ctx, const int* first) {
     if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
     if (s->run.on) { return zero_error("zero swap: a step is already in progress"); }
-    if (zero_swap_grad_settle(s) != 0) { return -1; }
+    if (zero_swap_grad_settle(s) != 0 || zero_swap_reads_quiet(s) != 0) { return -1; }  // (the note on the master)
     double t0 = zero_now_ms(), wait0 = s->nvme.wait_ms;
     ZeroSwapRun* r = &s->run;
     int ng = zero_swap_groups(s);
@@ -577,6 +592,10 @@ int zero_swap_step(ZeroSwap* s, CpuAdamParams* hp, float weight_decay, ZeroSwapO
 static int zero_swap_stream(ZeroSwap* s, int region, FILE* fp, int to_swap) {
     if (!s->optimizer || region < ZERO_SWAP_P || region > ZERO_SWAP_V) { return zero_error("zero swap: no region %d to stream", region); }
     float* buf = zero_swap_buf(s, 0, ZERO_SWAP_P);
+    if (to_swap && region == ZERO_SWAP_P) {
+        if (zero_swap_reads_quiet(s) != 0) { return -1; }
+        zero_swap_stage_forget(s, -1);
+    }
     for (int g = 0; g < zero_swap_groups(s); g++) {
         size_t n = zero_swap_group_elems(s, g), bytes = zero_swap_group_bytes(s, g);
         size_t off = zero_swap_offset(s, region, (size_t)g * s->group);
@@ -595,141 +614,3 @@ static int zero_swap_stream(ZeroSwap* s, int region, FILE* fp, int to_swap) {
 int zero_swap_region_save(ZeroSwap* s, int r, FILE* fp) { return zero_swap_stream(s, r, fp, 0); }
 
 int zero_swap_region_load(ZeroSwap* s, int r, FILE* fp) { return zero_swap_stream(s, r, fp, 1); }
-
-// ----------------------------------------------------------------------------
-// the parameter region
-
-int zero_swap_param_on_nvme(const ZeroSwap* s, int u) { return s->param_off != NULL && s->param_off[u] != (size_t)-1; }
-
-size_t zero_swap_param_bytes(const ZeroSwap* s, int u) { return zero_swap_align(s->plan->units[u].shard * s->param_elem); }
-
-// unit u is in the parameter region (else a zero_error line)
-static int zero_swap_param_check(const ZeroSwap* s, int u) {
-    if (u < 0 || u >= s->plan->num_units || !zero_swap_param_on_nvme(s, u)) { return zero_error("zero swap: unit %d's shard is not on NVMe", u); }
-    return 0;
-}
-
-// the staging buffer that holds unit u's current shard (written back or being so), or -1
-static int zero_swap_stage_holding(const ZeroSwap* s, int u) {
-    return s->stage_holds[0] == u ? 0 : s->stage_holds[1] == u ? 1 : -1;
-}
-
-int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf) {
-    if (zero_swap_param_check(s, u) != 0) { return -1; }
-    if (s->reading[u]) { return zero_error("zero swap: unit %d is already being read ahead", u); }
-    size_t bytes = zero_swap_param_bytes(s, u);
-    int held = zero_swap_stage_holding(s, u);
-    if (held >= 0) {  // just updated (a deferred step runs just ahead of the reads): no disk read
-        memcpy(buf, s->param_stage[held], bytes);
-        s->reading[u] = 2;
-        s->c.stage_hit_bytes += (double)bytes;
-        return 0;
-    }
-    // (a read must not overlap a write of its blocks: the step's last writes are done)
-    if (zero_swap_stage_settle(s, 0) != 0 || zero_swap_stage_settle(s, 1) != 0) { return -1; }
-    if (nvme_read_async(&s->nvme, buf, s->param_off[u], bytes, SWAP_TAG_READ | (uint64_t)u) != 0) { return -1; }
-    s->reading[u] = 1;
-    s->c.read_bytes += (double)bytes;
-    return 0;
-}
-
-int zero_swap_param_read_test(ZeroSwap* s, int u) {
-    if (zero_swap_param_check(s, u) != 0) { return -1; }
-    if (!s->reading[u]) { return zero_error("zero swap: unit %d is not being read ahead", u); }
-    for (int rc = 1; s->reading[u] == 1 && rc == 1;) {
-        if ((rc = zero_swap_reap(s, 0)) < 0) { return -1; }
-    }
-    return s->reading[u] == 2;
-}
-
-int zero_swap_param_wait(ZeroSwap* s, int u) {
-    if (zero_swap_param_check(s, u) != 0) { return -1; }
-    if (!s->reading[u]) { return zero_error("zero swap: unit %d is not being read ahead", u); }
-    while (s->reading[u] == 1) {
-        if (zero_swap_reap(s, 1) < 0) { s->reading[u] = 0; return -1; }
-    }
-    s->reading[u] = 0;
-    return 0;
-}
-
-// a read ahead of u still in flight is done before u's shard is touched again
-static int zero_swap_param_quiet(ZeroSwap* s, int u) { return s->reading[u] ? zero_swap_param_wait(s, u) : 0; }
-
-// starts writing the staged unit back from its buffer; the next unit goes to the other
-static int zero_swap_param_put_start(ZeroSwap* s) {
-    int u = s->staged_unit, i = s->stage_cur;
-    size_t bytes = zero_swap_param_bytes(s, u);
-    s->staged_unit = -1;
-    if (nvme_write_async(&s->nvme, s->param_stage[i], s->param_off[u], bytes, SWAP_TAG_PUT | (uint64_t)i) != 0) { return -1; }
-    s->stage_writing[i] = 1;
-    s->stage_holds[i] = u;
-    s->c.write_bytes += (double)bytes;
-    s->stage_cur = 1 - i;
-    return 0;
-}
-
-// staging buffer i's write, if one is in flight, is done
-static int zero_swap_stage_settle(ZeroSwap* s, int i) {
-    while (s->stage_writing[i]) {
-        if (zero_swap_reap(s, 1) < 0) { s->stage_writing[i] = 0; return -1; }
-    }
-    return 0;
-}
-
-int zero_swap_param_flush(ZeroSwap* s) {
-    if (!s->is_open) { return 0; }
-    if (s->staged_unit >= 0 && zero_swap_param_put_start(s) != 0) { return -1; }
-    return zero_swap_stage_settle(s, 0) != 0 || zero_swap_stage_settle(s, 1) != 0 ? -1 : 0;
-}
-
-void* zero_swap_param_out(ZeroSwap* s, int u) {
-    if (zero_swap_param_check(s, u) != 0) { return NULL; }
-    if (s->staged_unit != u) {
-        if (s->staged_unit >= 0 && zero_swap_param_put_start(s) != 0) { return NULL; }
-        if (zero_swap_stage_settle(s, s->stage_cur) != 0 || zero_swap_param_quiet(s, u) != 0) { return NULL; }
-        char* stage = s->param_stage[s->stage_cur];
-        s->stage_holds[s->stage_cur] = -1;  // (about to be refilled)
-        if (s->stage_holds[1 - s->stage_cur] == u) { s->stage_holds[1 - s->stage_cur] = -1; }  // (about to be stale)
-        if (s->run.on && s->staged_once[u]) {
-            // a step in an order that splits u (zero_swap_step_begin's `first`): the groups
-            // done so far wrote their part, which the rest of u's update goes on from (its
-            // write, perhaps still in flight from the other buffer, is done first)
-            if (zero_swap_stage_settle(s, 1 - s->stage_cur) != 0 ||
-                zero_swap_io(s, 0, stage, s->param_off[u], zero_swap_param_bytes(s, u)) != 0) { return NULL; }
-        } else {
-            memset(stage, 0, s->param_stage_bytes);
-        }
-        s->staged_unit = u;
-        if (s->run.on) { s->staged_once[u] = 1; }
-    }
-    return s->param_stage[s->stage_cur];
-}
-
-int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
-    if (zero_swap_param_check(s, u) != 0) { return -1; }
-    if (n > s->plan->units[u].shard) { return zero_error("zero swap: %zu elements asked of unit %d's shard", n, u); }
-    if (zero_swap_param_quiet(s, u) != 0) { return -1; }
-    int held = zero_swap_stage_holding(s, u);
-    if (held >= 0) {  // no disk read: a staging buffer holds it
-        memcpy(dst, s->param_stage[held], n * s->param_elem);
-        s->c.stage_hit_bytes += (double)zero_swap_param_bytes(s, u);
-        return 0;
-    }
-    // Through a staging buffer: with a unit staged by a step still in progress, the other
-    // one, once its write is done (the staged unit is not whole yet: it must not be
-    // written back now); else the current one, once what it holds is in the file.
-    int i = s->staged_unit >= 0 ? 1 - s->stage_cur : s->stage_cur;
-    if (s->staged_unit >= 0 ? zero_swap_stage_settle(s, i) != 0 : zero_swap_param_flush(s) != 0) { return -1; }
-    char* stage = s->param_stage[i];
-    if (zero_swap_io(s, 0, stage, s->param_off[u], zero_swap_param_bytes(s, u)) != 0) { return -1; }
-    s->stage_holds[i] = u;
-    memcpy(dst, stage, n * s->param_elem);
-    return 0;
-}
-
-int zero_swap_param_write(ZeroSwap* s, int u, const void* src) {
-    char* out = (char*)zero_swap_param_out(s, u);
-    if (out == NULL) { return -1; }
-    memcpy(out, src, s->plan->units[u].shard * s->param_elem);
-    return zero_swap_param_flush(s);
-}

@@ -7,13 +7,15 @@
    - a parameter region: the shards of the units not kept in host memory, each
      4 KiB-aligned, in units of `param_elem_bytes` (the host engine's fp32 shards, 4; the
      device engine's compute copy, 2 in the bf16 build), in unit order after the
-     optimizer's regions.
+     optimizer's regions; or, where the compute copy is the fp32 master itself
+     (`param_in_master`: the host engine with both on NVMe), no region of its own: a
+     unit's shard is read from P, where it lies at its shard-buffer offset (the
+     [Note: the parameters in the master] in swap_param.c).
  It knows nothing of the engines: it is given a plan, the segments (a tensor's part of
  the shard buffer, with its weight decay), a few knobs and the rank, and says in bytes
  what it holds in host memory and on disk, for each engine to account its own way.
 
- What it does, as the host engine did before (the bytes moved, their order and the file
- layout are the same):
+ What it does:
    init      the master written unit by unit into P (zero_swap_master_*), M and V zeroed
    backward  each unit's reduced gradient shard added into G as its reduction completes,
              through one staging buffer whose write overlaps the next units' backward
@@ -21,7 +23,8 @@
              buffer_count sets of buffers: group i+1 read and earlier groups written while
              group i is updated by the SIMD CPU Adam, which writes the compute copy where
              the engine says (a callback: its own memory, or this module's staging of a
-             unit whose shard lives in the parameter region)
+             unit whose shard lives in the parameter region, or in the master: then a
+             copy kept only for the unit's next reads)
    checkpoints  P, M, V streamed a group at a time to or from a FILE*
    parameters   a unit's shard read or written synchronously, or read ahead into the
              caller's buffer and waited for later (prefetch)
@@ -72,6 +75,9 @@ typedef struct {
     const int* on_host;           // (num_units) 0: the unit's shard lives in the parameter
                                   // region; NULL: no parameter region
     size_t param_elem_bytes;      // bytes of a parameter element: 4 (fp32) or 2 (bf16)
+    int param_in_master;          // 1: the compute copy is the fp32 master (needs optimizer
+                                  // and param_elem_bytes 4): the units on NVMe are read
+                                  // from P, and the step writes no second copy of them
 } ZeroSwapOpen;
 
 // bytes moved and time blocked, cumulative from open
@@ -146,6 +152,9 @@ typedef struct {
                             // or read into it), -1 if none: its reads need no disk
     unsigned char* reading; // (num_units) 1: a read ahead is in flight, 2: done, not yet waited for
     unsigned char* staged_once;  // (num_units) staged before by the step in progress
+    int in_master;          // ZeroSwapOpen's param_in_master: param_off[u] is u's byte offset in P
+    int stage_part;         // in_master: the unit being staged was staged before by this step,
+                            // so its staging holds only part of it and serves no reads
     ZeroSwapCounters c;
 } ZeroSwap;
 
@@ -155,16 +164,21 @@ typedef struct {
 // 4 KiB-rounded bytes: every request's offset, size and buffer are multiples of it
 size_t zero_swap_align(size_t bytes);
 
-// Which units' parameter shards stay on the host (on_host[u] = 1, the rest go to the
-// parameter region): the persistent ones (persistent may be NULL: none), then the others
-// in order while max_in_cpu elements allow (1e300: all). Returns the host's elements;
-// *file_bytes gets the parameter region's bytes (each shard 4 KiB-aligned, elem_bytes each).
+// Which units' parameter shards stay on the host (on_host[u] = 1, the rest go to NVMe):
+// the persistent ones (persistent may be NULL: none), then the others in order while
+// max_in_cpu elements allow (1e300: all). Returns the host's elements; *file_bytes gets
+// the bytes of the shards on NVMe, each 4 KiB-aligned, elem_bytes each (0: none): the
+// parameter region's, unless the parameters are in the master.
 size_t zero_swap_placement(const ZeroPlan* p, const int* persistent, double max_in_cpu, size_t elem_bytes,
                            int* on_host, size_t* file_bytes);
 
 // a step group: sub_group_size elements in whole 4 KiB blocks, at most the (1024-padded)
 // shard_total and the 1 GiB a registered buffer may hold
 size_t zero_swap_group_size(long long sub_group_size, size_t shard_total);
+
+// the most bytes a read ahead of one of o's units on NVMe fills: what each of the
+// caller's read-ahead buffers needs (0: no unit on NVMe)
+size_t zero_swap_param_span_max(const ZeroSwapOpen* o);
 
 // What zero_swap_open would allocate for o, without opening: *host_bytes the host buffers
 // (step buffers, gradient and parameter staging, the blocks' checksums), *file_bytes the
@@ -280,34 +294,43 @@ int zero_swap_region_load(ZeroSwap* s, int r, FILE* fp);
 // whether unit u's shard lives in the parameter region
 int zero_swap_param_on_nvme(const ZeroSwap* s, int u);
 
-// bytes of unit u's shard in the region, 4 KiB-rounded: what a read ahead fills
+// bytes of unit u's shard in the region, 4 KiB-rounded (in the master: the 4 KiB blocks
+// it touches): what a read ahead fills
 size_t zero_swap_param_bytes(const ZeroSwap* s, int u);
+
+// where u's shard starts in a buffer its read ahead filled: 0, or in the master its
+// offset in its first 4 KiB block
+size_t zero_swap_param_skew(const ZeroSwap* s, int u);
 
 // The first n elements (at most the shard) of unit u's shard into dst (any memory),
 // through a staging buffer (not the one a step in progress is filling). Waits for a read
 // ahead of u first.
 int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n);
 
-// Unit u's whole shard from src into the region (init, checkpoints). Waits for a read
-// ahead of u first.
+// Unit u's whole shard from src into the region, or into P (init, checkpoints; not
+// while a step is in progress). Waits for a read ahead of u first.
 int zero_swap_param_write(ZeroSwap* s, int u, const void* src);
 
 // Starts reading unit u's shard into buf (4 KiB-aligned, zero_swap_param_bytes(s, u)
-// bytes, untouched by the caller until zero_swap_param_wait). One read ahead per unit.
+// bytes, untouched by the caller until zero_swap_param_wait; the shard at
+// buf + zero_swap_param_skew(s, u)). One read ahead per unit. From the master while a
+// step is in progress, only once u is carried through (zero_swap_step_through).
 int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf);
 
 // whether unit u's read ahead has completed (1), is in flight (0), without waiting; -1 on error
 int zero_swap_param_read_test(ZeroSwap* s, int u);
 
 // Waits for unit u's read ahead (started by zero_swap_param_read_start): buf holds the
-// shard when it returns 0.
+// shard (from its skew) when it returns 0.
 int zero_swap_param_wait(ZeroSwap* s, int u);
 
 // The step's staging of a unit on NVMe (a ZeroSwapOut for such units): unit u's shard
 // zeroed in a staging buffer (or, staged before by this step, whose order split it, read
 // back from the region). The unit staged before it is written back asynchronously
 // from the other buffer (two of them: the update of one unit overlaps the write of the
-// previous one), whose earlier write is waited for first.
+// previous one), whose earlier write is waited for first. In the master nothing is
+// written back (the step's writes of P are the parameters'): the staging only serves
+// the next reads of the unit, unless this step staged it before.
 void* zero_swap_param_out(ZeroSwap* s, int u);
 
 // writes the staged unit back, if any, and waits for every parameter write (a

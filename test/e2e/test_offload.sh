@@ -114,6 +114,28 @@ assert t["param_reads_ahead"] > 0 and 1 <= t["param_reads_ahead_peak"] <= 5, t
 assert base["transfers_per_step"]["param_reads_ahead_peak"] == 0
 EOF2
 
+# the parameters on NVMe with the optimizer there too: the fp32 compute copy is the master,
+# read from its region (zero3/swap_param.c's [Note: the parameters in the master]), so moving the
+# parameters there adds reads of it and nothing else: the same swap file and the same NVMe
+# writes per step as with the parameters in host memory, and the same losses
+PM="$STD -b 4 -z 3 --offload-optimizer nvme --nvme-path $tmp/nvme --sub-group-size 3000 --param-persistence-threshold 0"
+if run pm_cpu 2 $PM --offload-param cpu && run pm_nvme 2 $PM --offload-param nvme --max-in-cpu 0; then
+    $PY - "$tmp/pm_cpu.json" "$tmp/pm_nvme.json" <<'EOF2' && same_losses "$tmp/pm_cpu.json" "$tmp/pm_nvme.json" \
+        && ok "parameters in the optimizer's master on NVMe: no second copy written, the same file, losses bit-identical" \
+        || bad "parameters in the master: the bytes above differ, or the losses by $(maxdiff "$tmp/la" "$tmp/lb")"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+for r in range(2):
+    ma, mb = a["memory"]["per_rank"][r], b["memory"]["per_rank"][r]
+    assert mb["nvme"] == ma["nvme"] and mb["host_params"] < ma["host_params"], (ma, mb)
+ta, tb = a["transfers_per_step"], b["transfers_per_step"]
+assert tb["nvme_write"] == ta["nvme_write"], (ta, tb)
+assert tb["nvme_read"] > ta["nvme_read"] and tb["param_reads_ahead"] > 0, (ta, tb)
+EOF2
+else
+    bad "parameters in the master: a run failed"
+fi
+
 # offload_param.buffer_count: the shards read ahead at once. With no window ahead
 # (--prefetch 0) every gather is one the pass driver hints first, so the reads run as far
 # ahead as the buffers allow: the report's peak is the count itself (the test model has

@@ -6,8 +6,9 @@
  flight, reads served by a staging buffer that holds the unit, a step writing bf16
  through the engine's callback (with pipeline_read and pipeline_write on and off, and
  begun and carried through unit by unit in an order that splits a unit, as the host
- engine's deferred update does), the master by ranges, and the refusals (units out of
- order, waits without a read, a second step begun).
+ engine's deferred update does), the parameters in the master (the host engine's fp32
+ shards read from P, no copy of their own), the master by ranges, and the refusals (units
+ out of order, waits without a read, a second step begun, a read before its update).
 
  The plan is rank 1 of 2 over three units, so that shards start at odd places of the
  regions; the file goes to a fresh directory under /tmp (buffered I/O if the filesystem
@@ -379,5 +380,115 @@ Test(swap, state_ranges_written_and_read_back) {
     for (int i = 1; i <= 100; i++) { cr_assert_eq(got[i], 2.0f); }
     cr_assert_eq(got[101], 0.01f * (float)(150 % 13));
     free(x); free(got);
+    zero_swap_close(&s);
+}
+
+// out_unit's fp32 twin: unit 0's copy on the host, the others through the swap's staging
+typedef struct { ZeroSwap* s; float* host0; } OutCtx32;
+
+static void* out_unit32(void* ctx, int u) {
+    OutCtx32* c = (OutCtx32*)ctx;
+    return u == 0 ? (void*)c->host0 : zero_swap_param_out(c->s, u);
+}
+
+static int out_flush32(void* ctx) { return zero_swap_param_flush(((OutCtx32*)ctx)->s); }
+
+// unit u's shard read ahead into a fresh buffer, from where its skew says
+static void read_ahead_check(ZeroSwap* s, int u, const float* want, const char* what) {
+    char* b = (char*)abuf(zero_swap_param_bytes(s, u));
+    cr_assert_eq(zero_swap_param_read_start(s, u, b), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_wait(s, u), 0, "%s", zero_errmsg());
+    cr_assert_eq(memcmp(b + zero_swap_param_skew(s, u), want, g_plan.units[u].shard * sizeof(float)), 0, "unit %d %s", u, what);
+    free(b);
+}
+
+// The parameters in the master (zero3/swap_param.c's note): fp32 shards read from P where the
+// shard buffer puts them (on a plan whose units 1 and 2 start inside a 4 KiB block, at
+// 2048 and 7424 bytes: shards of 512, 1344 and 2560 elements), no file of their own
+// and no second copy written by the step; during a step begun in an order that splits
+// unit 1, a read refused before its unit is carried through, then the update, from the
+// staging for a unit staged whole (2) and from the disk for the split one (1).
+Test(swap, parameters_in_the_master) {
+    const size_t numel[3] = {1000, 2600, 5000};
+    zero_plan_free(&g_plan);
+    cr_assert_eq(zero_plan_init(&g_plan, numel, 3, 2, 1, sizeof(float)), 0, "%s", zero_errmsg());
+    ZeroSegment segs[3];
+    ZeroSwap s;
+    ZeroSwapOpen o = with_optimizer(segs, segments(segs));
+    o.param_in_master = 1;
+    cr_assert_eq(zero_swap_open(&s, &o), -1, "2-byte elements are not the master");
+    o.param_elem_bytes = 4;
+    cr_assert_eq(zero_swap_open(&s, &o), 0, "%s", zero_errmsg());
+    ZeroSwapOpen opt = o;
+    opt.on_host = NULL;
+    size_t host = 0, file = 0, opt_host = 0, opt_file = 0;
+    zero_swap_size(&o, &host, &file);
+    zero_swap_size(&opt, &opt_host, &opt_file);
+    cr_assert(file == s.file_bytes && host == s.host_bytes && file == opt_file, "no parameter region: %zu, %zu", file, opt_file);
+    cr_assert(zero_swap_param_skew(&s, 1) != 0 && zero_swap_param_skew(&s, 2) != 0, "shards inside a block");
+    size_t total = g_plan.shard_total, n1 = g_plan.units[1].shard, n2 = g_plan.units[2].shard;
+    float* master = (float*)calloc(total, sizeof(float));
+    float* grad = (float*)calloc(total, sizeof(float));
+    for (size_t i = 0; i < total; i++) { master[i] = 0.002f * (float)(i % 601) - 0.5f; grad[i] = 0.01f * (float)(i % 11) - 0.05f; }
+    cr_assert_eq(zero_swap_master_begin(&s), 0, "%s", zero_errmsg());
+    for (int u = 0; u < 3; u++) { cr_assert_eq(zero_swap_master_unit(&s, u, master + g_plan.units[u].shard_offset), 0, "%s", zero_errmsg()); }
+    cr_assert_eq(zero_swap_master_end(&s), 0, "%s", zero_errmsg());
+    float* got = (float*)calloc(n2, sizeof(float));
+    for (int u = 1; u <= 2; u++) { read_ahead_check(&s, u, master + g_plan.units[u].shard_offset, "read ahead from the master"); }
+    // unit 2's shard written: a range of the master, unit 1's part of their shared block kept
+    for (size_t i = 0; i < n2; i++) { master[g_plan.units[2].shard_offset + i] = 0.25f - 0.0001f * (float)i; }
+    cr_assert_eq(zero_swap_param_write(&s, 2, master + g_plan.units[2].shard_offset), 0, "%s", zero_errmsg());
+    for (int u = 1; u <= 2; u++) {
+        cr_assert_eq(zero_swap_param_read(&s, u, got, g_plan.units[u].shard), 0, "%s", zero_errmsg());
+        cr_assert_eq(memcmp(got, master + g_plan.units[u].shard_offset, g_plan.units[u].shard * sizeof(float)), 0, "unit %d after unit 2's write", u);
+        cr_assert_eq(zero_swap_state_read(&s, ZERO_SWAP_P, u, 0, g_plan.units[u].shard, got), 0, "%s", zero_errmsg());
+        cr_assert_eq(memcmp(got, master + g_plan.units[u].shard_offset, g_plan.units[u].shard * sizeof(float)), 0, "P's unit %d", u);
+    }
+    for (int u = 2; u >= 0; u--) { cr_assert_eq(zero_swap_grad_add(&s, u, grad + g_plan.units[u].shard_offset, 0, 1), 0, "%s", zero_errmsg()); }
+    // the reference: cpu_adam_step over the same arrays
+    CpuAdamParams hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1};
+    float* m = (float*)calloc(total, sizeof(float));
+    float* v = (float*)calloc(total, sizeof(float));
+    float* want = (float*)calloc(total, sizeof(float));
+    memcpy(want, master, total * sizeof(float));
+    for (int u = 0; u < 3; u++) {
+        size_t b = g_plan.units[u].shard_offset;
+        hp.weight_decay = u != 1 ? 0.1f : 0.0f;
+        cr_assert_eq(cpu_adam_step(want + b, grad + b, CPU_ADAM_FP32, m + b, v + b, g_plan.units[u].shard, &hp, NULL, CPU_ADAM_FP32), 0);
+    }
+    hp.weight_decay = 0.0f;
+    // unit 2's groups first (the first also holds the end of unit 1), then the rest
+    float* host0 = (float*)calloc(g_plan.units[0].shard, sizeof(float));
+    OutCtx32 ctx = {&s, host0};
+    const int first[3] = {0, 0, 1};
+    size_t g1_first = g_plan.units[1].shard_offset / s.group, g1_last = (g_plan.units[1].shard_offset + n1 - 1) / s.group;
+    cr_assert(g1_first < g1_last && g1_last == g_plan.units[2].shard_offset / s.group, "unit 1 split by the order");
+    ZeroSwapCounters c0 = zero_swap_counters(&s);
+    cr_assert_eq(zero_swap_step_begin(&s, &hp, 0.1f, out_unit32, CPU_ADAM_FP32, out_flush32, &ctx, first), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_param_read(&s, 1, got, n1), -1, "unit 1 read before the step carried it through");
+    cr_assert_eq(zero_swap_step_through(&s, 2), 0, "%s", zero_errmsg());
+    char* b = (char*)abuf(zero_swap_param_bytes(&s, 1));
+    cr_assert_eq(zero_swap_param_read_start(&s, 1, b), -1, "unit 1, part-updated and staged, read before it is through");
+    ZeroSwapCounters c1 = zero_swap_counters(&s);
+    read_ahead_check(&s, 2, want + g_plan.units[2].shard_offset, "updated, from its staging");
+    ZeroSwapCounters c2 = zero_swap_counters(&s);
+    cr_assert(c2.read_bytes == c1.read_bytes && c2.stage_hit_bytes > c1.stage_hit_bytes, "unit 2 from its staging");
+    cr_assert_eq(zero_swap_step_through(&s, 1), 0, "%s", zero_errmsg());
+    c1 = zero_swap_counters(&s);
+    read_ahead_check(&s, 1, want + g_plan.units[1].shard_offset, "updated in two parts, from the disk");
+    c2 = zero_swap_counters(&s);
+    cr_assert(c2.read_bytes == c1.read_bytes + (double)zero_swap_param_bytes(&s, 1) && c2.stage_hit_bytes == c1.stage_hit_bytes,
+              "unit 1's staging held only its second part: read from the disk");
+    cr_assert_eq(zero_swap_param_write(&s, 1, got), -1, "a shard written during the step");
+    cr_assert_eq(zero_swap_step_through(&s, -1), 0, "%s", zero_errmsg());
+    c2 = zero_swap_counters(&s);
+    size_t groups = zero_swap_align(total * sizeof(float));  // (groups of whole blocks)
+    cr_assert_eq(c2.write_bytes - c0.write_bytes, 3.0 * (double)groups, "the step wrote P, M and V and no copy of the parameters");
+    cr_assert_eq(memcmp(host0, want, g_plan.units[0].shard * sizeof(float)), 0, "unit 0's copy on the host");
+    for (int u = 1; u <= 2; u++) {
+        cr_assert_eq(zero_swap_param_read(&s, u, got, g_plan.units[u].shard), 0, "%s", zero_errmsg());
+        cr_assert_eq(memcmp(got, want + g_plan.units[u].shard_offset, g_plan.units[u].shard * sizeof(float)), 0, "unit %d after the step", u);
+    }
+    free(master); free(grad); free(got); free(m); free(v); free(want); free(host0); free(b);
     zero_swap_close(&s);
 }
