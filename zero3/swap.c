@@ -47,6 +47,12 @@ static size_t zero_swap_max_shard(const ZeroPlan* p) {
     return m;
 }
 
+// the most bytes a read of a shard of n elements covers: whole 4 KiB blocks, and in the
+// master, where a shard starts inside a block, one more
+static size_t zero_swap_param_span(const ZeroSwapOpen* o, size_t n) {
+    return zero_swap_align(n * o->param_elem_bytes) + (o->param_in_master ? NVME_ALIGN : 0);
+}
+
 // the parts of zero_swap_size: the regions' bytes, the parameter region's, each staging
 typedef struct { size_t region, group, bufs, grad_stage, param_file, param_stage; int nbufs; } ZeroSwapSizes;
 
@@ -66,16 +72,14 @@ static ZeroSwapSizes zero_swap_sizes(const ZeroSwapOpen* o) {
     for (int u = 0; o->on_host != NULL && !o->param_in_master && u < p->num_units; u++) {
         if (!o->on_host[u]) { z.param_file += zero_swap_align(p->units[u].shard * o->param_elem_bytes); }
     }
-    if (zero_swap_param_span_max(o) > 0) {  // (in the master: a read of a unit's blocks)
-        z.param_stage = zero_swap_align(max_shard * o->param_elem_bytes) + (o->param_in_master ? NVME_ALIGN : 0);
-    }
+    if (zero_swap_param_span_max(o) > 0) { z.param_stage = zero_swap_param_span(o, max_shard); }
     return z;
 }
 
 size_t zero_swap_param_span_max(const ZeroSwapOpen* o) {
     size_t m = 0;
     for (int u = 0; o->on_host != NULL && u < o->plan->num_units; u++) {
-        size_t b = zero_swap_align(o->plan->units[u].shard * o->param_elem_bytes) + (o->param_in_master ? NVME_ALIGN : 0);
+        size_t b = zero_swap_param_span(o, o->plan->units[u].shard);
         if (!o->on_host[u] && b > m) { m = b; }
     }
     return m;
@@ -230,8 +234,7 @@ int zero_swap_io(ZeroSwap* s, int is_write, void* buf, size_t off, size_t bytes)
 
 int zero_swap_master_begin(ZeroSwap* s) {
     if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
-    if (zero_swap_reads_quiet(s) != 0) { return -1; }  // (P is written: the note on the master)
-    zero_swap_stage_forget(s, -1);
+    if (zero_swap_master_write_begin(s, -1) != 0) { return -1; }
     s->master_group = 0;
     s->master_next = 0;
     memset(zero_swap_buf(s, 0, ZERO_SWAP_P), 0, s->group * sizeof(float));
@@ -280,7 +283,7 @@ static int zero_swap_range_io(ZeroSwap* s, int region, int u, size_t begin, size
     if (begin + n > s->plan->units[u].shard) { return zero_error("zero swap: state range past unit %d's shard", u); }
     s->grad_last = (size_t)-1;  // the staging is reused here
     if (zero_swap_grad_settle(s) != 0) { return -1; }
-    if (writing && region == ZERO_SWAP_P) { zero_swap_stage_forget(s, u); }
+    if (writing && region == ZERO_SWAP_P && zero_swap_master_write_begin(s, u) != 0) { return -1; }
     for (size_t done = 0; done < n;) {
         size_t lo = zero_swap_offset(s, region, s->plan->units[u].shard_offset + begin + done);
         size_t a = lo / NVME_ALIGN * NVME_ALIGN;
@@ -503,7 +506,7 @@ int zero_swap_step_begin(ZeroSwap* s, const CpuAdamParams* hp, float weight_deca
                          ZeroSwapFlush flush, void* ctx, const int* first) {
     if (!s->optimizer) { return zero_error("zero swap: no optimizer regions"); }
     if (s->run.on) { return zero_error("zero swap: a step is already in progress"); }
-    if (zero_swap_grad_settle(s) != 0 || zero_swap_reads_quiet(s) != 0) { return -1; }  // (the note on the master)
+    if (zero_swap_grad_settle(s) != 0 || zero_swap_master_write_begin(s, -1) != 0) { return -1; }
     double t0 = zero_now_ms(), wait0 = s->nvme.wait_ms;
     ZeroSwapRun* r = &s->run;
     int ng = zero_swap_groups(s);
@@ -592,10 +595,7 @@ int zero_swap_step(ZeroSwap* s, CpuAdamParams* hp, float weight_decay, ZeroSwapO
 static int zero_swap_stream(ZeroSwap* s, int region, FILE* fp, int to_swap) {
     if (!s->optimizer || region < ZERO_SWAP_P || region > ZERO_SWAP_V) { return zero_error("zero swap: no region %d to stream", region); }
     float* buf = zero_swap_buf(s, 0, ZERO_SWAP_P);
-    if (to_swap && region == ZERO_SWAP_P) {
-        if (zero_swap_reads_quiet(s) != 0) { return -1; }
-        zero_swap_stage_forget(s, -1);
-    }
+    if (to_swap && region == ZERO_SWAP_P && zero_swap_master_write_begin(s, -1) != 0) { return -1; }
     for (int g = 0; g < zero_swap_groups(s); g++) {
         size_t n = zero_swap_group_elems(s, g), bytes = zero_swap_group_bytes(s, g);
         size_t off = zero_swap_offset(s, region, (size_t)g * s->group);

@@ -35,11 +35,10 @@ int zero_swap_wait_group(ZeroSwap* s, int g, int is_write);
 // the next unit goes to the other
 int zero_swap_param_put_start(ZeroSwap* s);
 
-// In the master: every read ahead in flight is done, before writes of P that may share
-// its blocks (a step, a shard written, the master or a checkpoint loaded).
-int zero_swap_reads_quiet(ZeroSwap* s);
-
-// In the master: a write of P leaves a staging's copy of unit u (-1: of any) stale.
-void zero_swap_stage_forget(ZeroSwap* s, int u);
+// In the master (swap_param.c's note), before P is written: unit u's shard (a range, a
+// shard written), or with u = -1 any of it (the master or a checkpoint loaded, a step).
+// Every read ahead in flight is done first (it may share a block with the write), and
+// the staging's copy of u, stale after, is forgotten. Nothing to do elsewhere.
+int zero_swap_master_write_begin(ZeroSwap* s, int u);
 
 #endif // ZERO3_SWAP_INTERNAL_H

@@ -18,6 +18,8 @@ static int zero_swap_stage_settle(ZeroSwap* s, int i);
 // during a step sees u updated. Every group holding one of u's blocks holds some of u,
 // so once u is carried through, no later write of the step touches its blocks: a read
 // waits for those groups' writes (zero_swap_master_quiet) and is refused before them.
+// Before any other write of P, and before a step, zero_swap_master_write_begin waits for
+// the reads ahead in flight and forgets the staging's copy the write makes stale.
 
 int zero_swap_param_on_nvme(const ZeroSwap* s, int u) { return s->param_off != NULL && s->param_off[u] != (size_t)-1; }
 
@@ -47,22 +49,16 @@ static int zero_swap_master_quiet(ZeroSwap* s, int u, int wait) {
     return 0;
 }
 
-// In the master: every read ahead in flight is done, before writes of P that may share
-// its blocks (a step, a shard written, the master or a checkpoint loaded).
-int zero_swap_reads_quiet(ZeroSwap* s) {
-    for (int u = 0; s->in_master && u < s->plan->num_units; u++) {
-        while (s->reading[u] == 1) {
+int zero_swap_master_write_begin(ZeroSwap* s, int u) {
+    for (int w = 0; s->in_master && w < s->plan->num_units; w++) {
+        while (s->reading[w] == 1) {  // (a read ahead of w may share a block with u's)
             if (zero_swap_reap(s, 1) < 0) { return -1; }
         }
     }
-    return 0;
-}
-
-// In the master: a write of P leaves a staging's copy of unit u (-1: of any) stale.
-void zero_swap_stage_forget(ZeroSwap* s, int u) {
     for (int i = 0; i < 2 && s->in_master; i++) {
         if (u < 0 || s->stage_holds[i] == u) { s->stage_holds[i] = -1; }
     }
+    return 0;
 }
 
 // unit u is in the parameter region (else a zero_error line)
@@ -80,8 +76,8 @@ int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf) {
     if (zero_swap_param_check(s, u) != 0) { return -1; }
     if (s->reading[u]) { return zero_error("zero swap: unit %d is already being read ahead", u); }
     size_t bytes = zero_swap_param_bytes(s, u);
-    if (zero_swap_master_quiet(s, u, 0) != 0) { return -1; }
     int held = zero_swap_stage_holding(s, u);
+    if (zero_swap_master_quiet(s, u, held < 0) != 0) { return -1; }
     if (held >= 0) {  // just updated (a deferred step runs just ahead of the reads): no disk read
         memcpy((char*)buf + zero_swap_param_skew(s, u), s->param_stage[held], s->plan->units[u].shard * s->param_elem);
         s->reading[u] = 2;
@@ -89,7 +85,7 @@ int zero_swap_param_read_start(ZeroSwap* s, int u, void* buf) {
         return 0;
     }
     // (a read must not overlap a write of its blocks: the step's last writes are done)
-    if (zero_swap_stage_settle(s, 0) != 0 || zero_swap_stage_settle(s, 1) != 0 || zero_swap_master_quiet(s, u, 1) != 0) { return -1; }
+    if (zero_swap_stage_settle(s, 0) != 0 || zero_swap_stage_settle(s, 1) != 0) { return -1; }
     if (nvme_read_async(&s->nvme, buf, zero_swap_param_at(s, u), bytes, SWAP_TAG_READ | (uint64_t)u) != 0) { return -1; }
     s->reading[u] = 1;
     s->c.read_bytes += (double)bytes;
@@ -178,8 +174,9 @@ void* zero_swap_param_out(ZeroSwap* s, int u) {
 int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
     if (zero_swap_param_check(s, u) != 0) { return -1; }
     if (n > s->plan->units[u].shard) { return zero_error("zero swap: %zu elements asked of unit %d's shard", n, u); }
-    if (zero_swap_param_quiet(s, u) != 0 || zero_swap_master_quiet(s, u, 0) != 0) { return -1; }
+    if (zero_swap_param_quiet(s, u) != 0) { return -1; }
     int held = zero_swap_stage_holding(s, u);
+    if (zero_swap_master_quiet(s, u, held < 0) != 0) { return -1; }
     if (held >= 0) {  // no disk read: a staging buffer holds it
         memcpy(dst, s->param_stage[held], n * s->param_elem);
         s->c.stage_hit_bytes += (double)zero_swap_param_bytes(s, u);
@@ -190,7 +187,6 @@ int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
     // written back now); else the current one, once what it holds is in the file.
     int i = s->staged_unit >= 0 ? 1 - s->stage_cur : s->stage_cur;
     if (s->staged_unit >= 0 ? zero_swap_stage_settle(s, i) != 0 : zero_swap_param_flush(s) != 0) { return -1; }
-    if (zero_swap_master_quiet(s, u, 1) != 0) { return -1; }
     char* stage = s->param_stage[i];
     size_t skew = zero_swap_param_skew(s, u);
     s->stage_holds[i] = -1;  // (refilled)
@@ -202,10 +198,9 @@ int zero_swap_param_read(ZeroSwap* s, int u, void* dst, size_t n) {
 }
 
 int zero_swap_param_write(ZeroSwap* s, int u, const void* src) {
-    if (s->in_master) {  // a range of P (the note); the reads ahead that may share its blocks done first
+    if (s->in_master) {  // a range of P (the note)
         if (zero_swap_param_check(s, u) != 0) { return -1; }
         if (s->run.on) { return zero_error("zero swap: unit %d's shard written while a step is in progress", u); }
-        if (zero_swap_reads_quiet(s) != 0) { return -1; }
         return zero_swap_state_write(s, ZERO_SWAP_P, u, 0, s->plan->units[u].shard, (const float*)src);
     }
     char* out = (char*)zero_swap_param_out(s, u);

@@ -185,11 +185,11 @@ static void open_pipelined(ZeroSwap* s, ZeroSegment* segs, int pipeline_read, in
 
 static void open_with_optimizer(ZeroSwap* s, ZeroSegment* segs) { open_pipelined(s, segs, 1, 1); }
 
-typedef struct { ZeroSwap* s; uint16_t* host0; int flushed; } OutCtx;
+typedef struct { ZeroSwap* s; void* host0; int flushed; } OutCtx;  // host0: unit 0's copy, bf16 or fp32
 
 static void* out_unit(void* ctx, int u) {
     OutCtx* c = (OutCtx*)ctx;
-    return u == 0 ? (void*)c->host0 : zero_swap_param_out(c->s, u);
+    return u == 0 ? c->host0 : zero_swap_param_out(c->s, u);
 }
 
 static int out_flush(void* ctx) {
@@ -383,16 +383,6 @@ Test(swap, state_ranges_written_and_read_back) {
     zero_swap_close(&s);
 }
 
-// out_unit's fp32 twin: unit 0's copy on the host, the others through the swap's staging
-typedef struct { ZeroSwap* s; float* host0; } OutCtx32;
-
-static void* out_unit32(void* ctx, int u) {
-    OutCtx32* c = (OutCtx32*)ctx;
-    return u == 0 ? (void*)c->host0 : zero_swap_param_out(c->s, u);
-}
-
-static int out_flush32(void* ctx) { return zero_swap_param_flush(((OutCtx32*)ctx)->s); }
-
 // unit u's shard read ahead into a fresh buffer, from where its skew says
 static void read_ahead_check(ZeroSwap* s, int u, const float* want, const char* what) {
     char* b = (char*)abuf(zero_swap_param_bytes(s, u));
@@ -459,12 +449,12 @@ Test(swap, parameters_in_the_master) {
     hp.weight_decay = 0.0f;
     // unit 2's groups first (the first also holds the end of unit 1), then the rest
     float* host0 = (float*)calloc(g_plan.units[0].shard, sizeof(float));
-    OutCtx32 ctx = {&s, host0};
+    OutCtx ctx = {&s, host0, 0};
     const int first[3] = {0, 0, 1};
     size_t g1_first = g_plan.units[1].shard_offset / s.group, g1_last = (g_plan.units[1].shard_offset + n1 - 1) / s.group;
     cr_assert(g1_first < g1_last && g1_last == g_plan.units[2].shard_offset / s.group, "unit 1 split by the order");
     ZeroSwapCounters c0 = zero_swap_counters(&s);
-    cr_assert_eq(zero_swap_step_begin(&s, &hp, 0.1f, out_unit32, CPU_ADAM_FP32, out_flush32, &ctx, first), 0, "%s", zero_errmsg());
+    cr_assert_eq(zero_swap_step_begin(&s, &hp, 0.1f, out_unit, CPU_ADAM_FP32, out_flush, &ctx, first), 0, "%s", zero_errmsg());
     cr_assert_eq(zero_swap_param_read(&s, 1, got, n1), -1, "unit 1 read before the step carried it through");
     cr_assert_eq(zero_swap_step_through(&s, 2), 0, "%s", zero_errmsg());
     char* b = (char*)abuf(zero_swap_param_bytes(&s, 1));
@@ -481,6 +471,7 @@ Test(swap, parameters_in_the_master) {
               "unit 1's staging held only its second part: read from the disk");
     cr_assert_eq(zero_swap_param_write(&s, 1, got), -1, "a shard written during the step");
     cr_assert_eq(zero_swap_step_through(&s, -1), 0, "%s", zero_errmsg());
+    cr_assert_eq(ctx.flushed, 1);
     c2 = zero_swap_counters(&s);
     size_t groups = zero_swap_align(total * sizeof(float));  // (groups of whole blocks)
     cr_assert_eq(c2.write_bytes - c0.write_bytes, 3.0 * (double)groups, "the step wrote P, M and V and no copy of the parameters");
