@@ -181,7 +181,6 @@ static int zero_dev_swap_init(ZeroDev* d) {
     o.plan = p;
     o.dir = d->cfg.nvme_path;
     o.rank = d->global_rank;
-    o.queue_depth = 8;  // (as the host engine's)
     o.optimizer = d->opt_nvme;
     o.segs = d->segs;
     o.nsegs = pl->npieces;

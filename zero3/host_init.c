@@ -16,7 +16,6 @@ ZeroSwapOpen zero_host_swap_open(const ZeroPlan* p, const ZeroConfig* cfg, int r
     o.plan = p;
     o.dir = cfg->nvme_path;
     o.rank = rank;
-    o.queue_depth = 8;
     o.optimizer = cfg->offload_optimizer == ZERO_OFFLOAD_NVME;
     o.segs = segs;
     o.nsegs = nsegs;

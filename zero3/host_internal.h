@@ -59,7 +59,8 @@ int zero_refresh_persistent(ZeroHost* e);
 size_t zero_max_shard(const ZeroHost* e);
 
 // The master region from the parameter shards (init, load): unit by unit through one
-// shard-sized buffer (zero_swap_master_*).
+// shard-sized buffer (zero_swap_master_*); where P is the parameter store, only the
+// units held in memory.
 int zero_nvme_write_master(ZeroHost* e);
 
 

@@ -95,14 +95,21 @@ size_t zero_max_shard(const ZeroHost* e) {
     return m;
 }
 
+// Where P is the parameter store (zero3/swap_param.c's [Note: the parameters in the
+// master]), the NVMe units' shards are in it already: only the units held in memory are
+// written there, each as a range of P.
 int zero_nvme_write_master(ZeroHost* e) {
+    ZeroSwap* s = &e->swap;
     float* shard = (float*)malloc(zero_max_shard(e) * sizeof(float) + 64);
     if (shard == NULL) { return zero_error("zero: out of memory for a parameter shard"); }
-    int rc = zero_swap_master_begin(&e->swap);
+    int rc = s->in_master ? 0 : zero_swap_master_begin(s);
     for (int u = 0; u < e->plan.num_units && rc == 0; u++) {
-        rc = zero_param_shard_get(e, u, shard, e->plan.units[u].shard) != 0 || zero_swap_master_unit(&e->swap, u, shard) != 0 ? -1 : 0;
+        size_t n = e->plan.units[u].shard;
+        if (s->in_master && zero_swap_param_on_nvme(s, u)) { continue; }
+        rc = zero_param_shard_get(e, u, shard, n) != 0 ? -1 : 0;
+        if (rc == 0) { rc = s->in_master ? zero_swap_state_write(s, ZERO_SWAP_P, u, 0, n, shard) : zero_swap_master_unit(s, u, shard); }
     }
-    if (rc == 0) { rc = zero_swap_master_end(&e->swap); }
+    if (rc == 0 && !s->in_master) { rc = zero_swap_master_end(s); }
     free(shard);
     return rc;
 }

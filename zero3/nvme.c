@@ -250,7 +250,9 @@ fail:
 // passes prepared SQEs to the kernel; a failure here makes the ring unusable (f->broken)
 static int nvme_flush(NvmeFile* f) {
     while (f->unsubmitted > 0) {
+        double t0 = zero_now_ms();  // (a device queue that is full blocks the submission itself)
         int rc = io_uring_submit(&f->ring);
+        f->wait_ms += zero_now_ms() - t0;
         if (rc == -EINTR) { continue; }
         if (rc <= 0) {
             f->broken = 1;
@@ -410,6 +412,7 @@ static int nvme_submit(NvmeFile* f, int is_write, const void* buf, size_t offset
     while (done < bytes) {
         if (f->n_free_slots == 0) {
             // queue full: make room, completed requests wait on the FIFO for nvme_wait
+            f->submit_waits++;
             if (nvme_flush(f) != 0 || nvme_reap(f, 1) < 0) { return -1; }
             continue;
         }

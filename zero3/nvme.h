@@ -25,8 +25,15 @@
  pieces keep the device queue busy. The caller sees one request per tag.
 
  Queue: queue_depth is the number of SQEs in flight (f->inflight). Submitting when all
- slots are taken first reaps completions; a request completed that way is kept on a FIFO
- until nvme_wait returns it, so any number of requests may be outstanding. nvme_wait
+ slots are taken first reaps completions (f->submit_waits counts those waits); a request
+ completed that way is kept on a FIFO until nvme_wait returns it, so any number of
+ requests may be outstanding. Such a submission is a synchronous wait in disguise: the
+ caller gets its "asynchronous" request back only once most of it is done. So the swap's
+ ring (NVME_QUEUE_DEPTH, 128 SQEs: 1 GiB in flight in 8 MiB pieces) holds what an engine
+ keeps in flight at once; at depth 8 (64 MiB) a 2.7B run's reads ahead of a unit's shard
+ (160-257 MB) and the step's group reads (4 x 40 MB) waited in their submission: nearly
+ all of the forward's and backward's 9 s of NVMe wait a step (docs/RESULTS.md). f->wait_ms counts every wait: for a completion, and
+ inside io_uring_submit. nvme_wait
  returns one fully completed request (any order). A short read/write (res < asked) is
  resubmitted for the rest (f->retries counts those) and the request is returned only when
  every byte is done. A read that hits end of file (res == 0: someone truncated the file)
@@ -115,6 +122,7 @@ extern "C" {
 #ifndef NVME_CHUNK_BYTES
 #define NVME_CHUNK_BYTES ((size_t)8 << 20)
 #endif
+#define NVME_QUEUE_DEPTH 128  // the swap's ring (zero3/swap.h): why so deep, the Queue paragraph above
 
 // one SQE in flight (a piece of a request); user_data of the SQE is its index
 typedef struct {
@@ -168,7 +176,8 @@ typedef struct {
     uint32_t zero_sum;   // that of a block of zeros, to say so in a message
     // counters
     uint64_t bytes_read, bytes_written, reads, writes, retries;
-    double wait_ms;
+    uint64_t submit_waits;  // submissions that found every slot taken and waited for a completion
+    double wait_ms;         // blocked for a completion or inside io_uring_submit
 } NvmeFile;
 
 // ----------------------------------------------------------------------------

@@ -62,7 +62,7 @@ typedef struct {
     const ZeroPlan* plan;         // this rank's view of the units
     const char* dir;              // nvme_path
     int rank;                     // names the file
-    int queue_depth;              // SQEs in flight (0: 8)
+    int queue_depth;              // SQEs in flight (0: NVME_QUEUE_DEPTH)
     int optimizer;                // 1: the P, M, V, G regions
     const ZeroSegment* segs;      // (nsegs) the optimizer's walk, in shard-buffer order
     int nsegs;
@@ -221,7 +221,8 @@ int zero_swap_master_end(ZeroSwap* s);
 int zero_swap_state_read(ZeroSwap* s, int region, int u, size_t begin, size_t n, float* out);
 
 // The same range written from in (zero_tensor_set); G only where this step's sum is in the
-// file, its squared norm (zero_swap_grad_sumsq) mended by the change.
+// file, its squared norm (zero_swap_grad_sumsq) mended by the change. Of P, M and V only
+// the first and last 4 KiB blocks, which the range may share, are read first.
 int zero_swap_state_write(ZeroSwap* s, int region, int u, size_t begin, size_t n, const float* in);
 
 // ----------------------------------------------------------------------------

@@ -166,6 +166,7 @@ Test(nvme, many_requests_beyond_queue_depth) {
         pattern_fill(bufs[i], off, sz, 7);
         cr_assert_eq(nvme_write_async(&f, bufs[i], off, sz, 1000 + (uint64_t)i), 0, "%s", zero_errmsg());
         cr_assert_leq(f.inflight, 4);
+        cr_assert_eq(f.submit_waits, i < 4 ? 0u : (uint64_t)(i - 3), "a submission waits only for a slot");
     }
     int seen[64] = {0};
     for (int k = 0; k < n; k++) {

@@ -270,6 +270,9 @@ static void step_writes_bf16(int pipeline_read, int pipeline_write, int deferred
         cr_assert_eq(zero_swap_step_through(&s, -1), 0, "nothing pending: nothing to do");
     }
     cr_assert_eq(ctx.flushed, 1);
+    // the swap's ring holds what the step keeps in flight (up to 2 buffer sets of 4 regions,
+    // a staging's write, the gradient's): no "asynchronous" submission waited for room
+    cr_assert_eq(s.nvme.submit_waits, 0, "%llu submissions waited for a free slot", (unsigned long long)s.nvme.submit_waits);
     cr_assert_eq(memcmp(host0, want, g_plan.units[0].shard * 2), 0, "unit 0's bf16 copy on the host");
     for (int u = 1; u <= 2; u++) {
         cr_assert_eq(zero_swap_param_read(&s, u, got, g_plan.units[u].shard), 0, "%s", zero_errmsg());
@@ -352,8 +355,15 @@ Test(swap, state_ranges_written_and_read_back) {
     float* got = (float*)calloc(n2, sizeof(float));
     for (int u = 0; u < 3; u++) {  // M whole, unit by unit
         for (size_t i = 0; i < g_plan.units[u].shard; i++) { x[i] = (float)u + 0.5f * (float)i; }
+        double read0 = zero_swap_counters(&s).read_bytes;
         cr_assert_eq(zero_swap_state_write(&s, ZERO_SWAP_M, u, 0, g_plan.units[u].shard, x), 0, "%s", zero_errmsg());
+        if (u == 2) {  // (its 3 blocks start on a boundary: only the last, shared with what follows, is read)
+            cr_assert_eq(zero_swap_counters(&s).read_bytes - read0, (double)NVME_ALIGN, "a write reads only the blocks it shares");
+        }
     }
+    // (a read of unit 1 leaves other blocks in the staging the ranges go through, so that
+    // the range below keeps its neighbours only if it reads the two blocks it shares)
+    cr_assert_eq(zero_swap_state_read(&s, ZERO_SWAP_M, 1, 0, g_plan.units[1].shard, got), 0, "%s", zero_errmsg());
     for (size_t i = 0; i < 777; i++) { x[i] = -1.0f - (float)i; }  // then 777 elements of unit 2 from 1001 (no block boundary)
     cr_assert_eq(zero_swap_state_write(&s, ZERO_SWAP_M, 2, 1001, 777, x), 0, "%s", zero_errmsg());
     for (int u = 0; u < 3; u++) {
