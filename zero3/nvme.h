@@ -32,8 +32,8 @@
  ring (NVME_QUEUE_DEPTH, 128 SQEs: 1 GiB in flight in 8 MiB pieces) holds what an engine
  keeps in flight at once; at depth 8 (64 MiB) a 2.7B run's reads ahead of a unit's shard
  (160-257 MB) and the step's group reads (4 x 40 MB) waited in their submission: nearly
- all of the forward's and backward's 9 s of NVMe wait a step (docs/RESULTS.md). f->wait_ms counts every wait: for a completion, and
- inside io_uring_submit. nvme_wait
+ all of the forward's and backward's 9 s of NVMe wait a step (docs/RESULTS.md).
+ f->wait_ms counts every wait: for a completion, and inside io_uring_submit. nvme_wait
  returns one fully completed request (any order). A short read/write (res < asked) is
  resubmitted for the rest (f->retries counts those) and the request is returned only when
  every byte is done. A read that hits end of file (res == 0: someone truncated the file)

@@ -277,7 +277,8 @@ int zero_swap_master_end(ZeroSwap* s) {
 // The blocks [a, a + bytes) into the staging, for a read of k elements `skew` bytes into
 // them, or before a write of them: a write of P, M or V reads only the blocks it shares
 // with other elements, its first and last (one of G reads them all: the step's norm takes
-// out the values it replaces). At start-up that halves what filling P costs.
+// out the values it replaces). Filling P at start-up then reads two blocks a unit, not
+// its whole span.
 static int zero_swap_range_fetch(ZeroSwap* s, int region, int writing, size_t skew, size_t k, size_t a, size_t bytes) {
     if (!writing || region == ZERO_SWAP_G) { return zero_swap_io(s, 0, s->grad_stage, a, bytes); }
     size_t end = skew + k * sizeof(float);  // (from a)
