@@ -282,6 +282,12 @@ static int nvme_prep(NvmeFile* f, int si) {
         if (s->buf_index >= 0) { io_uring_prep_read_fixed(sqe, f->fd, s->buf, len, (uint64_t)s->offset, s->buf_index); }
         else { io_uring_prep_read(sqe, f->fd, s->buf, len, (uint64_t)s->offset); }
     }
+    // [Note: submission that never blocks] Issued inline, an O_DIRECT request that finds
+    // the device's queue full (nr_requests, shared by every rank on the disk) sleeps inside
+    // io_uring_submit until the device drains, and the caller's compute waits for the disk.
+    // IOSQE_ASYNC hands the issue to the ring's kernel workers: the caller returns at once
+    // and blocks only where it waits for a completion (nvme.h's Queue paragraph).
+    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     io_uring_sqe_set_data64(sqe, (uint64_t)si);
     f->unsubmitted++;
     return 0;

@@ -33,7 +33,13 @@
  keeps in flight at once; at depth 8 (64 MiB) a 2.7B run's reads ahead of a unit's shard
  (160-257 MB) and the step's group reads (4 x 40 MB) waited in their submission: nearly
  all of the forward's and backward's 9 s of NVMe wait a step (docs/RESULTS.md).
- f->wait_ms counts every wait: for a completion, and inside io_uring_submit. nvme_wait
+ The ring's slots are not the device's: its queue (nr_requests, 256 requests of up to
+ max_sectors_kb here) is shared by every rank on the disk, and a request issued inline
+ that finds it full sleeps inside io_uring_submit. Two ranks of 128 SQEs of 8 MiB did:
+ each submission of 1 GiB blocked 0.3-0.6 s of its 0.6-1 s. So every SQE is marked
+ IOSQE_ASYNC: the ring's kernel workers (iou-wrk threads) issue it and the caller returns
+ at once; the disk's throughput is the same. f->wait_ms counts every wait: for a
+ completion, and inside io_uring_submit. nvme_wait
  returns one fully completed request (any order). A short read/write (res < asked) is
  resubmitted for the rest (f->retries counts those) and the request is returned only when
  every byte is done. A read that hits end of file (res == 0: someone truncated the file)

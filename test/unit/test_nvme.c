@@ -17,6 +17,7 @@
 #include <sys/mount.h>        // mount, umount2: a tiny tmpfs for ENOSPC
 #include <sys/wait.h>         // waitpid: the unprivileged child
 #include <unistd.h>           // fork, setuid, pipe, dup, dup2, ftruncate, rmdir
+#include <dirent.h>           // opendir, readdir: the process's threads in /proc/self/task
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 #include <stdio.h>          // snprintf, fopen, fgets, sscanf
 #include "zero3/crc32c.h"   // crc32c_update, crc32c_blocks
@@ -611,6 +612,39 @@ Test(nvme, close_with_requests_in_flight) {
     }
     nvme_close(&f, 1);
     cr_assert_eq(f.fd, -1);
+}
+
+// the threads of this process named iou-wrk-*: io_uring's workers (Linux >= 5.12), -1 if unreadable
+static int ring_workers(void) {
+    DIR* d = opendir("/proc/self/task");
+    if (d == NULL) { return -1; }
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE* fp = fopen(path, "r");
+        if (fp == NULL) { continue; }
+        if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "iou-wrk", 7) == 0) { n++; }
+        fclose(fp);
+    }
+    closedir(d);
+    return n;
+}
+
+// [Note: submission that never blocks] in nvme.c: every request is handed to the ring's
+// kernel workers, which then exist. Issued inline, an O_DIRECT read of an ext4 file (this
+// machine's /tmp) completes without any worker; a tmpfs one is handed over anyway, so
+// there the check cannot tell the two apart.
+Test(nvme, requests_issued_by_the_ring_workers) {
+    NvmeFile f;
+    cr_assert_eq(nvme_open(&f, g_dir, 0, 4 * MiB, 4), 0, "%s", zero_errmsg());
+    cr_assert_eq(ring_workers(), 0, "no worker before the first request");
+    void** bufs;
+    cr_assert_eq(nvme_buffers_alloc(&f, 1, 1 * MiB, &bufs), 0, "%s", zero_errmsg());
+    cr_assert_eq(nvme_read(&f, bufs[0], 0, 1 * MiB), 0, "%s", zero_errmsg());
+    cr_assert_geq(ring_workers(), 1, "the read was issued by the caller, not by a ring worker");
+    nvme_close(&f, 1);
 }
 
 // kB of AnonHugePages in the mappings of /proc/self/smaps that overlap [p, p + bytes), -1 if unreadable
