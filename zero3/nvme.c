@@ -3,7 +3,7 @@
 #include <stdio.h>       // snprintf, fprintf: path, the buffered-I/O notice
 #include <stdlib.h>      // posix_memalign, calloc, realloc, free
 #include <string.h>      // memset, strerror
-#include <errno.h>       // errno, EINVAL, EINTR
+#include <errno.h>       // errno, EINVAL, EINTR, ECANCELED
 #include <unistd.h>      // close, unlink, ftruncate
 #include <sys/stat.h>    // stat, S_ISDIR: tell "missing directory" from other failures
 #include "zero3/util.h"  // zero_error, zero_now_ms
@@ -287,7 +287,8 @@ static int nvme_prep(NvmeFile* f, int si) {
     // io_uring_submit until the device drains, and the caller's compute waits for the disk.
     // IOSQE_ASYNC hands the issue to the ring's kernel workers: the caller returns at once
     // and blocks only where it waits for a completion (nvme.h's Queue paragraph).
-    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+    s->by_worker = !f->issue_inline;
+    if (s->by_worker) { io_uring_sqe_set_flags(sqe, IOSQE_ASYNC); }
     io_uring_sqe_set_data64(sqe, (uint64_t)si);
     f->unsubmitted++;
     return 0;
@@ -327,6 +328,18 @@ static int nvme_reap(NvmeFile* f, int block) {
     NvmeSlot* s = &f->slots[si];
     int ri = s->req;
     NvmeRequest* r = &f->reqs[ri];
+    if (res == -ECANCELED && s->by_worker) {
+        // nothing here cancels: the kernel did, for want of a worker to issue the piece
+        // (nvme.h's Queue paragraph); it goes out again, inline, on the same slot
+        if (!f->issue_inline) {
+            f->issue_inline = 1;
+            fprintf(stderr, "nvme: %s: io_uring could not start a kernel worker (the process limit, ulimit -u?): "
+                    "requests are issued by the caller from now on, and may wait for the device's queue\n", f->path);
+        }
+        f->retries++;
+        if (nvme_prep(f, si) != 0) { return -1; }
+        return nvme_flush(f) != 0 ? -1 : 1;
+    }
     if (res > 0) {
         if (r->is_write) { f->bytes_written += (uint64_t)res; } else { f->bytes_read += (uint64_t)res; }
         if ((size_t)res < s->bytes) {

@@ -38,7 +38,10 @@
  that finds it full sleeps inside io_uring_submit. Two ranks of 128 SQEs of 8 MiB did:
  each submission of 1 GiB blocked 0.3-0.6 s of its 0.6-1 s. So every SQE is marked
  IOSQE_ASYNC: the ring's kernel workers (iou-wrk threads) issue it and the caller returns
- at once; the disk's throughput is the same. f->wait_ms counts every wait: for a
+ at once; the disk's throughput is the same. Where no worker can start (the user's
+ process limit, RLIMIT_NPROC, reached: the kernel cancels the work), the pieces cancelled
+ go out again issued inline, f->issue_inline is set and stderr says so once; requests are
+ then issued by the caller, which may wait in io_uring_submit. f->wait_ms counts every wait: for a
  completion, and inside io_uring_submit. nvme_wait
  returns one fully completed request (any order). A short read/write (res < asked) is
  resubmitted for the rest (f->retries counts those) and the request is returned only when
@@ -84,7 +87,7 @@
 
  Counters: reads / writes count submitted requests (not SQEs), bytes_read / bytes_written
  count bytes the kernel reported done (so also the part before a failure), retries counts
- resubmitted short pieces, wait_ms the time the caller spent blocked for a completion (what
+ resubmitted pieces (short, or cancelled for want of a worker), wait_ms the time the caller spent blocked for a completion (what
  the device did not hide behind the caller's own work: the trainer's "NVMe wait").
 
  Failure of io_uring_submit itself (not an I/O error: the ring cannot take SQEs) leaves
@@ -137,6 +140,7 @@ typedef struct {
     char* buf;          // where the rest of this piece goes / comes from
     size_t offset;      // file offset of the rest
     size_t bytes;       // bytes still to do
+    int by_worker;      // its SQE went out with IOSQE_ASYNC (issued by a ring worker)
 } NvmeSlot;
 
 // one request of the caller (one tag), possibly several pieces
@@ -161,6 +165,7 @@ typedef struct {
     size_t bytes;        // preallocated size, a multiple of NVME_ALIGN
     int direct;          // 1: O_DIRECT, 0: buffered fallback
     int broken;          // io_uring_submit failed: only nvme_close is allowed
+    int issue_inline;    // the ring's kernel workers could not start: the caller issues each SQE
     int queue_depth;
     int inflight;        // SQEs given to the ring and not reaped (submitted or not)
     int unsubmitted;     // of those, prepared but not yet passed to io_uring_submit

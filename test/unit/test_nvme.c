@@ -13,7 +13,7 @@
 #include <stdlib.h>           // mkdtemp, aligned_alloc
 #include <string.h>           // strstr
 #include <signal.h>           // signal, SIGXFSZ: ignored so EFBIG comes back as an error
-#include <sys/resource.h>     // setrlimit, RLIMIT_FSIZE: a "full disk" without a real one
+#include <sys/resource.h>     // setrlimit: RLIMIT_FSIZE (a "full disk" without a real one), RLIMIT_NPROC
 #include <sys/mount.h>        // mount, umount2: a tiny tmpfs for ENOSPC
 #include <sys/wait.h>         // waitpid: the unprivileged child
 #include <unistd.h>           // fork, setuid, pipe, dup, dup2, ftruncate, rmdir
@@ -318,11 +318,9 @@ Test(nvme, directory_is_a_regular_file) {
     unlink(file);
 }
 
-// root ignores mode bits, so a root run drops to nobody in a child before trying
-Test(nvme, unwritable_directory) {
-    char dir[4200];
-    snprintf(dir, sizeof(dir), "%s/readonly", g_dir);
-    cr_assert_eq(mkdir(dir, 0500), 0);
+// Runs body(dir) in a child as nobody (when root: root ignores mode bits and process
+// limits), its stderr into msg; returns the child's exit status (0: body returned 0).
+static int child_as_nobody(int (*body)(const char* dir), const char* dir, char* msg, size_t cap) {
     chmod(g_dir, 0755);  // mkdtemp made it 0700: nobody must be able to reach dir
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
@@ -330,22 +328,36 @@ Test(nvme, unwritable_directory) {
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         close(fds[0]);
-        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) { _exit(3); }
-        NvmeFile f;
-        int rc = nvme_open(&f, dir, 0, 1 * MiB, 4);
-        const char* msg = zero_errmsg();
-        if (write(fds[1], msg, strlen(msg) + 1) < 0) { _exit(4); }
-        _exit(rc == -1 ? 0 : 1);
+        dup2(fds[1], 2);
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) { _exit(100); }
+        _exit(body(dir));
     }
     close(fds[1]);
-    char msg[1100] = "";
-    ssize_t got = read(fds[0], msg, sizeof(msg) - 1);
-    (void)got;
+    size_t n = 0;
+    ssize_t got;
+    while (n < cap - 1 && (got = read(fds[0], msg + n, cap - 1 - n)) > 0) { n += (size_t)got; }
+    msg[n] = '\0';
     close(fds[0]);
     int status;
     waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+static int open_refused(const char* dir) {
+    NvmeFile f;
+    int rc = nvme_open(&f, dir, 0, 1 * MiB, 4);
+    fprintf(stderr, "%s\n", zero_errmsg());
+    return rc == -1 ? 0 : 1;
+}
+
+Test(nvme, unwritable_directory) {
+    char dir[4200];
+    snprintf(dir, sizeof(dir), "%s/readonly", g_dir);
+    cr_assert_eq(mkdir(dir, 0500), 0);
+    char msg[1100] = "";
+    int status = child_as_nobody(open_refused, dir, msg, sizeof(msg));
     rmdir(dir);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d, message: %s", status, msg);
+    cr_assert_eq(status, 0, "child status %d, message: %s", status, msg);
     cr_assert(strstr(msg, dir) && strstr(msg, "Permission denied"), "%s", msg);
 }
 
@@ -645,6 +657,39 @@ Test(nvme, requests_issued_by_the_ring_workers) {
     cr_assert_eq(nvme_read(&f, bufs[0], 0, 1 * MiB), 0, "%s", zero_errmsg());
     cr_assert_geq(ring_workers(), 1, "the read was issued by the caller, not by a ring worker");
     nvme_close(&f, 1);
+}
+
+// No worker can start where the user's process limit is reached (root is exempt): the
+// kernel cancels the requests, which go out again issued inline, once said on stderr; the
+// data round-trips.
+static int round_trip_without_workers(const char* dir) {
+    struct rlimit one = {1, 1};
+    if (setrlimit(RLIMIT_NPROC, &one) != 0) { return 4; }
+    NvmeFile f;
+    void** bufs;
+    if (nvme_open(&f, dir, 0, 4 * MiB, 4) != 0) { fprintf(stderr, "%s\n", zero_errmsg()); return 5; }
+    if (nvme_buffers_alloc(&f, 2, 2 * MiB, &bufs) != 0) { fprintf(stderr, "%s\n", zero_errmsg()); return 6; }
+    pattern_fill(bufs[0], 0, 2 * MiB, 9);
+    if (nvme_write(&f, bufs[0], 0, 2 * MiB) != 0 || nvme_read(&f, bufs[1], 0, 2 * MiB) != 0) {
+        fprintf(stderr, "%s\n", zero_errmsg());
+        return 7;
+    }
+    int ok = pattern_check(bufs[1], 0, 2 * MiB, 9) == -1 && f.issue_inline == 1 && ring_workers() == 0;
+    nvme_close(&f, 1);
+    return ok ? 0 : 8;
+}
+
+Test(nvme, no_ring_worker_under_the_process_limit) {
+    char dir[4200];
+    snprintf(dir, sizeof(dir), "%s/anyone", g_dir);
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    chmod(dir, 0777);  // (the umask)
+    char msg[2000] = "";
+    int status = child_as_nobody(round_trip_without_workers, dir, msg, sizeof(msg));
+    rmdir(dir);
+    cr_assert_eq(status, 0, "child status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "could not start a kernel worker") != NULL, "%s", msg);
+    cr_assert(strstr(msg, dir) != NULL, "the notice names the swap file: %s", msg);
 }
 
 // kB of AnonHugePages in the mappings of /proc/self/smaps that overlap [p, p + bytes), -1 if unreadable
