@@ -35,21 +35,20 @@
  all of the forward's and backward's 9 s of NVMe wait a step (docs/RESULTS.md).
  The ring's slots are not the device's: its queue (nr_requests, 256 requests of up to
  max_sectors_kb here) is shared by every rank on the disk, and a request issued inline
- that finds it full sleeps inside io_uring_submit. Two ranks of 128 SQEs of 8 MiB did:
+ that finds it full sleeps inside io_uring_submit. Two processes of 128 SQEs of 8 MiB did:
  each submission of 1 GiB blocked 0.3-0.6 s of its 0.6-1 s. So every SQE is marked
  IOSQE_ASYNC: the ring's kernel workers (iou-wrk threads) issue it and the caller returns
  at once; the disk's throughput is the same. Where no worker can start (the user's
  process limit, RLIMIT_NPROC, reached: the kernel cancels the work), the pieces cancelled
  go out again issued inline, f->issue_inline is set and stderr says so once; requests are
- then issued by the caller, which may wait in io_uring_submit. f->wait_ms counts every wait: for a
- completion, and inside io_uring_submit. nvme_wait
- returns one fully completed request (any order). A short read/write (res < asked) is
- resubmitted for the rest (f->retries counts those) and the request is returned only when
- every byte is done. A read that hits end of file (res == 0: someone truncated the file)
- and an I/O error complete the request with -1 and a message naming the path, the block
- and file offset of the failed piece and strerror(-res) (or "unexpected end of file: the
- swap file was truncated"); *tag is still set so that the caller knows which request
- failed.
+ then issued by the caller, which may wait in io_uring_submit. f->wait_ms counts every
+ wait: for a completion, and inside io_uring_submit. nvme_wait returns one fully
+ completed request (any order). A short read/write (res < asked) is resubmitted for the
+ rest (f->retries counts those) and the request is returned only when every byte is
+ done. A read that hits end of file (res == 0: someone truncated the file) and an I/O
+ error complete the request with -1 and a message naming the path, the block and file
+ offset of the failed piece and strerror(-res) (or "unexpected end of file: the swap file
+ was truncated"); *tag is still set so that the caller knows which request failed.
 
  Fixed buffers: nvme_buffers_alloc allocates 4 KiB-aligned buffers and registers them
  with the ring. A request whose buffer lies inside one of them uses READ_FIXED /
@@ -87,8 +86,9 @@
 
  Counters: reads / writes count submitted requests (not SQEs), bytes_read / bytes_written
  count bytes the kernel reported done (so also the part before a failure), retries counts
- resubmitted pieces (short, or cancelled for want of a worker), wait_ms the time the caller spent blocked for a completion (what
- the device did not hide behind the caller's own work: the trainer's "NVMe wait").
+ resubmitted pieces (short, or cancelled for want of a worker), wait_ms the time the
+ caller spent blocked for a completion or in a submission (what the device did not hide
+ behind the caller's own work: the trainer's "NVMe wait").
 
  Failure of io_uring_submit itself (not an I/O error: the ring cannot take SQEs) leaves
  the ring in an unknown state: f->broken is set, every later call fails, and the caller
