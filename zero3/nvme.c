@@ -294,6 +294,13 @@ static int nvme_prep(NvmeFile* f, int si) {
     return 0;
 }
 
+// sends the rest of slot si's piece again, on the same slot (inflight unchanged)
+static int nvme_resubmit(NvmeFile* f, int si) {
+    f->retries++;
+    if (nvme_prep(f, si) != 0) { return -1; }
+    return nvme_flush(f) != 0 ? -1 : 1;
+}
+
 // appends request ri to the FIFO of completed requests
 static void nvme_push_done(NvmeFile* f, int ri) {
     f->reqs[ri].next = -1;
@@ -330,26 +337,22 @@ static int nvme_reap(NvmeFile* f, int block) {
     NvmeRequest* r = &f->reqs[ri];
     if (res == -ECANCELED && s->by_worker) {
         // nothing here cancels: the kernel did, for want of a worker to issue the piece
-        // (nvme.h's Queue paragraph); it goes out again, inline, on the same slot
+        // (nvme.h's Queue paragraph); it goes out again, inline
         if (!f->issue_inline) {
             f->issue_inline = 1;
             fprintf(stderr, "nvme: %s: io_uring could not start a kernel worker (the process limit, ulimit -u?): "
                     "requests are issued by the caller from now on, and may wait for the device's queue\n", f->path);
         }
-        f->retries++;
-        if (nvme_prep(f, si) != 0) { return -1; }
-        return nvme_flush(f) != 0 ? -1 : 1;
+        return nvme_resubmit(f, si);
     }
     if (res > 0) {
         if (r->is_write) { f->bytes_written += (uint64_t)res; } else { f->bytes_read += (uint64_t)res; }
         if ((size_t)res < s->bytes) {
-            // short read/write: the rest goes out again on the same slot, so inflight is unchanged
+            // short read/write: the rest goes out again
             s->buf += res;
             s->offset += (size_t)res;
             s->bytes -= (size_t)res;
-            f->retries++;
-            if (nvme_prep(f, si) != 0) { return -1; }
-            return nvme_flush(f) != 0 ? -1 : 1;
+            return nvme_resubmit(f, si);
         }
     } else if (r->err == 0 && r->eof == 0) {
         // keep the first failure of the request; its other pieces still complete normally

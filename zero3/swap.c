@@ -134,7 +134,7 @@ int zero_swap_open(ZeroSwap* s, const ZeroSwapOpen* o) {
     ZeroSwapSizes z = zero_swap_sizes(o);
     zero_swap_size(o, &s->host_bytes, &s->file_bytes);
     if (s->file_bytes == 0) { return zero_error("zero swap: nothing to keep on NVMe"); }
-    if (nvme_open(&s->nvme, o->dir, o->rank, s->file_bytes, o->queue_depth > 0 ? o->queue_depth : NVME_QUEUE_DEPTH) != 0) { return -1; }
+    if (nvme_open(&s->nvme, o->dir, o->rank, s->file_bytes, NVME_QUEUE_DEPTH) != 0) { return -1; }
     s->is_open = 1;
     if (o->optimizer) {
         s->region = z.region;

@@ -62,7 +62,6 @@ typedef struct {
     const ZeroPlan* plan;         // this rank's view of the units
     const char* dir;              // nvme_path
     int rank;                     // names the file
-    int queue_depth;              // SQEs in flight (0: NVME_QUEUE_DEPTH)
     int optimizer;                // 1: the P, M, V, G regions
     const ZeroSegment* segs;      // (nsegs) the optimizer's walk, in shard-buffer order
     int nsegs;
