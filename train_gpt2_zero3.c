@@ -23,6 +23,7 @@
 #include "llmc/encoder.h"     // encoder_forward/backward: wte + wpe
 #include "llmc/layernorm.h"   // layernorm_forward/backward
 #include "llmc/matmul.h"      // matmul_forward/backward through sgemm
+#include "llmc/blas.h"        // blas_select_kernels: OpenBLAS's kernels for this CPU
 #include "llmc/attention.h"   // causal multi-head attention
 #include "llmc/gelu.h"        // GELU, tanh form
 #include "llmc/residual.h"    // residual_forward
@@ -381,7 +382,10 @@ int main(int argc, char** argv) {
     if (tc->zero.comm_dtype == ZERO_COMM_BF16 && t.rank == 0) {
         fprintf(stderr, "warning: communication data type bf16 has no effect: the CPU trainer's gradients are fp32, reduced in fp32\n");
     }
-    // OpenBLAS's sgemm runs on the OpenMP ops' threads (the Makefile links its OpenMP build)
+    // OpenBLAS's sgemm runs on the OpenMP ops' threads (the Makefile links its OpenMP build),
+    // with the kernels this CPU can run (llmc/blas.h): chosen before any product
+    char blas_note[256];
+    if (blas_select_kernels(blas_note, sizeof(blas_note)) && t.rank == 0) { fprintf(stderr, "note: %s\n", blas_note); }
     omp_set_num_threads(t.threads);
     openblas_set_num_threads(t.threads);
 
@@ -392,8 +396,10 @@ int main(int argc, char** argv) {
     GPT2 model;
     gpt2_setup(&t, &model);
 
-    char notes[64];
-    snprintf(notes, sizeof(notes), ", vocab tile %d", model.vocab_tile);
+    char notes[96];
+    const char* kernels = blas_kernels();
+    snprintf(notes, sizeof(notes), ", vocab tile %d%s%s%s", model.vocab_tile, *kernels ? ", OpenBLAS " : "", kernels,
+             *kernels ? " kernels" : "");
     TrainerModel run = {
         .self = &model, .zero = model.zero, .device = "cpu", .precision = "fp32", .notes = notes, .peak_flops = -1.0,
         .train_micro = train_micro, .train_loss = train_loss, .eval_losses = eval_losses, .next_probs = eval_next_probs,

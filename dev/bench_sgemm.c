@@ -2,13 +2,15 @@
  OpenBLAS sgemm throughput at the shapes of a GPT-2 block's matmuls, the yardstick
  for scripts/bench_cpu_trainer.sh: the trainer's achieved GFLOP/s is set next to it.
    usage: bench_sgemm C BT [repeats]     prints "sgemm_gflops=X"
- The shapes are the forward's four (qkv, attproj, fc, fcproj) on a (BT, C) input, and
+ With the kernels the trainer would use (llmc/blas.h: OpenBLAS's Prescott fallback replaced;
+ OPENBLAS_CORETYPE=Prescott shows what that fallback gives). The shapes are the forward's four (qkv, attproj, fc, fcproj) on a (BT, C) input, and
  the backward's two products per matmul (dinp and dweight), as the trainer calls them.
 */
 #include <stdio.h>   // printf
 #include <stdlib.h>  // atoi, malloc
 #include <time.h>    // clock_gettime
 #include <cblas.h>   // cblas_sgemm
+#include "llmc/blas.h"  // blas_select_kernels, blas_kernels: the trainer's choice of kernels
 
 static double now_s(void) {
     struct timespec ts;
@@ -20,6 +22,8 @@ int main(int argc, char** argv) {
     if (argc < 3) { fprintf(stderr, "usage: %s C BT [repeats]\n", argv[0]); return 1; }
     int C = atoi(argv[1]), BT = atoi(argv[2]), reps = argc > 3 ? atoi(argv[3]) : 5;
     if (C <= 0 || BT <= 0 || reps <= 0) { fprintf(stderr, "bench_sgemm: C, BT and repeats must be positive\n"); return 1; }
+    char note[256];
+    if (blas_select_kernels(note, sizeof(note))) { fprintf(stderr, "note: %s\n", note); }
     int oc[4] = {3 * C, C, 4 * C, C};   // output channels of qkv, attproj, fc, fcproj
     int ic[4] = {C, C, C, 4 * C};       // their input channels
     size_t maxn = (size_t)4 * C * C;
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
         double dt = now_s() - t0;
         if (r > 0 && dt < best) { best = dt; }
     }
+    if (*blas_kernels()) { fprintf(stderr, "bench_sgemm: OpenBLAS %s kernels\n", blas_kernels()); }
     printf("sgemm_gflops=%.1f\n", flops / best / 1e9);
     free(a); free(w); free(o); free(dw);
     return 0;

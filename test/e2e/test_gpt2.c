@@ -274,6 +274,8 @@ int main(int argc, char** argv) {
     snprintf(model_path, sizeof(model_path), "%s/model.bin", argv[1]);
     snprintf(ref_path, sizeof(ref_path), "%s/ref.bin", argv[1]);
     MPI_Init(&argc, &argv);  // the engine's communicator; one process, no mpirun needed
+    char blas_note[256];
+    if (blas_select_kernels(blas_note, sizeof(blas_note))) { printf("note: %s\n", blas_note); }  // the trainer's kernels
     Ref r;
     read_ref(ref_path, &r);
     int B = r.B, T = r.T, V = r.V, Vp = r.Vp;

@@ -289,7 +289,7 @@ fi
 mkdir -p "$tmp/inf"
 if BENCH_MODEL=d2 BENCH_FIO_MIB=64 BENCH_ARGS="--sub-group-size 1e5 --max-in-cpu 0" bash scripts/bench_infinity.sh "$tmp/inf" > "$tmp/inf.log" 2>&1 \
     && grep -qE '^ +1 +[0-9.]+ GB +[0-9.]+ GB' "$tmp/inf.log" && grep -q '^NVMe per step' "$tmp/inf.log" \
-    && grep -qE '^infinity: peak_rss_ratio=[0-9.]+ estimate_ratio=[0-9.]+ step_s=[0-9.]+ nvme_s=[0-9.]+ busy_s=-?[0-9.]+ goal_ratio=[0-9.]+$' "$tmp/inf.log" && [ -z "$(ls -A "$tmp/inf")" ]; then
+    && grep -qE '^infinity: peak_rss_ratio=[0-9.]+ estimate_ratio=[0-9.]+ step_s=[0-9.]+ nvme_s=[0-9.]+ busy_s=-?[0-9.]+ goal_ratio=[0-9.]+ later_ratio=[0-9.]+$' "$tmp/inf.log" && [ -z "$(ls -A "$tmp/inf")" ]; then
     ok "bench_infinity.sh on d2: per-rank peaks, NVMe bytes, the estimate's and the goal's ratios; swap and fio files removed"
 else
     bad "bench_infinity.sh on d2: $(tail -3 "$tmp/inf.log" | tr '\n' ' ')"

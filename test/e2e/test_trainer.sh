@@ -88,6 +88,28 @@ if [ -f "$tmp/dp1.json" ] && [ -f "$tmp/dp2.json" ] && [ -f "$tmp/acc.json" ]; t
     # and the runs really trained: the loss moved
     $PY -c "import sys; a=[float(x) for x in open('$tmp/l1')]; sys.exit(0 if a[0]-a[-1] > 0.3 else 1)" && ok "the loss falls over 4 steps" || bad "the loss did not fall: $(tr '\n' ' ' < "$tmp/l1")"
 fi
+# OpenBLAS's kernels (llmc/blas.h): on a CPU with AVX2 and FMA the trainer never runs
+# OpenBLAS's Prescott (SSE3) fallback, which it picks for a CPU it does not know;
+# OPENBLAS_CORETYPE, the user's, is kept even when it names Prescott. Both kernel sets
+# compute the same fp32 products in other orders: the losses agree as the data-parallel
+# splits above do (< 1e-4), bit-identical runs aside.
+OPENBLAS_CORETYPE=Prescott $BIN $DP -b 8 --report "$tmp/presc.json" > "$tmp/presc.log" 2>&1 || bad "run with OPENBLAS_CORETYPE=Prescott ($(tail -1 "$tmp/presc.log"))"
+if grep -q "OpenBLAS Prescott kernels" "$tmp/presc.log" && ! grep -q "^note: OpenBLAS" "$tmp/presc.log"; then
+    ok "OPENBLAS_CORETYPE=Prescott is kept: the header says Prescott, no note"
+else
+    bad "OPENBLAS_CORETYPE=Prescott: $(grep -m1 "OpenBLAS" "$tmp/presc.log")"
+fi
+kernels=$(sed -nE 's/.*OpenBLAS ([A-Za-z0-9]+) kernels.*/\1/p' "$tmp/dp1.log" | head -1)
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    [ -n "$kernels" ] && [ "$kernels" != Prescott ] && ok "AVX2 CPU: the trainer runs OpenBLAS's $kernels kernels, not Prescott's"         || bad "AVX2 CPU: the header says OpenBLAS '${kernels}' kernels"
+else
+    [ -n "$kernels" ] && ok "no AVX2: the header names OpenBLAS's $kernels kernels" || bad "the header names no OpenBLAS kernels"
+fi
+if [ -f "$tmp/presc.json" ] && [ -f "$tmp/dp1.json" ]; then
+    losses "$tmp/presc.json" > "$tmp/lp"; losses "$tmp/dp1.json" > "$tmp/lsel"
+    d=$(maxdiff "$tmp/lsel" "$tmp/lp")
+    $PY -c "import sys; sys.exit(0 if $d < 1e-4 else 1)" && ok "Prescott's kernels and the selected ones: the same losses (max diff $d)" || bad "kernels: max diff $d"
+fi
 # --communication-data-type: the host engine's gradients are fp32 and reduced in fp32
 # whatever it says (fp32: the same run bit for bit; bf16: the same, with a warning)
 for m in fp32 bf16; do

@@ -33,6 +33,7 @@
 #include "llmc/encoder.h"     // encoder_forward, encoder_backward
 #include "llmc/layernorm.h"   // layernorm_forward, layernorm_backward
 #include "llmc/matmul.h"      // matmul_forward, matmul_backward
+#include "llmc/blas.h"        // blas_select_kernels, blas_kernels_for, blas_cpu_features
 #include "llmc/attention.h"   // attention_forward, attention_backward
 #include "llmc/gelu.h"        // gelu_forward, gelu_backward
 #include "llmc/residual.h"    // residual_forward, residual_backward
@@ -270,6 +271,8 @@ static double loss_matmul(void* p) {
 }
 
 Test(matmul, forward_backward) {
+    char note[256];
+    blas_select_kernels(note, sizeof(note));  // the kernels the trainer runs
     Rng rng; rng_init(&rng, 3);
     size_t nin = (size_t)B * T * C, nout = (size_t)B * T * OC, nw = (size_t)OC * C;
     float* inp = falloc(nin); fill_uniform(&rng, inp, nin, -1, 1);
@@ -314,6 +317,84 @@ Test(matmul, forward_backward) {
     float* delta = falloc(nw);
     for (size_t i = 0; i < nw; i++) { delta[i] = dweight.g[i] - dweight.g0[i]; }
     expect_close("matmul dweight (NULL dinp, dbias)", delta, thrice, nw, FWD_RTOL);
+}
+
+// ----------------------------------------------------------------------------
+// OpenBLAS's kernels (llmc/blas.h)
+
+// only OpenBLAS's Prescott fallback is replaced, by the newest set the CPU's features allow
+Test(blas, kernels_for) {
+    cr_assert_str_eq(blas_kernels_for("Prescott", 1, 1), "SkylakeX");
+    cr_assert_str_eq(blas_kernels_for("Prescott", 1, 0), "Haswell");
+    cr_assert_null(blas_kernels_for("Prescott", 0, 0));   // an SSE-only CPU: Prescott is right
+    cr_assert_null(blas_kernels_for("Haswell", 1, 1));     // OpenBLAS knew the CPU: its choice stands
+    cr_assert_null(blas_kernels_for("SkylakeX", 1, 1));
+    cr_assert_null(blas_kernels_for("Zen", 1, 0));
+    cr_assert_null(blas_kernels_for("Cooperlake", 1, 1));
+    cr_assert_null(blas_kernels_for(NULL, 1, 1));
+}
+
+// forces OpenBLAS's kernel set as its load would with OPENBLAS_CORETYPE=name
+static void blas_force(const char* name) {
+    setenv("OPENBLAS_CORETYPE", name, 1);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+}
+
+// (BT, OC) = (BT, C) @ (OC, C)^T through the trainer's matmul against a double reference,
+// at a size where sgemm runs its blocked kernels, not a small-matrix path
+static void blas_product_check(void) {
+    enum { M = 96, K = 200, N = 72 };
+    Rng rng; rng_init(&rng, 11);
+    float* a = falloc((size_t)M * K); fill_uniform(&rng, a, (size_t)M * K, -1, 1);
+    float* w = falloc((size_t)N * K); fill_uniform(&rng, w, (size_t)N * K, -1, 1);
+    float* out = falloc((size_t)M * N);
+    double* ref = dalloc((size_t)M * N);
+    matmul_forward(out, a, w, NULL, 1, M, K, N);
+    for (int i = 0; i < M; i++)
+        for (int o = 0; o < N; o++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++) { acc += (double)a[(size_t)i * K + k] * w[(size_t)o * K + k]; }
+            ref[(size_t)i * N + o] = acc;
+        }
+    expect_close("sgemm with the selected kernels", out, ref, (size_t)M * N, FWD_RTOL);
+    free(a); free(w); free(out); free(ref);
+}
+
+// On any x86-64 CPU: OpenBLAS forced onto its Prescott kernels, as on a CPU it does not
+// know, is moved to the set this CPU's features allow (none on an SSE-only CPU), and the
+// products it then computes are right
+Test(blas, prescott_fallback_replaced) {
+    cr_assert(openblas_get_corename != NULL && gotoblas_dynamic_init != NULL && gotoblas_dynamic_quit != NULL,
+              "the OpenBLAS linked is not a DYNAMIC_ARCH build (scripts/install_deps.sh installs Debian's, which is)");
+    blas_force("Prescott");
+    cr_assert_str_eq(blas_kernels(), "Prescott");
+    unsetenv("OPENBLAS_CORETYPE");
+    int avx2_fma, avx512;
+    blas_cpu_features(&avx2_fma, &avx512);
+    const char* want = avx512 ? "SkylakeX" : avx2_fma ? "Haswell" : NULL;  // (the table above)
+    char note[256] = "";
+    int rc = blas_select_kernels(note, sizeof(note));
+    if (want != NULL) {
+        cr_assert_eq(rc, 1);
+        cr_assert_str_eq(blas_kernels(), want);
+        cr_assert_str_eq(getenv("OPENBLAS_CORETYPE"), want);
+        cr_assert(strstr(note, "Prescott") != NULL && strstr(note, want) != NULL, "the note names both: %s", note);
+    } else {
+        cr_assert_eq(rc, 0);
+        cr_assert_str_eq(blas_kernels(), "Prescott");
+    }
+    blas_product_check();
+}
+
+// OPENBLAS_CORETYPE is the user's: even Prescott's kernels, asked for, stay
+Test(blas, user_choice_kept) {
+    blas_force("Prescott");
+    char note[256] = "";
+    cr_assert_eq(blas_select_kernels(note, sizeof(note)), 0);
+    cr_assert_str_eq(blas_kernels(), "Prescott");
+    cr_assert_str_eq(note, "");
+    blas_product_check();
 }
 
 // ----------------------------------------------------------------------------
