@@ -3,8 +3,8 @@
  distributions') picks its kernels when it loads, from a table of the CPU models it knows.
  A CPU newer than the library is not in that table, and an Intel one then gets the
  library's oldest x86-64 kernels, Prescott's (SSE3): Debian 12's OpenBLAS 0.3.21 on a
- Xeon of model 207 (Emerald Rapids) runs sgemm at 27 GFLOP/s a core where its SkylakeX
- kernels on the same core give 100 (docs/RESULTS.md). Nothing says so; the trainer is just
+ Xeon of model 207 (Emerald Rapids) runs sgemm at 29.5 GFLOP/s a core at the 2.7B
+ benchmark's shapes, where its SkylakeX kernels on the same core give 105 (docs/RESULTS.md). Nothing says so; the trainer is just
  slow. blas_select_kernels notices that fallback and picks, by what the CPU can run, the
  newest of OpenBLAS's kernel sets that this library has for it:
    AVX-512 (F, CD, BW, DQ, VL)  SkylakeX
@@ -15,8 +15,8 @@
  reading OPENBLAS_CORETYPE, called again after gotoblas_dynamic_quit forgets the first.
  Both are exported by every DYNAMIC_ARCH build (they are how it loads) but are not in its
  headers, so they are weak here: without them (a BLAS built for one CPU, or not OpenBLAS)
- nothing changes. It runs before any BLAS call, with no other thread yet: a kernel table
- swapped under a running sgemm would be a different story.
+ nothing changes. It runs before the program's first product, while nothing else can be
+ inside OpenBLAS: the kernel table must not change under a running sgemm.
 */
 #ifndef LLMC_BLAS_H
 #define LLMC_BLAS_H
