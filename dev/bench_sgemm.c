@@ -2,9 +2,10 @@
  OpenBLAS sgemm throughput at the shapes of a GPT-2 block's matmuls, the yardstick
  for scripts/bench_cpu_trainer.sh: the trainer's achieved GFLOP/s is set next to it.
    usage: bench_sgemm C BT [repeats]     prints "sgemm_gflops=X"
- With the kernels the trainer would use (llmc/blas.h: OpenBLAS's Prescott fallback replaced;
- OPENBLAS_CORETYPE=Prescott shows what that fallback gives). The shapes are the forward's four (qkv, attproj, fc, fcproj) on a (BT, C) input, and
- the backward's two products per matmul (dinp and dweight), as the trainer calls them.
+ With the kernels the trainer would use (llmc/blas.h: OpenBLAS's Prescott fallback
+ replaced; OPENBLAS_CORETYPE=Prescott shows what that fallback gives). The shapes are the
+ forward's four (qkv, attproj, fc, fcproj) on a (BT, C) input, and the backward's two
+ products per matmul (dinp and dweight), as the trainer calls them.
 */
 #include <stdio.h>   // printf
 #include <stdlib.h>  // atoi, malloc

@@ -4,8 +4,8 @@
  A CPU newer than the library is not in that table, and an Intel one then gets the
  library's oldest x86-64 kernels, Prescott's (SSE3): Debian 12's OpenBLAS 0.3.21 on a
  Xeon of model 207 (Emerald Rapids) runs sgemm at 29.5 GFLOP/s a core at the 2.7B
- benchmark's shapes, where its SkylakeX kernels on the same core give 105 (docs/RESULTS.md). Nothing says so; the trainer is just
- slow. blas_select_kernels notices that fallback and picks, by what the CPU can run, the
+ benchmark's shapes, where its SkylakeX kernels on the same core give 105
+ (docs/RESULTS.md). Nothing says so; the trainer is just slow. blas_select_kernels notices that fallback and picks, by what the CPU can run, the
  newest of OpenBLAS's kernel sets that this library has for it:
    AVX-512 (F, CD, BW, DQ, VL)  SkylakeX
    AVX2 and FMA                 Haswell
@@ -61,6 +61,13 @@ static inline const char* blas_kernels(void) {
     return name != NULL ? name : "";
 }
 
+// Makes OpenBLAS select its kernels again, as its load does, with OPENBLAS_CORETYPE=name
+static inline void blas_force_kernels(const char* name) {
+    setenv("OPENBLAS_CORETYPE", name, 1);  // what gotoblas_dynamic_init reads
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+}
+
 // Replaces OpenBLAS's Prescott fallback (above). Returns 1 when it did, writing what it
 // did into note (one line for the log), and 0 when it kept OpenBLAS's choice.
 static inline int blas_select_kernels(char* note, size_t note_size) {
@@ -72,13 +79,9 @@ static inline int blas_select_kernels(char* note, size_t note_size) {
     snprintf(before, sizeof(before), "%s", blas_kernels());
     const char* want = blas_kernels_for(before, avx2_fma, avx512);
     if (want == NULL) { return 0; }
-    setenv("OPENBLAS_CORETYPE", want, 1);  // what gotoblas_dynamic_init reads
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
+    blas_force_kernels(want);
     if (strcmp(blas_kernels(), want) != 0) {  // this OpenBLAS lacks them: back to its pick
-        setenv("OPENBLAS_CORETYPE", before, 1);
-        gotoblas_dynamic_quit();
-        gotoblas_dynamic_init();
+        blas_force_kernels(before);
         return 0;
     }
     snprintf(note, note_size, "OpenBLAS did not recognise this CPU and chose its %s kernels; using its %s kernels, "

@@ -101,7 +101,8 @@ else
 fi
 kernels=$(sed -nE 's/.*OpenBLAS ([A-Za-z0-9]+) kernels.*/\1/p' "$tmp/dp1.log" | head -1)
 if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
-    [ -n "$kernels" ] && [ "$kernels" != Prescott ] && ok "AVX2 CPU: the trainer runs OpenBLAS's $kernels kernels, not Prescott's"         || bad "AVX2 CPU: the header says OpenBLAS '${kernels}' kernels"
+    [ -n "$kernels" ] && [ "$kernels" != Prescott ] && ok "AVX2 CPU: the trainer runs OpenBLAS's $kernels kernels, not Prescott's" \
+        || bad "AVX2 CPU: the header says OpenBLAS '${kernels}' kernels"
 else
     [ -n "$kernels" ] && ok "no AVX2: the header names OpenBLAS's $kernels kernels" || bad "the header names no OpenBLAS kernels"
 fi

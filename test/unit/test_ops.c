@@ -33,7 +33,7 @@
 #include "llmc/encoder.h"     // encoder_forward, encoder_backward
 #include "llmc/layernorm.h"   // layernorm_forward, layernorm_backward
 #include "llmc/matmul.h"      // matmul_forward, matmul_backward
-#include "llmc/blas.h"        // blas_select_kernels, blas_kernels_for, blas_cpu_features
+#include "llmc/blas.h"        // blas_select_kernels, blas_kernels_for, blas_cpu_features, blas_force_kernels
 #include "llmc/attention.h"   // attention_forward, attention_backward
 #include "llmc/gelu.h"        // gelu_forward, gelu_backward
 #include "llmc/residual.h"    // residual_forward, residual_backward
@@ -334,13 +334,6 @@ Test(blas, kernels_for) {
     cr_assert_null(blas_kernels_for(NULL, 1, 1));
 }
 
-// forces OpenBLAS's kernel set as its load would with OPENBLAS_CORETYPE=name
-static void blas_force(const char* name) {
-    setenv("OPENBLAS_CORETYPE", name, 1);
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
-}
-
 // (BT, OC) = (BT, C) @ (OC, C)^T through the trainer's matmul against a double reference,
 // at a size where sgemm runs its blocked kernels, not a small-matrix path
 static void blas_product_check(void) {
@@ -367,7 +360,7 @@ static void blas_product_check(void) {
 Test(blas, prescott_fallback_replaced) {
     cr_assert(openblas_get_corename != NULL && gotoblas_dynamic_init != NULL && gotoblas_dynamic_quit != NULL,
               "the OpenBLAS linked is not a DYNAMIC_ARCH build (scripts/install_deps.sh installs Debian's, which is)");
-    blas_force("Prescott");
+    blas_force_kernels("Prescott");
     cr_assert_str_eq(blas_kernels(), "Prescott");
     unsetenv("OPENBLAS_CORETYPE");
     int avx2_fma, avx512;
@@ -389,7 +382,7 @@ Test(blas, prescott_fallback_replaced) {
 
 // OPENBLAS_CORETYPE is the user's: even Prescott's kernels, asked for, stay
 Test(blas, user_choice_kept) {
-    blas_force("Prescott");
+    blas_force_kernels("Prescott");
     char note[256] = "";
     cr_assert_eq(blas_select_kernels(note, sizeof(note)), 0);
     cr_assert_str_eq(blas_kernels(), "Prescott");
