@@ -32,7 +32,7 @@
 #include "llmc/encoder.cuh"           // encoder_forward/backward
 #include "llmc/layernorm.cuh"         // layernorm, fused residual + layernorm
 #include "llmc/gelu.cuh"              // gelu_forward (recompute)
-#include "llmc/attention.cuh"         // attention through cuBLAS, or the fused flash kernel
+#include "llmc/attention_flash.cuh"   // attention through cuBLAS (llmc/attention.cuh), or the fused flash kernel
 #include "llmc/matmul.cuh"            // cuBLASLt matmuls with bias / GELU epilogues
 #include "llmc/fused_classifier.cuh"  // softmax + cross-entropy + its backward, in place
 #include "llmc/trainer_proc.h" // params_fetch, grads_unit, grads_reduce, zeroCheck, mpiCheck, die_all: the unit hooks

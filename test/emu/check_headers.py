@@ -79,7 +79,7 @@ DIFFERENT = {
 # the same signature): the types the project instantiates it with. Unlisted templates are
 # checked with every type parameter float.
 TEMPLATE_ARGS = {
-    'cudaFuncSetAttribute': [{'K': 'void (*)(float*)'}],       # a kernel (llmc/attention.cuh)
+    'cudaFuncSetAttribute': [{'K': 'void (*)(float*)'}],       # a kernel (llmc/attention_flash.cuh)
     '__shfl_xor_sync': [{'T': 'float'}, {'T': 'unsigned long long'}],  # llmc's sums, zero3/quant.cuh's keys
     'cub::DeviceRadixSort::SortPairs': [{'K': 'int', 'V': 'int'}],     # llmc/encoder.cuh
 }

@@ -1,7 +1,7 @@
 /*
  GPU tests of llmc/matmul.cuh, llmc/fused_classifier.cuh (whole rows and vocabulary tiles),
- zero3/adamw.cuh, zero3/quant.cuh and the flash path of
- llmc/attention.cuh against the CPU references llmc/matmul.h, gelu.h, classifier.h, adamw.h,
+ zero3/adamw.cuh, zero3/quant.cuh and the flash attention of llmc/attention_flash.cuh
+ against the CPU references llmc/matmul.h, gelu.h, classifier.h, adamw.h,
  quant.h (bit for bit) and attention.h (the CPU trainer's own code); the flash attention also
  against the cuBLAS path.
  Run by `make test-gpu` on a GPU machine; prints one line per check and ends with
@@ -79,7 +79,7 @@
 #include "llmc/fused_classifier.cuh" // GPU fused_classifier, classifier_tile_forward/_backward
 #include "zero3/adamw.cuh"            // GPU adamw_update_cuda, global_norm_squared
 #include "zero3/quant.cuh"            // GPU zero_quantize_cuda, zero_dequantize_cuda, _add_cuda; quant.h's zero_quantize
-#include "llmc/attention.cuh"        // GPU attention_flash_forward / _backward and the cuBLAS path
+#include "llmc/attention_flash.cuh"  // GPU attention_flash_forward / _backward, and (llmc/attention.cuh) the cuBLAS path
 #include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
 
 static const double U = 5.9604644775390625e-08;  // 2^-24
