@@ -51,37 +51,51 @@ __device__ __forceinline__ size_t attention_row_offset(size_t idx, int T, int NH
     return ((size_t)b * T + t) * row + (size_t)h * hs + d;
 }
 
-// qkvr (3,B,NH,T,hs) <- qkv (B,T,3,NH,hs); one thread per (b,h,t,d), moving q, k and v.
-// Consecutive threads have consecutive d: reads and writes are both coalesced.
+// The three layout kernels below: thread i moves the N elements [i*N, i*N + N) of the flat
+// (b,h,t,d) index. N = X128 (16 bytes) when hs is a multiple of X128, so that the N are
+// contiguous in both layouts, and the pointers are 16-byte aligned (attention_layout_pack);
+// else 1. Consecutive threads have consecutive d: coalesced both ways.
+static inline int attention_layout_pack(int hs, const void* a, const void* b) {
+    return hs % X128 == 0 && aligned128(a) && aligned128(b) ? X128 : 1;
+}
+
+static inline unsigned attention_layout_blocks(size_t n, int N, int block) {
+    return (unsigned)CEIL_DIV(CEIL_DIV(n, (size_t)N), (size_t)block);
+}
+
+// qkvr (3,B,NH,T,hs) <- qkv (B,T,3,NH,hs), moving q, k and v
+template <int N>
 __global__ void attention_permute_kernel(floatX* qkvr, const floatX* qkv, int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // flat (b,h,t,d)
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;  // flat (b,h,t,d)
     size_t total = (size_t)B * NH * T * hs;
-    if (idx >= total) { return; }
+    if (i >= total) { return; }
     int C = NH * hs;
-    size_t src = attention_row_offset(idx, T, NH, hs, 3 * (size_t)C);  // q of (b,t,h,d)
-    qkvr[idx] = qkv[src];
-    qkvr[total + idx] = qkv[src + C];
-    qkvr[2 * total + idx] = qkv[src + 2 * C];
+    size_t src = attention_row_offset(i, T, NH, hs, 3 * (size_t)C);  // q of (b,t,h,d)
+    for (int m = 0; m < 3; m++) { store_pack<N>(qkvr + m * total + i, load_pack<N>(qkv + src + (size_t)m * C)); }
 }
 
 // dst (B,NH,T,hs) <- src (B,T,NH,hs): the head split of dout for the backward
+template <int N>
 __global__ void attention_split_heads_kernel(floatX* dst, const floatX* src, int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // flat (b,h,t,d)
-    size_t total = (size_t)B * NH * T * hs;
-    if (idx >= total) { return; }
-    dst[idx] = src[attention_row_offset(idx, T, NH, hs, (size_t)NH * hs)];
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;  // flat (b,h,t,d)
+    if (i >= (size_t)B * NH * T * hs) { return; }
+    store_pack<N>(dst + i, load_pack<N>(src + attention_row_offset(i, T, NH, hs, (size_t)NH * hs)));
 }
 
 // dqkv (B,T,3,NH,hs) += dqkvr (3,B,NH,T,hs): the inverse permutation, accumulating
+template <int N>
 __global__ void attention_unpermute_acc_kernel(floatX* dqkv, const floatX* dqkvr, int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // flat (b,h,t,d)
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;  // flat (b,h,t,d)
     size_t total = (size_t)B * NH * T * hs;
-    if (idx >= total) { return; }
+    if (i >= total) { return; }
     int C = NH * hs;
-    size_t dst = attention_row_offset(idx, T, NH, hs, 3 * (size_t)C);
-    for (int i = 0; i < 3; i++) {
-        size_t o = dst + (size_t)i * C;
-        dqkv[o] = from_float<floatX>(to_float(dqkv[o]) + to_float(dqkvr[(size_t)i * total + idx]));
+    size_t dst = attention_row_offset(i, T, NH, hs, 3 * (size_t)C);
+    for (int m = 0; m < 3; m++) {
+        size_t o = dst + (size_t)m * C;
+        xpack<N> acc = load_pack<N>(dqkv + o), g = load_pack<N>(dqkvr + m * total + i);
+#pragma unroll
+        for (int j = 0; j < N; j++) { acc.v[j] = from_float<floatX>(to_float(acc.v[j]) + to_float(g.v[j])); }
+        store_pack<N>(dqkv + o, acc);
     }
 }
 
@@ -125,6 +139,107 @@ __global__ void attention_softmax_backward_kernel(floatX* datt, const floatX* at
     }
 }
 
+// The two softmax kernels above, 16 bytes at a time with the row held in registers: one
+// read of the keys at or before t, one write of the whole row (the scalar kernels read each
+// element two or three times and move 2 bytes a lane an instruction). Lane l holds the
+// row's 16-byte vectors l, l+32, ..., VECS of them (a power of two up to ATTN_ROW_VECS,
+// picked by attention_row_vecs so that short rows do not pay long rows' registers): rows of
+// T <= 32 * ATTN_ROW_VECS * X128 elements (2048 in bf16, 1024 in fp32) with T a multiple of
+// X128 and att, datt 16-byte aligned; other rows take the scalar kernels. The register
+// arrays are indexed only by unrolled loop counters, so they stay in registers (no stack
+// frame in ptxas -v). A vector wholly above the diagonal is written as zeros, never read.
+#define ATTN_ROW_VECS 8
+
+// the vectors a lane holds for rows of T (1, 2, 4 or 8), or 0: the scalar kernels
+static inline int attention_row_vecs(const void* a, const void* b, int T) {
+    if (T % X128 != 0 || !aligned128(a) || !aligned128(b)) { return 0; }
+    int per_lane = CEIL_DIV(T / X128, 32);
+    for (int v = 1; v <= ATTN_ROW_VECS; v *= 2) {
+        if (per_lane <= v) { return v; }
+    }
+    return 0;
+}
+
+template <int VECS>
+__global__ void attention_softmax_vec_kernel(floatX* att, int rows, int T) {
+    int lane = threadIdx.x % 32;
+    size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= (size_t)rows) { return; }
+    int t = (int)(r % T);
+    floatX* row = att + r * T;
+    xpack<X128> a[VECS];
+    float maxval = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        int c = (i * 32 + lane) * X128;  // the vector's first key
+        if (c > t) { continue; }
+        a[i] = load_pack<X128>(row + c);
+#pragma unroll
+        for (int j = 0; j < X128; j++) {
+            if (c + j <= t) { maxval = fmaxf(maxval, to_float(a[i].v[j])); }
+        }
+    }
+    maxval = warp_reduce_max(maxval);  // finite: key 0 is always present
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        int c = (i * 32 + lane) * X128;
+        if (c > t) { continue; }
+#pragma unroll
+        for (int j = 0; j < X128; j++) {
+            if (c + j <= t) { sum += expf(to_float(a[i].v[j]) - maxval); }
+        }
+    }
+    float inv = 1.0f / warp_reduce_sum(sum);
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        int c = (i * 32 + lane) * X128;
+        if (c >= T) { continue; }
+        xpack<X128> o;
+#pragma unroll
+        for (int j = 0; j < X128; j++) {
+            o.v[j] = from_float<floatX>(c + j <= t ? expf(to_float(a[i].v[j]) - maxval) * inv : 0.0f);
+        }
+        store_pack<X128>(row + c, o);
+    }
+}
+
+template <int VECS>
+__global__ void attention_softmax_backward_vec_kernel(floatX* datt, const floatX* att, int rows, int T) {
+    int lane = threadIdx.x % 32;
+    size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= (size_t)rows) { return; }
+    int t = (int)(r % T);
+    floatX* drow = datt + r * T;
+    const floatX* arow = att + r * T;
+    xpack<X128> a[VECS], d[VECS];
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        int c = (i * 32 + lane) * X128;
+        if (c > t) { continue; }
+        a[i] = load_pack<X128>(arow + c);
+        d[i] = load_pack<X128>(drow + c);
+#pragma unroll
+        for (int j = 0; j < X128; j++) {
+            if (c + j <= t) { dot += to_float(a[i].v[j]) * to_float(d[i].v[j]); }
+        }
+    }
+    dot = warp_reduce_sum(dot);
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        int c = (i * 32 + lane) * X128;
+        if (c >= T) { continue; }
+        xpack<X128> o;
+#pragma unroll
+        for (int j = 0; j < X128; j++) {
+            float v = c + j <= t ? to_float(a[i].v[j]) * (to_float(d[i].v[j]) - dot) : 0.0f;
+            o.v[j] = from_float<floatX>(v);
+        }
+        store_pack<X128>(drow + c, o);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // host side
 
@@ -157,7 +272,11 @@ static inline void attention_forward(floatX* out, floatX* qkvr, floatX* att, con
     cublasCheck(cublasSetStream(h, s));
 
     const int block = 256;
-    attention_permute_kernel<<<(unsigned int)CEIL_DIV(n_one, (size_t)block), block, 0, s>>>(qkvr, qkv, B, T, NH, hs);
+    if (attention_layout_pack(hs, qkvr, qkv) == X128) {
+        attention_permute_kernel<X128><<<attention_layout_blocks(n_one, X128, block), block, 0, s>>>(qkvr, qkv, B, T, NH, hs);
+    } else {
+        attention_permute_kernel<1><<<attention_layout_blocks(n_one, 1, block), block, 0, s>>>(qkvr, qkv, B, T, NH, hs);
+    }
     cudaCheck(cudaGetLastError());
 
     // att[b,h] (T,T) = scale * Q (T,hs) @ K^T (hs,T)   [column-major: att^T = K Q^T]
@@ -165,7 +284,14 @@ static inline void attention_forward(floatX* out, floatX* qkvr, floatX* att, con
                    k, hs, Ths, q, hs, Ths, 0.0f, att, T, TT, B * NH);
 
     int rows = B * NH * T;
-    attention_softmax_kernel<<<CEIL_DIV(rows, block / 32), block, 0, s>>>(att, rows, T);
+    int grid = CEIL_DIV(rows, block / 32);
+    switch (attention_row_vecs(att, att, T)) {
+        case 1: attention_softmax_vec_kernel<1><<<grid, block, 0, s>>>(att, rows, T); break;
+        case 2: attention_softmax_vec_kernel<2><<<grid, block, 0, s>>>(att, rows, T); break;
+        case 4: attention_softmax_vec_kernel<4><<<grid, block, 0, s>>>(att, rows, T); break;
+        case 8: attention_softmax_vec_kernel<8><<<grid, block, 0, s>>>(att, rows, T); break;
+        default: attention_softmax_kernel<<<grid, block, 0, s>>>(att, rows, T); break;
+    }
     cudaCheck(cudaGetLastError());
 
     // out[b,:,h] (T,hs) = att[b,h] (T,T) @ V (T,hs)   [column-major: out^T = V^T att^T]
@@ -215,7 +341,11 @@ static inline void attention_backward(floatX* dqkv, floatX* dqkvr, floatX* datt,
     cublasCheck(cublasSetStream(h, s));
 
     const int block = 256;
-    attention_split_heads_kernel<<<(unsigned int)CEIL_DIV(n_one, (size_t)block), block, 0, s>>>(dout_r, dout, B, T, NH, hs);
+    if (attention_layout_pack(hs, dout_r, dout) == X128) {
+        attention_split_heads_kernel<X128><<<attention_layout_blocks(n_one, X128, block), block, 0, s>>>(dout_r, dout, B, T, NH, hs);
+    } else {
+        attention_split_heads_kernel<1><<<attention_layout_blocks(n_one, 1, block), block, 0, s>>>(dout_r, dout, B, T, NH, hs);
+    }
     cudaCheck(cudaGetLastError());
 
     // datt (T,T) = dout_h (T,hs) @ V^T (hs,T)   [column-major: datt^T = V dout_h^T]
@@ -226,7 +356,14 @@ static inline void attention_backward(floatX* dqkv, floatX* dqkvr, floatX* datt,
                    dout_r, hs, Ths, att, T, TT, 0.0f, dv, hs, Ths, batch);
 
     int rows = B * NH * T;
-    attention_softmax_backward_kernel<<<CEIL_DIV(rows, block / 32), block, 0, s>>>(datt, att, rows, T);
+    int grid = CEIL_DIV(rows, block / 32);
+    switch (attention_row_vecs(datt, att, T)) {
+        case 1: attention_softmax_backward_vec_kernel<1><<<grid, block, 0, s>>>(datt, att, rows, T); break;
+        case 2: attention_softmax_backward_vec_kernel<2><<<grid, block, 0, s>>>(datt, att, rows, T); break;
+        case 4: attention_softmax_backward_vec_kernel<4><<<grid, block, 0, s>>>(datt, att, rows, T); break;
+        case 8: attention_softmax_backward_vec_kernel<8><<<grid, block, 0, s>>>(datt, att, rows, T); break;
+        default: attention_softmax_backward_kernel<<<grid, block, 0, s>>>(datt, att, rows, T); break;
+    }
     cudaCheck(cudaGetLastError());
 
     // dQ (T,hs) = scale * dpre (T,T) @ K (T,hs)    [column-major: dQ^T = K^T dpre^T]
@@ -236,7 +373,11 @@ static inline void attention_backward(floatX* dqkv, floatX* dqkvr, floatX* datt,
     attention_gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale,
                    q, hs, Ths, datt, T, TT, 0.0f, dk, hs, Ths, batch);
 
-    attention_unpermute_acc_kernel<<<(unsigned int)CEIL_DIV(n_one, (size_t)block), block, 0, s>>>(dqkv, dqkvr, B, T, NH, hs);
+    if (attention_layout_pack(hs, dqkv, dqkvr) == X128) {
+        attention_unpermute_acc_kernel<X128><<<attention_layout_blocks(n_one, X128, block), block, 0, s>>>(dqkv, dqkvr, B, T, NH, hs);
+    } else {
+        attention_unpermute_acc_kernel<1><<<attention_layout_blocks(n_one, 1, block), block, 0, s>>>(dqkv, dqkvr, B, T, NH, hs);
+    }
     cudaCheck(cudaGetLastError());
 }
 

@@ -20,41 +20,99 @@
 #define GELU_CUBIC 0.044715f
 #endif
 
-// out (N,) = gelu(inp) (N,); one thread per element. out may alias inp (elementwise).
-__global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t N) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) { return; }
-    float x = to_float(inp[i]);
+// gelu(x), and its derivative: with s = sigmoid(2u),
+//   gelu'(x) = s + 2 x s (1 - s) du/dx,   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+__device__ __forceinline__ float gelu_value(float x) {
     float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    float s = 1.0f / (1.0f + expf(-2.0f * u));  // = 0.5 (1 + tanh u)
-    out[i] = from_float<floatX>(x * s);
+    float s = 1.0f / (1.0f + expf(-2.0f * u));  // sigmoid(2u) = 0.5 (1 + tanh u)
+    return x * s;
 }
 
-// dinp (N,) += gelu'(inp) * dout; with s = sigmoid(2u):
-//   gelu'(x) = s + 2 x s (1 - s) du/dx,   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-__global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t N) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) { return; }
-    float x = to_float(inp[i]);
+__device__ __forceinline__ float gelu_grad(float x) {
     float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
     float s = 1.0f / (1.0f + expf(-2.0f * u));
     float du_dx = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    float grad = s + 2.0f * x * s * (1.0f - s) * du_dx;
-    dinp[i] = from_float<floatX>(to_float(dinp[i]) + grad * to_float(dout[i]));
+    return s + 2.0f * x * s * (1.0f - s) * du_dx;
 }
 
-// out (N,) = gelu(inp) (N,)
-static inline void gelu_forward(floatX* out, const floatX* inp, size_t N, cudaStream_t s) {
+// The elementwise kernels: thread i takes elements [i*N, i*N + N), N = X128 (16 bytes) when
+// the count is a multiple of X128 and every pointer 16-byte aligned (gelu_pack), else 1.
+static inline int gelu_pack(size_t n, const void* a, const void* b, const void* c) {
+    return n % X128 == 0 && aligned128(a) && aligned128(b) && aligned128(c) ? X128 : 1;
+}
+
+// blocks for n elements, N a thread; at least one (a launch of none is an error; n may be 0)
+static inline unsigned gelu_blocks(size_t n, int N, int block) {
+    size_t blocks = CEIL_DIV(CEIL_DIV(n, (size_t)N), (size_t)block);
+    return blocks > 0 ? (unsigned)blocks : 1u;
+}
+
+// out (n,) = gelu(inp) (n,). out may alias inp (elementwise).
+template <int N>
+__global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (i >= n) { return; }
+    xpack<N> x = load_pack<N>(inp + i);
+#pragma unroll
+    for (int j = 0; j < N; j++) { x.v[j] = from_float<floatX>(gelu_value(to_float(x.v[j]))); }
+    store_pack<N>(out + i, x);
+}
+
+// dinp (n,) += gelu'(inp) * dout (n,)
+template <int N>
+__global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (i >= n) { return; }
+    xpack<N> x = load_pack<N>(inp + i), dy = load_pack<N>(dout + i), dx = load_pack<N>(dinp + i);
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        dx.v[j] = from_float<floatX>(to_float(dx.v[j]) + gelu_grad(to_float(x.v[j])) * to_float(dy.v[j]));
+    }
+    store_pack<N>(dinp + i, dx);
+}
+
+// d (n,) = gelu'(pre) * d (n,), in place: the backward of a matmul whose input was gelu(pre)
+template <int N>
+__global__ void gelu_backward_inplace_kernel(floatX* d, const floatX* pre, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (i >= n) { return; }
+    xpack<N> x = load_pack<N>(pre + i), g = load_pack<N>(d + i);
+#pragma unroll
+    for (int j = 0; j < N; j++) { g.v[j] = from_float<floatX>(gelu_grad(to_float(x.v[j])) * to_float(g.v[j])); }
+    store_pack<N>(d + i, g);
+}
+
+// out (n,) = gelu(inp) (n,)
+static inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t s) {
     const int block = 256;
-    gelu_forward_kernel<<<(unsigned int)CEIL_DIV(N, (size_t)block), block, 0, s>>>(out, inp, N);
+    if (gelu_pack(n, out, inp, inp) == X128) {
+        gelu_forward_kernel<X128><<<gelu_blocks(n, X128, block), block, 0, s>>>(out, inp, n);
+    } else {
+        gelu_forward_kernel<1><<<gelu_blocks(n, 1, block), block, 0, s>>>(out, inp, n);
+    }
     cudaCheck(cudaGetLastError());
 }
 
-// dinp (N,) += gelu'(inp) * dout (N,). ACCUMULATES (as the CPU). dinp must NOT alias dout:
+// dinp (n,) += gelu'(inp) * dout (n,). ACCUMULATES (as the CPU). dinp must NOT alias dout:
 // in place (llm.c style, dinp == dout) it would compute dout + gelu' * dout, not the gradient.
-static inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t N, cudaStream_t s) {
+static inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t s) {
     const int block = 256;
-    gelu_backward_kernel<<<(unsigned int)CEIL_DIV(N, (size_t)block), block, 0, s>>>(dinp, inp, dout, N);
+    if (gelu_pack(n, dinp, inp, dout) == X128) {
+        gelu_backward_kernel<X128><<<gelu_blocks(n, X128, block), block, 0, s>>>(dinp, inp, dout, n);
+    } else {
+        gelu_backward_kernel<1><<<gelu_blocks(n, 1, block), block, 0, s>>>(dinp, inp, dout, n);
+    }
+    cudaCheck(cudaGetLastError());
+}
+
+// d (n,) = gelu'(pre) * d (n,), in place (not accumulating: d holds dout @ weight on entry)
+static inline void gelu_backward_inplace(floatX* d, const floatX* pre, size_t n, cudaStream_t s) {
+    const int block = 256;
+    if (gelu_pack(n, d, pre, pre) == X128) {
+        gelu_backward_inplace_kernel<X128><<<gelu_blocks(n, X128, block), block, 0, s>>>(d, pre, n);
+    } else {
+        gelu_backward_inplace_kernel<1><<<gelu_blocks(n, 1, block), block, 0, s>>>(d, pre, n);
+    }
     cudaCheck(cudaGetLastError());
 }
 

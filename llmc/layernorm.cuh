@@ -10,8 +10,9 @@
  happens on the residual stream. The row is re-read from global memory for each pass; at
  GPT-2 widths (C <= 1600, 3.2 KB in bf16) the re-reads hit L1/L2.
 
- Backward: dinp per row (one warp per row, as the forward); dweight/dbias are sums over all
- rows, made DETERMINISTIC without atomics in two kernels:
+ Backward: dinp per row (one warp per row, as the forward; 16 bytes a lane at a time
+ where the shapes and pointers allow, see llmc/cuda_common.cuh's xpack); dweight/dbias are
+ sums over all rows, made DETERMINISTIC without atomics in two kernels:
    1. a grid of (column tile) x (row chunk) blocks; each block sums its chunk of rows for
       its 32 columns in a fixed order (fixed per-thread row subsets, then a fixed tree over
       the threads) and writes the fp32 partial sums to `scratch`;
@@ -97,6 +98,10 @@ __global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX
 // dinp (N,C) += per-row LayerNorm backward; one warp per row.
 //   xhat = (x - mean) * rstd,  g = weight * dout
 //   dinp_c += rstd * (g_c - mean_c'(g) - xhat_c * mean_c'(g * xhat))
+// Lane l takes the row's packs of P columns l, l+32, ... (llmc/cuda_common.cuh's xpack):
+// P = X128 when C is a multiple of X128 and every pointer 16-byte aligned, else 1. The
+// second pass re-reads x, dy and weight, from L1/L2 (a bf16 row of C = 1600 is 3.2 KB).
+template <int P>
 __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
                                                const floatX* weight, const float* mean, const float* rstd,
                                                int N, int C) {
@@ -108,19 +113,29 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
     floatX* dx = dinp + row * C;
     float m = mean[row], s = rstd[row];
     float g_sum = 0.0f, gx_sum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (to_float(x[c]) - m) * s;
-        float g = to_float(weight[c]) * to_float(dy[c]);
-        g_sum += g;
-        gx_sum += g * xhat;
+    for (int c = lane * P; c < C; c += 32 * P) {
+        xpack<P> xv = load_pack<P>(x + c), dyv = load_pack<P>(dy + c), wv = load_pack<P>(weight + c);
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            float xhat = (to_float(xv.v[j]) - m) * s;
+            float g = to_float(wv.v[j]) * to_float(dyv.v[j]);
+            g_sum += g;
+            gx_sum += g * xhat;
+        }
     }
     float g_mean = warp_reduce_sum(g_sum) / C;
     float gx_mean = warp_reduce_sum(gx_sum) / C;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (to_float(x[c]) - m) * s;
-        float g = to_float(weight[c]) * to_float(dy[c]);
-        float d = s * (g - g_mean - xhat * gx_mean);
-        dx[c] = from_float<floatX>(to_float(dx[c]) + d);
+    for (int c = lane * P; c < C; c += 32 * P) {
+        xpack<P> xv = load_pack<P>(x + c), dyv = load_pack<P>(dy + c), wv = load_pack<P>(weight + c);
+        xpack<P> dxv = load_pack<P>(dx + c);
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            float xhat = (to_float(xv.v[j]) - m) * s;
+            float g = to_float(wv.v[j]) * to_float(dyv.v[j]);
+            float d = s * (g - g_mean - xhat * gx_mean);
+            dxv.v[j] = from_float<floatX>(to_float(dxv.v[j]) + d);
+        }
+        store_pack<P>(dx + c, dxv);
     }
 }
 
@@ -214,6 +229,12 @@ static inline int layernorm_backward_nchunks(int N) {
     return n;
 }
 
+// the columns a lane of layernorm_backward_dinp_kernel takes at a time: X128 when the rows
+// (C) and the pointers allow 16-byte loads, else 1
+static inline int layernorm_pack(int C, const void* a, const void* b, const void* c, const void* d) {
+    return C % X128 == 0 && aligned128(a) && aligned128(b) && aligned128(c) && aligned128(d) ? X128 : 1;
+}
+
 // floats of `scratch` layernorm_backward needs: 2 * nchunks * C <= 2 * 128 * C
 // (for C = 768: 196,608 floats = 768 KB). Allocating 2 * LN_BWD_MAX_CHUNKS * C always works.
 static inline size_t layernorm_backward_scratch_floats(int B, int T, int C) {
@@ -229,8 +250,12 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
                                       const float* mean, const float* rstd,
                                       int B, int T, int C, cudaStream_t s) {
     int N = B * T;
-    layernorm_backward_dinp_kernel<<<CEIL_DIV(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, s>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
+    unsigned rows_grid = CEIL_DIV(N, LN_WARPS_PER_BLOCK), rows_block = 32 * LN_WARPS_PER_BLOCK;
+    if (layernorm_pack(C, dinp, dout, inp, weight) == X128) {
+        layernorm_backward_dinp_kernel<X128><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    } else {
+        layernorm_backward_dinp_kernel<1><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    }
     cudaCheck(cudaGetLastError());
     int nchunks = layernorm_backward_nchunks(N);
     int rows_per_chunk = CEIL_DIV(N, nchunks);

@@ -38,9 +38,9 @@
  emulated tests cannot pass through the epilogue happening to equal llmc/gelu.h.
  In the backward, pre_gelu != NULL means "the input of this matmul was gelu(pre_gelu)", so
  dinp = (dout @ weight) * gelu'(pre_gelu). That is done by a separate elementwise kernel
- (gelu_backward_inplace_kernel) with exactly the formula of llmc/gelu.h in both builds, not
- by the DGELU epilogue, for the same reason: the epilogue's GELU derivative is not
- documented precisely, and a separate kernel can be checked against the CPU. The price is
+ (llmc/gelu.cuh's gelu_backward_inplace) with exactly the formula of llmc/gelu.h in both
+ builds, not by the DGELU epilogue, for the same reason: the epilogue's GELU derivative is
+ not documented precisely, and a separate kernel can be checked against the CPU. The price is
  one extra pass over dinp and, in bf16, one extra rounding (dinp is rounded to bf16 before
  the multiply).
 
@@ -73,7 +73,7 @@
 #include <string.h>         // memcmp, memset: the algorithm cache's keys
 #include <cublasLt.h>       // cublasLtMatmul and its descriptors
 #include "llmc/cuda_common.cuh"  // floatX, cudaCheck, cublasCheck, to_float/from_float, CEIL_DIV
-#include "llmc/gelu.cuh"         // gelu_forward: the fp32 build's GELU after the product
+#include "llmc/gelu.cuh"         // gelu_forward (the fp32 build's GELU after the product), gelu_backward_inplace
 
 // cuBLASLt workspace: 32 MiB is what NVIDIA recommends for Hopper (some kernels, e.g. with
 // split-K, need it; with less the heuristic just picks other kernels)
@@ -103,10 +103,6 @@
 #else
 #define MATMUL_GELU_EPILOGUE 1
 #endif
-
-// GELU constants of llmc/gelu.h (tanh approximation, as GPT-2)
-#define MATMUL_GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
-#define MATMUL_GELU_CUBIC 0.044715f
 
 // the algorithm cache: slots, and how far a key's search goes from its hash slot
 #define MATMUL_ALGO_CACHE_SLOTS 256
@@ -233,20 +229,6 @@ __global__ void matmul_dbias_final_kernel(floatX* dbias, const float* partial, i
     float total = 0.0f;
     for (int b = 0; b < nblocks; b++) { total += partial[(size_t)b * OC + o]; }
     dbias[o] = from_float<floatX>(to_float(dbias[o]) + total);
-}
-
-// d (N,) = d * gelu'(pre) (N,), in place; the formula of llmc/gelu.h:
-//   gelu'(x) = s + 2 x s (1 - s) du/dx,  s = sigmoid(2u),  u = sqrt(2/pi) (x + 0.044715 x^3)
-__global__ void gelu_backward_inplace_kernel(floatX* d, const floatX* pre, size_t N) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride) {
-        float x = to_float(pre[i]);
-        float u = MATMUL_GELU_SCALE * (x + MATMUL_GELU_CUBIC * x * x * x);
-        float s = 1.0f / (1.0f + expf(-2.0f * u));
-        float du_dx = MATMUL_GELU_SCALE * (1.0f + 3.0f * MATMUL_GELU_CUBIC * x * x);
-        float grad = s + 2.0f * x * s * (1.0f - s) * du_dx;
-        d[i] = from_float<floatX>(grad * to_float(d[i]));
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -432,16 +414,7 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
         // dinp^T (C,BT) = weight (stored col-major (C,OC), op N) @ dout (stored col-major (OC,BT), op N)
         matmul_cublaslt(dinp, weight, dout, C, BT, OC, 0, 0, C, OC, C, accumulate_dinp ? 1.0f : 0.0f,
                         CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, ctx, fn);
-        if (pre_gelu != NULL) {
-            size_t N = (size_t)BT * C;
-            int threads = 256;
-            // grid-stride loop: cap the grid, every thread does a few elements
-            size_t blocks = CEIL_DIV(N, (size_t)threads);
-            if (blocks > 65536) { blocks = 65536; }
-            if (blocks == 0) { blocks = 1; }
-            gelu_backward_inplace_kernel<<<(unsigned)blocks, threads, 0, s>>>(dinp, pre_gelu, N);
-            cudaCheck(cudaGetLastError());
-        }
+        if (pre_gelu != NULL) { gelu_backward_inplace(dinp, pre_gelu, (size_t)BT * C, s); }
     }
     // dweight^T (C,OC) += inp (stored col-major (C,BT), op N) @ dout (stored col-major (OC,BT), op T)
     matmul_cublaslt(dweight, inp, dout, C, OC, BT, 0, 1, C, OC, C, 1.0f,

@@ -336,6 +336,15 @@ static void test_gelu_residual(size_t N, const char* shape, cudaStream_t s) {
     check("gelu_backward dinp", shape, download(d_dx, N), dx, TOL_ELEM);
     cudaCheck(cudaFree(d_dx));
 
+    // in place, as matmul_backward applies it: d = gelu'(x) * d (the CPU's accumulating
+    // backward from zero gives the same products)
+    std::vector<float> dg(N, 0.0f);
+    gelu_backward(dg.data(), x.data(), dout.data(), (int)N);
+    floatX* d_g = upload(dout);
+    gelu_backward_inplace(d_g, d_x, N, s);
+    check("gelu_backward_inplace", shape, download(d_g, N), dg, TOL_ELEM);
+    cudaCheck(cudaFree(d_g));
+
     residual_forward(out.data(), x.data(), y.data(), (int)N);
     residual_forward(d_out, d_x, d_y, N, s);
     check("residual_forward", shape, download(d_out, N), out, TOL_ELEM);
@@ -389,6 +398,37 @@ static void test_attention(int B, int T, int C, int NH, const char* shape, cubla
     cudaCheck(cudaFree(d_dqkvr)); cudaCheck(cudaFree(d_datt)); cudaCheck(cudaFree(d_scratch));
 }
 
+// The launchers' choice of the 16-byte path (llmc/cuda_common.cuh's xpack): taken at the
+// trainer's shapes (a path never taken would be correct and slow, which no tensor check
+// sees), refused for rows that are no multiple of X128, unaligned pointers and, in the
+// softmax, rows too long for the registers. Pointers here are only inspected.
+static void test_pack_choice(void) {
+    alignas(16) static floatX buf[64];
+    const floatX* a = buf;
+    const floatX* u = buf + 1;  // 2 or 4 bytes past a 16-byte boundary
+    struct { const char* what; int got, want; } cases[] = {
+        {"gelu 4096 aligned", gelu_pack(4096, a, a, a), X128},
+        {"gelu 1001", gelu_pack(1001, a, a, a), 1},
+        {"gelu unaligned", gelu_pack(4096, a, u, a), 1},
+        {"layernorm C 768", layernorm_pack(768, a, a, a, a), X128},
+        {"layernorm C 77", layernorm_pack(77, a, a, a, a), 1},
+        {"layernorm unaligned weight", layernorm_pack(768, a, a, a, u), 1},
+        {"attention layout hs 64", attention_layout_pack(64, a, a), X128},
+        {"attention layout hs 11", attention_layout_pack(11, a, a), 1},
+        {"attention layout unaligned", attention_layout_pack(64, u, a), 1},
+        {"softmax T 1024", attention_row_vecs(a, a, 1024), X128 == 8 ? 4 : 8},
+        {"softmax T 64", attention_row_vecs(a, a, 64), 1},
+        {"softmax T 2048", attention_row_vecs(a, a, 2048), X128 == 8 ? 8 : 0},
+        {"softmax T 37", attention_row_vecs(a, a, 37), 0},
+        {"softmax unaligned", attention_row_vecs(a, u, 1024), 0},
+    };
+    for (const auto& c : cases) {
+        bool ok = c.got == c.want;
+        printf("%s pack choice %-28s %d (want %d)\n", ok ? "PASS" : "FAIL", c.what, c.got, c.want);
+        if (ok) { g_passed++; } else { g_failed++; }
+    }
+}
+
 int main(void) {
     printf("test_kernels_gpu: floatX = %s\n", PRECISION_MODE);
     cudaStream_t s;
@@ -415,6 +455,18 @@ int main(void) {
         test_gelu_residual((size_t)sh.B * sh.T * 4 * sh.C, name, s);
         test_attention(sh.B, sh.T, sh.C, sh.NH, name, h, s);
     }
+
+    // the 16-byte paths' edges (llmc/cuda_common.cuh's xpack): an N that is no multiple of
+    // 8 (the elementwise kernels one element a thread; the shapes above all take 16 bytes in
+    // bf16); rows of several packs a lane in layernorm's backward (C = 776: 97 packs of 8 in
+    // bf16, 194 of 4 in fp32, lane 0 takes 4 or 7) and in the softmax kernels (T = 264: 2 a
+    // lane in bf16, 3 in fp32), and T = 1032: 5 a lane in bf16 (its largest instance, 8),
+    // past the register path's 1024 in fp32 (the scalar kernels there)
+    test_pack_choice();
+    test_gelu_residual(1001, "N1001", s);
+    test_layernorm(2, 3, 776, "B2 T3 C776", s);
+    test_attention(1, 264, 64, 2, "B1 T264 C64 NH2", h, s);
+    test_attention(1, 1032, 32, 1, "B1 T1032 C32 NH1", h, s);
 
     // the encoder's wte pass on long runs: B*T over many chunks of ENCODER_WTE_CHUNK entries,
     // every position one token, or one token at 90% among rare ones
