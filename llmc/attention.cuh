@@ -56,7 +56,7 @@ __device__ __forceinline__ size_t attention_row_offset(size_t idx, int T, int NH
 // contiguous in both layouts, and the pointers are 16-byte aligned (attention_layout_pack);
 // else 1. Consecutive threads have consecutive d: coalesced both ways.
 static inline int attention_layout_pack(int hs, const void* a, const void* b) {
-    return hs % X128 == 0 && aligned128(a) && aligned128(b) ? X128 : 1;
+    return hs % X128 == 0 && aligned128({a, b}) ? X128 : 1;
 }
 
 static inline unsigned attention_layout_blocks(size_t n, int N, int block) {
@@ -152,7 +152,7 @@ __global__ void attention_softmax_backward_kernel(floatX* datt, const floatX* at
 
 // the vectors a lane holds for rows of T (1, 2, 4 or 8), or 0: the scalar kernels
 static inline int attention_row_vecs(const void* a, const void* b, int T) {
-    if (T % X128 != 0 || !aligned128(a) || !aligned128(b)) { return 0; }
+    if (T % X128 != 0 || !aligned128({a, b})) { return 0; }
     int per_lane = CEIL_DIV(T / X128, 32);
     for (int v = 1; v <= ATTN_ROW_VECS; v *= 2) {
         if (per_lane <= v) { return v; }

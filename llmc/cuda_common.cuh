@@ -10,6 +10,7 @@
 #include <stdio.h>          // fprintf
 #include <stdint.h>         // uintptr_t for the alignment test
 #include <stdlib.h>         // exit
+#include <initializer_list> // aligned128's list of pointers
 #include <cuda_runtime.h>   // cudaError_t, cudaGetErrorString, streams
 #include <cublas_v2.h>      // cublasStatus_t for cublasCheck
 #include "zero3/cuda_util.cuh"  // floatX, PRECISION_MODE, to_float/from_float, CEIL_DIV
@@ -61,7 +62,12 @@ template <int N> __device__ __forceinline__ void store_pack(floatX* p, const xpa
     *reinterpret_cast<xpack<N>*>(p) = x;
 }
 
-// true when p may be read or written 16 bytes at a time
-static inline bool aligned128(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+// true when every pointer of the list may be read or written 16 bytes at a time
+static inline bool aligned128(std::initializer_list<const void*> ptrs) {
+    for (const void* p : ptrs) {
+        if (((uintptr_t)p & 15u) != 0) { return false; }
+    }
+    return true;
+}
 
 #endif // LLMC_CUDA_COMMON_CUH

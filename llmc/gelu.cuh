@@ -38,7 +38,7 @@ __device__ __forceinline__ float gelu_grad(float x) {
 // The elementwise kernels: thread i takes elements [i*N, i*N + N), N = X128 (16 bytes) when
 // the count is a multiple of X128 and every pointer 16-byte aligned (gelu_pack), else 1.
 static inline int gelu_pack(size_t n, const void* a, const void* b, const void* c) {
-    return n % X128 == 0 && aligned128(a) && aligned128(b) && aligned128(c) ? X128 : 1;
+    return n % X128 == 0 && aligned128({a, b, c}) ? X128 : 1;
 }
 
 // blocks for n elements, N a thread; at least one (a launch of none is an error; n may be 0)

@@ -5,14 +5,16 @@
  All arithmetic is fp32 whatever floatX is; only the loads and the final stores are floatX.
  mean and rstd are saved in fp32 for the backward pass.
 
- Forward: one warp per row. The variance uses two passes (mean first, then squared
- deviations) like the CPU code: E[x^2] - E[x]^2 cancels badly when |mean| >> std, which
- happens on the residual stream. The row is re-read from global memory for each pass; at
- GPT-2 widths (C <= 1600, 3.2 KB in bf16) the re-reads hit L1/L2.
+ Forward: one warp per row, 16 bytes a lane at a time where the shapes and pointers allow
+ (llmc/cuda_common.cuh's xpack, layernorm_pack), else one element. The variance uses two
+ passes (mean first, then squared deviations) like the CPU code: E[x^2] - E[x]^2 cancels
+ badly when |mean| >> std, which happens on the residual stream. The row is re-read from
+ global memory for each pass; at GPT-2 widths (C <= 1600, 3.2 KB in bf16) the re-reads
+ hit L1/L2.
 
- Backward: dinp per row (one warp per row, as the forward; 16 bytes a lane at a time
- where the shapes and pointers allow, see llmc/cuda_common.cuh's xpack); dweight/dbias are
- sums over all rows, made DETERMINISTIC without atomics in two kernels:
+ Backward: dinp per row (one warp per row, as the forward, in the same packs); dweight/dbias
+ are sums over all rows (read in the same packs), made DETERMINISTIC without atomics in two
+ kernels:
    1. a grid of (column tile) x (row chunk) blocks; each block sums its chunk of rows for
       its 32 columns in a fixed order (fixed per-thread row subsets, then a fixed tree over
       the threads) and writes the fp32 partial sums to `scratch`;
@@ -47,20 +49,35 @@
 // kernels
 
 // one warp normalizes one row x (C,) into y (C,); stores mean/rstd when the pointers are
-// non-null (inference can skip them). Lane l handles columns l, l+32, ...
+// non-null (inference can skip them). Lane l handles the packs of P columns l, l+32, ...
+// (llmc/cuda_common.cuh's xpack; P = X128 or 1, see layernorm_pack).
+template <int P>
 __device__ __forceinline__ void layernorm_row_warp(floatX* y, float* mean, float* rstd, size_t row,
                                                    const floatX* x, const floatX* weight,
                                                    const floatX* bias, int C, int lane) {
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) { sum += to_float(x[c]); }
+    for (int c = lane * P; c < C; c += 32 * P) {
+        xpack<P> xv = load_pack<P>(x + c);
+#pragma unroll
+        for (int j = 0; j < P; j++) { sum += to_float(xv.v[j]); }
+    }
     float m = warp_reduce_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
+    for (int c = lane * P; c < C; c += 32 * P) {
+        xpack<P> xv = load_pack<P>(x + c);
+#pragma unroll
+        for (int j = 0; j < P; j++) { float d = to_float(xv.v[j]) - m; var += d * d; }
+    }
     var = warp_reduce_sum(var) / C;
     float s = 1.0f / sqrtf(var + LAYERNORM_EPS);
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (to_float(x[c]) - m) * s;
-        y[c] = from_float<floatX>(xhat * to_float(weight[c]) + to_float(bias[c]));
+    for (int c = lane * P; c < C; c += 32 * P) {
+        xpack<P> xv = load_pack<P>(x + c), wv = load_pack<P>(weight + c), bv = load_pack<P>(bias + c), yv;
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            float xhat = (to_float(xv.v[j]) - m) * s;
+            yv.v[j] = from_float<floatX>(xhat * to_float(wv.v[j]) + to_float(bv.v[j]));
+        }
+        store_pack<P>(y + c, yv);
     }
     if (lane == 0) {
         if (mean != nullptr) { mean[row] = m; }
@@ -69,19 +86,21 @@ __device__ __forceinline__ void layernorm_row_warp(floatX* y, float* mean, float
 }
 
 // out (N,C), mean (N,), rstd (N,) <- inp (N,C); one warp per row
+template <int P>
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C) {
     int lane = threadIdx.x % 32;
     size_t row = (size_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
     if (row >= (size_t)N) { return; }  // whole warps exit together: the shuffles stay full
-    layernorm_row_warp(out + row * C, mean, rstd, row, inp + row * C, weight, bias, C, lane);
+    layernorm_row_warp<P>(out + row * C, mean, rstd, row, inp + row * C, weight, bias, C, lane);
 }
 
 // residual (N,C) = inp1 + inp2, then normed (N,C) = layernorm(residual); one warp per row.
 // The sum is rounded to floatX and stored first; the statistics are computed from the
 // STORED (rounded) values, so the forward normalizes exactly the tensor that the backward
-// will see as its input. Each lane re-reads only the columns it wrote itself (same
-// lane-to-column mapping in every pass), so no synchronization is needed.
+// will see as its input. Each lane re-reads only the columns it wrote itself (the same
+// lane-to-pack mapping in every pass), so no synchronization is needed.
+template <int P>
 __global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX* normed, float* mean,
                                                         float* rstd, const floatX* inp1, const floatX* inp2,
                                                         const floatX* weight, const floatX* bias, int N, int C) {
@@ -91,8 +110,13 @@ __global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX
     floatX* r = residual + row * C;
     const floatX* a = inp1 + row * C;
     const floatX* b = inp2 + row * C;
-    for (int c = lane; c < C; c += 32) { r[c] = from_float<floatX>(to_float(a[c]) + to_float(b[c])); }
-    layernorm_row_warp(normed + row * C, mean, rstd, row, r, weight, bias, C, lane);
+    for (int c = lane * P; c < C; c += 32 * P) {
+        xpack<P> av = load_pack<P>(a + c), bv = load_pack<P>(b + c);
+#pragma unroll
+        for (int j = 0; j < P; j++) { av.v[j] = from_float<floatX>(to_float(av.v[j]) + to_float(bv.v[j])); }
+        store_pack<P>(r + c, av);
+    }
+    layernorm_row_warp<P>(normed + row * C, mean, rstd, row, r, weight, bias, C, lane);
 }
 
 // dinp (N,C) += per-row LayerNorm backward; one warp per row.
@@ -139,45 +163,64 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
     }
 }
 
-// partial sums of dweight/dbias. grid (CEIL_DIV(C, 32), nchunks), block (32, LN_BWD_ROWS).
-// Block (tile, k) handles columns [32*tile, 32*tile+32) and rows [k*rows_per_chunk, ...).
-// Thread (tx, ty) sums rows ty, ty+LN_BWD_ROWS, ... of the chunk for column tx; then the
-// LN_BWD_ROWS partial sums are combined by a fixed tree in shared memory.
+// partial sums of dweight/dbias. grid (CEIL_DIV(C, 32 * P), nchunks), block (32, LN_BWD_ROWS).
+// Block (tile, k) handles columns [32*P*tile, 32*P*(tile+1)) and rows [k*rows_per_chunk, ...).
+// Thread (tx, ty) sums rows ty, ty+LN_BWD_ROWS, ... of the chunk for its P columns (a pack,
+// P = X128 or 1: the same rows in the same order for every column either way, so the same
+// bits); then the LN_BWD_ROWS partial sums are combined by a fixed tree in shared memory,
+// stored column j of a pack at [j][tx] so that a warp's accesses fall in 32 banks.
 // scratch (2, nchunks, C) fp32: [0] dweight partials, [1] dbias partials.
+template <int P>
 __global__ void layernorm_backward_partial_kernel(float* scratch, const floatX* dout, const floatX* inp,
                                                   const float* mean, const float* rstd,
                                                   int N, int C, int rows_per_chunk) {
-    __shared__ float sh_dw[LN_BWD_ROWS][LN_BWD_COLS];
-    __shared__ float sh_db[LN_BWD_ROWS][LN_BWD_COLS];
+    __shared__ float sh_dw[LN_BWD_ROWS][P * LN_BWD_COLS];
+    __shared__ float sh_db[LN_BWD_ROWS][P * LN_BWD_COLS];
     int tx = threadIdx.x, ty = threadIdx.y;
-    int c = blockIdx.x * LN_BWD_COLS + tx;
+    int c0 = (blockIdx.x * LN_BWD_COLS + tx) * P;  // the pack's first column; C % P == 0
     int k = blockIdx.y;
     int nchunks = gridDim.y;
     int r0 = k * rows_per_chunk;
     int r1 = min(r0 + rows_per_chunk, N);
-    float dw = 0.0f, db = 0.0f;
-    if (c < C) {
+    float dw[P], db[P];
+#pragma unroll
+    for (int j = 0; j < P; j++) { dw[j] = 0.0f; db[j] = 0.0f; }
+    if (c0 < C) {
         for (int r = r0 + ty; r < r1; r += LN_BWD_ROWS) {
-            float dy = to_float(dout[(size_t)r * C + c]);
-            float xhat = (to_float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
-            dw += dy * xhat;
-            db += dy;
+            xpack<P> dyv = load_pack<P>(dout + (size_t)r * C + c0), xv = load_pack<P>(inp + (size_t)r * C + c0);
+            float m = mean[r], s = rstd[r];
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                float dy = to_float(dyv.v[j]);
+                float xhat = (to_float(xv.v[j]) - m) * s;
+                dw[j] += dy * xhat;
+                db[j] += dy;
+            }
         }
     }
-    sh_dw[ty][tx] = dw;
-    sh_db[ty][tx] = db;
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        sh_dw[ty][j * LN_BWD_COLS + tx] = dw[j];
+        sh_db[ty][j * LN_BWD_COLS + tx] = db[j];
+    }
     __syncthreads();
     // fixed tree over ty: the same additions in the same order on every run
     for (int stride = LN_BWD_ROWS / 2; stride > 0; stride /= 2) {
         if (ty < stride) {
-            sh_dw[ty][tx] += sh_dw[ty + stride][tx];
-            sh_db[ty][tx] += sh_db[ty + stride][tx];
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                sh_dw[ty][j * LN_BWD_COLS + tx] += sh_dw[ty + stride][j * LN_BWD_COLS + tx];
+                sh_db[ty][j * LN_BWD_COLS + tx] += sh_db[ty + stride][j * LN_BWD_COLS + tx];
+            }
         }
         __syncthreads();
     }
-    if (ty == 0 && c < C) {
-        scratch[(size_t)k * C + c] = sh_dw[0][tx];
-        scratch[(size_t)nchunks * C + (size_t)k * C + c] = sh_db[0][tx];
+    if (ty == 0 && c0 < C) {
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            scratch[(size_t)k * C + c0 + j] = sh_dw[0][j * LN_BWD_COLS + tx];
+            scratch[(size_t)nchunks * C + (size_t)k * C + c0 + j] = sh_db[0][j * LN_BWD_COLS + tx];
+        }
     }
 }
 
@@ -198,14 +241,24 @@ __global__ void layernorm_backward_final_kernel(floatX* dweight, floatX* dbias, 
 // ----------------------------------------------------------------------------
 // host launchers
 
+// the columns a lane of the kernels above takes at a time: X128 when the rows (C) and every
+// pointer allow 16-byte loads, else 1
+static inline int layernorm_pack(int C, std::initializer_list<const void*> ptrs) {
+    return C % X128 == 0 && aligned128(ptrs) ? X128 : 1;
+}
+
 // out (B,T,C), mean (B,T), rstd (B,T) <- inp (B,T,C), weight (C,), bias (C,).
 // mean/rstd may be nullptr (not stored).
 static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                                      const floatX* weight, const floatX* bias,
                                      int B, int T, int C, cudaStream_t s) {
     int N = B * T;
-    layernorm_forward_kernel<<<CEIL_DIV(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, s>>>(
-        out, mean, rstd, inp, weight, bias, N, C);
+    unsigned grid = CEIL_DIV(N, LN_WARPS_PER_BLOCK), block = 32 * LN_WARPS_PER_BLOCK;
+    if (layernorm_pack(C, {out, inp, weight, bias}) == X128) {
+        layernorm_forward_kernel<X128><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+    } else {
+        layernorm_forward_kernel<1><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+    }
     cudaCheck(cudaGetLastError());
 }
 
@@ -216,8 +269,14 @@ static inline void fused_residual_layernorm_forward(floatX* residual, floatX* no
                                                     const floatX* inp1, const floatX* inp2,
                                                     const floatX* weight, const floatX* bias,
                                                     int N, int C, cudaStream_t s) {
-    fused_residual_layernorm_forward_kernel<<<CEIL_DIV(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, s>>>(
-        residual, normed, mean, rstd, inp1, inp2, weight, bias, N, C);
+    unsigned grid = CEIL_DIV(N, LN_WARPS_PER_BLOCK), block = 32 * LN_WARPS_PER_BLOCK;
+    if (layernorm_pack(C, {residual, normed, inp1, inp2, weight, bias}) == X128) {
+        fused_residual_layernorm_forward_kernel<X128><<<grid, block, 0, s>>>(
+            residual, normed, mean, rstd, inp1, inp2, weight, bias, N, C);
+    } else {
+        fused_residual_layernorm_forward_kernel<1><<<grid, block, 0, s>>>(
+            residual, normed, mean, rstd, inp1, inp2, weight, bias, N, C);
+    }
     cudaCheck(cudaGetLastError());
 }
 
@@ -227,12 +286,6 @@ static inline int layernorm_backward_nchunks(int N) {
     if (n > LN_BWD_MAX_CHUNKS) { n = LN_BWD_MAX_CHUNKS; }
     if (n < 1) { n = 1; }
     return n;
-}
-
-// the columns a lane of layernorm_backward_dinp_kernel takes at a time: X128 when the rows
-// (C) and the pointers allow 16-byte loads, else 1
-static inline int layernorm_pack(int C, const void* a, const void* b, const void* c, const void* d) {
-    return C % X128 == 0 && aligned128(a) && aligned128(b) && aligned128(c) && aligned128(d) ? X128 : 1;
 }
 
 // floats of `scratch` layernorm_backward needs: 2 * nchunks * C <= 2 * 128 * C
@@ -251,17 +304,20 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
                                       int B, int T, int C, cudaStream_t s) {
     int N = B * T;
     unsigned rows_grid = CEIL_DIV(N, LN_WARPS_PER_BLOCK), rows_block = 32 * LN_WARPS_PER_BLOCK;
-    if (layernorm_pack(C, dinp, dout, inp, weight) == X128) {
-        layernorm_backward_dinp_kernel<X128><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    } else {
-        layernorm_backward_dinp_kernel<1><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    }
-    cudaCheck(cudaGetLastError());
     int nchunks = layernorm_backward_nchunks(N);
     int rows_per_chunk = CEIL_DIV(N, nchunks);
-    dim3 grid(CEIL_DIV(C, LN_BWD_COLS), nchunks);
     dim3 block(LN_BWD_COLS, LN_BWD_ROWS);
-    layernorm_backward_partial_kernel<<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+    if (layernorm_pack(C, {dinp, dout, inp, weight}) == X128) {
+        layernorm_backward_dinp_kernel<X128><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+        cudaCheck(cudaGetLastError());
+        dim3 grid(CEIL_DIV(C, LN_BWD_COLS * X128), nchunks);
+        layernorm_backward_partial_kernel<X128><<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+    } else {
+        layernorm_backward_dinp_kernel<1><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+        cudaCheck(cudaGetLastError());
+        dim3 grid(CEIL_DIV(C, LN_BWD_COLS), nchunks);
+        layernorm_backward_partial_kernel<1><<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+    }
     cudaCheck(cudaGetLastError());
     layernorm_backward_final_kernel<<<CEIL_DIV(C, 256), 256, 0, s>>>(dweight, dbias, scratch, nchunks, C);
     cudaCheck(cudaGetLastError());

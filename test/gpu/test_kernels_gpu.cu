@@ -113,6 +113,15 @@ static floatX* upload(const std::vector<float>& h) {
     cudaCheck(cudaMemcpy(d, x.data(), h.size() * sizeof(floatX), cudaMemcpyHostToDevice));
     return d;
 }
+// h uploaded one element past a 16-byte boundary: the launchers then take their one-element
+// path (llmc/cuda_common.cuh's xpack). *base is what to cudaFree.
+static floatX* upload_unaligned(const std::vector<float>& h, floatX** base) {
+    std::vector<floatX> x(h.size());
+    for (size_t i = 0; i < h.size(); i++) { x[i] = host_to_x(h[i]); }
+    cudaCheck(cudaMalloc(base, (h.size() + 1) * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(*base + 1, x.data(), h.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    return *base + 1;
+}
 static float* upload_f32(size_t n) {  // uninitialized fp32 device buffer
     float* d;
     cudaCheck(cudaMalloc(&d, n * sizeof(float)));
@@ -283,14 +292,18 @@ static void test_layernorm(int B, int T, int C, const char* shape, cudaStream_t 
     round_x(dout); round_x(dinp); round_x(dw); round_x(db);
     floatX* d_dout = upload(dout);
     float* d_scratch = upload_f32(layernorm_backward_scratch_floats(B, T, C));
-    std::vector<float> gdinp[2], gdw[2], gdb[2];
-    for (int run = 0; run < 2; run++) {
-        floatX *d_dinp = upload(dinp), *d_dw = upload(dw), *d_db = upload(db);
+    // runs 0 and 1 as the trainer calls it; run 2 with dinp one element off a 16-byte
+    // boundary, which sends both kernels down the one-element path
+    std::vector<float> gdinp[3], gdw[3], gdb[3];
+    for (int run = 0; run < 3; run++) {
+        floatX* dinp_base = NULL;
+        floatX* d_dinp = run < 2 ? upload(dinp) : upload_unaligned(dinp, &dinp_base);
+        floatX *d_dw = upload(dw), *d_db = upload(db);
         layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C, s);
         gdinp[run] = download(d_dinp, NC);
         gdw[run] = download(d_dw, C);
         gdb[run] = download(d_db, C);
-        cudaCheck(cudaFree(d_dinp)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db));
+        cudaCheck(cudaFree(run < 2 ? d_dinp : dinp_base)); cudaCheck(cudaFree(d_dw)); cudaCheck(cudaFree(d_db));
     }
     layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
                        mean.data(), rstd.data(), B, T, C);
@@ -299,6 +312,11 @@ static void test_layernorm(int B, int T, int C, const char* shape, cudaStream_t 
     check("layernorm_backward dbias", shape, gdb[0], db, TOL_SUM);
     check_same_bits("layernorm_backward dweight determinism", shape, gdw[0], gdw[1]);
     check_same_bits("layernorm_backward dbias determinism", shape, gdb[0], gdb[1]);
+    // the one-element path: dinp within the tolerance, and dweight/dbias the same bits as
+    // the 16-byte path's (every column's rows are summed in the same order on both)
+    check("layernorm_backward dinp, one element a lane", shape, gdinp[2], dinp, TOL_SUM);
+    check_same_bits("layernorm_backward dweight, both paths", shape, gdw[0], gdw[2]);
+    check_same_bits("layernorm_backward dbias, both paths", shape, gdb[0], gdb[2]);
 
     // fused residual + layernorm: CPU residual in fp32, rounded to floatX like the GPU's
     // stored residual, then the CPU layernorm of that rounded tensor
@@ -410,9 +428,9 @@ static void test_pack_choice(void) {
         {"gelu 4096 aligned", gelu_pack(4096, a, a, a), X128},
         {"gelu 1001", gelu_pack(1001, a, a, a), 1},
         {"gelu unaligned", gelu_pack(4096, a, u, a), 1},
-        {"layernorm C 768", layernorm_pack(768, a, a, a, a), X128},
-        {"layernorm C 77", layernorm_pack(77, a, a, a, a), 1},
-        {"layernorm unaligned weight", layernorm_pack(768, a, a, a, u), 1},
+        {"layernorm C 768", layernorm_pack(768, {a, a, a, a}), X128},
+        {"layernorm C 77", layernorm_pack(77, {a, a, a, a}), 1},
+        {"layernorm unaligned weight", layernorm_pack(768, {a, a, a, u}), 1},
         {"attention layout hs 64", attention_layout_pack(64, a, a), X128},
         {"attention layout hs 11", attention_layout_pack(11, a, a), 1},
         {"attention layout unaligned", attention_layout_pack(64, u, a), 1},
