@@ -53,15 +53,8 @@ __device__ __forceinline__ size_t attention_row_offset(size_t idx, int T, int NH
 
 // The three layout kernels below: thread i moves the N elements [i*N, i*N + N) of the flat
 // (b,h,t,d) index. N = X128 (16 bytes) when hs is a multiple of X128, so that the N are
-// contiguous in both layouts, and the pointers are 16-byte aligned (attention_layout_pack);
+// contiguous in both layouts, and the pointers are 16-byte aligned (xpack_width of hs);
 // else 1. Consecutive threads have consecutive d: coalesced both ways.
-static inline int attention_layout_pack(int hs, const void* a, const void* b) {
-    return hs % X128 == 0 && aligned128({a, b}) ? X128 : 1;
-}
-
-static inline unsigned attention_layout_blocks(size_t n, int N, int block) {
-    return (unsigned)CEIL_DIV(CEIL_DIV(n, (size_t)N), (size_t)block);
-}
 
 // qkvr (3,B,NH,T,hs) <- qkv (B,T,3,NH,hs), moving q, k and v
 template <int N>
@@ -152,7 +145,7 @@ __global__ void attention_softmax_backward_kernel(floatX* datt, const floatX* at
 
 // the vectors a lane holds for rows of T (1, 2, 4 or 8), or 0: the scalar kernels
 static inline int attention_row_vecs(const void* a, const void* b, int T) {
-    if (T % X128 != 0 || !aligned128({a, b})) { return 0; }
+    if (xpack_width(T, {a, b}) != X128) { return 0; }
     int per_lane = CEIL_DIV(T / X128, 32);
     for (int v = 1; v <= ATTN_ROW_VECS; v *= 2) {
         if (per_lane <= v) { return v; }
@@ -272,10 +265,10 @@ static inline void attention_forward(floatX* out, floatX* qkvr, floatX* att, con
     cublasCheck(cublasSetStream(h, s));
 
     const int block = 256;
-    if (attention_layout_pack(hs, qkvr, qkv) == X128) {
-        attention_permute_kernel<X128><<<attention_layout_blocks(n_one, X128, block), block, 0, s>>>(qkvr, qkv, B, T, NH, hs);
+    if (xpack_width(hs, {qkvr, qkv}) == X128) {
+        attention_permute_kernel<X128><<<xpack_blocks(n_one, X128, block), block, 0, s>>>(qkvr, qkv, B, T, NH, hs);
     } else {
-        attention_permute_kernel<1><<<attention_layout_blocks(n_one, 1, block), block, 0, s>>>(qkvr, qkv, B, T, NH, hs);
+        attention_permute_kernel<1><<<xpack_blocks(n_one, 1, block), block, 0, s>>>(qkvr, qkv, B, T, NH, hs);
     }
     cudaCheck(cudaGetLastError());
 
@@ -341,10 +334,10 @@ static inline void attention_backward(floatX* dqkv, floatX* dqkvr, floatX* datt,
     cublasCheck(cublasSetStream(h, s));
 
     const int block = 256;
-    if (attention_layout_pack(hs, dout_r, dout) == X128) {
-        attention_split_heads_kernel<X128><<<attention_layout_blocks(n_one, X128, block), block, 0, s>>>(dout_r, dout, B, T, NH, hs);
+    if (xpack_width(hs, {dout_r, dout}) == X128) {
+        attention_split_heads_kernel<X128><<<xpack_blocks(n_one, X128, block), block, 0, s>>>(dout_r, dout, B, T, NH, hs);
     } else {
-        attention_split_heads_kernel<1><<<attention_layout_blocks(n_one, 1, block), block, 0, s>>>(dout_r, dout, B, T, NH, hs);
+        attention_split_heads_kernel<1><<<xpack_blocks(n_one, 1, block), block, 0, s>>>(dout_r, dout, B, T, NH, hs);
     }
     cudaCheck(cudaGetLastError());
 
@@ -373,10 +366,10 @@ static inline void attention_backward(floatX* dqkv, floatX* dqkvr, floatX* datt,
     attention_gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale,
                    q, hs, Ths, datt, T, TT, 0.0f, dk, hs, Ths, batch);
 
-    if (attention_layout_pack(hs, dqkv, dqkvr) == X128) {
-        attention_unpermute_acc_kernel<X128><<<attention_layout_blocks(n_one, X128, block), block, 0, s>>>(dqkv, dqkvr, B, T, NH, hs);
+    if (xpack_width(hs, {dqkv, dqkvr}) == X128) {
+        attention_unpermute_acc_kernel<X128><<<xpack_blocks(n_one, X128, block), block, 0, s>>>(dqkv, dqkvr, B, T, NH, hs);
     } else {
-        attention_unpermute_acc_kernel<1><<<attention_layout_blocks(n_one, 1, block), block, 0, s>>>(dqkv, dqkvr, B, T, NH, hs);
+        attention_unpermute_acc_kernel<1><<<xpack_blocks(n_one, 1, block), block, 0, s>>>(dqkv, dqkvr, B, T, NH, hs);
     }
     cudaCheck(cudaGetLastError());
 }

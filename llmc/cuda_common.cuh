@@ -70,4 +70,17 @@ static inline bool aligned128(std::initializer_list<const void*> ptrs) {
     return true;
 }
 
+// the pack a launcher uses: X128 when its rows (or its whole count) of n elements are a
+// multiple of X128 and every pointer it passes is 16-byte aligned, else 1
+static inline int xpack_width(size_t n, std::initializer_list<const void*> ptrs) {
+    return n % X128 == 0 && aligned128(ptrs) ? X128 : 1;
+}
+
+// blocks of `block` threads for n elements, N a thread; at least one (a launch of none is
+// an error; n may be 0)
+static inline unsigned xpack_blocks(size_t n, int N, int block) {
+    size_t blocks = CEIL_DIV(CEIL_DIV(n, (size_t)N), (size_t)block);
+    return blocks > 0 ? (unsigned)blocks : 1u;
+}
+
 #endif // LLMC_CUDA_COMMON_CUH

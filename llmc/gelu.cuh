@@ -36,16 +36,7 @@ __device__ __forceinline__ float gelu_grad(float x) {
 }
 
 // The elementwise kernels: thread i takes elements [i*N, i*N + N), N = X128 (16 bytes) when
-// the count is a multiple of X128 and every pointer 16-byte aligned (gelu_pack), else 1.
-static inline int gelu_pack(size_t n, const void* a, const void* b, const void* c) {
-    return n % X128 == 0 && aligned128({a, b, c}) ? X128 : 1;
-}
-
-// blocks for n elements, N a thread; at least one (a launch of none is an error; n may be 0)
-static inline unsigned gelu_blocks(size_t n, int N, int block) {
-    size_t blocks = CEIL_DIV(CEIL_DIV(n, (size_t)N), (size_t)block);
-    return blocks > 0 ? (unsigned)blocks : 1u;
-}
+// the count is a multiple of X128 and every pointer 16-byte aligned (xpack_width), else 1.
 
 // out (n,) = gelu(inp) (n,). out may alias inp (elementwise).
 template <int N>
@@ -85,10 +76,10 @@ __global__ void gelu_backward_inplace_kernel(floatX* d, const floatX* pre, size_
 // out (n,) = gelu(inp) (n,)
 static inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t s) {
     const int block = 256;
-    if (gelu_pack(n, out, inp, inp) == X128) {
-        gelu_forward_kernel<X128><<<gelu_blocks(n, X128, block), block, 0, s>>>(out, inp, n);
+    if (xpack_width(n, {out, inp}) == X128) {
+        gelu_forward_kernel<X128><<<xpack_blocks(n, X128, block), block, 0, s>>>(out, inp, n);
     } else {
-        gelu_forward_kernel<1><<<gelu_blocks(n, 1, block), block, 0, s>>>(out, inp, n);
+        gelu_forward_kernel<1><<<xpack_blocks(n, 1, block), block, 0, s>>>(out, inp, n);
     }
     cudaCheck(cudaGetLastError());
 }
@@ -97,10 +88,10 @@ static inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaSt
 // in place (llm.c style, dinp == dout) it would compute dout + gelu' * dout, not the gradient.
 static inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t s) {
     const int block = 256;
-    if (gelu_pack(n, dinp, inp, dout) == X128) {
-        gelu_backward_kernel<X128><<<gelu_blocks(n, X128, block), block, 0, s>>>(dinp, inp, dout, n);
+    if (xpack_width(n, {dinp, inp, dout}) == X128) {
+        gelu_backward_kernel<X128><<<xpack_blocks(n, X128, block), block, 0, s>>>(dinp, inp, dout, n);
     } else {
-        gelu_backward_kernel<1><<<gelu_blocks(n, 1, block), block, 0, s>>>(dinp, inp, dout, n);
+        gelu_backward_kernel<1><<<xpack_blocks(n, 1, block), block, 0, s>>>(dinp, inp, dout, n);
     }
     cudaCheck(cudaGetLastError());
 }
@@ -108,10 +99,10 @@ static inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* 
 // d (n,) = gelu'(pre) * d (n,), in place (not accumulating: d holds dout @ weight on entry)
 static inline void gelu_backward_inplace(floatX* d, const floatX* pre, size_t n, cudaStream_t s) {
     const int block = 256;
-    if (gelu_pack(n, d, pre, pre) == X128) {
-        gelu_backward_inplace_kernel<X128><<<gelu_blocks(n, X128, block), block, 0, s>>>(d, pre, n);
+    if (xpack_width(n, {d, pre}) == X128) {
+        gelu_backward_inplace_kernel<X128><<<xpack_blocks(n, X128, block), block, 0, s>>>(d, pre, n);
     } else {
-        gelu_backward_inplace_kernel<1><<<gelu_blocks(n, 1, block), block, 0, s>>>(d, pre, n);
+        gelu_backward_inplace_kernel<1><<<xpack_blocks(n, 1, block), block, 0, s>>>(d, pre, n);
     }
     cudaCheck(cudaGetLastError());
 }

@@ -6,7 +6,7 @@
  mean and rstd are saved in fp32 for the backward pass.
 
  Forward: one warp per row, 16 bytes a lane at a time where the shapes and pointers allow
- (llmc/cuda_common.cuh's xpack, layernorm_pack), else one element. The variance uses two
+ (llmc/cuda_common.cuh's xpack, xpack_width of C), else one element. The variance uses two
  passes (mean first, then squared deviations) like the CPU code: E[x^2] - E[x]^2 cancels
  badly when |mean| >> std, which happens on the residual stream. The row is re-read from
  global memory for each pass; at GPT-2 widths (C <= 1600, 3.2 KB in bf16) the re-reads
@@ -50,7 +50,7 @@
 
 // one warp normalizes one row x (C,) into y (C,); stores mean/rstd when the pointers are
 // non-null (inference can skip them). Lane l handles the packs of P columns l, l+32, ...
-// (llmc/cuda_common.cuh's xpack; P = X128 or 1, see layernorm_pack).
+// (llmc/cuda_common.cuh's xpack; P = X128 or 1, see xpack_width).
 template <int P>
 __device__ __forceinline__ void layernorm_row_warp(floatX* y, float* mean, float* rstd, size_t row,
                                                    const floatX* x, const floatX* weight,
@@ -241,12 +241,6 @@ __global__ void layernorm_backward_final_kernel(floatX* dweight, floatX* dbias, 
 // ----------------------------------------------------------------------------
 // host launchers
 
-// the columns a lane of the kernels above takes at a time: X128 when the rows (C) and every
-// pointer allow 16-byte loads, else 1
-static inline int layernorm_pack(int C, std::initializer_list<const void*> ptrs) {
-    return C % X128 == 0 && aligned128(ptrs) ? X128 : 1;
-}
-
 // out (B,T,C), mean (B,T), rstd (B,T) <- inp (B,T,C), weight (C,), bias (C,).
 // mean/rstd may be nullptr (not stored).
 static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
@@ -254,7 +248,7 @@ static inline void layernorm_forward(floatX* out, float* mean, float* rstd, cons
                                      int B, int T, int C, cudaStream_t s) {
     int N = B * T;
     unsigned grid = CEIL_DIV(N, LN_WARPS_PER_BLOCK), block = 32 * LN_WARPS_PER_BLOCK;
-    if (layernorm_pack(C, {out, inp, weight, bias}) == X128) {
+    if (xpack_width(C, {out, inp, weight, bias}) == X128) {
         layernorm_forward_kernel<X128><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
     } else {
         layernorm_forward_kernel<1><<<grid, block, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
@@ -270,7 +264,7 @@ static inline void fused_residual_layernorm_forward(floatX* residual, floatX* no
                                                     const floatX* weight, const floatX* bias,
                                                     int N, int C, cudaStream_t s) {
     unsigned grid = CEIL_DIV(N, LN_WARPS_PER_BLOCK), block = 32 * LN_WARPS_PER_BLOCK;
-    if (layernorm_pack(C, {residual, normed, inp1, inp2, weight, bias}) == X128) {
+    if (xpack_width(C, {residual, normed, inp1, inp2, weight, bias}) == X128) {
         fused_residual_layernorm_forward_kernel<X128><<<grid, block, 0, s>>>(
             residual, normed, mean, rstd, inp1, inp2, weight, bias, N, C);
     } else {
@@ -307,7 +301,7 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
     int nchunks = layernorm_backward_nchunks(N);
     int rows_per_chunk = CEIL_DIV(N, nchunks);
     dim3 block(LN_BWD_COLS, LN_BWD_ROWS);
-    if (layernorm_pack(C, {dinp, dout, inp, weight}) == X128) {
+    if (xpack_width(C, {dinp, dout, inp, weight}) == X128) {
         layernorm_backward_dinp_kernel<X128><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
         cudaCheck(cudaGetLastError());
         dim3 grid(CEIL_DIV(C, LN_BWD_COLS * X128), nchunks);
