@@ -1,7 +1,7 @@
 // zero3/host.c: the implementation (the interface and its notes: zero3/host.h)
 #include "zero3/host.h"  // this module's types and prototypes
 #include "zero3/host_internal.h"  // the helpers host*.c share
-#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms
+#include "zero3/util.h"     // zero_error, zero_errmsg, zero_now_ms, zero_clear
 
 static const char* const zero_mem_names[ZERO_MEM_KINDS] = {"params", "grads", "optimizer", "buffers",
     "host params", "host grads", "host optimizer", "host buffers"};
@@ -14,7 +14,7 @@ void* zero_alloc(ZeroHost* e, int kind, size_t elems) {
         zero_error("zero: out of memory allocating %.1f MiB of %s", bytes / 1048576.0, zero_mem_names[kind]);
         return NULL;
     }
-    memset(p, 0, bytes);
+    zero_clear(p, bytes);  // (on every core: a rank's shards are GBs at d48)
     e->mem.current[kind] += elems * sizeof(float);
     if (kind < ZERO_MEM_HOST_PARAMS) { e->mem.total += elems * sizeof(float); }
     if (e->mem.current[kind] > e->mem.peak[kind]) { e->mem.peak[kind] = e->mem.current[kind]; }

@@ -6,13 +6,16 @@
    that names the value or file and what is wrong with it, `return zero_error("...")`. The
    caller decides: library code passes the -1 up (cleaning up on the way), the trainer
    prints zero_errmsg() and stops. Failure paths can so be tested without a crash.
- - a monotonic clock in milliseconds, for the figures the engine reports.
+ - a monotonic clock in milliseconds, for the figures the engine reports;
+ - zero_clear: new memory zeroed on every core (the engines' large host allocations).
 
  The message is kept per thread: the device engine's CPU Adam thread (--dpu) records its
  own errors without racing the main thread.
 */
 #ifndef ZERO3_UTIL_H
 #define ZERO3_UTIL_H
+
+#include <stddef.h>  // size_t
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +32,12 @@ const char* zero_errmsg(void);
 
 // wall-clock milliseconds from an arbitrary origin (CLOCK_MONOTONIC: never steps back)
 double zero_now_ms(void);
+
+// Sets bytes of p to zero on every OpenMP thread, each a contiguous slice: new memory's
+// pages are then faulted in on all cores at once, not one core (d48's 37 GB of pinned
+// offload arrays, or its host shards). Where memory is NUMA, each page lands near the
+// thread that will read that slice in the engines' parallel loops (the same static split).
+void zero_clear(void* p, size_t bytes);
 
 #ifdef __cplusplus
 }

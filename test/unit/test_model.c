@@ -14,6 +14,7 @@
 #include "llmc/args.h"            // the code under test
 #include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 #include "llmc/rand.h"      // Rng, rng_init, rng_below, rng_permute, rng_normal_at
+#include <omp.h>                  // omp_set_num_threads: the init's threads
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -550,6 +551,35 @@ Test(init, any_range_equals_the_whole) {
     float x;
     cr_assert_eq(gpt2_source_read(&s, 1, gpt2_unit_size(&c, 1), 1, &x), -1, "a range past the unit is refused");
     free(whole);
+}
+
+// The init is made on every OpenMP thread (start-up: 39 s of d48 on one core): any thread
+// count gives the bits of one thread, and of the samples made one at a time. A model whose
+// blocks (4 x 12 x 64^2 = 196608 elements a unit) are well past the size it splits at.
+Test(init, any_thread_count_same_bits) {
+    GPT2Config c = small_config();
+    c.channels = 64; c.num_heads = 4; c.num_layers = 2; c.vocab_size = 500; c.padded_vocab_size = 512; c.max_seq_len = 64;
+    size_t n = gpt2_num_params(&c);
+    omp_set_num_threads(1);
+    float* one = init_whole(&c, 1234);
+    for (int threads = 2; threads <= 7; threads += 5) {
+        omp_set_num_threads(threads);
+        float* many = init_whole(&c, 1234);
+        cr_assert_eq(memcmp(one, many, n * sizeof(float)), 0, "%d threads made other bits than one", threads);
+        free(many);
+    }
+    // block 1's fc weights, sample by sample: std * rng_normal_at(seed, its place in the file)
+    BlockTensors w = gpt2_block_tensors(&c, one + gpt2_unit_offset(&c, 1));
+    TensorRange* r = malloc(gpt2_num_tensors(&c) * sizeof(TensorRange));
+    gpt2_tensor_ranges(&c, r);
+    int t = 0;
+    while (!(r[t].kind == P_FCW && r[t].layer == 0)) { t++; }
+    size_t at = gpt2_file_offset(&c, &r[t]);
+    for (size_t i = 0; i < r[t].size; i += 97) {
+        cr_assert_eq(w.fcw[i], 0.02f * rng_normal_at(1234, at + i), "fcw[%zu]", i);
+    }
+    free(r);
+    free(one);
 }
 
 // The samples themselves: n = 2^18 standard normals of one seed have mean 0 and variance 1
