@@ -159,6 +159,13 @@ static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* l
     kernel_steps_begin(lp->kernel);
     if (!tc->resume) { log_fresh(tc->output_dir, rank); }  // a resumed run appends, as llm.c's does
     lp->t_start = zero_now_ms();
+    t->startup_ms = lp->t_start - t->started_ms;
+    if (rank == 0) {
+        ZeroStats zs;
+        zeroCheck(zero_stats(m->zero, &zs));
+        printf("start-up: %.1f s to the first step (the engine's build %.1f s, of which the initial parameters %.1f s)\n",
+               t->startup_ms / 1e3, zs.init_ms / 1e3, zs.fill_ms / 1e3);
+    }
 }
 
 // At the boundary of `step`: whether any rank was signalled, validation (-v), samples (-s)

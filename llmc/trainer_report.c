@@ -83,6 +83,29 @@ static void report_per_rank(cJSON* root, const char* key, const char* const* nam
     }
 }
 
+// startup (seconds to the first step, the engine's build, the initial parameters) and
+// transfers_per_step: the bytes between device, host and NVMe, and the AdamW update's time,
+// wherever it ran
+static void report_startup_transfers(cJSON* root, const Trainer* t, const ZeroStats* z, const TrainerTraffic* tr) {
+    double n = tr->steps > 0 ? tr->steps : 1;
+    // startup: seconds from the program's start to the first step, the engine's build and,
+    // within it, the initial parameters' making or reading (rank 0's)
+    cJSON* su = cJSON_AddObjectToObject(root, "startup");
+    cJSON_AddNumberToObject(su, "seconds", t->startup_ms / 1e3);
+    cJSON_AddNumberToObject(su, "engine_seconds", z->init_ms / 1e3);
+    cJSON_AddNumberToObject(su, "fill_seconds", z->fill_ms / 1e3);
+    cJSON* mv = cJSON_AddObjectToObject(root, "transfers_per_step");
+    cJSON_AddNumberToObject(mv, "device_to_host", (z->moved[ZERO_MOVE_D2H] - tr->start.moved[ZERO_MOVE_D2H]) / n);
+    cJSON_AddNumberToObject(mv, "host_to_device", (z->moved[ZERO_MOVE_H2D] - tr->start.moved[ZERO_MOVE_H2D]) / n);
+    cJSON_AddNumberToObject(mv, "nvme_read", (z->moved[ZERO_MOVE_NVME_READ] - tr->start.moved[ZERO_MOVE_NVME_READ]) / n);
+    cJSON_AddNumberToObject(mv, "nvme_write", (z->moved[ZERO_MOVE_NVME_WRITE] - tr->start.moved[ZERO_MOVE_NVME_WRITE]) / n);
+    cJSON_AddNumberToObject(mv, "update_ms", (z->update_ms - tr->start.update_ms) / n);
+    cJSON_AddNumberToObject(mv, "nvme_wait_ms", (z->nvme_wait_ms - tr->start.nvme_wait_ms) / n);
+    cJSON_AddNumberToObject(mv, "update_nvme_wait_ms", (z->update_nvme_wait_ms - tr->start.update_nvme_wait_ms) / n);
+    cJSON_AddNumberToObject(mv, "param_reads_ahead", (z->reads_ahead - tr->start.reads_ahead) / n);
+    cJSON_AddNumberToObject(mv, "param_reads_ahead_peak", z->reads_ahead_peak);
+}
+
 int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* steps, int nsteps,
                           const ValRecord* vals, int nvals, const EvalRecord* evals, int nevals, const double* mem, const double* kernel,
                           const TrainerTraffic* tr, double flops_per_token) {
@@ -187,16 +210,7 @@ int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* st
             cJSON_AddNumberToObject(job, link_names[l], total);
         }
     }
-    cJSON* mv = cJSON_AddObjectToObject(root, "transfers_per_step");
-    cJSON_AddNumberToObject(mv, "device_to_host", (zs.moved[ZERO_MOVE_D2H] - tr->start.moved[ZERO_MOVE_D2H]) / n);
-    cJSON_AddNumberToObject(mv, "host_to_device", (zs.moved[ZERO_MOVE_H2D] - tr->start.moved[ZERO_MOVE_H2D]) / n);
-    cJSON_AddNumberToObject(mv, "nvme_read", (zs.moved[ZERO_MOVE_NVME_READ] - tr->start.moved[ZERO_MOVE_NVME_READ]) / n);
-    cJSON_AddNumberToObject(mv, "nvme_write", (zs.moved[ZERO_MOVE_NVME_WRITE] - tr->start.moved[ZERO_MOVE_NVME_WRITE]) / n);
-    cJSON_AddNumberToObject(mv, "update_ms", (zs.update_ms - tr->start.update_ms) / n);
-    cJSON_AddNumberToObject(mv, "nvme_wait_ms", (zs.nvme_wait_ms - tr->start.nvme_wait_ms) / n);
-    cJSON_AddNumberToObject(mv, "update_nvme_wait_ms", (zs.update_nvme_wait_ms - tr->start.update_nvme_wait_ms) / n);
-    cJSON_AddNumberToObject(mv, "param_reads_ahead", (zs.reads_ahead - tr->start.reads_ahead) / n);
-    cJSON_AddNumberToObject(mv, "param_reads_ahead_peak", zs.reads_ahead_peak);
+    report_startup_transfers(root, t, &zs, tr);
 
     char* text = cJSON_Print(root);
     cJSON_Delete(root);

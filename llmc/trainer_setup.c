@@ -25,6 +25,7 @@
 
 void trainer_start(Trainer* t, int* argc, char*** argv, const char* program, int gelu_fusion) {
     memset(t, 0, sizeof(*t));
+    t->started_ms = zero_now_ms();
     t->source.fd = -1;  // no model file open
     setvbuf(stdout, NULL, _IOLBF, 0);  // line by line into logs and pipes, not in 4 KiB blocks
     signal(SIGXFSZ, SIG_IGN);

@@ -45,6 +45,8 @@ typedef struct {
     int* prompt;             // (prompt_n) --prompt's tokens, after start_token in every sample; NULL: none
     int prompt_n;
     EvalSet hellaswag;       // -h 1's examples (zeroed without -h 1)
+    double started_ms;       // zero_now_ms() as trainer_start began
+    double startup_ms;       // from then to the first step (the engine's build, any resume, the header)
 } Trainer;
 
 // Start-up: line-buffered stdout, SIGXFSZ ignored (a write past a file-size limit fails

@@ -2,7 +2,7 @@
 #include <stdlib.h>          // calloc, malloc, free
 #include <string.h>         // memset, memcpy
 #include <limits.h>         // INT_MAX: an MPI count
-#include "zero3/util.h"     // zero_error
+#include "zero3/util.h"     // zero_error, zero_now_ms: the build's and the fill's times
 #include "zero3/zero.h"      // this module's types and prototypes
 #include "zero3/engine.h"    // ZeroOps, zero_create: what the engines implement
 #include "zero3/watch.h"    // zero_watch_enter/leave: the agreement's collective told to the watchdog
@@ -23,6 +23,7 @@ struct Zero {
     // a gathered scope (zero_gather_begin .. zero_gather_end): the units' whole fp32 copies
     float** gathered;       // (num_units) a unit's copy in the open scope, or NULL
     int scope_open, modifier;
+    double init_ms, fill_ms; // zero_create's engine build, and its calls of ZeroInit.fill (ZeroStats)
 };
 
 int zero_fill_agree(MPI_Comm comm, int failed) {
@@ -87,7 +88,10 @@ int zero_flush(Zero* z) { return z->ops->flush(z->impl); }
 
 int zero_stats(Zero* z, ZeroStats* out) {
     memset(out, 0, sizeof(*out));
-    return z->ops->stats(z->impl, out);
+    int rc = z->ops->stats(z->impl, out);
+    out->init_ms = z->init_ms;
+    out->fill_ms = z->fill_ms;
+    return rc;
 }
 
 int zero_save(Zero* z, FILE* fp) { return z->ops->save(z->impl, fp); }
@@ -281,6 +285,16 @@ int zero_empty_cache(Zero* z, double* freed) {
 
 const char* zero_name(const Zero* z) { return z->ops->name; }
 
+// the caller's fill, timed: zero_create hands the engine this in its place
+typedef struct { ZeroFillFn fill; void* ctx; double ms; } ZeroFillTimed;
+static int zero_fill_timed(void* ctx, int unit, size_t begin, size_t n, float* out) {
+    ZeroFillTimed* f = (ZeroFillTimed*)ctx;
+    double t0 = zero_now_ms();
+    int rc = f->fill(f->ctx, unit, begin, n, out);
+    f->ms += zero_now_ms() - t0;
+    return rc;
+}
+
 int zero_create(Zero** z, const ZeroOps* ops, void* impl, int (*init)(void* impl, const ZeroInit* in),
                 const ZeroInit* in) {
     *z = NULL;
@@ -290,11 +304,17 @@ int zero_create(Zero** z, const ZeroOps* ops, void* impl, int (*init)(void* impl
         free(made);
         return zero_error("zero: out of memory for the %s engine", ops->name);
     }
-    if (init(impl, in) != 0) {
+    double t0 = zero_now_ms();
+    ZeroFillTimed timed = {in->fill, in->fill_ctx, 0.0};
+    ZeroInit own = *in;
+    if (in->fill != NULL) { own.fill = zero_fill_timed; own.fill_ctx = &timed; }
+    if (init(impl, &own) != 0) {
         ops->free(impl);
         free(made);
         return -1;
     }
+    made->init_ms = zero_now_ms() - t0;
+    made->fill_ms = timed.ms;
     made->ops = ops;
     made->impl = impl;
     made->comm = in->comm;

@@ -129,6 +129,8 @@ typedef struct {
     double mem_peak;                          // the peak of the compute-side kinds together
     double nvme_bytes;                        // the swap file
     size_t padded_total;                      // elements of the model with each unit padded
+    double init_ms;                           // the engine's build (zero_*_create), start-up's share of it:
+    double fill_ms;                           //   of which in ZeroInit.fill (the initial parameters made or read)
 } ZeroStats;
 
 // Adds one communicator's byte counters, per collective and split by link, into a rank's

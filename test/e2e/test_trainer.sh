@@ -243,9 +243,16 @@ fi
 # ---------------------------------------------------------------------------
 # the report holds the contract's fields, with per-rank memory for every rank
 if [ -f "$tmp/dp2.json" ]; then
-    $PY - "$tmp/dp2.json" <<'EOF' && ok "report fields (world_size 2, steps, memory.per_rank, comm)" || bad "report fields"
-import json, sys
+    $PY - "$tmp/dp2.json" "$tmp/dp2.log" <<'EOF' && ok "report fields (world_size 2, steps, memory.per_rank, comm, startup)" || bad "report fields"
+import json, re, sys
 r = json.load(open(sys.argv[1]))
+# start-up: the whole, the engine's build within it, the initial parameters within that; the
+# log's line says the same, to its one decimal
+su = r["startup"]
+assert su["seconds"] >= su["engine_seconds"] >= su["fill_seconds"] > 0, su
+m = re.search(r"^start-up: ([0-9.]+) s to the first step \(the engine's build ([0-9.]+) s, of which the initial parameters ([0-9.]+) s\)$",
+              open(sys.argv[2]).read(), re.M)
+assert m and [float(x) for x in m.groups()] == [round(su[k], 1) for k in ("seconds", "engine_seconds", "fill_seconds")], (m and m.groups(), su)
 assert r["world_size"] == 2 and r["zero_stage"] == 0
 assert r["num_parameters"] > 0
 assert len(r["steps"]) == 4

@@ -276,6 +276,8 @@ m = r["memory"]["per_rank"][0]
 assert all(m[k] > 0 for k in ("params", "grads", "optimizer", "buffers", "peak"))
 assert m["peak"] >= m["params"] + m["grads"] + m["optimizer"]
 assert all(v == 0 for v in r["comm"]["per_rank_bytes_per_step"].values())
+su = r["startup"]  # the whole start-up, the engine's build in it, the initial parameters in that
+assert su["seconds"] >= su["engine_seconds"] >= su["fill_seconds"] > 0, su
 EOF
     grep -q "MFU" "$tmp/bf16.log" && grep -q "GPU mem" "$tmp/bf16.log" && ok "step lines show MFU and GPU memory" || bad "step line: $(grep -m1 '^step' "$tmp/bf16.log")"
 fi
