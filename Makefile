@@ -352,9 +352,10 @@ build/test_kernels2_gpu_fp32: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | bu
 	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
 
 # what a GPU machine offers (CUDA, the GPUs, the cuBLAS(Lt) and NCCL the loader finds, and
-# from where): host code only, so no architecture; scripts/gpu_first_contact.sh runs it first
+# from where), and with --rates the copy and pinning rates: host code only, so no architecture;
+# scripts/gpu_first_contact.sh and gpu_speed.sh run it first
 build/gpu_probe: dev/gpu_probe.cu | build
-	$(NVCC) -O2 -std=c++17 $< -o $@ -lcublas -lcublasLt -lnccl
+	$(NVCC) -O2 -std=c++17 -Xcompiler -fopenmp $< -o $@ -lcublas -lcublasLt -lnccl -lgomp
 
 # the emulator's stand-in headers (test/emu) against the real CUDA, cuBLAS(Lt), NCCL, bf16, cub
 # and NVTX headers: enumerator values, constants, types, members and signatures (needs nvcc;

@@ -9,8 +9,9 @@ torch.compile, the allocator's first growth):
 
 tokens/s is the kept steps' tokens over their time; MFU is the time-weighted mean of the
 steps' MFU, which is the MFU of that overall rate (MFU is linear in tokens/s), or null when
-a step has none (a GPU missing from the trainer's table of peaks). Used by
-scripts/bench_gpu.sh and scripts/gpu_first_contact.sh.
+a step has none (a GPU missing from the trainer's table of peaks). Steps the per-op timer
+ran in (`"profiled": true`, --profile-ops) are left out too: its events cost time. Used by
+scripts/bench_gpu.sh, scripts/gpu_first_contact.sh and scripts/gpu_speed.sh.
 """
 import json
 import sys
@@ -18,9 +19,9 @@ import sys
 
 def figures(path, warmup):
     """(tokens/s, MFU or None, kept steps, ms per step) of the report at path"""
-    steps = json.load(open(path))["steps"][int(warmup):]
+    steps = [s for s in json.load(open(path))["steps"][int(warmup):] if not s.get("profiled")]
     if not steps:
-        raise ValueError(f"{path}: no steps after the {warmup} warm-up steps")
+        raise ValueError(f"{path}: no steps after the {warmup} warm-up steps (steps under --profile-ops not counted)")
     ms = sum(s["ms"] for s in steps)
     toks = sum(s["tokens_per_s"] * s["ms"] / 1e3 for s in steps)
     mfus = [s.get("mfu") for s in steps]

@@ -7,7 +7,8 @@
 #   scripts/gpu_bundle.sh pack [DIR]
 #       here, where `make deps` works: builds, in a copy of this checkout's source (so that
 #       neither the flags below nor the stand-ins touch this checkout's own builds), the
-#       kernels' GPU tests, both GPU trainer builds, build/gpu_probe, the CPU trainer,
+#       kernels' GPU tests, both GPU trainer builds, build/gpu_probe, build/bench_cpu_adam
+#       (the host's memory rate and CPU Adam, scripts/gpu_speed.sh), the CPU trainer,
 #       tokenize, checkpoint_tool and the data, for a portable x86-64 level (PACK_OPT,
 #       default -O3 -march=x86-64-v3: not -march=native, the GPU machine's processor is not
 #       this one) and for Hopper (PACK_CUDA_ARCH, default sm_90 with its PTX); then writes
@@ -15,7 +16,8 @@
 #       holding the built files, every shared library they and Open MPI's programs and
 #       plugins load except glibc's, the C++ runtime's and CUDA's (the GPU machine has those
 #       in its own versions; cuBLAS and NCCL are hundreds of MB), and Open MPI's programs,
-#       plugins and help files. DIR/info.txt says what was built, how, from which commit.
+#       plugins and help files. DIR/info.txt says what was built, how, from which commit, and
+#       which GPU code changed since the last GPU run (scripts/gpu_runs.txt).
 #       PACK_EMULATED=1 (the rehearsal in make test, test/gpu/test_gpu_bundle.sh): the
 #       emulated builds of this checkout (build/*_emu*, test/emu) stand in for the CUDA
 #       binaries, under their names.
@@ -41,7 +43,7 @@ cd "$(dirname "$0")/.." || exit 1
 mode=${1:-}
 DIR=${2:-.gpu}
 GPU_BINS="build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32"
-BINS="$GPU_BINS build/gpu_probe train_gpt2_zero3 train_gpt2_zero3_fp32 train_gpt2_zero3_cpu tokenize checkpoint_tool"
+BINS="$GPU_BINS build/gpu_probe build/bench_cpu_adam train_gpt2_zero3 train_gpt2_zero3_fp32 train_gpt2_zero3_cpu tokenize checkpoint_tool"
 DATA="dev/data/tinyshakespeare/tiny_shakespeare_train.bin dev/data/tinyshakespeare/tiny_shakespeare_val.bin dev/data/gpt2_tokenizer.bin"
 # what every GPU machine brings itself: glibc, the C++ runtime (apt needs it), the driver,
 # and CUDA's libraries (found there, see cuda_lib_find)
@@ -111,7 +113,7 @@ pack() {
     trap 'rm -rf "$work"' EXIT
     stage=$work/stage src=$work/src
     pack_source "$work" || die "copying the source to $src failed"
-    targets="all data build/gpu_probe"
+    targets="all data build/gpu_probe build/bench_cpu_adam"
     if [ "${PACK_EMULATED:-0}" = 1 ]; then
         for m in $EMU_OF; do [ -x "${m#*:}" ] || die "PACK_EMULATED=1: ${m#*:} is not built here (make ${m#*:})"; done
     else
@@ -133,8 +135,14 @@ pack() {
     # every shared library the binaries, mpirun and the plugins load
     # shellcheck disable=SC2046,SC2086
     for l in $(cd "$src" && libs_of $BINS $(ompi_files "$stage")); do cp -L "$l" "$stage/lib/"; done
+    local last
+    last=$(awk '!/^#/ && NF >= 2 {c = $2} END {print c}' scripts/gpu_runs.txt 2>/dev/null)
     {
         echo "packed: $(date -u +%Y-%m-%dT%H:%MZ) from $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
+        # the GPU code changed since the last GPU run (scripts/gpu_runs.txt), uncommitted changes
+        # included: scripts/gpu_speed.sh tests those kernels first
+        echo "changed since the last GPU run ($last): $(git diff --name-only "$last" -- 'llmc/*.cuh' 'zero3/*.cuh' 'zero3/*.cu' \
+            'test/gpu/*.cu' train_gpt2_zero3.cu 2>/dev/null | tr '\n' ' ')"
         echo "built: make OPT='$opt' CUDA_ARCH='$arch'"
         echo "emulated: ${PACK_EMULATED:-0}"
         echo "binaries: $BINS"

@@ -65,13 +65,14 @@ TRAINER=${FC_TRAINER:-./train_gpt2_zero3}
 # found NAME PATH...: the paths that exist (globs expanded by the caller), or "not found"
 found() {
     local name=$1 hits; shift
-    hits=$(for p in "$@"; do [ -e "$p" ] && echo "$p"; done | sort -u | tr '\n' ' ')
+    hits=$(for p in "$@"; do [ -e "$p" ] && echo "$p"; done | sort -u | paste -sd ' ')
     kv "tool.$name" "${hits:-not found}"
 }
 
 step_a() {  # the machine
-    local l m n sites
-    kv host.cpus "$(nproc)"
+    local l m n sites cores
+    cores=$(env -u OMP_NUM_THREADS nproc)  # (nproc takes OMP_NUM_THREADS for the count)
+    kv host.cpus "$cores"
     kv host.mem_gib "$(awk '/MemTotal/ {printf "%.0f", $2 / 2^20}' /proc/meminfo)"
     kv host.cpu "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
     if command -v nvidia-smi > /dev/null; then
@@ -98,7 +99,7 @@ step_a() {  # the machine
     fi
     # the host's memory rate and the CPU Adam, at all cores and at all but two (the GPU's
     # driving thread, MPI's progress): what an offloaded step's update can reach
-    for n in "$(nproc)" "$(( $(nproc) > 2 ? $(nproc) - 2 : 1 ))"; do
+    for n in "$cores" "$(( cores > 2 ? cores - 2 : 1 ))"; do
         m=$(OMP_NUM_THREADS=$n timeout -k 2 "$(time_for 4)" ./build/bench_cpu_adam "${SP_ADAM_N:-50000000}" 3 2>&1)
         kv "host.threads_$n.triad_gbps" "$(sed -n 's/.* triad_gbps=\([0-9.]*\).*/\1/p' <<< "$m")"
         kv "host.threads_$n.cpu_adam_gbps" "$(sed -n 's/^cpu_adam:.* gbps=\([0-9.]*\).*/\1/p' <<< "$m")"
@@ -122,7 +123,7 @@ step_a() {  # the machine
 }
 
 step_b() {  # the kernel tests, those of the GPU code changed since the last GPU run first
-    local changed first=() rest=() t src f out rc t0 hit
+    local changed first=() rest=() t src f hit
     changed=${SP_CHANGED:-$(sed -n 's/^changed since the last GPU run[^:]*: //p' "$BUNDLE/x/info.txt" 2>/dev/null)}
     kv changed "${changed:-unknown (no bundle info)}"
     for t in ${SP_KERNEL_TESTS:-build/test_kernels_gpu build/test_kernels2_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu_fp32}; do
@@ -137,12 +138,7 @@ step_b() {  # the kernel tests, those of the GPU code changed since the last GPU
     kv order "${first[*]} ${rest[*]}"
     for t in "${first[@]}" "${rest[@]}"; do
         [ "$(left)" -gt 3 ] || { check SKIP "$t: no time left"; continue; }
-        out=$WORK/logs/b_${t##*/}.log t0=$(date +%s)
-        timeout -k 2 "$(time_for 1)" "./$t" > "$out" 2>&1; rc=$?
-        kv "${t##*/}" "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -1) in $(( $(date +%s) - t0 )) s"
-        if [ "$rc" -eq 0 ]; then check PASS "$t: $(tail -1 "$out")"
-        elif [ "$rc" -eq 124 ]; then check FAIL "$t: stopped by the step's limit"
-        else check FAIL "$t (exit $rc): $(grep -m3 '^FAIL' "$out" | tr '\n' ' ')$(tail -1 "$out")"; fi
+        kernel_test "$t" "$(time_for 1)"
     done
 }
 
@@ -182,7 +178,7 @@ step_c() {  # d12 at each stage and attention path
             fi
         done
     done
-    for a in ${paths:-cublas}; do ratio "stage3_vs_stage0.$a" "z0_$a.ms_per_step" "z3_$a.ms_per_step"; done
+    for a in ${paths:-cublas}; do ratio "$a.stage3_vs_stage0_x" "z0_$a.ms_per_step" "z3_$a.ms_per_step"; done
 }
 
 step_d() {  # PyTorch: the attention alone, then GPT-2 eager and compiled
@@ -306,18 +302,18 @@ c = r.get("c", {})
 for k, v in c.items():
     if k.endswith(".ms_per_step"):
         n = k[:-len(".ms_per_step")]
-        print(f"  d12 {n}: {f(v)} ms a step, {f(c.get(n + '.tokens_per_s'), '{:.0f}')} tokens/s, MFU "
+        print(f"  {c.get('model')} B={c.get('B')} {n}: {f(v)} ms a step, {f(c.get(n + '.tokens_per_s'), '{:.0f}')} tokens/s, MFU "
               f"{f(None if c.get(n + '.mfu') is None else 100 * c[n + '.mfu'])}%, start-up {f(c.get(n + '.startup_s'))} s")
 for k, v in c.items():
-    if k.startswith("stage3_vs_stage0."):
-        print(f"  stage 3 / stage 0 ({k.split('.', 1)[1]}): {v}x of stage 0's speed (goal: within 3%)")
+    if k.endswith(".stage3_vs_stage0_x"):
+        print(f"  stage 3 / stage 0 ({k.split('.', 1)[0]}): {v}x of stage 0's speed (goal: within 3%)")
 d = r.get("d", {})
 for mode in ("eager", "compiled"):
     ms = d.get(f"torch_{mode}.ms_per_step")
     if ms is not None:
         best = min((v for k, v in c.items() if k.endswith(".ms_per_step") and isinstance(v, (int, float))), default=None)
         print(f"  PyTorch {mode}: {f(ms)} ms a step, MFU {f(None if d.get(f'torch_{mode}.mfu') is None else 100 * d[f'torch_{mode}.mfu'])}%"
-              + (f"; ours (best) {ms / best:.3f}x its speed" if best else ""))
+              + (f"; ours (the best above) at {ms / best:.3f}x its speed" if best else ""))
 for k, v in d.items():
     if k.startswith("sdpa."):
         print(f"  SDPA {k[5:]}: {v}")
@@ -327,7 +323,7 @@ for k, v in e.items():
         n = k[:-len(".ms_per_step")]
         x = e.get(n[2:] + ".vs_none_x")
         extra = " ".join(f"{q}={e[n + '.' + q]}" for q in ("update_ms", "comm_wait_ms", "device_to_host_gib", "host_to_device_gib") if n + "." + q in e)
-        print(f"  d48 B={e.get('B')} {n[2:]}: {f(v)} ms a step, MFU {f(None if e.get(n + '.mfu') is None else 100 * e[n + '.mfu'])}%, "
+        print(f"  {e.get('model')} B={e.get('B')} {n[2:]}: {f(v)} ms a step, MFU {f(None if e.get(n + '.mfu') is None else 100 * e[n + '.mfu'])}%, "
               f"start-up {f(e.get(n + '.startup_s'))} s" + (f", {x}x of no offload" if x is not None else "") + (f"; {extra}" if extra else ""))
 fr = r.get("f", {})
 if fr.get("configs"):

@@ -43,16 +43,17 @@ done
 # every script the docs run as scripts/NAME.sh is executable (run_common.sh is sourced); a
 # missing execute bit reads "Permission denied" to the user, while this file runs them with bash
 for s in scripts/*.sh; do
-    [ "$s" = scripts/run_common.sh ] && continue
+    case $s in scripts/run_common.sh|scripts/gpu_steps.sh) continue ;; esac  # (sourced)
     if [ -x "$s" ] && git ls-files -s "$s" | grep -q '^100755'; then ok "executable: $s"; else bad "$s is not executable (chmod +x, and commit the mode)"; fi
 done
-for p in dev/bench_torch_gpt2.py dev/report_figures.py dev/kernel_times.py scripts/plot_log.py test/e2e/zscore.py; do
+for p in dev/bench_torch_gpt2.py dev/bench_torch_sdpa.py dev/report_figures.py dev/kernel_times.py scripts/plot_log.py test/e2e/zscore.py; do
     if "$PY" -m py_compile "$p" 2> "$tmp/err"; then ok "py_compile $p"; else bad "py_compile $p: $(tail -1 "$tmp/err")"; fi
 done
 if command -v shellcheck > /dev/null; then
     new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh scripts/bench_comm.sh
          scripts/bench_tokenize.sh
-         scripts/gpu_first_contact.sh scripts/gpu_kernel_times.sh test/e2e/netns_hosts.sh test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh
+         scripts/gpu_first_contact.sh scripts/gpu_speed.sh scripts/gpu_steps.sh scripts/gpu_kernel_times.sh test/e2e/netns_hosts.sh
+         test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh test/gpu/standin/ncu
          scripts/slurm/job.sh scripts/slurm/*.sbatch test/e2e/test_slurm.sh
          test/gpu/standin/nvidia-smi test/gpu/standin/compute-sanitizer)
     if shellcheck -x -P scripts -e SC1091 "${new[@]}" > "$tmp/sc" 2>&1; then ok "shellcheck on the run, profile and bench scripts"
@@ -396,7 +397,7 @@ for sc in scripts/*.sh; do
     case $b in
         run_common.sh|run_gpt2_*|run_gpt3_*) continue ;;             # the run scripts' dry runs above
         install_deps.sh) continue ;;                                 # make test runs it (make deps)
-        gpu_first_contact.sh) continue ;;                            # rehearsed by test/gpu/test_gpu_bundle.sh
+        gpu_first_contact.sh|gpu_speed.sh|gpu_steps.sh) continue ;;  # rehearsed by test/gpu/test_gpu_bundle.sh
         bench_gpu.sh|profile.sh|gpu_kernel_times.sh) [ "$have_gpu" = 0 ] && continue ;;  # need a GPU: their refusal is checked above
     esac
     grep -qF "scripts/$b" "$0" && continue

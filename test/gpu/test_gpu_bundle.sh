@@ -60,21 +60,22 @@ for p in make apt apt-get dpkg gcc cc g++ c++ nvcc clang mpicc; do
     chmod +x "$tmp/stubs/$p"
 done
 
-# the second contact below runs while the first does (make test's 2 cores; each is mostly
-# one emulated run at a time), on a copy of the machine of its own: each sets the bundle up
-# in place (.gpu/x and the built files put in the tree)
-M2=$tmp/machine2
+# the second contact below, then the speed script's, run while the first does (make test's
+# 2 cores; each is mostly one emulated run at a time), each on a copy of the machine of its
+# own: each sets the bundle up in place (.gpu/x and the built files put in the tree)
+M2=$tmp/machine2 M3=$tmp/machine3
 cp -a "$M" "$M2"
+cp -a "$M" "$M3"
 
-# [MACHINE=DIR] contact DIR NSDIR ENV...: scripts/gpu_first_contact.sh DIR on the bare machine
-# (MACHINE: the copy of the machine's tree it runs in, $M unless said)
+# [MACHINE=DIR] [SCRIPT=...] contact DIR NSDIR ENV...: scripts/gpu_first_contact.sh DIR (or
+# SCRIPT) on the bare machine (MACHINE: the copy of the machine's tree it runs in, $M unless said)
 contact() {
     local dir=$1 ns=$2; shift 2
     mkdir -p "$ns"
     (cd "${MACHINE:-$M}" && HIDE_PY_MODULES=numpy "$ROOT/test/gpu/bare_machine.sh" "$ns" \
         env PATH="$tmp/stubs:$M/test/gpu/standin:$PATH" PY=/usr/bin/python3 FC_GPU_MIB=81559 \
         FC_SANITIZER="$M/test/gpu/standin/compute-sanitizer" FC_TORCH_DEVICE=cpu "$@" \
-        scripts/gpu_first_contact.sh "$dir")
+        "${SCRIPT:-scripts/gpu_first_contact.sh}" "$dir")
 }
 
 # the whole flow, scaled down: d2 for (f) and (g), the reference section for (c), one
@@ -90,9 +91,19 @@ pid1=$!
 # (f)'s runs through a trainer that lingers after its report: the first is stopped by its
 # limit after its last step and counts; the second, left 1 s, times out and says so
 printf '#!/usr/bin/env bash\n./train_gpt2_zero3 "$@" || exit\nexec sleep 1000\n' > "$tmp/slow_exit"; chmod +x "$tmp/slow_exit"
-MACHINE=$M2 contact "$tmp/fc2" "$tmp/ns2" FC_STEPS="a b e f g" FC_KERNEL_TESTS="build/test_kernels_gpu_fp32 build/test_kernels_gpu" \
-    STANDIN_SANITIZER_REPORTS=ours FC_E_RUNS=memcheck:none FC_MIN_g=100000 FC_TRAINER="$tmp/slow_exit" FC_MAX_f=45 \
-    FC_F_MODEL=d2 FC_F_T=32 FC_F_BATCHES=2 FC_F_STEPS=2 FC_F_WARMUP=1 > "$tmp/fc2.log" 2>&1 &
+# then scripts/gpu_speed.sh, every step scaled down: d2 for d12 and d48, PyTorch on the CPU,
+# two kernel tests (the one testing the "changed" matmul first), Nsight Compute's stand-in
+{
+    MACHINE=$M2 contact "$tmp/fc2" "$tmp/ns2" FC_STEPS="a b e f g" FC_KERNEL_TESTS="build/test_kernels_gpu_fp32 build/test_kernels_gpu" \
+        STANDIN_SANITIZER_REPORTS=ours FC_E_RUNS=memcheck:none FC_MIN_g=100000 FC_TRAINER="$tmp/slow_exit" FC_MAX_f=45 \
+        FC_F_MODEL=d2 FC_F_T=32 FC_F_BATCHES=2 FC_F_STEPS=2 FC_F_WARMUP=1 > "$tmp/fc2.log" 2>&1
+    echo $? > "$tmp/fc2.rc"
+    MACHINE=$M3 SCRIPT=scripts/gpu_speed.sh contact "$tmp/sp" "$tmp/ns3" FC_BUDGET=900 FC_MAX_b=200 FC_MAX_c=300 FC_MAX_d=200 \
+        FC_MAX_e=300 FC_MAX_f=100 SP_ADAM_N=1000000 SP_RATES="8 8" SP_CHANGED="llmc/matmul.cuh zero3/device.cuh" \
+        SP_KERNEL_TESTS="build/test_kernels_gpu_fp32 build/test_kernels2_gpu_fp32" SP_C_MODEL=d2 SP_C_B=2 SP_C_T=32 \
+        SP_C_STEPS=3 SP_C_WARMUP=1 SP_C_PROFILE=1 SP_TORCH_DEVICE=cpu SP_TORCH_STEPS=3 SP_E_MODEL=d2 SP_E_BATCHES=2 SP_E_T=32 \
+        SP_E_STEPS=3 SP_E_WARMUP=1 SP_F_STEPS=1 > "$tmp/sp.log" 2>&1
+} &
 pid2=$!
 wait $pid1
 rc=$?
@@ -151,6 +162,7 @@ for s in a b c d e f g; do grep -q "^=== \[$s\]" "$tmp/fc/log" || grep -q "^\[$s
 
 # the second contact's checks
 wait $pid2
+[ "$(cat "$tmp/fc2.rc")" = 0 ] || bad "the second contact: exit $(cat "$tmp/fc2.rc"), $(tail -3 "$tmp/fc2.log" | tr '\n' ' ')"
 if $PY - "$tmp/fc2/summary.json" "$tmp/fc2/log" <<'EOF' > "$tmp/check2.log" 2>&1
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -168,6 +180,52 @@ assert re.search(r"f_z0: stopped by its [0-9]+ s limit after its last step and i
 EOF
 then ok "(b) the kernel tests (emulated) pass; (e) a report of ours fails; a step without its minimum time is skipped; (f) a run stopped after its report counts, one that timed out says so"
 else bad "limits: $(tail -1 "$tmp/check2.log")"; fi
+
+# the speed script's: every step's figures where the stand-ins allow them
+grep -q '^figures:' "$tmp/sp.log" && grep -q '^  stage 3 / stage 0 (cublas): ' "$tmp/sp.log" \
+    && ok "gpu_speed.sh ran to its end, its figures and ratios printed" || bad "gpu_speed.sh: $(tail -3 "$tmp/sp.log" | tr '\n' ' ')"
+tar -xzf "$tmp/sp/logs.tar.gz" -C "$tmp/sp" files/f_table.txt 2> /dev/null
+$PY - "$tmp/sp/summary.json" "$tmp/sp/files/f_table.txt" "$(env -u OMP_NUM_THREADS nproc)" > "$tmp/check3.log" 2>&1 <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1])); table = open(sys.argv[2]).read(); cores = int(sys.argv[3])
+st = {x["id"]: x for x in s["steps"]}
+def checks(i, r): return [c["what"] for c in st[i].get("checks", []) if c["result"] == r]
+def res(i): return st[i].get("results", {})
+def expect(cond, what):
+    print(("PASS " if cond else "FAIL ") + what)
+def pos(x): return isinstance(x, (int, float)) and x > 0
+expect(s["script"] == "scripts/gpu_speed.sh" and [x["id"] for x in s["steps"]] == list("abcdef"), "speed: steps a-f in order")
+a = res("a")
+few = max(cores - 2, 1)
+expect(st["a"]["status"] == "failed" and checks("a", "FAIL")[0].startswith("build/gpu_probe (exit 2)")
+       and "rates.h2d_pinned_gbps" not in a, "speed (a): no GPU said, no copy rates made up")
+expect(all(pos(a.get(f"host.threads_{n}.{k}")) for n in (cores, few) for k in ("triad_gbps", "cpu_adam_gbps")),
+       f"speed (a): the host's triad and CPU Adam at {cores} and {few} threads")
+expect(a.get("tool.ncu", "").endswith("/test/gpu/standin/ncu") and a.get("tool.nsys") is not None and a.get("smi", "").startswith("NVIDIA H100"),
+       "speed (a): ncu found (the stand-in), nsys looked for, nvidia-smi's answer")
+b = res("b")
+expect(st["b"]["status"] == "ok" and b.get("order", "").split() == ["build/test_kernels2_gpu_fp32", "build/test_kernels_gpu_fp32"]
+       and len(checks("b", "PASS")) == 2, "speed (b): the kernel tests of the changed matmul first, both passed")
+c = res("c")
+runs = ["z0_cublas", "z0_flash", "z3_cublas", "z3_flash"]
+expect(st["c"]["status"] == "ok" and c.get("attention_paths") == "cublas flash"
+       and all(pos(c.get(f"{r}.ms_per_step")) and pos(c.get(f"{r}.startup_s")) for r in runs)
+       and all(pos(c.get(f"{p}.stage3_vs_stage0_x")) for p in ("cublas", "flash")),
+       "speed (c): -z 0 and -z 3 for each attention path, figures, start-up and stage 3 / stage 0")
+d = res("d")
+expect(st["d"]["status"] == "ok" and "sdpa.eager" in d and pos(d.get("torch_eager.ms_per_step"))
+       and any("compiled: not on cpu" in w for w in checks("d", "SKIP")), "speed (d): SDPA alone, PyTorch eager; compiled skipped on the CPU")
+e = res("e")
+expect(st["e"]["status"] == "ok" and all(pos(e.get(f"e_{n}.ms_per_step")) for n in ("none", "cpu", "dpu", "par", "nvme"))
+       and all(pos(e.get(f"{n}.vs_none_x")) for n in ("cpu", "dpu", "par", "nvme")) and "e_cpu.update_ms" in e
+       and "e_nvme.comm_wait_ms" in e, "speed (e): every offload against none, with the update and wait figures")
+rows = {l.split()[0]: l.split() for l in table.splitlines()[2:]}
+expect(st["f"]["status"] == "ok" and res("f").get("configs") == 3 and table.startswith("3 launch configurations")
+       and rows["attention_softmax_kernel"][3:6] == ["400.0", "1200.0", "3000"], "speed (f): the stand-in's 3 configurations, their rates")
+EOF
+grep -E '^(PASS|FAIL) ' "$tmp/check3.log"
+pass=$((pass + $(grep -c '^PASS ' "$tmp/check3.log"))); fail=$((fail + $(grep -c '^FAIL ' "$tmp/check3.log")))
+grep -qE '^(PASS|FAIL) ' "$tmp/check3.log" || bad "speed: summary.json could not be checked: $(tail -2 "$tmp/check3.log" | tr '\n' ' ')"
 
 [ ! -s "$tmp/called" ] && ok "nothing on the machine called make, apt or a compiler" || bad "called: $(sort -u "$tmp/called" | head -3 | tr '\n' ';')"
 finish
