@@ -21,7 +21,10 @@
  undefined behaviour or a hang. __shared__ variables are statics, registered as they are
  first reached and filled with 0xff bytes (NaN as floats) before every block, and dynamic
  shared memory is a fresh 0xff-filled buffer per block: a read of a word nothing in the
- block wrote shows.
+ block wrote shows. The tensor cores' warp operations of llmc/mma.cuh (mma.sync m16n8k16
+ bf16, ldmatrix, cp.async) are warp barriers too: each lane's part is computed from all the
+ lanes' operands as the PTX ISA lays the fragments out (emu_mma_bf16_16816), and cp.async's
+ copies land at their wait, their destination poisoned from the issue.
 
  cudaGetLastError returns and clears the last error any call returned (cudaErrorNotReady
  from a query included, as the real runtime does); cudaPeekAtLastError keeps it. Copies
@@ -51,6 +54,7 @@
 #include <tuple>       // a launch's arguments, kept for every block
 #include <utility>     // std::apply
 #include <map>         // the shared memory each kernel opted into
+#include <vector>      // cp.async's queued copies
 #include "emu_device.h"  // memory, streams, the race checker
 
 typedef enum {
@@ -64,7 +68,13 @@ typedef enum {
 typedef struct EmuStream* cudaStream_t;   // NULL: the legacy default stream
 typedef struct EmuEvent* cudaEvent_t;
 struct EmuStream { int id; };
-struct EmuEvent { int recorded, stream; unsigned seq; EmuClock clock; };  // its most recent record
+struct EmuEvent {  // its most recent record
+    int recorded, stream;
+    unsigned seq;
+    EmuClock clock;
+    int timing;       // created without cudaEventDisableTiming: each record stamps the host's clock when it runs
+    double stamp_ms;
+};
 #define cudaStreamNonBlocking 1
 #define cudaEventDisableTiming 2
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -130,6 +140,15 @@ __asm__(".text\n"
         "  ret\n");
 #endif
 
+// a cp.async copy waiting in its thread's queue: group ~0u until committed
+struct EmuAsyncCopy {
+    void* dst;
+    const void* src;
+    int bytes;
+    bool valid;      // false: zero-fill, nothing read (src-size 0)
+    unsigned group;
+};
+
 // a fiber's state is 16 bytes, so that the scheduler's scans over a block of 1024 read 16 KiB
 // (the ucontexts, about 1 KiB each, only where the fast switch is not used: ctxs)
 struct EmuFiber { void* sp; int state; };
@@ -148,6 +167,15 @@ struct EmuBlock {
     // shuffle needs one warp barrier instead of two (most of a kernel's switches)
     unsigned long long xchg[2][EMU_MAX_THREADS];
     unsigned char xchg_turn[EMU_MAX_THREADS];
+    // the same for the tensor cores' operands, up to 8 words a lane (an mma's A and B in one
+    // exchange: one warp barrier instead of three)
+    unsigned wide[2][EMU_MAX_THREADS][8];
+    unsigned char wide_turn[EMU_MAX_THREADS];
+    unsigned long long blocks_run;  // (for the lagging warp's draw)
+    // cp.async: each thread's copies not yet done (until a wait takes their group), and the
+    // groups it has committed
+    std::vector<EmuAsyncCopy> cp_pending[EMU_MAX_THREADS];
+    unsigned cp_groups[EMU_MAX_THREADS];
 };
 extern EmuBlock emu_block;
 
@@ -219,28 +247,47 @@ static EMU_NO_TRACK inline void emu_run_block(int n, void (*body)(void*), void* 
 #endif
         f->state = EMU_RUN;
         b->xchg_turn[t] = 0;
+        b->wide_turn[t] = 0;
+        b->cp_pending[t].clear();  // (a block's copies never outlive it)
+        b->cp_groups[t] = 0;
     }
+    // [Note: the lagging warp] In a block of several warps, one (drawn from EMU_SEED and the
+    // block's count) runs, and is released from its warp barriers, only when no other warp
+    // can move: the others run as far ahead as the next __syncthreads lets them, which a GPU
+    // allows.
+    // A barrier missing between warps then shows: a warp that reuses a shared buffer the
+    // lagging one still reads poisons it (cp.async's copies do at their issue), and one that
+    // reads rows the lagging one has not copied yet reads the poison.
+    int nwarps = (n + 31) / 32;
+    int lag = nwarps > 1 ? (int)(((b->blocks_run++ + 1) * 0x9E3779B97F4A7C15ull + emu_dev.seed) % (unsigned long long)nwarps) : -1;
     for (;;) {
-        for (int t = 0; t < n; t++) {
-            if (b->fibers[t].state != EMU_RUN) { continue; }
-            b->cur = t;
-            emu_set_thread(t);
+        int ran = 0;
+        for (int pass = 0; pass < 2 && !ran; pass++) {  // the lagging warp's fibers only when no other could run
+            for (int t = 0; t < n; t++) {
+                if (b->fibers[t].state != EMU_RUN || (t / 32 == lag) != (pass == 1)) { continue; }
+                b->cur = t;
+                emu_set_thread(t);
 #ifdef EMU_FAST_SWITCH
-            emu_switch(&b->main_sp, b->fibers[t].sp);
+                emu_switch(&b->main_sp, b->fibers[t].sp);
 #else
-            swapcontext(&b->main, &b->ctxs[t]);
+                swapcontext(&b->main, &b->ctxs[t]);
 #endif
-        }
-        int done = 0, at_block = 0, released = 0;
-        for (int w = 0; w * 32 < n; w++) {
-            int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, at_warp = 0;
-            for (int t = lo; t < hi; t++) { at_warp += b->fibers[t].state == EMU_AT_WARP; }
-            if (at_warp == hi - lo) {
-                for (int t = lo; t < hi; t++) { b->fibers[t].state = EMU_RUN; }
-                released = 1;
+                ran = 1;
             }
         }
-        if (released) { continue; }
+        int done = 0, at_block = 0, released = 0;
+        for (int pass = 0; pass < 2 && !released; pass++) {  // the lagging warp only in a second pass
+            for (int w = 0; w < nwarps; w++) {
+                if ((w == lag) != (pass == 1)) { continue; }
+                int lo = w * 32, hi = lo + 32 < n ? lo + 32 : n, at_warp = 0;
+                for (int t = lo; t < hi; t++) { at_warp += b->fibers[t].state == EMU_AT_WARP; }
+                if (at_warp == hi - lo) {
+                    for (int t = lo; t < hi; t++) { b->fibers[t].state = EMU_RUN; }
+                    released = 1;
+                }
+            }
+        }
+        if (released || ran) { continue; }
         for (int t = 0; t < n; t++) {
             done += b->fibers[t].state == EMU_DONE;
             at_block += b->fibers[t].state == EMU_AT_BLOCK;
@@ -278,6 +325,120 @@ template <typename T> static inline EMU_NO_TRACK T __shfl_xor_sync(unsigned, T v
     T r;
     memcpy(&r, &slots[src], sizeof(T));
     return r;
+}
+
+// ----------------------------------------------------------------------------
+// the tensor cores' warp operations (llmc/mma.cuh calls these where a host compiler builds
+// it): every lane hands its operand to the warp through the shuffles' exchange slots, then
+// computes its own part of the result from all of them, as the PTX ISA lays the fragments
+// out (llmc/mma.cuh's [Note: fragment layouts]); cp.async's copies wait in the thread's
+// queue until a cp.async.wait_group takes their group, so that a tile read before its wait
+// reads the shared memory's poison, as it would read stale bytes on a GPU
+
+// v from every lane of this thread's warp: the warp's 32 slots, valid until this lane's
+// next-but-one exchange (see EmuBlock's xchg)
+static inline EMU_NO_TRACK const unsigned long long* emu_warp_share(unsigned long long v, const char* what) {
+    int t = emu_block.cur;
+    if ((t | 31) >= emu_block.n) { emu_fail(what); }
+    unsigned long long* slots = emu_block.xchg[emu_block.xchg_turn[t]];
+    emu_block.xchg_turn[t] ^= 1;
+    slots[t] = v;
+    __syncwarp();
+    return slots + (t & ~31);
+}
+static inline float emu_bf16_lo(unsigned v) { unsigned u = v << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline float emu_bf16_hi(unsigned v) { unsigned u = v & 0xffff0000u; float f; memcpy(&f, &u, 4); return f; }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d += A B over the warp, each output
+// summed in fp32 over k in order (the products of bf16 are exact in fp32). The lane's rows of
+// A come from the 4 lanes of its group (a[i]: rows g, + 8 for odd i; columns 2t, + 8 for
+// i >= 2), its columns of B from the groups 2t and 2t + 1 (b[i]: rows 2t, + 8 for i = 1,
+// column g)
+static inline EMU_NO_TRACK void emu_mma_bf16_16816(float d[4], const unsigned a[4], const unsigned b[2]) {
+    int t = emu_block.cur, lane = t & 31, g = lane >> 2, tq = lane & 3;
+    if ((t | 31) >= emu_block.n) { emu_fail("mma.sync in a warp without all its 32 lanes"); }
+    unsigned (*slots)[8] = emu_block.wide[emu_block.wide_turn[t]];
+    emu_block.wide_turn[t] ^= 1;
+    memcpy(slots[t], a, 4 * sizeof(unsigned));
+    memcpy(slots[t] + 4, b, 2 * sizeof(unsigned));
+    __syncwarp();
+    const unsigned (*w)[8] = slots + (t & ~31);
+    float A[2][16], B[2][16];  // this lane's rows g, g + 8 of A; its columns 2t, 2t + 1 of B
+    for (int l = 0; l < 4; l++) {
+        const unsigned* r = w[4 * g + l];
+        for (int i = 0; i < 4; i++) {
+            int col = 2 * l + 8 * (i >> 1);
+            A[i & 1][col] = emu_bf16_lo(r[i]);
+            A[i & 1][col + 1] = emu_bf16_hi(r[i]);
+        }
+    }
+    for (int c = 0; c < 2; c++) {
+        for (int l = 0; l < 4; l++) {
+            const unsigned* r = w[4 * (2 * tq + c) + l];
+            for (int i = 0; i < 2; i++) {
+                B[c][2 * l + 8 * i] = emu_bf16_lo(r[4 + i]);
+                B[c][2 * l + 8 * i + 1] = emu_bf16_hi(r[4 + i]);
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++) {  // d[i]: row g (+ 8 for i >= 2), column 2t + (i & 1)
+        float acc = d[i];
+        for (int k = 0; k < 16; k++) { acc = fmaf(A[i >> 1][k], B[i & 1][k], acc); }
+        d[i] = acc;
+    }
+}
+
+// ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16: lanes 8i..8i+7 give matrix i's row
+// addresses (16 bytes each, 16-byte aligned); r[i] = M_i[g][2t, 2t+1], or M_i[2t, 2t+1][g]
+static inline EMU_NO_TRACK void emu_ldmatrix(unsigned* r, int count, int trans, const void* row) {
+    if (((uintptr_t)row & 15) != 0 && (emu_block.cur & 31) < 8 * count) { emu_fail("ldmatrix: a row address not 16-byte aligned"); }
+    const unsigned long long* s = emu_warp_share((unsigned long long)(uintptr_t)row, "ldmatrix in a warp without all its 32 lanes");
+    int lane = emu_block.cur & 31, g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < count; i++) {
+        unsigned short lo, hi;
+        if (!trans) {
+            const unsigned short* m = (const unsigned short*)(uintptr_t)s[8 * i + g];
+            lo = m[2 * t]; hi = m[2 * t + 1];
+        } else {
+            lo = ((const unsigned short*)(uintptr_t)s[8 * i + 2 * t])[g];
+            hi = ((const unsigned short*)(uintptr_t)s[8 * i + 2 * t + 1])[g];
+        }
+        r[i] = (unsigned)lo | (unsigned)hi << 16;
+    }
+}
+
+// cp.async.cg.shared.global [dst], [src], bytes, src-size (valid ? bytes : 0): queued as the
+// thread's, uncommitted; done when a wait takes its group. On a GPU the bytes may land at any
+// moment in between, so the destination is poisoned at once: a thread that still reads it
+// (a barrier missing before the buffer's reuse) reads NaN. The copy reads the global source
+// as the kernel (recorded by the race checker) and zero-fills when not valid.
+static inline void emu_cp_async(void* dst, const void* src, int bytes, bool valid) {
+    if (((uintptr_t)dst | (uintptr_t)src) & (uintptr_t)(bytes - 1)) { emu_fail("cp.async: an address not aligned to its size"); }
+    memset(dst, 0xff, (size_t)bytes);
+    emu_block.cp_pending[emu_block.cur].push_back(EmuAsyncCopy{dst, src, bytes, valid, ~0u});
+}
+static inline EMU_NO_TRACK void emu_cp_async_commit(void) {
+    int t = emu_block.cur;
+    for (EmuAsyncCopy& c : emu_block.cp_pending[t]) {
+        if (c.group == ~0u) { c.group = emu_block.cp_groups[t]; }
+    }
+    emu_block.cp_groups[t]++;
+}
+// cp.async.wait_group n: every committed group but the newest n done
+static inline void emu_cp_async_wait(int n) {
+    int t = emu_block.cur;
+    std::vector<EmuAsyncCopy>& q = emu_block.cp_pending[t];
+    unsigned done_below = emu_block.cp_groups[t] >= (unsigned)n ? emu_block.cp_groups[t] - (unsigned)n : 0;
+    size_t keep = 0;
+    for (size_t k = 0; k < q.size(); k++) {
+        EmuAsyncCopy c = q[k];
+        if (c.group == ~0u || c.group >= done_below) { q[keep++] = c; continue; }
+        for (int w = 0; w < c.bytes / 4; w++) {  // word by word: the kernel's own (tracked) loads
+            unsigned v = c.valid ? ((const unsigned*)c.src)[w] : 0u;
+            ((unsigned*)c.dst)[w] = v;
+        }
+    }
+    q.resize(keep);
 }
 
 // CUDA's integer min and max (the device math library's overloads)
@@ -532,11 +693,22 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned fl
 static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { emu_stream_sync(emu_stream_id(s), "cudaStreamSynchronize"); return cudaSuccess; }
 static inline cudaError_t cudaDeviceSynchronize(void) { emu_device_sync("cudaDeviceSynchronize"); return cudaSuccess; }
-static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = new EmuEvent(); return cudaSuccess; }
-static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new EmuEvent(); return cudaSuccess; }
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    *e = new EmuEvent();
+    (*e)->timing = (flags & cudaEventDisableTiming) == 0;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 // the event becomes "everything issued on s so far" (its most recent record)
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = NULL) {
+    if (e->timing) {  // (an operation of its own, for the stamp: only the timing events, which only benchmarks make)
+        emu_stream_work(s, "cudaEventRecord's timestamp", [e]() {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            e->stamp_ms = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+        });
+    }
     EmuQueue* q = emu_queue(emu_stream_id(s));
     e->recorded = 1;
     e->stream = q->id;
@@ -559,6 +731,13 @@ static inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     if (emu_query_begin() && q->done < q->seq) { emu_step(); }  // (a polling host: see emu_query_begin)
     if (q->done < q->seq) { return emu_ret(cudaErrorNotReady); }
     emu_join(&emu_dev.host, &q->clock);
+    return cudaSuccess;
+}
+// the host's milliseconds between the two records' runs (the emulator's, not a GPU's time)
+static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start->timing || !end->timing) { return emu_ret(cudaErrorInvalidResourceHandle); }
+    if (!start->recorded || !end->recorded || !emu_event_done(start) || !emu_event_done(end)) { return emu_ret(cudaErrorNotReady); }
+    *ms = (float)(end->stamp_ms - start->stamp_ms);
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {

@@ -131,6 +131,7 @@ struct EmuDevice {
     int num_streams;
     EmuClock host;
     std::mt19937_64 rng;
+    unsigned long long seed;  // EMU_SEED (the blocks' lagging warp is drawn from it, apart from rng)
     unsigned long long exec_serial;   // operations run so far
     int max_per_call;
     // the operation running with access tracking
@@ -166,6 +167,7 @@ static EMU_NO_TRACK void emu_init(void) {
     const char* r = getenv("OMPI_COMM_WORLD_RANK");
     unsigned long long seed = s != NULL ? strtoull(s, NULL, 10) : 1;
     emu_dev.rng.seed(seed * 1000003ull + (r != NULL ? strtoull(r, NULL, 10) : 0));
+    emu_dev.seed = seed;
     const char* m = getenv("EMU_MAX_PER_CALL");  // (see emu_tick)
     emu_dev.max_per_call = m != NULL ? atoi(m) : 3;
     emu_dev.last_alloc = -1;

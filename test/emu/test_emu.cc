@@ -19,6 +19,7 @@
 #include <vector>          // the matmul's operands and results
 #include <cuda_runtime.h>  // test/emu's
 #include <cublasLt.h>      // test/emu's: its algorithms' summation orders
+#include <cuda_bf16.h>     // test/emu's: the tensor cores' operands
 
 static int passed = 0, failed = 0;
 static void check(const char* what, int ok) {
@@ -78,6 +79,136 @@ __global__ void shuffle_width_kernel(float* out) {
     for (int m = 4; m > 0; m >>= 1) { sum += __shfl_xor_sync(0xffffffffu, sum, m, 8); }
     out[threadIdx.x] = sum;
     out[64 + threadIdx.x] = __shfl_xor_sync(0xffffffffu, v, 16, 16);
+}
+
+// ---------------------------------------------------------------------------
+// the tensor cores' warp operations (emu_mma_bf16_16816, emu_ldmatrix, emu_cp_async), each
+// against the PTX ISA's fragment tables written out element by element (the emulator
+// computes them per register): for mma.m16n8k16 with .bf16, groupID = lane >> 2, tig =
+// lane % 4; A's a_i (i < 8): row groupID for i in 0,1,4,5 else groupID + 8, column
+// tig * 2 + (i & 1), + 8 for i >= 4; B's b_i (i < 4): row tig * 2 + (i & 1), + 8 for i >= 2,
+// column groupID; C's c_i: row groupID for i < 2 else + 8, column tig * 2 + (i & 1).
+
+static unsigned short bf16_bits(float x) { __nv_bfloat16 b = __float2bfloat16_rn(x); return b.x; }
+static float bf16_value(unsigned short u) { __nv_bfloat16_raw r{u}; return __bfloat162float(__nv_bfloat16(r)); }
+
+// one warp: D = A (16x16, row major) B (16x8: B[k][n] at b[k * 8 + n]) + C, each lane's
+// fragments gathered element by element from the tables above, D written back the same way
+__global__ void mma_kernel(float* d, const unsigned short* a, const unsigned short* b, const float* c) {
+    int lane = threadIdx.x, g = lane >> 2, tig = lane & 3;
+    unsigned short ae[8], be[4];
+    for (int i = 0; i < 8; i++) {
+        int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = tig * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+        ae[i] = a[row * 16 + col];
+    }
+    for (int i = 0; i < 4; i++) { be[i] = b[(tig * 2 + (i & 1) + (i >= 2 ? 8 : 0)) * 8 + g]; }
+    unsigned ar[4], br[2];
+    for (int i = 0; i < 4; i++) { ar[i] = ae[2 * i] | (unsigned)ae[2 * i + 1] << 16; }
+    for (int i = 0; i < 2; i++) { br[i] = be[2 * i] | (unsigned)be[2 * i + 1] << 16; }
+    float acc[4];
+    for (int i = 0; i < 4; i++) { acc[i] = c[(g + (i >= 2 ? 8 : 0)) * 8 + tig * 2 + (i & 1)]; }
+    emu_mma_bf16_16816(acc, ar, br);
+    for (int i = 0; i < 4; i++) { d[(g + (i >= 2 ? 8 : 0)) * 8 + tig * 2 + (i & 1)] = acc[i]; }
+}
+
+// one warp: a 16x16 matrix into shared memory (rows of 24 elements, as the attention pads
+// them), then ldmatrix x4, x4.trans, x2 and x2.trans of its four 8x8 quarters (lanes 8i..8i+7
+// address quarter i's rows: (0,0), (8,0), (0,8), (8,8) at (row, column)); out (32 lanes x 12
+// registers)
+__global__ void ldmatrix_kernel(unsigned* out, const unsigned short* m) {
+    __shared__ float4 tile4[16 * 24 / 8];  // (float4: 16-byte aligned rows)
+    unsigned short* tile = (unsigned short*)tile4;
+    int lane = threadIdx.x;
+    for (int e = lane; e < 256; e += 32) { tile[(e / 16) * 24 + e % 16] = m[e]; }
+    __syncwarp();
+    int q = lane >> 3, r = lane & 7;
+    const unsigned short* row = tile + ((q & 1) * 8 + r) * 24 + (q >> 1) * 8;
+    unsigned x[12];
+    emu_ldmatrix(x, 4, 0, row);
+    emu_ldmatrix(x + 4, 4, 1, row);
+    emu_ldmatrix(x + 8, 2, 0, row);
+    emu_ldmatrix(x + 10, 2, 1, row);
+    for (int i = 0; i < 12; i++) { out[lane * 12 + i] = x[i]; }
+}
+
+// one thread: 16 bytes by cp.async into poisoned shared memory, read before the wait, after a
+// wait that leaves the newest group pending, and after waiting for all; a second, zero-filled
+// copy in its own group. out: 4 words each time, for both copies (24 words)
+__global__ void cp_async_kernel(unsigned* out, const unsigned* src) {
+    __shared__ float4 buf4[2];
+    unsigned* buf = (unsigned*)buf4;
+    emu_cp_async(buf, src, 16, true);
+    emu_cp_async_commit();
+    emu_cp_async(buf + 4, src, 16, false);
+    emu_cp_async_commit();
+    for (int i = 0; i < 8; i++) { out[i] = buf[i]; }        // nothing waited for: the poison
+    emu_cp_async_wait(1);
+    for (int i = 0; i < 8; i++) { out[8 + i] = buf[i]; }    // the first group done, the second not
+    emu_cp_async_wait(0);
+    for (int i = 0; i < 8; i++) { out[16 + i] = buf[i]; }   // both
+}
+
+static void tensor_core_ops(void) {
+    unsigned seed = 12345;
+    auto next = [&seed]() { seed = seed * 1664525u + 1013904223u; return (float)(seed >> 8) / 16777216.0f * 2.0f - 1.0f; };
+    std::vector<unsigned short> a(256), b(128);
+    std::vector<float> c(128), d(128);
+    for (auto& x : a) { x = bf16_bits(next()); }
+    for (auto& x : b) { x = bf16_bits(next()); }
+    for (auto& x : c) { x = next(); }
+    unsigned short *da, *db;
+    float *dc, *dd;
+    cudaMalloc(&da, 512); cudaMalloc(&db, 256); cudaMalloc(&dc, 512); cudaMalloc(&dd, 512);
+    cudaMemcpy(da, a.data(), 512, cudaMemcpyHostToDevice);
+    cudaMemcpy(db, b.data(), 256, cudaMemcpyHostToDevice);
+    cudaMemcpy(dc, c.data(), 512, cudaMemcpyHostToDevice);
+    mma_kernel<<<1, 32>>>(dd, da, db, dc);
+    cudaMemcpy(d.data(), dd, 512, cudaMemcpyDeviceToHost);
+    double worst = 0.0;
+    for (int i = 0; i < 16; i++) {
+        for (int j = 0; j < 8; j++) {
+            double want = c[i * 8 + j];
+            for (int k = 0; k < 16; k++) { want += (double)bf16_value(a[i * 16 + k]) * bf16_value(b[k * 8 + j]); }
+            worst = fmax(worst, fabs(want - d[i * 8 + j]));
+        }
+    }
+    // 17 fp32 roundings of sums under 16: at most 17 * 2^-20 apart from the exact sum
+    check("mma.m16n8k16 bf16: D = A B + C from the PTX ISA's fragment tables", worst < 17.0 / 1048576.0);
+
+    unsigned* dout;
+    cudaMalloc(&dout, 32 * 12 * 4);
+    ldmatrix_kernel<<<1, 32>>>(dout, da);
+    std::vector<unsigned> x(32 * 12);
+    cudaMemcpy(x.data(), dout, x.size() * 4, cudaMemcpyDeviceToHost);
+    int right = 1;
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane >> 2, tig = lane & 3;
+        for (int i = 0; i < 4; i++) {  // quarter i: rows (i & 1) * 8.., columns (i >> 1) * 8..
+            int r0 = (i & 1) * 8, c0 = (i >> 1) * 8;
+            unsigned plain = a[(r0 + g) * 16 + c0 + 2 * tig] | (unsigned)a[(r0 + g) * 16 + c0 + 2 * tig + 1] << 16;
+            unsigned trans = a[(r0 + 2 * tig) * 16 + c0 + g] | (unsigned)a[(r0 + 2 * tig + 1) * 16 + c0 + g] << 16;
+            right &= x[lane * 12 + i] == plain && x[lane * 12 + 4 + i] == trans;
+            if (i < 2) { right &= x[lane * 12 + 8 + i] == plain && x[lane * 12 + 10 + i] == trans; }
+        }
+    }
+    check("ldmatrix x4, x4.trans, x2, x2.trans: each lane's registers as the PTX ISA lays them out", right);
+
+    unsigned src[4] = {0x11111111u, 0x22222222u, 0x33333333u, 0x44444444u};
+    unsigned* dsrc;
+    cudaMalloc(&dsrc, 16);
+    cudaMemcpy(dsrc, src, 16, cudaMemcpyHostToDevice);
+    cp_async_kernel<<<1, 1>>>(dout, dsrc);
+    unsigned y[24];
+    cudaMemcpy(y, dout, sizeof(y), cudaMemcpyDeviceToHost);
+    int poisoned = 1, first = 1, both = 1;
+    for (int i = 0; i < 8; i++) { poisoned &= y[i] == 0xffffffffu; }
+    for (int i = 0; i < 4; i++) {
+        first &= y[8 + i] == src[i] && y[12 + i] == 0xffffffffu;
+        both &= y[16 + i] == src[i] && y[20 + i] == 0u;
+    }
+    check("cp.async: nothing copied before its wait (the poison read), one group left pending by wait_group 1, "
+          "zero-filled when not valid", poisoned && first && both);
+    cudaFree(da); cudaFree(db); cudaFree(dc); cudaFree(dd); cudaFree(dout); cudaFree(dsrc);
 }
 
 static int launch_error(void) { return (int)cudaGetLastError(); }
@@ -357,6 +488,7 @@ int main(int argc, char** argv) {
     }
     limits();
     lt_alignment();
+    tensor_core_ops();
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
