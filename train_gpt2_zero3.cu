@@ -723,7 +723,7 @@ int main(int argc, char** argv) {
     }
     if (use_flash && !attention_use_flash(tc->T, c->channels / c->num_heads)) {
         char msg[256];
-        snprintf(msg, sizeof(msg), "--attention flash: head size %d is not one the kernel is built for (64, 96, 128)",
+        snprintf(msg, sizeof(msg), "--attention flash: head size %d is not one the kernels are built for (" ATTENTION_FLASH_HEAD_SIZES ")",
                  c->channels / c->num_heads);
         die_all(rank, msg);
     }

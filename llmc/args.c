@@ -114,8 +114,9 @@ static const OptRow args_options[] = {
                                   "computing on copies (also NVMe and parameter offload, ranks sharing a GPU); auto = device "
                                   "when it can. The CPU trainer is always host." },
     { .long_flag = "--attention", .type = OPT_CHOICE, TC(attention), .def = "cublas", .choices = "cublas|flash", .trainer = OPT_GPU,
-      .help = "attention through cuBLAS products and a (B,NH,T,T) matrix per layer, or the fused kernel with O(T) memory "
-              "(head sizes 64, 96, 128). The CPU trainer has one attention and ignores it." },
+      .help = "attention through cuBLAS products and a (B,NH,T,T) matrix per layer, or the fused flash kernels with O(T) "
+              "memory (on the tensor cores in bf16, head sizes 64, 80, 96, 128; the fp32 build's on the CUDA cores, 64, 96, "
+              "128). The CPU trainer has one attention and ignores it." },
     { .long_flag = "--dpu", .type = OPT_BOOL, TC(dpu), .hi = 1, .def = "0", .trainer = OPT_GPU,
       .help = "with --offload-optimizer cpu: the CPU Adam of step i runs while the GPU computes step i+1 on the parameters "
               "of step i-1 (ZeRO-Offload's delayed parameter update)" },

@@ -33,7 +33,10 @@
  fa_dot4 in the same order, so the backward recomputes bitwise the same S as the forward.
  Any T >= 1: the last tile may be ragged; rows and keys >= T are loaded as zeros, never
  written out, and masked (P = 0) wherever they could reach a valid row's result.
- Head size HS: a multiple of 32, instantiated for 64, 96, 128 (attention_use_flash()).
+ Head size HS: a multiple of 32, instantiated for 64, 96, 128 (attention_use_flash()). These
+ are the fp32 build's kernels: the bf16 build runs the same contract on the tensor cores
+ (llmc/attention_tc.cuh, head sizes 64, 80, 96, 128), and both builds share the dot kernel,
+ the host calls below and their checks.
  Shared memory at HS = 128: 52 KB (forward), 73 KB (dkdv), 68 KB (dq); above the 48 KB
  static limit, hence dynamic shared memory with cudaFuncSetAttribute (sm_80 allows 163 KB).
 */
@@ -44,6 +47,9 @@
 #include <stddef.h>                // size_t for offsets that may pass 2^31
 #include "llmc/cuda_common.cuh"    // floatX, to_float/from_float, warp reductions, cudaCheck
 #include "llmc/attention.cuh"      // attention_row_offset: the (B,T,C) offset of a (b,h,t,d)
+#if !defined(ENABLE_FP32)
+#include "llmc/attention_tc.cuh"   // the bf16 build's kernels: the same contract on the tensor cores
+#endif
 
 #define FA_TILE 32                    // query rows per block = keys per key tile = lanes
 #define FA_WARPS 4                    // warps per block
@@ -449,8 +455,17 @@ attention_flash_backward_dq_kernel(floatX* dqkv, const floatX* qkv, const floatX
 // ----------------------------------------------------------------------------
 // flash path, host side
 
-// head sizes with instantiated flash kernels (a new one needs HS % 32 == 0 and a case below)
+// Which kernels run: the bf16 build's are the tensor-core ones (llmc/attention_tc.cuh: head
+// sizes 64, 80, 96, 128), the fp32 build's these CUDA-core ones (exact fp32, matching the CPU
+// trainer to its rounding: head sizes 64, 96, 128, a multiple of 32 and a case below each).
+// The dot kernel above and the contract below are both's.
+#if defined(ENABLE_FP32)
 static inline int attention_flash_supports_hs(int hs) { return hs == 64 || hs == 96 || hs == 128; }
+#define ATTENTION_FLASH_HEAD_SIZES "64, 96 or 128 (this fp32 build's CUDA-core kernels)"
+#else
+static inline int attention_flash_supports_hs(int hs) { return attention_tc_supports_hs(hs); }
+#define ATTENTION_FLASH_HEAD_SIZES "64, 80, 96 or 128"
+#endif
 
 // The run-time choice between the two paths: 1 to use attention_flash_forward/_backward, 0 for
 // attention_forward/_backward (cuBLAS, the reference). The flash kernels take any T >= 1 (the
@@ -471,7 +486,7 @@ static inline size_t attention_flash_backward_scratch_floats(int B, int NH, int 
 static inline void attention_flash_check(const char* fn, int B, int T, int C, int NH) {
     if (B < 1 || NH < 1 || C % NH != 0 || !attention_use_flash(T, C / NH)) {
         fprintf(stderr, "error: %s: unsupported shape B=%d T=%d C=%d NH=%d: the flash kernels need B >= 1, "
-                "1 <= T <= %d and a head size C/NH of 64, 96 or 128 (check attention_use_flash() and use "
+                "1 <= T <= %d and a head size C/NH of " ATTENTION_FLASH_HEAD_SIZES " (check attention_use_flash() and use "
                 "attention_forward/attention_backward otherwise)\n", fn, B, T, C, NH, 65535 * FA_TILE);
         exit(EXIT_FAILURE);
     }
@@ -517,9 +532,16 @@ static inline void attention_flash_forward(floatX* out, float* lse, const floatX
                                            int B, int T, int C, int NH, cudaStream_t s) {
     attention_flash_check("attention_flash_forward", B, T, C, NH);
     switch (C / NH) {
+#if defined(ENABLE_FP32)
         case 64:  attention_flash_forward_hs<64>(out, lse, qkv, B, T, NH, s); break;
         case 96:  attention_flash_forward_hs<96>(out, lse, qkv, B, T, NH, s); break;
         case 128: attention_flash_forward_hs<128>(out, lse, qkv, B, T, NH, s); break;
+#else
+        case 64:  attention_tc_forward_hs<64>(out, lse, qkv, B, T, NH, s); break;
+        case 80:  attention_tc_forward_hs<80>(out, lse, qkv, B, T, NH, s); break;
+        case 96:  attention_tc_forward_hs<96>(out, lse, qkv, B, T, NH, s); break;
+        case 128: attention_tc_forward_hs<128>(out, lse, qkv, B, T, NH, s); break;
+#endif
         default: break;  // refused by attention_flash_check
     }
 }
@@ -541,9 +563,16 @@ static inline void attention_flash_backward(floatX* dqkv, float* scratch, const 
         Dvec, out, dout, B, T, NH, hs);
     cudaCheck(cudaGetLastError());
     switch (hs) {
+#if defined(ENABLE_FP32)
         case 64:  attention_flash_backward_hs<64>(dqkv, Dvec, dout, qkv, lse, B, T, NH, s); break;
         case 96:  attention_flash_backward_hs<96>(dqkv, Dvec, dout, qkv, lse, B, T, NH, s); break;
         case 128: attention_flash_backward_hs<128>(dqkv, Dvec, dout, qkv, lse, B, T, NH, s); break;
+#else
+        case 64:  attention_tc_backward_hs<64>(dqkv, Dvec, dout, qkv, lse, B, T, NH, s); break;
+        case 80:  attention_tc_backward_hs<80>(dqkv, Dvec, dout, qkv, lse, B, T, NH, s); break;
+        case 96:  attention_tc_backward_hs<96>(dqkv, Dvec, dout, qkv, lse, B, T, NH, s); break;
+        case 128: attention_tc_backward_hs<128>(dqkv, Dvec, dout, qkv, lse, B, T, NH, s); break;
+#endif
         default: break;  // refused by attention_flash_check
     }
 }

@@ -665,7 +665,10 @@ static void trainer_estimate_fit(const Trainer* t, const EstimateAsk* q, size_t 
         int hs = c.channels / c.num_heads;
         printf("  %-12s %5s: ", desc, gpt3_sizes[k].name);
         if (tc->T > c.max_seq_len) { printf("-t %d exceeds its %d positions\n", tc->T, c.max_seq_len); continue; }
-        if (flash && hs != 64 && hs != 96 && hs != 128) { printf("--attention flash has no kernel for its head size %d\n", hs); continue; }
+        // (llmc/attention_flash.cuh's head sizes: the bf16 build's tensor-core kernels 64, 80, 96,
+        // 128; the fp32 build's CUDA-core ones 64, 96, 128)
+        int flash_hs = hs == 64 || hs == 96 || hs == 128 || (x == 2 && hs == 80);
+        if (flash && !flash_hs) { printf("--attention flash has no kernel for its head size %d\n", hs); continue; }
         ZeroDevEstimate e;
         double gpu = 0, min_gpu = 0;
         int i = trainer_fit_size(tc, &c, q, x, &e, &gpu, &min_gpu);

@@ -41,7 +41,7 @@
 # activations from llmc/activations.h, the table the GPU trainer allocates from. The
 # recipes use the default cuBLAS attention, which keeps the (B, NH, T, T) probabilities of
 # every layer, so at T=2048 the attention matrices dominate; EXTRA_ARGS="--attention flash"
-# (head sizes 64, 96, 128) keeps a float per row instead. Every recipe is chosen so that
+# (head sizes 64, 80, 96, 128) keeps a float per row instead. Every recipe is chosen so that
 # model states + activations <= FIT_GIB (70 GiB) on one GPU. That leaves about 9 GiB of an
 # 80 GB GPU (79.6 GiB usable) for the CUDA context, cuBLAS(Lt) workspaces, NCCL buffers and
 # allocator slack. test/e2e/test_scripts.sh checks this for every script.

@@ -679,7 +679,8 @@ fi  # validation
 
 # ---------------------------------------------------------------------------
 if section flash; then
-# the fused flash attention (--attention flash) in the trainer. Its kernel tests hold its
+# the fused flash attention (--attention flash) in the trainer: the CUDA-core kernels in fp32,
+# the tensor-core ones in bf16 (llmc/attention_flash.cuh). Its kernel tests hold its
 # outputs to 1e-4 of each tensor's largest value against the CPU (fp32): about 100x the
 # ulp-level differences behind the 1e-4 of the fp32 GPU-vs-CPU losses, so 1e-3 here;
 # bf16 against the cuBLAS path: the bf16 tolerance of 0.05. The reference model's heads of
@@ -693,6 +694,14 @@ same_losses flc32 fl32 1e-3 "flash attention = cuBLAS attention (fp32, d2, 4 ste
 gpu_run flcb $GPU $FL || bad "bf16 d2 run"
 gpu_run flb $GPU $FL --attention flash || bad "bf16 flash-attention run"
 same_losses flcb flb 0.05 "flash attention = cuBLAS attention (bf16, d2, 4 steps)"
+# the bf16 build's tensor-core kernels (deterministic: no atomics) at every stage of the
+# device engine on one rank: the same losses as stage 0, bit for bit (stage 3 with every
+# unit gathered through the pools, P0)
+for z in 1 2 3; do
+    extra=""; [ "$z" = 3 ] && extra=$P0
+    gpu_run "flb_z$z" $GPU $FL --attention flash -z $z --zero-backend device $extra || bad "bf16 flash-attention run, stage $z"
+    same_losses flb "flb_z$z" 0 "flash attention, device stage $z $extra = stage 0, bit for bit (bf16, d2)"
+done
 
 fi  # flash
 

@@ -1012,6 +1012,12 @@ static void test_quant(cudaStream_t s) {
 //   so |dD_i| <= E_i = 2^-8 sum_d |dO_id O_id|. D enters dS_ij = P_ij (dP_ij - D_i), which moves
 //   dQ_id by <= scale E_i sum_j P_ij |k_jd| and dK_jd by <= scale sum_i P_ij E_i |q_id| (dV does
 //   not use D). That bound is added per element, computed from the CPU's out and att.
+//  bf16's tensor-core kernels (llmc/attention_tc.cuh) also round, to bf16, the operands they
+//   form themselves: the unnormalized probabilities before O = P V and dV = P^T dO, and dS
+//   before dQ = dS K and dK = dS^T Q, each <= 2^-9 of itself. Bounds per element, from the
+//   CPU's att (P) and dpreatt (dS), with a factor 2 for the tensor cores' own fp32 sums:
+//   out_id 2^-8 sum_j P_ij |v_jd|; dV_jd 2^-8 sum_i P_ij |dO_id|; dQ_id 2^-8 scale sum_j
+//   |dS_ij| |k_jd|; dK_jd 2^-8 scale sum_i |dS_ij| |q_id| (scale = 1/sqrt(hs)).
 //  vs the cuBLAS path: by the triangle inequality, the flash tolerance plus the cuBLAS path's own
 //   tolerance against the CPU (test_kernels_gpu.cu's TOL_ATTN_*: fp32 1e-4; bf16 2e-2 forward and
 //   3e-2 backward, both of the max and of |ref|: it stores the softmax and its gradient in bf16),
@@ -1081,9 +1087,30 @@ static void test_attention_flash(int B, int NH, int T, int hs, cublasHandle_t cu
         for (int j = 0; j <= t; j++) { sum += exp((double)row[j] - m); }
         lse_ref[r] = (float)(m + log(sum));
     }
-    // the bound on the effect of the bf16 out in D (comment above); 0 in fp32
-    std::vector<float> dbound(BT3C, 0.0f);
+    // the bound on the effect of the bf16 out in D, and the bf16 operands of the tensor-core
+    // kernels (comment above); 0 in fp32
+    std::vector<float> dbound(BT3C, 0.0f), obound(BTC, 0.0f);
     if (IS_BF16) {
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                const float* P = &att[((size_t)b * NH + h) * T * T];
+                const float* dS = &dpreatt[((size_t)b * NH + h) * T * T];
+                for (int i = 0; i < T; i++) {
+                    for (int j = 0; j <= i; j++) {
+                        double p = P[(size_t)i * T + j], ds = fabs((double)dS[(size_t)i * T + j]) * scale;
+                        for (int d = 0; d < hs; d++) {
+                            size_t o = ((size_t)b * T + i) * C + (size_t)h * hs + d;          // out and dout of row i
+                            size_t qi = ((size_t)b * T + i) * 3 * C + (size_t)h * hs + d;    // q of row i
+                            size_t kj = ((size_t)b * T + j) * 3 * C + C + (size_t)h * hs + d;  // k of row j
+                            obound[o] += (float)(ldexp(p, -8) * fabs((double)qkv_f[kj + C]));   // v of row j
+                            dbound[kj + C] += (float)(ldexp(p, -8) * fabs((double)dout_f[o]));  // dV
+                            dbound[qi] += (float)(ldexp(ds, -8) * fabs((double)qkv_f[kj]));      // dQ
+                            dbound[kj] += (float)(ldexp(ds, -8) * fabs((double)qkv_f[qi]));      // dK
+                        }
+                    }
+                }
+            }
+        }
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
                 std::vector<double> E(T);
@@ -1128,7 +1155,7 @@ static void test_attention_flash(int B, int NH, int T, int hs, cublasHandle_t cu
     std::vector<float> lse = host_from(d_lse, BHT);
     std::vector<float> out = to_floats(out_x);
     snprintf(name, sizeof(name), "attention_flash_forward out vs CPU %s", shape);
-    check_close(name, out, out_ref, attn_tol(out_ref, FLASH_FWD, none));
+    check_close(name, out, out_ref, attn_tol(out_ref, FLASH_FWD, obound));
     snprintf(name, sizeof(name), "attention_flash_forward lse vs CPU %s", shape);
     check_close(name, lse, lse_ref, attn_tol(lse_ref, FLASH_LSE, none));
 
@@ -1169,7 +1196,7 @@ static void test_attention_flash(int B, int NH, int T, int hs, cublasHandle_t cu
     std::vector<float> out_cb = to_floats(host_from(d_out_cb, BTC));
     std::vector<float> dqkv_cb = to_floats(host_from(d_dqkv_cb, BT3C));
     snprintf(name, sizeof(name), "attention_flash_forward out vs cuBLAS path %s", shape);
-    check_close(name, out, out_cb, attn_tol(out_ref, tol_plus(FLASH_FWD, CUBLAS_FWD), none));
+    check_close(name, out, out_cb, attn_tol(out_ref, tol_plus(FLASH_FWD, CUBLAS_FWD), obound));
     for (int part = 0; part < 3; part++) {
         std::vector<float> ref = qkv_part(dqkv_ref, BT, C, part);  // the tolerance's scale
         snprintf(name, sizeof(name), "attention_flash_backward %s vs cuBLAS path %s", part_names[part], shape);
@@ -1207,15 +1234,22 @@ int main(void) {
     // loop runs the forward at every T from 1) and hs = 96
     cublasHandle_t cublas;
     cublasCheck(cublasCreate(&cublas));
-    report("attention_use_flash: hs 64/96/128 yes, 80 no",
+    // (bf16: the tensor-core kernels, head size 80 too; fp32: the CUDA-core ones, multiples of 32)
+    report(IS_BF16 ? "attention_use_flash: hs 64/80/96/128 yes, 48 and 112 no" : "attention_use_flash: hs 64/96/128 yes, 80 no",
            attention_use_flash(1024, 64) && attention_use_flash(1, 128) && attention_use_flash(2048, 96) &&
-           !attention_use_flash(1024, 80), "");
+           attention_use_flash(1024, 80) == (bool)IS_BF16 && !attention_use_flash(1024, 48) && !attention_use_flash(64, 112), "");
     const struct { int B, NH, T, hs; } fa_shapes[] = {
         {2, 4, 64, 64}, {2, 4, 128, 64}, {2, 4, 256, 64},
         {2, 4, 64, 128}, {2, 4, 128, 128}, {2, 4, 256, 128},
         {1, 1, 1, 64}, {2, 3, 37, 64}, {1, 2, 100, 96}, {1, 2, 161, 128},
     };
     for (const auto& sh : fa_shapes) { test_attention_flash(sh.B, sh.NH, sh.T, sh.hs, cublas, s); }
+    // the bf16 build's tensor-core kernels: head size 80 (GPT-3 2.7B's), ragged; and GPT-3's
+    // context, T = 2048: 32 query tiles, the last seeing all 32 key tiles
+    if (IS_BF16) {
+        test_attention_flash(2, 2, 150, 80, cublas, s);
+        test_attention_flash(1, 1, 2048, 64, cublas, s);
+    }
     cublasCheck(cublasDestroy(cublas));
     cudaCheck(cudaDeviceSynchronize());
 
