@@ -191,7 +191,7 @@ EMU_SED   = sed -E -e 's/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\(/emu_lau
                    -e 's/extern __shared__ ([A-Za-z_0-9]+) ([A-Za-z_0-9]+)\[\];/EMU_DYNAMIC_SMEM(\1, \2);/' \
                    -e 's/^(\s*__shared__ [A-Za-z_0-9]+ ([A-Za-z_0-9]+)(\[[^;]*\])*;)/\1 static int emu_shared_\2 __attribute__((unused)) = emu_shared_register(\&\2, sizeof(\2));/'
 EMU_SRCS  = $(patsubst %,build/emu/%,$(wildcard llmc/*.cuh) $(wildcard zero3/*.cuh) $(CUDA_LIB_SRCS) test/gpu/test_kernels_gpu.cu \
-                                     test/gpu/test_kernels2_gpu.cu train_gpt2_zero3.cu)
+                                     test/gpu/test_kernels2_gpu.cu train_gpt2_zero3.cu dev/bench_attention.cu)
 EMU_DEPS  = $(EMU_SRCS) $(wildcard test/emu/*.h test/emu/*.cuh test/emu/*/*.h test/emu/cub/device/*.cuh)
 build/emu/%: % | build
 	@mkdir -p $(dir $@)
@@ -242,6 +242,13 @@ $(patsubst %,build/obj/%.o,build/test_kernels_emu build/test_kernels_emu_fp32): 
 $(patsubst %,build/obj/%.o,build/test_kernels2_emu build/test_kernels2_emu_fp32): build/obj/build/test_kernels2_emu%.o: $(EMU_DEPS) | build
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) -c build/emu/test/gpu/test_kernels2_gpu.cu -o $@
+# the attention benchmark (dev/bench_attention.cu), emulated: what stands in for it in the
+# rehearsal of scripts/gpu_speed.sh (test/gpu/test_gpu_bundle.sh)
+build/bench_attention_emu: build/obj/build/bench_attention_emu.o $(EMU_LIB)
+	$(CXX) $(EMU_LINK) $< $(EMU_LIB) -o $@ $(BLAS_LIBS) -lm
+build/obj/build/bench_attention_emu.o: $(EMU_DEPS) | build
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_PROGRAM) $(BLAS_CFLAGS) $(BINDEP) -c build/emu/dev/bench_attention.cu -o $@
 # the GPU trainer itself, bf16 and fp32, every kernel and the device engine emulated (slow:
 # for tiny models); the engines are objects of their own (emu/bf16, emu/fp32). The rewritten
 # copies are made first (order-only); what each object includes is then tracked by its
@@ -309,7 +316,7 @@ MPI_TESTS  = build/test_gpt2 build/test_access build/test_comm_mpi build/test_co
 # the build in parallel on every core (a minute less on 2 cores than one at a time)
 NPROC ?= $(shell nproc 2>/dev/null || echo 1)
 test: deps
-	$(MAKE) -j$(NPROC) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 \
+	$(MAKE) -j$(NPROC) all data $(UNIT_TESTS) $(MPI_TESTS) $(EMU_KERNEL_TESTS) build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 build/bench_attention_emu \
 	  $(SAN_TESTS) $(FUZZERS) build/alloc_peak.so $(BENCH_PROGRAMS)
 	bash test/run_all.sh $(UNIT_TESTS)
 
@@ -350,6 +357,10 @@ build/test_kernels2_gpu: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
 	$(NVCC) $(NVCCFLAGS) $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
 build/test_kernels2_gpu_fp32: test/gpu/test_kernels2_gpu.cu $(CUDA_HEADERS) | build
 	$(NVCC) $(NVCCFLAGS) -DENABLE_FP32 $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
+
+# the trainer's two attention paths timed (bf16), scripts/bench_attention.sh's
+build/bench_attention: dev/bench_attention.cu $(CUDA_HEADERS) | build
+	$(NVCC) $(NVCCFLAGS) $< $(GPU_LIB) -o $@ $(CUDA_LIBS)
 
 # what a GPU machine offers (CUDA, the GPUs, the cuBLAS(Lt) and NCCL the loader finds, and
 # from where), and with --rates the copy and pinning rates: host code only, so no architecture;

@@ -7,7 +7,7 @@
 #   scripts/gpu_bundle.sh pack [DIR]
 #       here, where `make deps` works: builds, in a copy of this checkout's source (so that
 #       neither the flags below nor the stand-ins touch this checkout's own builds), the
-#       kernels' GPU tests, both GPU trainer builds, build/gpu_probe, build/bench_cpu_adam
+#       kernels' GPU tests, both GPU trainer builds, build/bench_attention, build/gpu_probe, build/bench_cpu_adam
 #       (the host's memory rate and CPU Adam, scripts/gpu_speed.sh), the CPU trainer,
 #       tokenize, checkpoint_tool and the data, for a portable x86-64 level (PACK_OPT,
 #       default -O3 -march=x86-64-v3: not -march=native, the GPU machine's processor is not
@@ -43,7 +43,7 @@ cd "$(dirname "$0")/.." || exit 1
 mode=${1:-}
 DIR=${2:-.gpu}
 GPU_BINS="build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32"
-BINS="$GPU_BINS build/gpu_probe build/bench_cpu_adam train_gpt2_zero3 train_gpt2_zero3_fp32 train_gpt2_zero3_cpu tokenize checkpoint_tool"
+BINS="$GPU_BINS build/bench_attention build/gpu_probe build/bench_cpu_adam train_gpt2_zero3 train_gpt2_zero3_fp32 train_gpt2_zero3_cpu tokenize checkpoint_tool"
 DATA="dev/data/tinyshakespeare/tiny_shakespeare_train.bin dev/data/tinyshakespeare/tiny_shakespeare_val.bin dev/data/gpt2_tokenizer.bin"
 # what every GPU machine brings itself: glibc, the C++ runtime (apt needs it), the driver,
 # and CUDA's libraries (found there, see cuda_lib_find)
@@ -52,7 +52,8 @@ CUDA_LIBS='^lib(cudart|cublas|cublasLt|nccl)\.so'
 # the emulated stand-ins (PACK_EMULATED=1), built by this checkout's make test
 EMU_OF="build/test_kernels_gpu:build/test_kernels_emu build/test_kernels_gpu_fp32:build/test_kernels_emu_fp32
 build/test_kernels2_gpu:build/test_kernels2_emu build/test_kernels2_gpu_fp32:build/test_kernels2_emu_fp32
-train_gpt2_zero3:build/train_gpt2_zero3_emu train_gpt2_zero3_fp32:build/train_gpt2_zero3_emu_fp32"
+train_gpt2_zero3:build/train_gpt2_zero3_emu train_gpt2_zero3_fp32:build/train_gpt2_zero3_emu_fp32
+build/bench_attention:build/bench_attention_emu"
 
 die() { echo "gpu_bundle: $*" >&2; exit 1; }
 # say: a fact, printed and, during the set-up, kept in DIR/x/setup.txt (for gpu_first_contact.sh)
@@ -117,7 +118,7 @@ pack() {
     if [ "${PACK_EMULATED:-0}" = 1 ]; then
         for m in $EMU_OF; do [ -x "${m#*:}" ] || die "PACK_EMULATED=1: ${m#*:} is not built here (make ${m#*:})"; done
     else
-        targets="$targets $GPU_BINS train_gpt2_zero3 train_gpt2_zero3_fp32"
+        targets="$targets $GPU_BINS build/bench_attention train_gpt2_zero3 train_gpt2_zero3_fp32"
     fi
     say "building in $src: make OPT='$opt' CUDA_ARCH='$arch' $targets"
     # shellcheck disable=SC2086

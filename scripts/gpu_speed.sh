@@ -19,9 +19,11 @@
 #   c  d12, B=64, T=1024, bf16: -z 0 and -z 3 for each --attention path the trainer has, 12
 #      steps each, the per-op timer on (--profile-ops, where the build has it: its table,
 #      trace and rows kept); ms a step, tokens/s, MFU, start-up seconds, stage 3 / stage 0
-#   d  PyTorch at the same shape: F.scaled_dot_product_attention alone at d12's attention
-#      (each backend, forward and backward TFLOP/s: dev/bench_torch_sdpa.py), GPT-2 eager,
-#      then compiled where there is a C compiler for Triton and the time (dev/bench_torch_gpt2.py)
+#   d  the attention alone at d12's shape and GPT-3 2.7B's: our flash and cuBLAS paths and
+#      PyTorch's F.scaled_dot_product_attention, each backend, forward and backward TFLOP/s
+#      and our flash against PyTorch's best (scripts/bench_attention.sh); then PyTorch's GPT-2
+#      at d12's shape, eager, then compiled where there is a C compiler for Triton and the
+#      time (dev/bench_torch_gpt2.py)
 #   e  d48, B=16 (8 where 16 does not fit), T=1024: no offload, CPU optimizer offload with and
 #      without --dpu, the parameters on the CPU too, both on NVMe; each report's update, copy
 #      and wait figures and its start-up seconds kept, each against no offload
@@ -39,6 +41,7 @@
 # programs), SP_CHANGED (the changed files, in place of the bundle's list), SP_C_MODEL
 # SP_C_B SP_C_T SP_C_STEPS SP_C_WARMUP SP_C_PROFILE (d12 64 1024 12 2 2: the last
 # SP_C_PROFILE steps under the per-op timer), SP_TORCH_DEVICE (cuda), SP_TORCH_STEPS (12),
+# SP_BA_SHAPES (the attention's shapes, B:NH:T:HS),
 # SP_E_MODEL SP_E_BATCHES SP_E_T SP_E_STEPS SP_E_WARMUP SP_E_CONFIGS
 # (d48 "16 8" 1024 6 2 "none cpu dpu par nvme"), SP_NCU (the ncu binary), SP_F_STEPS (3).
 set -u
@@ -181,19 +184,23 @@ step_c() {  # d12 at each stage and attention path
     for a in ${paths:-cublas}; do ratio "$a.stage3_vs_stage0_x" "z0_$a.ms_per_step" "z3_$a.ms_per_step"; done
 }
 
-step_d() {  # PyTorch: the attention alone, then GPT-2 eager and compiled
-    local shp l b=${SP_C_B:-64} t=${SP_C_T:-1024} n=${SP_TORCH_STEPS:-12} dev=${SP_TORCH_DEVICE:-cuda} mode
+step_d() {  # the attention alone, ours and PyTorch's; then PyTorch's GPT-2 eager and compiled
+    local shp l b=${SP_C_B:-64} t=${SP_C_T:-1024} n=${SP_TORCH_STEPS:-12} dev=${SP_TORCH_DEVICE:-cuda} mode shapes
     read -r -a shp <<< "$(shape "${SP_C_MODEL:-d12}")"
-    echo "--- dev/bench_torch_sdpa.py -b $b --heads ${shp[1]} -t $t --head-size $(( shp[2] / shp[1] ))"
-    if timeout -k 5 "$(time_for 5)" "$PY" dev/bench_torch_sdpa.py -b "$b" --heads "${shp[1]}" -t "$t" --head-size $(( shp[2] / shp[1] )) \
-        --device "$dev" --report "$WORK/reports/d_sdpa.json" > "$WORK/logs/d_sdpa.log" 2>&1; then
-        cat "$WORK/logs/d_sdpa.log"
-        grep '^sdpa backend=' "$WORK/logs/d_sdpa.log" | while IFS= read -r l; do
-            l=${l#sdpa backend=}; kv "sdpa.${l%% *}" "${l#* }"
+    # d12's attention and GPT-3 2.7B's (heads of 80), our flash and cuBLAS paths beside SDPA
+    read -r -a shapes <<< "${SP_BA_SHAPES:-$b:${shp[1]}:$t:$(( shp[2] / shp[1] )) 8:32:2048:80}"
+    echo "--- scripts/bench_attention.sh ${shapes[*]}"
+    if BA_DEVICE=$dev timeout -k 5 "$(time_for 5)" scripts/bench_attention.sh "${shapes[@]}" > "$WORK/logs/d_attention.log" 2>&1; then
+        cat "$WORK/logs/d_attention.log"
+        grep -E '^(attention|sdpa) ' "$WORK/logs/d_attention.log" | grep -v unavailable > "$WORK/files/d_attention.txt"
+        sed -n 's/^attention B=\([0-9]*\) NH=\([0-9]*\) T=\([0-9]*\) hs=\([0-9]*\) path=\([a-z]*\) /\1:\2:\3:\4.\5 /p' \
+            "$WORK/logs/d_attention.log" | while read -r l rest; do kv "attention.$l" "$rest"; done
+        for l in $(sed -n 's/^bench_attention: //p' "$WORK/logs/d_attention.log" | grep -o '[0-9:]* flash_vs_sdpa=[0-9.]*' | tr ' ' '='); do
+            kv "attention.${l%%=*}.flash_vs_sdpa_x" "${l##*=}"
         done
-        check PASS "SDPA alone: $(tail -1 "$WORK/logs/d_sdpa.log")"
+        check PASS "attention alone: $(tail -1 "$WORK/logs/d_attention.log" | cut -c1-200)"
     else
-        check FAIL "SDPA alone: $(tail -1 "$WORK/logs/d_sdpa.log")"
+        check FAIL "scripts/bench_attention.sh: $(tail -1 "$WORK/logs/d_attention.log")"
     fi
     for mode in eager compiled; do
         if [ "$mode" = compiled ]; then
@@ -315,8 +322,10 @@ for mode in ("eager", "compiled"):
         print(f"  PyTorch {mode}: {f(ms)} ms a step, MFU {f(None if d.get(f'torch_{mode}.mfu') is None else 100 * d[f'torch_{mode}.mfu'])}%"
               + (f"; ours (the best above) at {ms / best:.3f}x its speed" if best else ""))
 for k, v in d.items():
-    if k.startswith("sdpa."):
-        print(f"  SDPA {k[5:]}: {v}")
+    if k.startswith("attention.") and k.endswith((".flash", ".cublas")):
+        print(f"  attention {k[10:]}: {v}")
+    if k.endswith(".flash_vs_sdpa_x"):
+        print(f"  attention {k[10:-len('.flash_vs_sdpa_x')]}: our flash at {v}x of PyTorch's SDPA (goal: at least 0.7x)")
 e = r.get("e", {})
 for k, v in e.items():
     if k.endswith(".ms_per_step"):

@@ -52,7 +52,8 @@ done
 if command -v shellcheck > /dev/null; then
     new=(scripts/run_common.sh "${runs[@]}" scripts/profile.sh scripts/bench_gpu.sh scripts/bench_infinity.sh scripts/gpu_bundle.sh scripts/bench_comm.sh
          scripts/bench_tokenize.sh
-         scripts/gpu_first_contact.sh scripts/gpu_speed.sh scripts/gpu_steps.sh scripts/gpu_kernel_times.sh test/e2e/netns_hosts.sh
+         scripts/gpu_first_contact.sh scripts/gpu_speed.sh scripts/gpu_steps.sh scripts/gpu_kernel_times.sh scripts/bench_attention.sh
+         test/e2e/netns_hosts.sh
          test/e2e/test_scripts.sh test/gpu/bare_machine.sh test/gpu/test_gpu_bundle.sh test/gpu/standin/ncu
          scripts/slurm/job.sh scripts/slurm/*.sbatch test/e2e/test_slurm.sh
          test/gpu/standin/nvidia-smi test/gpu/standin/compute-sanitizer)
@@ -231,7 +232,10 @@ if [ "$have_gpu" = 0 ]; then
     expect_error "gpu_kernel_times.sh without a GPU" "no NVIDIA GPU" env NCU=/bin/true bash scripts/gpu_kernel_times.sh "$tmp/kt"
     expect_error "gpu_kernel_times.sh without ncu" "ncu (Nsight Compute) not found" env NCU="$tmp/no-ncu" bash scripts/gpu_kernel_times.sh "$tmp/kt"
     expect_error "bench_torch_gpt2.py without CUDA" "no CUDA device" "$PY" dev/bench_torch_gpt2.py --steps 2 --warmup 0
+    expect_error "bench_attention.sh without a GPU" "no NVIDIA GPU" bash scripts/bench_attention.sh
+    expect_error "bench_torch_sdpa.py without CUDA" "no CUDA device" "$PY" dev/bench_torch_sdpa.py
 fi
+expect_error "bench_attention.sh with a shape that is not B:NH:T:HS" "is not B:NH:T:HS" bash scripts/bench_attention.sh 64:12:1024
 
 # a finished run is one whose final checkpoint verifies: then the script stops at once;
 # an empty (or damaged) final marker is no finished run, and the trainer is started to
@@ -398,7 +402,7 @@ for sc in scripts/*.sh; do
         run_common.sh|run_gpt2_*|run_gpt3_*) continue ;;             # the run scripts' dry runs above
         install_deps.sh) continue ;;                                 # make test runs it (make deps)
         gpu_first_contact.sh|gpu_speed.sh|gpu_steps.sh) continue ;;  # rehearsed by test/gpu/test_gpu_bundle.sh
-        bench_gpu.sh|profile.sh|gpu_kernel_times.sh) [ "$have_gpu" = 0 ] && continue ;;  # need a GPU: their refusal is checked above
+        bench_gpu.sh|profile.sh|gpu_kernel_times.sh|bench_attention.sh) [ "$have_gpu" = 0 ] && continue ;;  # need a GPU: their refusal is checked above
     esac
     grep -qF "scripts/$b" "$0" && continue
     bad "scripts/$b is neither run by $0 nor skipped by name"

@@ -17,7 +17,7 @@ fi
 # missing would both remove and archive it, and one loses (ar: unable to copy the file)
 J=${CUDA_BUILD_JOBS:-2}
 targets=(build/test_kernels_gpu build/test_kernels_gpu_fp32 build/test_kernels2_gpu build/test_kernels2_gpu_fp32
-         train_gpt2_zero3 train_gpt2_zero3_fp32 build/gpu_probe)
+         train_gpt2_zero3 train_gpt2_zero3_fp32 build/gpu_probe build/bench_attention)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 if make -s build/lib/gpu/lib.a > "$out/lib" 2>&1 && [ ! -s "$out/lib" ]; then

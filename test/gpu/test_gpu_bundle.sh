@@ -29,7 +29,7 @@ if ! command -v "${NVCC:-nvcc}" > /dev/null; then
     echo "SKIP GPU bundle rehearsal: nvcc not found (build/gpu_probe is a CUDA program)"; finish; exit 0
 fi
 for b in build/train_gpt2_zero3_emu build/train_gpt2_zero3_emu_fp32 build/test_kernels_emu build/test_kernels_emu_fp32 \
-         build/test_kernels2_emu build/test_kernels2_emu_fp32; do
+         build/test_kernels2_emu build/test_kernels2_emu_fp32 build/bench_attention_emu; do
     [ -x "$b" ] || { bad "missing $b (make $b)"; finish; exit 1; }
 done
 
@@ -101,7 +101,8 @@ printf '#!/usr/bin/env bash\n./train_gpt2_zero3 "$@" || exit\nexec sleep 1000\n'
     MACHINE=$M3 SCRIPT=scripts/gpu_speed.sh contact "$tmp/sp" "$tmp/ns3" FC_BUDGET=900 FC_MAX_b=200 FC_MAX_c=300 FC_MAX_d=200 \
         FC_MAX_e=300 FC_MAX_f=100 SP_ADAM_N=1000000 SP_RATES="8 8" SP_CHANGED="llmc/matmul.cuh zero3/device.cuh" \
         SP_KERNEL_TESTS="build/test_kernels_gpu_fp32 build/test_kernels2_gpu_fp32" SP_C_MODEL=d2 SP_C_B=2 SP_C_T=32 \
-        SP_C_STEPS=3 SP_C_WARMUP=1 SP_C_PROFILE=1 SP_TORCH_DEVICE=cpu SP_TORCH_STEPS=3 SP_E_MODEL=d2 SP_E_BATCHES=2 SP_E_T=32 \
+        SP_C_STEPS=3 SP_C_WARMUP=1 SP_C_PROFILE=1 SP_TORCH_DEVICE=cpu SP_TORCH_STEPS=3 SP_BA_SHAPES="2:2:32:64 1:2:40:80" BA_ITERS=2 \
+        SP_E_MODEL=d2 SP_E_BATCHES=2 SP_E_T=32 \
         SP_E_STEPS=3 SP_E_WARMUP=1 SP_F_STEPS=1 > "$tmp/sp.log" 2>&1
 } &
 pid2=$!
@@ -213,8 +214,10 @@ expect(st["c"]["status"] == "ok" and c.get("attention_paths") == "cublas flash"
        and all(pos(c.get(f"{p}.stage3_vs_stage0_x")) for p in ("cublas", "flash")),
        "speed (c): -z 0 and -z 3 for each attention path, figures, start-up and stage 3 / stage 0")
 d = res("d")
-expect(st["d"]["status"] == "ok" and "sdpa.eager" in d and pos(d.get("torch_eager.ms_per_step"))
-       and any("compiled: not on cpu" in w for w in checks("d", "SKIP")), "speed (d): SDPA alone, PyTorch eager; compiled skipped on the CPU")
+expect(st["d"]["status"] == "ok" and all(f"attention.{s}.{p}" in d for s in ("2:2:32:64", "1:2:40:80") for p in ("flash", "cublas"))
+       and all(pos(d.get(f"attention.{s}.flash_vs_sdpa_x")) for s in ("2:2:32:64", "1:2:40:80")) and pos(d.get("torch_eager.ms_per_step"))
+       and any("compiled: not on cpu" in w for w in checks("d", "SKIP")),
+       "speed (d): the attention alone (both paths, heads of 64 and 80) against SDPA, PyTorch eager; compiled skipped on the CPU")
 e = res("e")
 expect(st["e"]["status"] == "ok" and all(pos(e.get(f"e_{n}.ms_per_step")) for n in ("none", "cpu", "dpu", "par", "nvme"))
        and all(pos(e.get(f"{n}.vs_none_x")) for n in ("cpu", "dpu", "par", "nvme")) and "e_cpu.update_ms" in e
