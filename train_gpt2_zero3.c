@@ -32,7 +32,7 @@
 #include "llmc/trainer.h"     // the run: start-up, data, the step loop, checkpoints, the report; the unit hooks
 #include "zero3/host.h"       // the host engine: fetch, release, reduce, step over MPI
 #include "llmc/trainer_proc.h" // params_fetch, grads_unit, grads_reduce, zeroCheck, die_all: the unit hooks
-#include "zero3/util.h"        // zero_errmsg
+#include "zero3/util.h"        // zero_errmsg, zero_now_ms: the op timer's clock
 
 // ----------------------------------------------------------------------------
 // activations
@@ -88,7 +88,25 @@ typedef struct {
     int vocab_tile;       // the classifier's tile of vocabulary columns, <= Vp; 0: untiled
     float mean_loss;      // mean loss of the last forward with targets, this rank
     double loss_sum;      // the training micro-steps' mean losses since train_loss read them
+    // --profile-ops: the step being timed (NULL: off), its start and the open op, on the
+    // host's clock (the CPU's ops are synchronous: the clock is their time)
+    OpProfile* prof;
+    double prof_t0, op_t0;
+    const char* op_name;
+    int op_layer;
 } GPT2;
+
+// the op timer (llmc/profile.h's OP): an op's span from its start to its end
+static void op_begin(GPT2* m, const char* name, int layer) {
+    if (m->prof == NULL) { return; }
+    m->op_name = name;
+    m->op_layer = layer;
+    m->op_t0 = zero_now_ms();
+}
+static void op_end(GPT2* m) {
+    if (m->prof == NULL) { return; }
+    op_profile_span(m->prof, m->op_name, m->op_layer, OP_TRACK_COMPUTE, m->op_t0 - m->prof_t0, zero_now_ms() - m->prof_t0);
+}
 
 // builds the model and its host engine (in: trainer_engine's, for this model)
 static int gpt2_build(GPT2* m, const GPT2Config* c, const ZeroInit* in) {
@@ -146,7 +164,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     Activations* a = &m->acts;
 
     EmbedTensors emb = gpt2_embed_tensors(c, params_fetch(m->zero, 0));
-    encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C);  // (B, T, C)
+    OP(m, "encoder", -1, encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C));  // (B, T, C)
     params_release(m->zero, 0);
 
     for (int l = 0; l < L; l++) {
@@ -160,25 +178,26 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         float* residual2 = a->residual2 + l * BT * C;
         float* fch = a->fch + l * BT * 4 * C;
 
-        layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, w.ln1w, w.ln1b, B, T, C);
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);                         // (B, T, 3C)
-        attention_forward(atty, a->preatt, a->att + l * att, qkv, B, T, C, NH);            // (B, T, C)
-        matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, B, T, C, C);              // (B, T, C)
-        residual_forward(residual2, residual, a->attproj, BT * C);
-        layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual2, w.ln2w, w.ln2b, B, T, C);
-        matmul_forward(fch, ln2, w.fcw, w.fcb, B, T, C, 4 * C);                           // (B, T, 4C)
-        gelu_forward(fch_gelu, fch, BT * 4 * C);
-        matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);        // (B, T, C)
-        residual_forward(a->residual3 + l * BT * C, residual2, a->fcproj, BT * C);
+        OP(m, "ln1", l, layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual, w.ln1w, w.ln1b, B, T, C));
+        OP(m, "qkv", l, matmul_forward(qkv, ln1, w.qkvw, w.qkvb, B, T, C, 3 * C));                   // (B, T, 3C)
+        OP(m, "attention", l, attention_forward(atty, a->preatt, a->att + l * att, qkv, B, T, C, NH)); // (B, T, C)
+        OP(m, "attproj", l, matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, B, T, C, C));    // (B, T, C)
+        OP(m, "residual", l, residual_forward(residual2, residual, a->attproj, BT * C));
+        OP(m, "ln2", l, layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual2, w.ln2w, w.ln2b, B, T, C));
+        OP(m, "fc", l, matmul_forward(fch, ln2, w.fcw, w.fcb, B, T, C, 4 * C));                      // (B, T, 4C)
+        OP(m, "gelu", l, gelu_forward(fch_gelu, fch, BT * 4 * C));
+        OP(m, "fcproj", l, matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C)); // (B, T, C)
+        OP(m, "residual", l, residual_forward(a->residual3 + l * BT * C, residual2, a->fcproj, BT * C));
         params_release(m->zero, 1 + l);
     }
 
     FinalTensors fin = gpt2_final_tensors(c, params_fetch(m->zero, L + 1));
     float* residual = a->residual3 + (L - 1) * BT * C;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, fin.lnfw, fin.lnfb, B, T, C);
+    OP(m, "lnf", -1, layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, fin.lnfw, fin.lnfb, B, T, C));
     params_release(m->zero, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T
     emb = gpt2_embed_tensors(c, params_fetch(m->zero, 0));
+    op_begin(m, "classifier", -1);  // (the products, the softmax and the losses)
     int Vt = m->vocab_tile;
     if (Vt == 0) {
         matmul_forward(a->logits, a->lnf, emb.wte, NULL, B, T, C, Vp);                     // (B, T, Vp)
@@ -213,6 +232,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         for (size_t i = 0; i < BT; i++) { sum += a->losses[i]; }
         m->mean_loss = (float)(sum / BT);
     }
+    op_end(m);
 }
 
 // backward of the last forward, in the same training pass; accumulates the gradient of
@@ -224,6 +244,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
     Activations* a = &m->acts;
 
     // the mean over B*T positions: each loss gets an equal share
+    op_begin(m, "classifier_bwd", -1);  // (the losses' and the softmax's backward, the products)
     for (size_t i = 0; i < BT; i++) { a->dlosses[i] = loss_scale / (float)BT; }
     int Vt = m->vocab_tile;
     if (Vt == 0) {
@@ -247,13 +268,14 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
             matmul_backward(a->dln, demb.wte + (size_t)v0 * C, NULL, a->logits, a->lnf, emb.wte + (size_t)v0 * C, B, T, C, w);
         }
     }
+    op_end(m);
     params_release(m->zero, 0);
 
     FinalTensors fin = gpt2_final_tensors(c, params_fetch(m->zero, L + 1));
     FinalTensors dfin = gpt2_final_tensors(c, grads_unit(m->zero, L + 1));
     memset(a->dresidual, 0, BT * C * sizeof(float));
-    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dln, a->residual3 + (L - 1) * BT * C,
-                       fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C);
+    OP(m, "lnf_bwd", -1, layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->dln, a->residual3 + (L - 1) * BT * C,
+                                            fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C));
     params_release(m->zero, L + 1);
     grads_reduce(m->zero, L + 1);
 
@@ -272,34 +294,37 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         float* qkv = a->qkv + l * BT * 3 * C;
         float* ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
         float* ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        if (m->recompute >= 1) { gelu_forward(fch_gelu, fch, BT * 4 * C); }
+        if (m->recompute >= 1) { OP(m, "gelu_recompute", l, gelu_forward(fch_gelu, fch, BT * 4 * C)); }
         if (m->recompute >= 2) {
+            op_begin(m, "ln_recompute", l);
             layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C);
             layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, B, T, C);
+            op_end(m);
         }
 
         // MLP: fcproj(gelu(fc(ln2(residual2))))
         memset(a->dfch_gelu, 0, BT * 4 * C * sizeof(float));
-        matmul_backward(a->dfch_gelu, dw.fcprojw, dw.fcprojb, a->dresidual, fch_gelu, w.fcprojw, B, T, 4 * C, C);
+        OP(m, "fcproj_bwd", l, matmul_backward(a->dfch_gelu, dw.fcprojw, dw.fcprojb, a->dresidual, fch_gelu, w.fcprojw, B, T, 4 * C, C));
         memset(a->dfch, 0, BT * 4 * C * sizeof(float));
-        gelu_backward(a->dfch, fch, a->dfch_gelu, BT * 4 * C);
+        OP(m, "gelu_bwd", l, gelu_backward(a->dfch, fch, a->dfch_gelu, BT * 4 * C));
         memset(a->dln, 0, BT * C * sizeof(float));
-        matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, B, T, C, 4 * C);
-        layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->dln, residual2, w.ln2w, ln2_mean, ln2_rstd, B, T, C);
+        OP(m, "fc_bwd", l, matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, B, T, C, 4 * C));
+        OP(m, "ln2_bwd", l, layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->dln, residual2, w.ln2w, ln2_mean, ln2_rstd, B, T, C));
 
         // attention: attproj(attention(qkv(ln1(residual))))
         memset(a->datty, 0, BT * C * sizeof(float));
-        matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw, B, T, C, C);
+        OP(m, "attproj_bwd", l, matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw,
+                                                B, T, C, C));
         memset(a->dqkv, 0, BT * 3 * C * sizeof(float));
-        attention_backward(a->dqkv, a->dpreatt, a->datt, a->datty, qkv, a->att + l * att, B, T, C, NH);
+        OP(m, "attention_bwd", l, attention_backward(a->dqkv, a->dpreatt, a->datt, a->datty, qkv, a->att + l * att, B, T, C, NH));
         memset(a->dln, 0, BT * C * sizeof(float));
-        matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, B, T, C, 3 * C);
-        layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C);
+        OP(m, "qkv_bwd", l, matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, B, T, C, 3 * C));
+        OP(m, "ln1_bwd", l, layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C));
         params_release(m->zero, 1 + l);
         grads_reduce(m->zero, 1 + l);  // its reduction overlaps the backward of the blocks below
     }
 
-    encoder_backward(demb.wte, demb.wpe, a->dresidual, inputs, B, T, C);
+    OP(m, "encoder_bwd", -1, encoder_backward(demb.wte, demb.wpe, a->dresidual, inputs, B, T, C));
     grads_reduce(m->zero, 0);
 }
 
@@ -370,6 +395,17 @@ static void memory_figures(void* self, const ZeroStats* zs, double* out) {
     out[MEM_ALLOCATED] = out[MEM_PEAK];
 }
 
+// --profile-ops (TrainerModel's hooks): the step's ops timed from now, on the host's clock
+static double profile_begin(void* self, OpProfile* p) {
+    GPT2* m = (GPT2*)self;
+    m->prof = p;
+    m->prof_t0 = zero_now_ms();
+    return m->prof_t0;
+}
+static void profile_end(void* self) { ((GPT2*)self)->prof = NULL; }
+static void trainer_op_begin(void* self, const char* name, int layer) { op_begin((GPT2*)self, name, layer); }
+static void trainer_op_end(void* self) { op_end((GPT2*)self); }
+
 int main(int argc, char** argv) {
     Trainer t;
     trainer_start(&t, &argc, &argv, "train_gpt2_zero3_cpu", 0);  // GELU apart from the matmul (llm.c's -ge 0)
@@ -404,6 +440,8 @@ int main(int argc, char** argv) {
         .self = &model, .zero = model.zero, .device = "cpu", .precision = "fp32", .notes = notes, .peak_flops = -1.0,
         .train_micro = train_micro, .train_loss = train_loss, .eval_losses = eval_losses, .next_probs = eval_next_probs,
         .memory = memory_figures, .device_in_use = NULL, .range_push = NULL, .range_pop = NULL,
+        .profile_begin = profile_begin, .profile_end = profile_end, .op_begin = trainer_op_begin, .op_end = trainer_op_end,
+        .peak_bytes = 0.0,
     };
     trainer_run(&t, &run);
     gpt2_free(&model);

@@ -35,6 +35,7 @@
 #include "llmc/attention_flash.cuh"   // attention through cuBLAS (llmc/attention.cuh), or the fused flash kernel
 #include "llmc/matmul.cuh"            // cuBLASLt matmuls with bias / GELU epilogues
 #include "llmc/fused_classifier.cuh"  // softmax + cross-entropy + its backward, in place
+#include "llmc/op_timer.cuh"          // --profile-ops: the ops' CUDA events
 #include "llmc/trainer_proc.h" // params_fetch, grads_unit, grads_reduce, zeroCheck, mpiCheck, die_all: the unit hooks
 #include "zero3/util.h"        // zero_errmsg
 
@@ -160,7 +161,20 @@ typedef struct {
     cublasHandle_t cublas;
     MatmulCtx mm;              // cuBLASLt's handle, its workspace, and the stream (the matmuls' context)
     double peak_in_use;        // the most device memory in use seen (cudaMemGetInfo)
+    OpTimer ops;               // --profile-ops: the ops' events on the stream (off unless a step is profiled)
 } GPT2;
+
+// the op timer (llmc/profile.h's OP): events on the stream around an op (NVTX too, for nsys)
+static void op_begin(GPT2* m, const char* name, int layer) {
+    if (m->ops.prof == NULL) { return; }
+    NVTX_PUSH(name);
+    op_timer_begin(&m->ops, name, layer);
+}
+static void op_end(GPT2* m) {
+    if (m->ops.prof == NULL) { return; }
+    op_timer_end(&m->ops);
+    NVTX_POP();
+}
 
 static size_t g_device_alloc_bytes = 0;  // everything this program cudaMalloc'ed itself (the engine counts its own)
 
@@ -193,6 +207,7 @@ static void gpt2_build(GPT2* m, const GPT2Config* c, ZeroInit in, int device_eng
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     cudaCheck(cudaStreamCreate(&m->stream));
+    op_timer_init(&m->ops, m->stream);
     in.stream = m->stream;
     in.param_bytes = sizeof(floatX);
     int rc = device_engine ? zero_dev_create(&m->zero, &in) : zero_staged_create(&m->zero, &in);
@@ -281,7 +296,7 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     const MatmulCtx* mm = &m->mm;  // on stream s
 
     DevEmbed emb = gpt2_embed(c, params_fetch(m->zero, 0));
-    encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C, s);  // (B,T,C)
+    OP(m, "encoder", -1, encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C, s));  // (B,T,C)
     params_release(m->zero, 0);
 
     for (int l = 0; l < L; l++) {
@@ -301,39 +316,40 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
         // layer because the layernorm needs this unit's weights (at stage 3 the previous
         // unit may be released, this one not yet gathered, at the end of the last layer)
         if (l == 0) {
-            layernorm_forward(ln1, a->ln1_mean, a->ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C, s);
+            OP(m, "ln1", l, layernorm_forward(ln1, a->ln1_mean, a->ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C, s));
         } else {
-            fused_residual_layernorm_forward(residual, ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT,
-                                             a->residual2 + (l - 1) * BT * C, a->fcproj, w.ln1w, w.ln1b, bt, C, s);
+            OP(m, "residual+ln1", l, fused_residual_layernorm_forward(residual, ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT,
+                                                                      a->residual2 + (l - 1) * BT * C, a->fcproj, w.ln1w, w.ln1b, bt, C, s));
         }
-        matmul_forward(qkv, ln1, w.qkvw, w.qkvb, bt, C, 3 * C, NULL, 0, mm);                 // (B,T,3C)
+        OP(m, "qkv", l, matmul_forward(qkv, ln1, w.qkvw, w.qkvb, bt, C, 3 * C, NULL, 0, mm));               // (B,T,3C)
         if (m->use_flash) {
-            attention_flash_forward(atty, a->lse + l * (size_t)B * NH * T, qkv, B, T, C, NH, s);          // (B,T,C)
+            OP(m, "attention", l, attention_flash_forward(atty, a->lse + l * (size_t)B * NH * T, qkv, B, T, C, NH, s));  // (B,T,C)
         } else {
-            attention_forward(atty, a->qkvr + l * BT * 3 * C, a->att + l * att, qkv, B, T, C, NH, m->cublas, s);
+            OP(m, "attention", l, attention_forward(atty, a->qkvr + l * BT * 3 * C, a->att + l * att, qkv, B, T, C, NH, m->cublas, s));
         }
-        matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, bt, C, C, NULL, 0, mm);       // (B,T,C)
+        OP(m, "attproj", l, matmul_forward(a->attproj, atty, w.attprojw, w.attprojb, bt, C, C, NULL, 0, mm));  // (B,T,C)
         // residual2 = residual + attproj; ln2 = layernorm(residual2)
-        fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT,
-                                         residual, a->attproj, w.ln2w, w.ln2b, bt, C, s);
+        OP(m, "residual+ln2", l, fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT,
+                                                                  residual, a->attproj, w.ln2w, w.ln2b, bt, C, s));
         // fch_gelu = gelu(ln2 @ fcw^T + fcb), the pre-activation kept in fch: the CPU trainer's
         // matmul_forward + gelu_forward in one call, the GELU in cuBLASLt's epilogue in bf16,
         // and in fp32 by gelu_forward after the product, with llmc/gelu.h's formula (the
         // epilogue's is undocumented, and fp32 is held to the CPU's rounding; llmc/matmul.cuh)
-        matmul_forward(fch_gelu, ln2, w.fcw, w.fcb, bt, C, 4 * C, fch, 1, mm);               // (B,T,4C)
+        OP(m, "fc+gelu", l, matmul_forward(fch_gelu, ln2, w.fcw, w.fcb, bt, C, 4 * C, fch, 1, mm));             // (B,T,4C)
         // fcproj is added to residual2 by the next unit (the next layer's ln1, or lnf)
-        matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, bt, 4 * C, C, NULL, 0, mm); // (B,T,C)
+        OP(m, "fcproj", l, matmul_forward(a->fcproj, fch_gelu, w.fcprojw, w.fcprojb, bt, 4 * C, C, NULL, 0, mm)); // (B,T,C)
         params_release(m->zero, 1 + l);
         NVTX_POP();
     }
 
     // residual3 of the last layer = residual2 + fcproj, and lnf = layernorm(it)
     DevFinal fin = gpt2_final(c, params_fetch(m->zero, L + 1));
-    fused_residual_layernorm_forward(a->residual3 + (L - 1) * BT * C, a->lnf, a->lnf_mean, a->lnf_rstd,
-                                     a->residual2 + (L - 1) * BT * C, a->fcproj, fin.lnfw, fin.lnfb, bt, C, s);
+    OP(m, "residual+lnf", -1, fused_residual_layernorm_forward(a->residual3 + (L - 1) * BT * C, a->lnf, a->lnf_mean, a->lnf_rstd,
+                                                                a->residual2 + (L - 1) * BT * C, a->fcproj, fin.lnfw, fin.lnfb, bt, C, s));
     params_release(m->zero, L + 1);
     // the classifier is tied to the token embedding: logits = lnf @ wte^T (all Vp columns)
     emb = gpt2_embed(c, params_fetch(m->zero, 0));
+    op_begin(m, "classifier", -1);  // (the products, the softmax and the losses)
     int Vt = m->vocab_tile;
     if (Vt == 0) {
         matmul_forward(a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, mm);             // (B,T,Vp)
@@ -358,8 +374,9 @@ static void gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, 
     if (targets != NULL && Vt == 0) {
         fused_classifier(a->logits, a->losses, targets, dloss, bt, V, Vp, dloss > 0.0f, s);
     }
+    op_end(m);
     if (targets != NULL && dloss > 0.0f) {
-        loss_mean_accumulate_kernel<<<1, 256, 0, s>>>(a->loss_acc, a->losses, BT);
+        OP(m, "loss", -1, loss_mean_accumulate_kernel<<<1, 256, 0, s>>>(a->loss_acc, a->losses, BT));
         cudaCheck(cudaGetLastError());
     } else if (targets != NULL) {
         cudaCheck(cudaMemcpyAsync(m->host_losses, a->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -386,6 +403,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
     // embedding's gradient stays open until the encoder's backward at the end.
     DevEmbed emb = gpt2_embed(c, params_fetch(m->zero, 0));
     DevEmbed demb = gpt2_embed(c, grads_unit(m->zero, 0));
+    op_begin(m, "classifier_bwd", -1);
     int Vt = m->vocab_tile;
     if (Vt == 0) {
         matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, mm);
@@ -403,14 +421,15 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
                             bt, C, w, NULL, v0 != last, mm);
         }
     }
+    op_end(m);
     params_release(m->zero, 0);
 
     // final layernorm: dresidual = its input gradient (layernorm_backward accumulates)
     DevFinal fin = gpt2_final(c, params_fetch(m->zero, L + 1));
     DevFinal dfin = gpt2_final(c, grads_unit(m->zero, L + 1));
     cudaCheck(cudaMemsetAsync(a->dresidual, 0, BT * C * sizeof(floatX), s));
-    layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->ln_scratch, a->dln, a->residual3 + (L - 1) * BT * C,
-                       fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C, s);
+    OP(m, "lnf_bwd", -1, layernorm_backward(a->dresidual, dfin.lnfw, dfin.lnfb, a->ln_scratch, a->dln, a->residual3 + (L - 1) * BT * C,
+                                            fin.lnfw, a->lnf_mean, a->lnf_rstd, B, T, C, s));
     params_release(m->zero, L + 1);
     grads_reduce(m->zero, L + 1);
 
@@ -430,22 +449,26 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         floatX* qkv = a->qkv + l * BT * 3 * C;
         float* ln1_mean = a->ln1_mean + l * BT, *ln1_rstd = a->ln1_rstd + l * BT;
         float* ln2_mean = a->ln2_mean + l * BT, *ln2_rstd = a->ln2_rstd + l * BT;
-        if (m->recompute >= 1) { gelu_forward(fch_gelu, fch, BT * 4 * C, s); }
+        if (m->recompute >= 1) { OP(m, "gelu_recompute", l, gelu_forward(fch_gelu, fch, BT * 4 * C, s)); }
         if (m->recompute >= 2) {  // the same statistics as the forward stored: recomputed from the same inputs
+            op_begin(m, "ln_recompute", l);
             layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, B, T, C, s);
             layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, B, T, C, s);
+            op_end(m);
         }
 
         // MLP: fcproj(gelu(fc(ln2(residual2)))); the GELU backward is fused into the
         // fcproj matmul's dinp through pre_gelu: dfch = (dresidual @ fcprojw) * gelu'(fch)
-        matmul_backward(a->dfch, dw.fcprojw, dw.fcprojb, a->dresidual, fch_gelu, w.fcprojw, a->dbias_scratch,
-                        bt, 4 * C, C, fch, 0, mm);
-        matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, a->dbias_scratch, bt, C, 4 * C, NULL, 0, mm);
-        layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->ln_scratch, a->dln, residual2, w.ln2w, ln2_mean, ln2_rstd, B, T, C, s);
+        OP(m, "fcproj+gelu_bwd", l, matmul_backward(a->dfch, dw.fcprojw, dw.fcprojb, a->dresidual, fch_gelu, w.fcprojw,
+                                                    a->dbias_scratch, bt, 4 * C, C, fch, 0, mm));
+        OP(m, "fc_bwd", l, matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, a->dbias_scratch, bt, C, 4 * C, NULL, 0, mm));
+        OP(m, "ln2_bwd", l, layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->ln_scratch, a->dln, residual2, w.ln2w, ln2_mean,
+                                               ln2_rstd, B, T, C, s));
 
         // attention: attproj(attention(qkv(ln1(residual))))
-        matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw,
-                        a->dbias_scratch, bt, C, C, NULL, 0, mm);
+        OP(m, "attproj_bwd", l, matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw,
+                                                a->dbias_scratch, bt, C, C, NULL, 0, mm));
+        op_begin(m, "attention_bwd", l);
         cudaCheck(cudaMemsetAsync(a->dqkv, 0, BT * 3 * C * sizeof(floatX), s));  // attention_backward accumulates
         if (m->use_flash) {
             attention_flash_backward(a->dqkv, a->attn_fscratch, a->datty, qkv, a->atty + l * BT * C,
@@ -454,15 +477,17 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
             attention_backward(a->dqkv, a->dqkvr, a->datt, a->attn_scratch, a->datty, a->qkvr + l * BT * 3 * C,
                                a->att + l * att, B, T, C, NH, m->cublas, s);
         }
-        matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch, bt, C, 3 * C, NULL, 0, mm);
-        layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->ln_scratch, a->dln, residual, w.ln1w, ln1_mean, ln1_rstd, B, T, C, s);
+        op_end(m);
+        OP(m, "qkv_bwd", l, matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch, bt, C, 3 * C, NULL, 0, mm));
+        OP(m, "ln1_bwd", l, layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->ln_scratch, a->dln, residual, w.ln1w, ln1_mean,
+                                               ln1_rstd, B, T, C, s));
         params_release(m->zero, 1 + l);
         grads_reduce(m->zero, 1 + l);  // its reduction overlaps the backward of the blocks below
         NVTX_POP();
     }
 
     // the encoder's backward needs the token ids, not the parameters: no fetch
-    encoder_backward(demb.wte, demb.wpe, a->enc_scratch, a->dresidual, inputs, B, T, C, s);
+    OP(m, "encoder_bwd", -1, encoder_backward(demb.wte, demb.wpe, a->enc_scratch, a->dresidual, inputs, B, T, C, s));
     grads_reduce(m->zero, 0);
     NVTX_POP();
 }
@@ -480,6 +505,7 @@ static void gpt2_free(GPT2* m) {
     free(m->host_logits_f);
     cublaslt_free(&m->mm);
     cublasCheck(cublasDestroy(m->cublas));
+    op_timer_free(&m->ops);
     cudaCheck(cudaStreamDestroy(m->stream));
 }
 
@@ -615,10 +641,28 @@ static void memory_figures(void* self, const ZeroStats* zs, double* out) {
     out[MEM_PEAK] = m->peak_in_use;
 }
 
+// --profile-ops (TrainerModel's hooks): the step's ops timed by events on the stream
+static double profile_begin(void* self, OpProfile* p) { return op_timer_step_begin(&((GPT2*)self)->ops, p); }
+static void profile_end(void* self) { op_timer_step_end(&((GPT2*)self)->ops); }
+static void trainer_op_begin(void* self, const char* name, int layer) { op_begin((GPT2*)self, name, layer); }
+static void trainer_op_end(void* self) { op_end((GPT2*)self); }
+
 static void range_push(const char* name) { NVTX_PUSH(name); }
 static void range_pop(void) { NVTX_POP(); }
 
 // peak dense bf16 tensor FLOP/s by device name; 0 when unknown
+// the device's memory rate from its attributes: the memory clock (kHz) times the bus width,
+// twice a clock (DDR), bytes/s; 0 when the driver does not say
+static double peak_memory_bytes(int device) {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0.0;
+    }
+    return 2.0 * khz * 1e3 * bits / 8.0;
+}
+
 static double peak_bf16_flops(const char* name) {
     if (strstr(name, "H200") != NULL) { return 989e12; }
     if (strstr(name, "H100") != NULL) {
@@ -737,6 +781,8 @@ int main(int argc, char** argv) {
         .self = &model, .zero = model.zero, .device = prop.name, .precision = PRECISION_MODE, .notes = notes, .peak_flops = peak_bf16_flops(prop.name),
         .train_micro = train_micro, .train_loss = train_loss, .eval_losses = eval_losses, .next_probs = eval_next_probs,
         .memory = memory_figures, .device_in_use = device_in_use, .range_push = range_push, .range_pop = range_pop,
+        .profile_begin = profile_begin, .profile_end = profile_end, .op_begin = trainer_op_begin, .op_end = trainer_op_end,
+        .peak_bytes = peak_memory_bytes(device),
     };
     trainer_run(&t, &run);
     gpt2_free(&model);

@@ -100,6 +100,11 @@ static const OptRow args_options[] = {
     { .long_flag = "--log-tensors", .type = OPT_INT, TC(log_tensors), .lo = 0, .hi = K30, .def = "0", .arg = "<N>", .trainer = OPT_BOTH,
       .help = "every N steps, per tensor and per layer, the norm and largest magnitude of the parameters, m, v and the "
               "gradient and the update-to-parameter ratio, as a line of -o's main.jsonl (needs -o); 0 = off" },
+    { .long_flag = "--profile-ops", .type = OPT_INT, TC(profile_ops), .lo = 0, .hi = K30, .def = "0", .arg = "<N>", .trainer = OPT_BOTH,
+      .help = "time every op of the run's last N steps (CUDA events on the GPU, the clock on the CPU): a table at the end "
+              "(each op's ms, share of the step, and its time over the floor its FLOPs and bytes allow), the same rows in "
+              "--report's ops and in -o's main.jsonl, the timeline as -o's ops_trace.json (Chrome's trace format, for "
+              "Perfetto); those steps are marked profiled and left out of the speed figures; 0 = off" },
 
     { .group = "Memory and compute",
       .short_flag = "-r", .type = OPT_INT, TC(recompute), .lo = 0, .hi = 2, .def = "1", .arg = "0|1|2", .trainer = OPT_BOTH,

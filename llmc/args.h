@@ -62,6 +62,7 @@ typedef struct {
     int max_skipped_steps;       // --max-skipped-steps  consecutive steps skipped for a non-finite loss/norm before the run stops
     const char* report;          // --report      JSON summary written by rank 0 at exit
     int log_tensors;             // --log-tensors N  per-tensor figures in main.jsonl every N steps (llmc/tensor_log.h)
+    int profile_ops;             // --profile-ops N  the last N steps timed op by op (llmc/profile.h)
     const char* tokenizer;       // --tokenizer   tokenizer file for decoding samples
     float beta1, beta2, eps;     // AdamW, from --ds-config's optimizer.params (llm.c's by default)
     const char* ds_config;       // --ds-config   DeepSpeed-style JSON; flags override it

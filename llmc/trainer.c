@@ -156,6 +156,11 @@ static void trainer_loop_begin(Trainer* t, const TrainerModel* m, TrainerLoop* l
     lp->evals = (EvalRecord*)mallocCheck((t->max_steps + 2) * sizeof(EvalRecord));
     zeroCheck(zero_stats(m->zero, &lp->traffic.start));
     tensor_log_init(&lp->tensors, &t->config, m->zero, tc->log_tensors);
+    if (tc->profile_ops > 0 && m->profile_begin != NULL) {
+        lp->ops = op_profile_new(&t->config, tc->B, tc->T, !strcmp(m->precision, "bf16") ? 2 : 4, !strcmp(tc->attention, "flash"),
+                                 m->peak_flops, m->peak_bytes, m->peak_flops < 0 ? "CPU (the model's ops)" : "GPU compute stream");
+        if (lp->ops == NULL) { die_all(rank, "--profile-ops: out of memory for the op timer"); }
+    }
     kernel_steps_begin(lp->kernel);
     if (!tc->resume) { log_fresh(tc->output_dir, rank); }  // a resumed run appends, as llm.c's does
     lp->t_start = zero_now_ms();
@@ -263,6 +268,9 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     ZeroStats before;
     zeroCheck(zero_stats(m->zero, &before));
     double t0 = zero_now_ms();
+    // --profile-ops: the run's last steps, timed op by op (their start waits for the GPU)
+    int profiled = lp->ops != NULL && step >= t->max_steps - tc->profile_ops;
+    if (profiled) { t0 = m->profile_begin(m->self, lp->ops); }
     for (int micro = 0; micro < t->grad_accum; micro++) {
         if (!tc->overfit_single_batch || !lp->have_batch) {
             if (dataloader_next_batch(&t->train) != 0) { trainer_fail(rank); }
@@ -290,9 +298,16 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
         t0 += zero_now_ms() - tb;
     }
     if (m->range_push != NULL) { m->range_push("optimizer"); }
+    if (profiled) { m->op_begin(m->self, "optimizer", -1); }
     zeroCheck(zero_step(m->zero, &zs));
+    if (profiled) { m->op_end(m->self); }
     if (m->range_pop != NULL) { m->range_pop(); }
+    if (profiled) { m->profile_end(m->self); }  // (waits for the step's ops: their time counts in the step's)
     double ms = zero_now_ms() - t0;
+    if (profiled) {
+        op_profile_span(lp->ops, "step", -1, OP_TRACK_HOST, 0.0, ms);
+        op_profile_step(lp->ops, step, t0, ms);
+    }
     if (log_tensors) { tensor_log_after(&lp->tensors, &t->config, m->zero, step, rank, tc->output_dir); }
     if (step == lp->change_step) { test_change_states(m, t, rank, world); }
     ZeroStats after;
@@ -340,8 +355,40 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
              "\"skipped_outlier\": %s, \"rss_bytes\": %.0f, \"device_bytes\": %.0f}\n", step, (double)(step + 1) * t->total_batch,
              loss, lr, after.norm, ms, tps, mfu, wait,
              skip ? "true" : "false", outlier ? "true" : "false", kernel_rss_now(), device_bytes);
-    lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip, outlier};
+    lp->steps[lp->nsteps++] = (StepRecord){step, loss, ms, tps, lr, after.norm, wait, mfu, skip, outlier, profiled};
     return lp->skipped_in_a_row > tc->max_skipped_steps;
+}
+
+// --profile-ops, after the last step (rank 0): the table, its rows in main.jsonl (lines of
+// their own, told apart by "op"), the timeline in -o's ops_trace.json
+static void trainer_ops_report(const Trainer* t, const TrainerLoop* lp) {
+    const TrainConfig* tc = &t->tc;
+    if (lp->ops == NULL || t->rank != 0) { return; }
+    if (op_profile_steps(lp->ops) == 0) {
+        printf("--profile-ops %d: no step of this run was timed (it stopped before its last %d steps)\n", tc->profile_ops,
+               tc->profile_ops);
+        return;
+    }
+    op_profile_print(lp->ops, stdout);
+    OpRow rows[128];
+    int n = op_profile_rows(lp->ops, rows, 128), last = lp->nsteps > 0 ? lp->steps[lp->nsteps - 1].step : 0;
+    for (int i = 0; i < n; i++) {
+        const OpRow* r = &rows[i];
+        log_line(tc->output_dir, t->rank, "main.jsonl", "{\"step\": %d, \"op\": \"%s\", \"calls\": %.3f, \"ms\": %.6f, "
+                 "\"share\": %.6f, \"flops\": %.0f, \"bytes\": %.0f, \"floor_ms\": %.6f}\n", last, r->name, r->calls, r->ms,
+                 r->share, r->flops, r->bytes, r->floor_ms);
+    }
+    if (tc->output_dir == NULL) {
+        printf("--profile-ops: no -o, so no timeline (-o DIR writes DIR/ops_trace.json)\n");
+        return;
+    }
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/ops_trace.json", tc->output_dir);
+    if (op_profile_write_trace(lp->ops, path) != 0) {
+        fprintf(stderr, "warning: --profile-ops: %s\n", llmc_errmsg());  // (the table and rows are out: the run goes on)
+    } else {
+        printf("--profile-ops: the timeline is %s (Chrome's trace format: ui.perfetto.dev opens it)\n", path);
+    }
 }
 
 // After the last step: the memory peaks over the whole run (gathered again: the working set
@@ -371,9 +418,10 @@ static void trainer_loop_report(Trainer* t, const TrainerModel* m, TrainerLoop* 
         mpiWatched("sum of the network figures", MPI_Reduce(mine_net, lp->traffic.net, 2 * ZERO_NUM_LINKS * ZERO_NUM_COLLECTIVES,
                                                              MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD));
     }
+    trainer_ops_report(t, lp);
     if (rank == 0 && tc->report != NULL &&
         trainer_report(t, m, lp->steps, lp->nsteps, lp->vals, lp->nvals, lp->evals, lp->nevals, lp->mem_all, kernel_all, &lp->traffic,
-                       lp->flops_per_token) != 0) {
+                       lp->flops_per_token, lp->ops) != 0) {
         fprintf(stderr, "error: %s\n", llmc_errmsg());
         trainer_abort();
     }
@@ -396,6 +444,7 @@ void trainer_run(Trainer* t, const TrainerModel* m) {
     int nsteps = lp.nsteps, skipped_in_a_row = lp.skipped_in_a_row, start_step = lp.start_step;
     int last = nsteps > 0 ? lp.steps[nsteps - 1].step + 1 : start_step;
     free(lp.steps); free(lp.vals); free(lp.evals); free(lp.mem_all);
+    op_profile_free(lp.ops);
     tensor_log_free(&lp.tensors);
     if (stopped) {  // every rank saw the same loss and norm: all stop here together
         zeroCheck(zero_flush(m->zero));

@@ -65,6 +65,7 @@ typedef struct {
     TrainerTraffic traffic;
     double kernel[KERNEL_FIELDS];
     TensorLog tensors;          // --log-tensors
+    OpProfile* ops;             // --profile-ops: the ops' times of the last steps (NULL: off)
 } TrainerLoop;
 
 // The run: resume, the header and the memory table, then per step validation (-v),

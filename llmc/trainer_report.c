@@ -106,9 +106,30 @@ static void report_startup_transfers(cJSON* root, const Trainer* t, const ZeroSt
     cJSON_AddNumberToObject(mv, "param_reads_ahead_peak", z->reads_ahead_peak);
 }
 
+// ops: --profile-ops's rows (llmc/profile.h's OpRow), per step of the profiled ones, the
+// longest first and the step's time outside every op last
+static void report_ops(cJSON* root, const OpProfile* ops) {
+    if (ops == NULL || op_profile_steps(ops) == 0) { return; }
+    OpRow rows[128];
+    int n = op_profile_rows(ops, rows, 128);
+    cJSON* arr = cJSON_AddArrayToObject(root, "ops");
+    for (int i = 0; i < n; i++) {
+        cJSON* o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", rows[i].name);
+        cJSON_AddNumberToObject(o, "calls_per_step", rows[i].calls);
+        cJSON_AddNumberToObject(o, "ms_per_step", rows[i].ms);
+        cJSON_AddNumberToObject(o, "share", rows[i].share);
+        cJSON_AddNumberToObject(o, "flops_per_call", rows[i].flops);
+        cJSON_AddNumberToObject(o, "bytes_per_call", rows[i].bytes);
+        cJSON_AddNumberToObject(o, "floor_ms_per_call", rows[i].floor_ms);
+        cJSON_AddItemToArray(arr, o);
+    }
+    cJSON_AddNumberToObject(root, "ops_steps", op_profile_steps(ops));
+}
+
 int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* steps, int nsteps,
                           const ValRecord* vals, int nvals, const EvalRecord* evals, int nevals, const double* mem, const double* kernel,
-                          const TrainerTraffic* tr, double flops_per_token) {
+                          const TrainerTraffic* tr, double flops_per_token, const OpProfile* ops) {
     const TrainConfig* tc = &t->tc;
     ZeroStats zs;
     zeroCheck(zero_stats(m->zero, &zs));
@@ -149,6 +170,7 @@ int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* st
         cJSON_AddNumberToObject(s, "comm_wait_ms", steps[i].wait_ms);
         cJSON_AddBoolToObject(s, "skipped", steps[i].skipped);
         cJSON_AddBoolToObject(s, "skipped_outlier", steps[i].outlier);
+        if (steps[i].profiled) { cJSON_AddBoolToObject(s, "profiled", 1); }  // (--profile-ops: left out of speed figures)
         if (steps[i].mfu >= 0) { cJSON_AddNumberToObject(s, "mfu", steps[i].mfu); }
         cJSON_AddItemToArray(arr, s);
     }
@@ -211,6 +233,7 @@ int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* st
         }
     }
     report_startup_transfers(root, t, &zs, tr);
+    report_ops(root, ops);
 
     char* text = cJSON_Print(root);
     cJSON_Delete(root);

@@ -42,7 +42,7 @@ double kernel_rss_now(void);
 void kernel_steps_end(double* k, int steps);
 
 // one training step and one validation, as the report records them
-typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; int skipped, outlier; } StepRecord;  // mfu < 0: unknown; outlier: skipped by -sl/-sg
+typedef struct { int step; float loss; double ms, tokens_per_s; float lr, norm; double wait_ms, mfu; int skipped, outlier, profiled; } StepRecord;  // mfu < 0: unknown; outlier: skipped by -sl/-sg; profiled: timed op by op (--profile-ops)
 typedef struct { int step; float loss; } ValRecord;
 // -h 1: HellaSwag's accuracy at a step (rank 0's; the correct examples of all)
 typedef struct { int step; float accuracy; int correct, examples; } EvalRecord;
@@ -58,10 +58,11 @@ typedef struct {
     double net[2][ZERO_NUM_LINKS][ZERO_NUM_COLLECTIVES];
 } TrainerTraffic;
 
-// the --report JSON (DESIGN's contract and more), written whole or not at all
+// the --report JSON (DESIGN's contract and more), written whole or not at all; ops: the
+// per-op timer's rows, NULL when off
 int trainer_report(const Trainer* t, const TrainerModel* m, const StepRecord* steps, int nsteps,
                           const ValRecord* vals, int nvals, const EvalRecord* evals, int nevals, const double* mem, const double* kernel,
-                          const TrainerTraffic* tr, double flops_per_token);
+                          const TrainerTraffic* tr, double flops_per_token, const OpProfile* ops);
 
 // the run's table, printed by rank 0
 void trainer_print_header(const Trainer* t, const TrainerModel* m, double flops_per_token);

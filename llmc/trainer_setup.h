@@ -19,6 +19,7 @@
 #include "llmc/tokenizer.h"   // Tokenizer for samples
 #include "llmc/hellaswag.h"   // EvalSet: -h 1's examples
 #include "zero3/zero.h"       // Zero, ZeroModel, ZeroInit: the engine's interface
+#include "llmc/profile.h"     // OpProfile: --profile-ops
 
 #ifdef __cplusplus
 extern "C" {
@@ -143,6 +144,15 @@ typedef struct {
     // named ranges for a profiler around the step and the update (the GPU's NVTX); NULL: none
     void (*range_push)(const char* name);
     void (*range_pop)(void);
+    // --profile-ops (llmc/profile.h): the step about to run has its ops timed into p; returns
+    // the host's clock (zero_now_ms) at the step's start. profile_end: the step is over, its
+    // spans are in p (the GPU's events read, the timer off again). op_begin/op_end: an op of
+    // the trainer's own (the optimizer's step), timed as the model's are (nothing when off).
+    double (*profile_begin)(void* self, OpProfile* p);
+    void (*profile_end)(void* self);
+    void (*op_begin)(void* self, const char* name, int layer);
+    void (*op_end)(void* self);
+    double peak_bytes;          // the device's memory rate for the ops' floors, bytes/s; 0 unknown
 } TrainerModel;
 
 #ifdef __cplusplus

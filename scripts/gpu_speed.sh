@@ -176,6 +176,13 @@ step_c() {  # d12 at each stage and attention path
             if ours "$name" "$(time_for 5)" -e "$model" -b "$b" -t "$t" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 -z "$z" \
                 --attention "$a" -o "$WORK/files/c_$name" "${prof[@]}"; then
                 run_figures "$name" "$w" && check PASS "-z $z --attention $a: $(sed -n "s/^$name.ms_per_step=//p" "$WORK/steps/c.kv") ms a step"
+                # the per-op timer's rows (its table is in the run's log, its timeline under files/)
+                "$PY" - "$WORK/reports/$name.json" <<'EOF' | while read -r k v; do kv "$name.op.$k" "$v"; done
+import json, sys
+for r in json.load(open(sys.argv[1])).get("ops", []):
+    x = r["ms_per_step"] / r["calls_per_step"] / r["floor_ms_per_call"] if r["calls_per_step"] and r["floor_ms_per_call"] else None
+    print(r["name"], f"ms={r['ms_per_step']:.3f} share={r['share']:.3f}" + (f" x_floor={x:.2f}" if x else ""))
+EOF
             else
                 check FAIL "-z $z --attention $a: $(why "$name")"
             fi
@@ -311,6 +318,11 @@ for k, v in c.items():
         n = k[:-len(".ms_per_step")]
         print(f"  {c.get('model')} B={c.get('B')} {n}: {f(v)} ms a step, {f(c.get(n + '.tokens_per_s'), '{:.0f}')} tokens/s, MFU "
               f"{f(None if c.get(n + '.mfu') is None else 100 * c[n + '.mfu'])}%, start-up {f(c.get(n + '.startup_s'))} s")
+ops = [(k, v) for k, v in c.items() if ".op." in k and k.startswith("z0_")]
+if ops:
+    print("  the per-op timer, -z 0 (ms a step, share, time over the floor), the 8 longest of each run:")
+    for k, v in [(k, v) for i, (k, v) in enumerate(ops) if sum(o[0].split(".")[0] == k.split(".")[0] for o in ops[:i]) < 8]:
+        print(f"    {k.replace('.op.', ': ')}: {v}")
 for k, v in c.items():
     if k.endswith(".stage3_vs_stage0_x"):
         print(f"  stage 3 / stage 0 ({k.split('.', 1)[0]}): {v}x of stage 0's speed (goal: within 3%)")

@@ -15,6 +15,8 @@
 #include <time.h>            // clock_gettime (host builds of gpu_clock_ns)
 #include <cuda_runtime.h>    // cudaError_t, cudaGetErrorString
 #include <cuda_bf16.h>       // __nv_bfloat16 and its conversions
+#include <stdio.h>           // snprintf: the NVTX ranges' names
+#include <nvtx3/nvToolsExt.h> // nvtxRangePushA: the engine's movers on a profiler's timeline (header-only)
 #include "zero3/util.h"      // zero_error
 
 #if defined(ENABLE_FP32)
@@ -61,6 +63,18 @@ __device__ __forceinline__ unsigned long long gpu_clock_ns(void) {
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 #endif
 }
+
+// NVTX ranges for a profiler's timeline (nsys): the engine's movers, each named with what it
+// moves and the unit ("zero gather 5"), so that the timeline reads like the schedule; unit
+// < 0: none. A range is the host's call that issues the work (its kernels and copies are
+// tied to it by the profiler); without a profiler attached the calls do next to nothing.
+static inline void zero_nvtx_push(const char* what, int unit) {
+    char name[64];
+    if (unit >= 0) { snprintf(name, sizeof(name), "zero %s %d", what, unit); } else { snprintf(name, sizeof(name), "zero %s", what); }
+    nvtxRangePushA(name);
+}
+// ends the range and passes rc on: `zero_nvtx_push("gather", u); return zero_nvtx_popped(gather(u));`
+static inline int zero_nvtx_popped(int rc) { nvtxRangePop(); return rc; }
 
 // The engines' conversion kernels: static, as this file is included by the engines'
 // translation unit (zero3/device.cu) and by the trainer's, which does not use them

@@ -598,14 +598,15 @@ static int zero_dev_copy_out(ZeroDev* d, int u) {
     size_t gb = zero_dev_shard_grad_bytes(d);
     const char* src = d->stage >= 2 ? (const char*)(d->acc + pu->shard_offset)
                     : d->comm32 ? (const char*)(d->gshard32 + pu->shard_offset) : (const char*)(d->gshard + pu->shard_offset);
+    zero_nvtx_push("copy out", u);
     if (zero_cuda(cudaEventRecord(d->reduced_out_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
         zero_cuda(cudaStreamWaitEvent(d->copy_out, d->reduced_out_ev, 0), "cudaStreamWaitEvent") != 0 ||
         zero_cuda(cudaMemcpyAsync((char*)d->h_grads + pu->shard_offset * gb, src, pu->shard * gb,
                                   cudaMemcpyDeviceToHost, d->copy_out), "copying a gradient shard out") != 0) {
-        return -1;
+        return zero_nvtx_popped(-1);
     }
     d->moved_d2h += (double)pu->shard * gb;
-    return 0;
+    return zero_nvtx_popped(0);
 }
 
 // ----------------------------------------------------------------------------
@@ -749,11 +750,25 @@ static int zero_dev_reduce_start(void* be, int u) {
     return s->last_micro && !d->grads_host ? zero_dev_copy_out(d, u) : 0;
 }
 
+// the movers the driver calls that move bytes, each inside an NVTX range named with the unit
+static int zero_dev_gather_start_ranged(void* be, int u, int how) {
+    zero_nvtx_push("gather", u); return zero_nvtx_popped(zero_dev_gather_start(be, u, how));
+}
+static int zero_dev_gather_wait_ranged(void* be, int u) {
+    zero_nvtx_push("gather wait", u); return zero_nvtx_popped(zero_dev_gather_wait(be, u));
+}
+static int zero_dev_reduce_start_ranged(void* be, int u) {
+    zero_nvtx_push("reduce-scatter", u); return zero_nvtx_popped(zero_dev_reduce_start(be, u));
+}
+static int zero_dev_reduce_complete_ranged(void* be, int u) {
+    zero_nvtx_push("reduce-scatter wait", u); return zero_nvtx_popped(zero_dev_reduce_complete(be, u));
+}
+
 static const ZeroMover zero_dev_mover = {
-    .gather_start = zero_dev_gather_start, .gather_wait = zero_dev_gather_wait,
+    .gather_start = zero_dev_gather_start_ranged, .gather_wait = zero_dev_gather_wait_ranged,
     .gather_free = zero_dev_gather_free, .params = zero_dev_params,
-    .grad_buf = zero_dev_grad_buf, .reduce_start = zero_dev_reduce_start,
-    .reduce_complete = zero_dev_reduce_complete,
+    .grad_buf = zero_dev_grad_buf, .reduce_start = zero_dev_reduce_start_ranged,
+    .reduce_complete = zero_dev_reduce_complete_ranged,
     .poll = zero_dev_slots_poll,  // (NCCL progresses on its own; the host adds the gradient shards that arrived)
     .upcoming = zero_dev_upcoming,  // parameters on NVMe: the next gather's shard read ahead
 };

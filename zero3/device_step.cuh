@@ -35,7 +35,7 @@ static int zero_dev_refresh_persistent(ZeroDev* d) {
 // offload: the SIMD CPU Adam over this rank's part of every tensor, from the gradient
 // shards at `grads`, writing the fp32 master and moments and the floatX compute copy
 // (out: an h_params buffer). Called on the step's thread, or on update_thread with dpu.
-static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float lr, float weight_decay, float grad_scale, int t) {
+static int zero_dev_cpu_update_shards(ZeroDev* d, const void* grads, floatX* out, float lr, float weight_decay, float grad_scale, int t) {
     if (d->opt_nvme) { return zero_dev_swap_update(d, lr, weight_decay, grad_scale, t); }  // (grads, out: the swap file's, d->swap's)
     CpuAdamParams hp = {lr, d->beta1, d->beta2, d->eps, 0.0f, grad_scale, t};
     size_t gb = zero_dev_shard_grad_bytes(d);
@@ -57,6 +57,11 @@ static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float
         }
     }
     return zero_dev_swap_flush(d);
+}
+// (the same in an NVTX range: the CPU Adam on a profiler's timeline, on its own thread with --dpu)
+static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float lr, float weight_decay, float grad_scale, int t) {
+    zero_nvtx_push("cpu adam", -1);
+    return zero_nvtx_popped(zero_dev_cpu_update_shards(d, grads, out, lr, weight_decay, grad_scale, t));
 }
 
 static void* zero_dev_update_main(void* arg) {
@@ -100,7 +105,7 @@ static int zero_dev_share_refresh(ZeroDev* d) {
 // offload: the updated floatX shards (src, an h_params buffer) to the GPU on the copy-in
 // stream, the compute stream waiting for them; then every rank's shards to every rank.
 // With parameter offload src becomes the shards the gathers upload from.
-static int zero_dev_upload(ZeroDev* d, const floatX* src) {
+static int zero_dev_upload_shards(ZeroDev* d, const floatX* src) {
     cudaStream_t s = d->compute;
     // the copies overwrite parameters that work queued on the compute stream (and the
     // gathers on the NCCL stream) may still read: after both
@@ -125,6 +130,11 @@ static int zero_dev_upload(ZeroDev* d, const floatX* src) {
         return -1;
     }
     return d->step.share(d);
+}
+// (the same in an NVTX range)
+static int zero_dev_upload(ZeroDev* d, const floatX* src) {
+    zero_nvtx_push("upload", -1);
+    return zero_nvtx_popped(zero_dev_upload_shards(d, src));
 }
 
 // dpu: waits for the pending CPU update and uploads its result (at the end of the next

@@ -54,7 +54,8 @@ static int zero_dev_upcoming(void* be, int u) {
     for (int i = 0; i < d->npstage; i++) { owned += d->pstage[i].reading >= 0; }
     if (owned >= d->npstage - 1) { return 0; }
     ZeroDevStage* st = zero_dev_pstage_take(d);
-    if (st == NULL || zero_swap_param_read_start(&d->swap, u, st->buf) != 0) { return -1; }
+    zero_nvtx_push("nvme read ahead", u);
+    if (zero_nvtx_popped(st == NULL || zero_swap_param_read_start(&d->swap, u, st->buf) != 0)) { return -1; }
     st->reading = u;
     d->read_ahead[u] = (int)(st - d->pstage);
     if (owned + 1 > d->reads_ahead_peak) { d->reads_ahead_peak = owned + 1; }
@@ -73,10 +74,14 @@ static const floatX* zero_dev_param_src(ZeroDev* d, int u) {
         st = &d->pstage[d->read_ahead[u]];
         d->read_ahead[u] = -1;
         st->reading = -1;
-        if (zero_swap_param_wait(&d->swap, u) != 0) { return NULL; }
+        zero_nvtx_push("nvme read wait", u);
+        if (zero_nvtx_popped(zero_swap_param_wait(&d->swap, u)) != 0) { return NULL; }
         d->reads_ahead_used++;
-    } else if ((st = zero_dev_pstage_take(d)) == NULL || zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0) {
-        return NULL;
+    } else {
+        zero_nvtx_push("nvme read", u);
+        if (zero_nvtx_popped((st = zero_dev_pstage_take(d)) == NULL || zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0)) {
+            return NULL;
+        }
     }
     d->pstage_last = st;
     return st->buf;

@@ -8,7 +8,9 @@ PY=${PY:-/usr/bin/python3}   # Debian's python3: it has numpy and torch (overrid
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1   # the same arithmetic in every run
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# (KEEP_TMP=1: the directory stays, for a failure's files, and its path is said at the end)
+# shellcheck disable=SC2016  # expanded when the trap runs
+trap '[ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"' EXIT
 pass=0; fail=0; skips=0
 ok()  { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; fail=$((fail + 1)); }

@@ -8,7 +8,7 @@
 #            (ops, kernels, gpt2.h, data, tokenizer) includes nothing of zero3/; only the
 #            glue that drives an engine does (args.h: the ZeRO flags, trainer.h and
 #            checkpoint.h: the engine, manifest.h: the bound on ranks, cuda_common.cuh:
-#            the compute precision floatX)
+#            the compute precision floatX, op_timer.cuh: the engine's clock)
 #   dev/     tools and benchmarks over both; the trainers at the top over both
 # so no folder reaches back up, and none is in a circle with another. Ends with
 # "N passed, N failed".
@@ -23,7 +23,7 @@ if [ -z "$bad_common" ]; then ok "common/ includes nothing of the project"; else
 bad_zero3=$(includes zero3/*.h zero3/*.c zero3/*.cu zero3/*.cuh | awk '$2 !~ /^(zero3|common)\//')
 if [ -z "$bad_zero3" ]; then ok "zero3/ includes only zero3/ and common/"; else bad "zero3/ reaches outside itself: $bad_zero3"; fi
 
-glue="llmc/args.h llmc/trainer.h llmc/trainer_proc.h llmc/trainer_setup.h llmc/trainer_report.h llmc/trainer_checkpoint.h llmc/tensor_log.h llmc/checkpoint.h llmc/manifest.h llmc/cuda_common.cuh"
+glue="llmc/args.h llmc/trainer.h llmc/trainer_proc.h llmc/trainer_setup.h llmc/trainer_report.h llmc/trainer_checkpoint.h llmc/tensor_log.h llmc/checkpoint.h llmc/manifest.h llmc/cuda_common.cuh llmc/op_timer.cuh"
 # (a glue header's .c is glue too: the includes its implementation needs live there)
 glue="$glue $(for h in $glue; do case "$h" in *.h) [ -f "${h%.h}.c" ] && echo "${h%.h}.c" ;; esac; done | tr '\n' ' ')"
 bad_llmc=$(includes llmc/*.h llmc/*.c llmc/*.cuh | while read -r f inc; do

@@ -276,6 +276,20 @@ EOF
 fi
 
 # ---------------------------------------------------------------------------
+# --profile-ops: the last 2 of 4 steps timed op by op; the table, the report's rows,
+# main.jsonl's, the timeline and the marked steps agree (test/e2e/check_ops.py); no device
+# rates on the CPU, so no floors
+if $BIN $DP -b 2 --profile-ops 2 -o "$tmp/prof" --report "$tmp/prof.json" > "$tmp/prof.log" 2>&1; then
+    $PY test/e2e/check_ops.py "$tmp/prof.json" "$tmp/prof" "$tmp/prof.log" 2 0 0 encoder qkv attention attention_bwd ln1_bwd \
+        classifier optimizer > "$tmp/prof.check" 2>&1
+    grep -E '^(PASS|FAIL) ' "$tmp/prof.check"
+    read -r p f < <(tail -1 "$tmp/prof.check")
+    pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+else
+    bad "--profile-ops run: $(tail -2 "$tmp/prof.log" | tr '\n' ' ')"
+fi
+
+# ---------------------------------------------------------------------------
 # real data: tinyshakespeare, the loss falls well below the uniform 10.8, and a
 # sample is decoded with the tokenizer file
 TS=dev/data/tinyshakespeare

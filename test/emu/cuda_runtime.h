@@ -771,6 +771,17 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->sharedMemPerBlock = EMU_SMEM_DEFAULT; p->sharedMemPerBlockOptin = EMU_SMEM_OPTIN_MAX; p->totalGlobalMem = (size_t)1 << 32;
     return cudaSuccess;
 }
+// the two attributes the trainer reads for its memory rate (--profile-ops' floors): an H100
+// SXM's, 2619 MHz on a 5120-bit bus (3.35 TB/s); any other attribute is refused
+enum cudaDeviceAttr { cudaDevAttrMemoryClockRate = 36, cudaDevAttrGlobalMemoryBusWidth = 37 };
+static inline cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+    if (device != 0) { return emu_ret(cudaErrorInvalidValue); }
+    switch (attr) {
+    case cudaDevAttrMemoryClockRate: *value = 2619000; return cudaSuccess;
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; return cudaSuccess;
+    }
+    return emu_ret(cudaErrorInvalidValue);
+}
 // per kernel, as on a GPU: the opt-in of one kernel is not another's
 template <typename K> static inline cudaError_t cudaFuncSetAttribute(K k, cudaFuncAttribute, int v) {
     if (v < 0 || (size_t)v > EMU_SMEM_OPTIN_MAX) { return emu_ret(cudaErrorInvalidValue); }

@@ -569,6 +569,23 @@ int main(int argc, char** argv) {
         check("gradient downloads and parameter uploads on a copy stream each", apart, "%g %g", 0.0, 0.0);
     }
 
+    // NVTX ranges (a profiler's timeline): the movers' named with their units, every range
+    // this thread opened closed; stage 3 gathers, stages 2-3 reduce-scatter, offload copies out and runs the
+    // CPU Adam (the emulator's NVTX keeps the names)
+    {
+        auto seen = [](const char* prefix) {
+            std::lock_guard<std::mutex> g(emu_nvtx_lock);  // (--dpu's thread may be ranging)
+            for (const std::string& n : emu_nvtx_names) {
+                if (n.compare(0, strlen(prefix), prefix) == 0) { return 1; }
+            }
+            return 0;
+        };
+        int ok = emu_nvtx_depth == 0 && (stage < 3 || (seen("zero gather 1") && seen("zero gather wait "))) &&
+                 (stage < 2 || seen("zero reduce-scatter 1")) && (!offload || (seen("zero cpu adam") && seen("zero upload"))) &&
+                 (offload != 3 || persistence != 0 || seen("zero nvme read"));
+        check("NVTX ranges: the movers' named with their units, all closed", ok, "depth %g %g", (double)emu_nvtx_depth, 0.0);
+    }
+
     // the parameters on NVMe: gathers find their shard read ahead (the pass driver's
     // hints), with at most all but one of the offload_param.buffer_count buffers holding
     // reads ahead; without a window ahead (-f 0) the hints run that far ahead at a pass's

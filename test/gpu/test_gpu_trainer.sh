@@ -281,6 +281,18 @@ assert su["seconds"] >= su["engine_seconds"] >= su["fill_seconds"] > 0, su
 EOF
     grep -q "MFU" "$tmp/bf16.log" && grep -q "GPU mem" "$tmp/bf16.log" && ok "step lines show MFU and GPU memory" || bad "step line: $(grep -m1 '^step' "$tmp/bf16.log")"
 fi
+# --profile-ops on the GPU: the ops' CUDA events (test/e2e/check_ops.py as on the CPU). The
+# floors from the device's memory rate (the emulator says an H100's, 2 x 2619 MHz x 5120
+# bits) and no FLOP rate (not an entry of the trainer's table): bytes / 3.35232e12 s
+if gpu_run prof $GPU $RUN -x 4 --profile-ops 2 -o "$tmp/prof"; then
+    $PY test/e2e/check_ops.py "$tmp/prof.json" "$tmp/prof" "$tmp/prof.log" 2 0 3.35232e12 encoder qkv residual+ln2 fc+gelu \
+        attention attention_bwd fcproj+gelu_bwd classifier classifier_bwd optimizer > "$tmp/prof.check" 2>&1
+    grep -E '^(PASS|FAIL) ' "$tmp/prof.check"
+    read -r p f < <(tail -1 "$tmp/prof.check")
+    pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+else
+    bad "--profile-ops run (bf16)"
+fi
 
 fi  # report
 

@@ -15,6 +15,8 @@
 #include "llmc/utils.h"     // llmc_error, llmc_errmsg, the checked wrappers
 #include "llmc/rand.h"      // Rng, rng_init, rng_below, rng_permute, rng_normal_at
 #include <omp.h>                  // omp_set_num_threads: the init's threads
+#include <cjson/cJSON.h>          // the op timer's timeline read back
+#include "llmc/profile.h"         // the code under test: --profile-ops' costs, rows and timeline
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -779,4 +781,106 @@ Test(flags, sample_longer_than_the_sequence) {
     cr_assert_eq(parse(&c, "-g 32 -t 32"), 0, "%s", llmc_errmsg());
     cr_assert_eq(parse(&c, "-t 32"), 0, "%s", llmc_errmsg());
     cr_assert_eq(parse(&c, "-t 32 -g 100 -s 0"), 0, "%s", llmc_errmsg());
+}
+
+// ----------------------------------------------------------------------------
+// --profile-ops (llmc/profile.h): the ops' costs, the table's rows, the timeline
+
+// d12's shapes at B=4, T=64 in bf16, each figure worked out by hand (M = B*T = 256 rows)
+Test(profile, op_costs_by_hand) {
+    GPT2Config c = {.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 12, .num_heads = 12,
+                    .channels = 768};
+    double f = 0, b = 0;
+    // qkv: 2 M K N = 2 * 256 * 768 * 2304; (M K + N K + M N + N) * 2 = (196608 + 1769472 + 589824 + 2304) * 2
+    cr_assert_eq(gpt2_op_cost(&c, 4, 64, 2, 1, "qkv", &f, &b), 0);
+    cr_assert_eq(f, 905969664.0);
+    cr_assert_eq(b, 5116416.0);
+    // its backward: 4 M K N; (M N + M K + N K + M K + 2 (N K + N)) * 2 = (2752512 + 3543552) * 2
+    cr_assert_eq(gpt2_op_cost(&c, 4, 64, 2, 1, "qkv_bwd", &f, &b), 0);
+    cr_assert_eq(f, 1811939328.0);
+    cr_assert_eq(b, 12592128.0);
+    // flash attention: 4 B NH T^2 hs / 2 = 4 * 4 * 12 * 4096 * 64 / 2; q, k, v in and out: 4 * 196608 * 2, the lse 4 * 12 * 64 * 4
+    cr_assert_eq(gpt2_op_cost(&c, 4, 64, 2, 1, "attention", &f, &b), 0);
+    cr_assert_eq(f, 25165824.0);
+    cr_assert_eq(b, 1585152.0);
+    // the cuBLAS path computes the whole T x T products: twice the FLOPs
+    cr_assert_eq(gpt2_op_cost(&c, 4, 64, 2, 0, "attention", &f, &b), 0);
+    cr_assert_eq(f, 50331648.0);
+    cr_assert_eq(gpt2_op_cost(&c, 4, 64, 2, 1, "no such op", &f, &b), -1);
+
+    // the floor at 1 PFLOP/s and 1 TB/s: qkv is bound by its bytes, 5116416 / 1e12 s
+    OpProfile* p = op_profile_new(&c, 4, 64, 2, 1, 1e15, 1e12, "test");
+    cr_assert_not_null(p);
+    op_profile_span(p, "qkv", 0, OP_TRACK_COMPUTE, 0.0, 0.5);
+    op_profile_step(p, 0, 1000.0, 1.0);
+    OpRow r[4];
+    cr_assert_eq(op_profile_rows(p, r, 4), 2);
+    cr_assert_str_eq(r[0].name, "qkv");
+    cr_assert(fabs(r[0].floor_ms - 5.116416e-3) < 1e-12, "floor %.9g ms", r[0].floor_ms);
+    op_profile_free(p);
+}
+
+// Two steps of made-up spans: the rows per step, the longest first, the step's rest in
+// "(no op)", the shares summing to the step; the timeline a JSON document with both tracks
+// named and every span on the host's clock from the first step's start.
+Test(profile, rows_and_timeline, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    OpProfile* p = op_profile_new(&c, 2, 8, 4, 1, 0.0, 0.0, "ops here");
+    cr_assert_not_null(p);
+    // step 0 at t = 100 ms, 10 ms long: a 0-2, b 2-5; step 1 at 200 ms, 12 ms: a 0-1 and 1-3, b 3-4
+    op_profile_span(p, "a", 0, OP_TRACK_COMPUTE, 0.0, 2.0);
+    op_profile_span(p, "b", -1, OP_TRACK_COMPUTE, 2.0, 5.0);
+    op_profile_span(p, "step", -1, OP_TRACK_HOST, 0.0, 10.0);
+    op_profile_step(p, 0, 100.0, 10.0);
+    op_profile_span(p, "a", 0, OP_TRACK_COMPUTE, 0.0, 1.0);
+    op_profile_span(p, "a", 1, OP_TRACK_COMPUTE, 1.0, 3.0);
+    op_profile_span(p, "b", -1, OP_TRACK_COMPUTE, 3.0, 4.0);
+    op_profile_step(p, 1, 200.0, 12.0);
+    cr_assert_eq(op_profile_steps(p), 2);
+    OpRow r[8];
+    int n = op_profile_rows(p, r, 8);
+    cr_assert_eq(n, 3);
+    // per step: a 1.5 calls, (2 + 3) / 2 = 2.5 ms; b 1 call, 2 ms; the rest (10 - 5 + 12 - 4) / 2 = 6.5 ms of 11
+    cr_assert_str_eq(r[0].name, "a");
+    cr_assert(r[0].calls == 1.5 && r[0].ms == 2.5, "a: %g calls, %g ms", r[0].calls, r[0].ms);
+    cr_assert_str_eq(r[1].name, "b");
+    cr_assert(r[1].calls == 1.0 && r[1].ms == 2.0);
+    cr_assert_str_eq(r[2].name, "(no op)");
+    cr_assert(fabs(r[2].ms - 6.5) < 1e-12, "rest %g", r[2].ms);
+    cr_assert(fabs(r[0].share + r[1].share + r[2].share - 1.0) < 1e-12, "the shares sum to the step");
+    cr_assert(!r[0].known && r[0].floor_ms == 0.0, "no cost known for a made-up op, no floor");
+
+    char path[512];
+    tmp_path(path, "trace.json");
+    cr_assert_eq(op_profile_write_trace(p, path), 0, "%s", llmc_errmsg());
+    FILE* fp = fopen(path, "rb");
+    cr_assert_not_null(fp);
+    char text[8192];
+    size_t len = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    text[len] = '\0';
+    cJSON* doc = cJSON_Parse(text);
+    cr_assert_not_null(doc, "the timeline is JSON");
+    cJSON* ev = cJSON_GetObjectItem(doc, "traceEvents");
+    cr_assert_eq(cJSON_GetArraySize(ev), 2 + 6, "two track names and six spans");
+    int named = 0;
+    double last_ts = -1.0, b1_ts = -1.0;
+    for (int i = 0; i < cJSON_GetArraySize(ev); i++) {
+        cJSON* e = cJSON_GetArrayItem(ev, i);
+        const char* ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        int tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        if (!strcmp(ph, "M")) {
+            const char* nm = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "name")->valuestring;
+            named += (tid == OP_TRACK_HOST && !strcmp(nm, "host (the step)")) + (tid == OP_TRACK_COMPUTE && !strcmp(nm, "ops here"));
+            continue;
+        }
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        if (!strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "b") && ts > 100000.0) { b1_ts = ts; }
+        last_ts = ts > last_ts ? ts : last_ts;
+    }
+    cr_assert_eq(named, 2, "both tracks named");
+    // step 1's b at 200 + 3 ms on the host's clock: 103 ms after the first step's start, in microseconds
+    cr_assert(fabs(b1_ts - 103000.0) < 1e-6, "b of step 1 at %g us", b1_ts);
+    cJSON_Delete(doc);
+    op_profile_free(p);
 }
