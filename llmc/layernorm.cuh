@@ -12,22 +12,22 @@
  global memory for each pass; at GPT-2 widths (C <= 1600, 3.2 KB in bf16) the re-reads
  hit L1/L2.
 
- Backward: dinp per row (one warp per row, as the forward, in the same packs); dweight/dbias
- are sums over all rows (read in the same packs), made DETERMINISTIC without atomics in two
- kernels:
-   1. a grid of (column tile) x (row chunk) blocks; each block sums its chunk of rows for
-      its 32 columns in a fixed order (fixed per-thread row subsets, then a fixed tree over
-      the threads) and writes the fp32 partial sums to `scratch`;
-   2. one thread per column adds the partials in chunk order and accumulates into
-      dweight/dbias.
- The number of chunks depends only on N = B*T, so the summation order (and the bits of
- the result) depends on the inputs only, not on the GPU or on scheduling.
+ Backward: one pass over dout and inp (a second over each row from L1/L2) in one kernel:
+ a warp per row makes dinp, as the forward, and adds the row's dout * xhat and dout into its
+ own slice of shared memory; each block of row chunk k leaves its dweight/dbias partial sums
+ in `scratch`, and a small second kernel adds the chunks per column into dweight/dbias by a
+ fixed tree. DETERMINISTIC without atomics: the chunks, the warps a block and so every sum's
+ order depend on N and C only, not on the GPU or on scheduling. The earlier backward, a
+ dinp kernel then a partial-sums kernel reading dout and inp again, moved 12 bytes an
+ element of the row in bf16 where this moves 8 (docs/RESULTS.md).
 */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
 
 #include <math.h>                  // sqrtf (rsqrtf is avoided: it is approximate)
 #include <stddef.h>                // size_t for offsets that may pass 2^31
+#include <stdio.h>                 // fprintf: a row too wide for the backward
+#include <stdlib.h>                // exit
 #include "llmc/cuda_common.cuh"    // floatX, to_float/from_float, warp_reduce_sum, cudaCheck, CEIL_DIV
 
 #ifndef LAYERNORM_EPS
@@ -36,12 +36,15 @@
 
 // rows per block in the one-warp-per-row kernels: 8 warps = 256 threads
 #define LN_WARPS_PER_BLOCK 8
-// backward dweight/dbias: columns per block (one warp wide: a row segment read coalesced)
-// and threads stacked over rows within the block
-#define LN_BWD_COLS 32
+// backward: the final kernel's threads stacked over the chunks (a fixed tree of 8 sums)
 #define LN_BWD_ROWS 8
-// at most this many row chunks (partial sums per column); fewer when N is small
-#define LN_BWD_MAX_CHUNKS 128
+// at most this many row chunks (partial sums per column; blocks of the fused kernel, about
+// two an SM on an H100); fewer when N is small
+#define LN_BWD_MAX_CHUNKS 256
+// the fused backward's shared memory a block at most: its warps' slices of 2 x Cpad floats.
+// 96 KB opts in past 48 KB on every GPU of compute capability 8.x and 9.x (sm_86's limit is
+// 99 KB); the same budget on all of them keeps the warps a block, and the bits, the same
+#define LN_BWD_SMEM (96 * 1024)
 // aim for at least this many rows per chunk, so that tiny N does not make empty chunks
 #define LN_BWD_MIN_ROWS_PER_CHUNK 32
 
@@ -119,123 +122,108 @@ __global__ void fused_residual_layernorm_forward_kernel(floatX* residual, floatX
     layernorm_row_warp<P>(normed + row * C, mean, rstd, row, r, weight, bias, C, lane);
 }
 
-// dinp (N,C) += per-row LayerNorm backward; one warp per row.
+// dinp (N,C) += the per-row LayerNorm backward, and the chunk's partial sums of dweight and
+// dbias, in one pass over the chunk's rows of dout and inp:
 //   xhat = (x - mean) * rstd,  g = weight * dout
 //   dinp_c += rstd * (g_c - mean_c'(g) - xhat_c * mean_c'(g * xhat))
-// Lane l takes the row's packs of P columns l, l+32, ... (llmc/cuda_common.cuh's xpack):
-// P = X128 when C is a multiple of X128 and every pointer 16-byte aligned, else 1. The
-// second pass re-reads x, dy and weight, from L1/L2 (a bf16 row of C = 1600 is 3.2 KB).
+//   dweight_c += sum_rows dout_c * xhat_c,  dbias_c += sum_rows dout_c
+// grid (nchunks,), block (32 * W,): block k takes rows [k * rows_per_chunk, ...), its warp w
+// the rows w, w + W, ... of them, one at a time, lane l the row's packs of P columns l, l+32,
+// ... (llmc/cuda_common.cuh's xpack; P = X128 when C is a multiple of X128 and every pointer
+// 16-byte aligned, else 1). The second pass over a row re-reads x, dy and weight from L1/L2.
+// [Note: no atomics] Each lane adds its columns' dout * xhat and dout into slots of its
+// warp's own slice of shared memory that no other lane touches (slot it*32P + j*32 + l for
+// column it*32P + l*P + j: a warp's 32 lanes in 32 banks), so every column's rows are added
+// in the order the warp takes them, whatever the pack width; the block then adds its W
+// slices in warp order into scratch's row k. The bits depend on N and C only.
+// smem: (W, 2, Cpad) fp32, Cpad = C rounded up to 32 * X128; scratch (2, nchunks, C) fp32.
 template <int P>
-__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                               const floatX* weight, const float* mean, const float* rstd,
-                                               int N, int C) {
-    int lane = threadIdx.x % 32;
-    size_t row = (size_t)blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32;
-    if (row >= (size_t)N) { return; }
-    const floatX* x = inp + row * C;
-    const floatX* dy = dout + row * C;
-    floatX* dx = dinp + row * C;
-    float m = mean[row], s = rstd[row];
-    float g_sum = 0.0f, gx_sum = 0.0f;
-    for (int c = lane * P; c < C; c += 32 * P) {
-        xpack<P> xv = load_pack<P>(x + c), dyv = load_pack<P>(dy + c), wv = load_pack<P>(weight + c);
+__global__ void layernorm_backward_fused_kernel(floatX* dinp, float* scratch, const floatX* dout, const floatX* inp,
+                                                const floatX* weight, const float* mean, const float* rstd,
+                                                int N, int C, int Cpad, int rows_per_chunk) {
+    extern __shared__ float layernorm_bwd_smem[];
+    int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int k = blockIdx.x, nchunks = gridDim.x;
+    float* sdw = layernorm_bwd_smem + (size_t)warp * 2 * Cpad;  // (Cpad,) this warp's dweight sums
+    float* sdb = sdw + Cpad;                                     // (Cpad,) its dbias sums
+    for (int i = lane; i < Cpad; i += 32) { sdw[i] = 0.0f; sdb[i] = 0.0f; }  // (a lane's own slots: i % 32 == lane)
+    int r1 = min((k + 1) * rows_per_chunk, N);
+    for (int r = k * rows_per_chunk + warp; r < r1; r += W) {
+        const floatX* x = inp + (size_t)r * C;
+        const floatX* dy = dout + (size_t)r * C;
+        floatX* dx = dinp + (size_t)r * C;
+        float m = mean[r], s = rstd[r];
+        float g_sum = 0.0f, gx_sum = 0.0f;
+        for (int c = lane * P, slot = lane; c < C; c += 32 * P, slot += 32 * P) {
+            xpack<P> xv = load_pack<P>(x + c), dyv = load_pack<P>(dy + c), wv = load_pack<P>(weight + c);
 #pragma unroll
-        for (int j = 0; j < P; j++) {
-            float xhat = (to_float(xv.v[j]) - m) * s;
-            float g = to_float(wv.v[j]) * to_float(dyv.v[j]);
-            g_sum += g;
-            gx_sum += g * xhat;
+            for (int j = 0; j < P; j++) {
+                float xhat = (to_float(xv.v[j]) - m) * s, d = to_float(dyv.v[j]);
+                float g = to_float(wv.v[j]) * d;
+                g_sum += g;
+                gx_sum += g * xhat;
+                sdw[slot + j * 32] += d * xhat;
+                sdb[slot + j * 32] += d;
+            }
+        }
+        float g_mean = warp_reduce_sum(g_sum) / C;
+        float gx_mean = warp_reduce_sum(gx_sum) / C;
+        for (int c = lane * P; c < C; c += 32 * P) {
+            xpack<P> xv = load_pack<P>(x + c), dyv = load_pack<P>(dy + c), wv = load_pack<P>(weight + c);
+            xpack<P> dxv = load_pack<P>(dx + c);
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                float xhat = (to_float(xv.v[j]) - m) * s;
+                float g = to_float(wv.v[j]) * to_float(dyv.v[j]);
+                dxv.v[j] = from_float<floatX>(to_float(dxv.v[j]) + s * (g - g_mean - xhat * gx_mean));
+            }
+            store_pack<P>(dx + c, dxv);
         }
     }
-    float g_mean = warp_reduce_sum(g_sum) / C;
-    float gx_mean = warp_reduce_sum(gx_sum) / C;
-    for (int c = lane * P; c < C; c += 32 * P) {
-        xpack<P> xv = load_pack<P>(x + c), dyv = load_pack<P>(dy + c), wv = load_pack<P>(weight + c);
-        xpack<P> dxv = load_pack<P>(dx + c);
-#pragma unroll
-        for (int j = 0; j < P; j++) {
-            float xhat = (to_float(xv.v[j]) - m) * s;
-            float g = to_float(wv.v[j]) * to_float(dyv.v[j]);
-            float d = s * (g - g_mean - xhat * gx_mean);
-            dxv.v[j] = from_float<floatX>(to_float(dxv.v[j]) + d);
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {  // the W slices in warp order
+        int it = c / (32 * P), l = c % (32 * P) / P, j = c % P;
+        int slot = it * 32 * P + j * 32 + l;
+        float dw = 0.0f, db = 0.0f;
+        for (int w = 0; w < W; w++) {
+            dw += layernorm_bwd_smem[(size_t)w * 2 * Cpad + slot];
+            db += layernorm_bwd_smem[(size_t)w * 2 * Cpad + Cpad + slot];
         }
-        store_pack<P>(dx + c, dxv);
+        scratch[(size_t)k * C + c] = dw;
+        scratch[(size_t)nchunks * C + (size_t)k * C + c] = db;
     }
 }
 
-// partial sums of dweight/dbias. grid (CEIL_DIV(C, 32 * P), nchunks), block (32, LN_BWD_ROWS).
-// Block (tile, k) handles columns [32*P*tile, 32*P*(tile+1)) and rows [k*rows_per_chunk, ...).
-// Thread (tx, ty) sums rows ty, ty+LN_BWD_ROWS, ... of the chunk for its P columns (a pack,
-// P = X128 or 1: the same rows in the same order for every column either way, so the same
-// bits); then the LN_BWD_ROWS partial sums are combined by a fixed tree in shared memory,
-// stored column j of a pack at [j][tx] so that a warp's accesses fall in 32 banks.
-// scratch (2, nchunks, C) fp32: [0] dweight partials, [1] dbias partials.
-template <int P>
-__global__ void layernorm_backward_partial_kernel(float* scratch, const floatX* dout, const floatX* inp,
-                                                  const float* mean, const float* rstd,
-                                                  int N, int C, int rows_per_chunk) {
-    __shared__ float sh_dw[LN_BWD_ROWS][P * LN_BWD_COLS];
-    __shared__ float sh_db[LN_BWD_ROWS][P * LN_BWD_COLS];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int c0 = (blockIdx.x * LN_BWD_COLS + tx) * P;  // the pack's first column; C % P == 0
-    int k = blockIdx.y;
-    int nchunks = gridDim.y;
-    int r0 = k * rows_per_chunk;
-    int r1 = min(r0 + rows_per_chunk, N);
-    float dw[P], db[P];
-#pragma unroll
-    for (int j = 0; j < P; j++) { dw[j] = 0.0f; db[j] = 0.0f; }
-    if (c0 < C) {
-        for (int r = r0 + ty; r < r1; r += LN_BWD_ROWS) {
-            xpack<P> dyv = load_pack<P>(dout + (size_t)r * C + c0), xv = load_pack<P>(inp + (size_t)r * C + c0);
-            float m = mean[r], s = rstd[r];
-#pragma unroll
-            for (int j = 0; j < P; j++) {
-                float dy = to_float(dyv.v[j]);
-                float xhat = (to_float(xv.v[j]) - m) * s;
-                dw[j] += dy * xhat;
-                db[j] += dy;
-            }
+// dweight (C,) +=, dbias (C,) += the chunks' partial sums. grid (CEIL_DIV(C, 32),), block
+// (32, LN_BWD_ROWS): thread (tx, ty) adds chunks ty, ty + LN_BWD_ROWS, ... of column
+// 32 * blockIdx.x + tx in order, then a fixed tree in shared memory adds the LN_BWD_ROWS sums
+// (the same additions on every run: deterministic)
+__global__ void layernorm_backward_final_kernel(floatX* dweight, floatX* dbias, const float* scratch,
+                                                int nchunks, int C) {
+    __shared__ float sh_dw[LN_BWD_ROWS][32];
+    __shared__ float sh_db[LN_BWD_ROWS][32];
+    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    float dw = 0.0f, db = 0.0f;
+    if (c < C) {
+        for (int k = ty; k < nchunks; k += LN_BWD_ROWS) {
+            dw += scratch[(size_t)k * C + c];
+            db += scratch[(size_t)nchunks * C + (size_t)k * C + c];
         }
     }
-#pragma unroll
-    for (int j = 0; j < P; j++) {
-        sh_dw[ty][j * LN_BWD_COLS + tx] = dw[j];
-        sh_db[ty][j * LN_BWD_COLS + tx] = db[j];
-    }
+    sh_dw[ty][tx] = dw;
+    sh_db[ty][tx] = db;
     __syncthreads();
-    // fixed tree over ty: the same additions in the same order on every run
     for (int stride = LN_BWD_ROWS / 2; stride > 0; stride /= 2) {
         if (ty < stride) {
-#pragma unroll
-            for (int j = 0; j < P; j++) {
-                sh_dw[ty][j * LN_BWD_COLS + tx] += sh_dw[ty + stride][j * LN_BWD_COLS + tx];
-                sh_db[ty][j * LN_BWD_COLS + tx] += sh_db[ty + stride][j * LN_BWD_COLS + tx];
-            }
+            sh_dw[ty][tx] += sh_dw[ty + stride][tx];
+            sh_db[ty][tx] += sh_db[ty + stride][tx];
         }
         __syncthreads();
     }
-    if (ty == 0 && c0 < C) {
-#pragma unroll
-        for (int j = 0; j < P; j++) {
-            scratch[(size_t)k * C + c0 + j] = sh_dw[0][j * LN_BWD_COLS + tx];
-            scratch[(size_t)nchunks * C + (size_t)k * C + c0 + j] = sh_db[0][j * LN_BWD_COLS + tx];
-        }
+    if (ty == 0 && c < C) {
+        dweight[c] = from_float<floatX>(to_float(dweight[c]) + sh_dw[0][tx]);
+        dbias[c] = from_float<floatX>(to_float(dbias[c]) + sh_db[0][tx]);
     }
-}
-
-// dweight (C,) +=, dbias (C,) += sums over the chunks, in chunk order; one thread per column
-__global__ void layernorm_backward_final_kernel(floatX* dweight, floatX* dbias, const float* scratch,
-                                                int nchunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) { return; }
-    float dw = 0.0f, db = 0.0f;
-    for (int k = 0; k < nchunks; k++) {
-        dw += scratch[(size_t)k * C + c];
-        db += scratch[(size_t)nchunks * C + (size_t)k * C + c];
-    }
-    dweight[c] = from_float<floatX>(to_float(dweight[c]) + dw);
-    dbias[c] = from_float<floatX>(to_float(dbias[c]) + db);
 }
 
 // ----------------------------------------------------------------------------
@@ -282,8 +270,18 @@ static inline int layernorm_backward_nchunks(int N) {
     return n;
 }
 
+// warps a block of the fused backward: the most, up to 8 and a power of two, whose slices
+// of 2 x Cpad floats fit LN_BWD_SMEM (C = 768: 8, 1600: 4, 12288: 1); 0 when not even one
+// does. From C alone: the rows' order in a chunk, so the bits, is the same on every GPU.
+static inline int layernorm_backward_warps(int C) {
+    size_t slice = (size_t)2 * CEIL_DIV(C, 32 * X128) * 32 * X128 * sizeof(float);
+    int w = 8;
+    while (w > 0 && (size_t)w * slice > LN_BWD_SMEM) { w /= 2; }
+    return w;
+}
+
 // floats of `scratch` layernorm_backward needs: 2 * nchunks * C <= 2 * 128 * C
-// (for C = 768: 196,608 floats = 768 KB). Allocating 2 * LN_BWD_MAX_CHUNKS * C always works.
+// (for C = 768: 393,216 floats = 1.5 MB). Allocating 2 * LN_BWD_MAX_CHUNKS * C always works.
 static inline size_t layernorm_backward_scratch_floats(int B, int T, int C) {
     return (size_t)2 * layernorm_backward_nchunks(B * T) * C;
 }
@@ -297,23 +295,27 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
                                       const float* mean, const float* rstd,
                                       int B, int T, int C, cudaStream_t s) {
     int N = B * T;
-    unsigned rows_grid = CEIL_DIV(N, LN_WARPS_PER_BLOCK), rows_block = 32 * LN_WARPS_PER_BLOCK;
-    int nchunks = layernorm_backward_nchunks(N);
-    int rows_per_chunk = CEIL_DIV(N, nchunks);
-    dim3 block(LN_BWD_COLS, LN_BWD_ROWS);
+    int nchunks = layernorm_backward_nchunks(N), rows_per_chunk = CEIL_DIV(N, nchunks);
+    int cpad = CEIL_DIV(C, 32 * X128) * 32 * X128, warps = layernorm_backward_warps(C);
+    if (warps == 0) {
+        fprintf(stderr, "layernorm_backward: C = %d is too wide (its sums need %zu bytes of shared memory, at most %d)\n",
+                C, (size_t)2 * cpad * sizeof(float), LN_BWD_SMEM);
+        exit(EXIT_FAILURE);
+    }
+    size_t smem = (size_t)warps * 2 * cpad * sizeof(float);
     if (xpack_width(C, {dinp, dout, inp, weight}) == X128) {
-        layernorm_backward_dinp_kernel<X128><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-        cudaCheck(cudaGetLastError());
-        dim3 grid(CEIL_DIV(C, LN_BWD_COLS * X128), nchunks);
-        layernorm_backward_partial_kernel<X128><<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+        cudaCheck(cudaFuncSetAttribute((const void*)layernorm_backward_fused_kernel<X128>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        layernorm_backward_fused_kernel<X128><<<nchunks, 32 * warps, smem, s>>>(dinp, scratch, dout, inp, weight, mean, rstd,
+                                                                                N, C, cpad, rows_per_chunk);
     } else {
-        layernorm_backward_dinp_kernel<1><<<rows_grid, rows_block, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-        cudaCheck(cudaGetLastError());
-        dim3 grid(CEIL_DIV(C, LN_BWD_COLS), nchunks);
-        layernorm_backward_partial_kernel<1><<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+        cudaCheck(cudaFuncSetAttribute((const void*)layernorm_backward_fused_kernel<1>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        layernorm_backward_fused_kernel<1><<<nchunks, 32 * warps, smem, s>>>(dinp, scratch, dout, inp, weight, mean, rstd,
+                                                                             N, C, cpad, rows_per_chunk);
     }
     cudaCheck(cudaGetLastError());
-    layernorm_backward_final_kernel<<<CEIL_DIV(C, 256), 256, 0, s>>>(dweight, dbias, scratch, nchunks, C);
+    layernorm_backward_final_kernel<<<CEIL_DIV(C, 32), dim3(32, LN_BWD_ROWS), 0, s>>>(dweight, dbias, scratch, nchunks, C);
     cudaCheck(cudaGetLastError());
 }
 

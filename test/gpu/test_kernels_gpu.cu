@@ -439,6 +439,12 @@ static void test_pack_choice(void) {
         {"softmax T 2048", attention_row_vecs(a, a, 2048), X128 == 8 ? 8 : 0},
         {"softmax T 37", attention_row_vecs(a, a, 37), 0},
         {"softmax unaligned", attention_row_vecs(a, u, 1024), 0},
+        // layernorm's backward: the warps a block whose sums fit 96 KB, from C alone
+        {"layernorm bwd warps C 768", layernorm_backward_warps(768), 8},
+        {"layernorm bwd warps C 1600", layernorm_backward_warps(1600), 4},
+        {"layernorm bwd warps C 4096", layernorm_backward_warps(4096), 2},
+        {"layernorm bwd warps C 12288", layernorm_backward_warps(12288), 1},
+        {"layernorm bwd warps C 12800", layernorm_backward_warps(12800), 0},
     };
     for (const auto& c : cases) {
         bool ok = c.got == c.want;
@@ -483,6 +489,9 @@ int main(void) {
     test_pack_choice();
     test_gelu_residual(1001, "N1001", s);
     test_layernorm(2, 3, 776, "B2 T3 C776", s);
+    // layernorm's backward at GPT-2 XL's width: 4 warps a block (their sums' slices would
+    // not fit 96 KB at 8), 80 rows in 3 chunks of 27, a warp's rows 7 or 6 of them
+    test_layernorm(4, 20, 1600, "B4 T20 C1600", s);
     test_attention(1, 264, 64, 2, "B1 T264 C64 NH2", h, s);
     test_attention(1, 1032, 32, 1, "B1 T1032 C32 NH1", h, s);
 
