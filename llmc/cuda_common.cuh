@@ -83,4 +83,41 @@ static inline unsigned xpack_blocks(size_t n, int N, int block) {
     return blocks > 0 ? (unsigned)blocks : 1u;
 }
 
+// ----------------------------------------------------------------------------
+// column sums of partial sums, in a fixed order: the last step of the deterministic
+// reductions over rows (layernorm's dweight and dbias, the matmuls' dbias). Their first
+// kernels leave a (nparts, C) fp32 array of sums over row chunks; this adds the chunks per
+// column without atomics: thread (tx, ty) of block x adds chunks ty, ty + 8, ... of column
+// 32x + tx in order, then a fixed tree over the 8 thread rows, so every column's sum has
+// the same order on every run and GPU.
+#define PARTIALS_ROWS 8
+
+// out0 (C,) += the column sums of part (nparts, C); out1 (C,), when gridDim.y is 2, += those
+// of part + nparts * C. grid (CEIL_DIV(C, 32), 1 or 2), block (32, PARTIALS_ROWS).
+__global__ void partials_add_kernel(floatX* out0, floatX* out1, const float* part, int nparts, int C) {
+    __shared__ float sums[PARTIALS_ROWS][32];
+    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+    floatX* out = blockIdx.y == 0 ? out0 : out1;
+    const float* p = part + (size_t)blockIdx.y * nparts * C;
+    float acc = 0.0f;
+    if (c < C) {
+        for (int k = ty; k < nparts; k += PARTIALS_ROWS) { acc += p[(size_t)k * C + c]; }
+    }
+    sums[ty][tx] = acc;
+    __syncthreads();
+    for (int stride = PARTIALS_ROWS / 2; stride > 0; stride /= 2) {
+        if (ty < stride) { sums[ty][tx] += sums[ty + stride][tx]; }
+        __syncthreads();
+    }
+    if (ty == 0 && c < C) { out[c] = from_float<floatX>(to_float(out[c]) + sums[0][tx]); }
+}
+
+// out0 (C,) += column sums of part (nparts, C); out1 (C,), unless NULL, += those of the
+// next (nparts, C) of part. Queued on s.
+static inline void partials_add(floatX* out0, floatX* out1, const float* part, int nparts, int C, cudaStream_t s) {
+    dim3 grid(CEIL_DIV(C, 32), out1 != NULL ? 2 : 1), block(32, PARTIALS_ROWS);
+    partials_add_kernel<<<grid, block, 0, s>>>(out0, out1, part, nparts, C);
+    cudaCheck(cudaGetLastError());
+}
+
 #endif // LLMC_CUDA_COMMON_CUH

@@ -14,12 +14,13 @@
 
  Backward: one pass over dout and inp (a second over each row from L1/L2) in one kernel:
  a warp per row makes dinp, as the forward, and adds the row's dout * xhat and dout into its
- own slice of shared memory; each block of row chunk k leaves its dweight/dbias partial sums
- in `scratch`, and a small second kernel adds the chunks per column into dweight/dbias by a
- fixed tree. DETERMINISTIC without atomics: the chunks, the warps a block and so every sum's
- order depend on N and C only, not on the GPU or on scheduling. The earlier backward, a
- dinp kernel then a partial-sums kernel reading dout and inp again, moved 12 bytes an
- element of the row in bf16 where this moves 8 (docs/RESULTS.md).
+ own slice of shared memory; each block of row chunk k leaves its dweight/dbias partial
+ sums in `scratch`, and llmc/cuda_common.cuh's partials_add adds the chunks per column
+ into dweight/dbias by a fixed tree. DETERMINISTIC without atomics: the chunks, the warps
+ a block and so every sum's order depend on N and C only, not on the GPU or on
+ scheduling. The earlier backward, a dinp kernel then a partial-sums kernel reading dout
+ and inp again, moved 12 bytes an element of the row in bf16 where this moves 8
+ (docs/RESULTS.md).
 */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
@@ -28,7 +29,7 @@
 #include <stddef.h>                // size_t for offsets that may pass 2^31
 #include <stdio.h>                 // fprintf: a row too wide for the backward
 #include <stdlib.h>                // exit
-#include "llmc/cuda_common.cuh"    // floatX, to_float/from_float, warp_reduce_sum, cudaCheck, CEIL_DIV
+#include "llmc/cuda_common.cuh"    // floatX, to_float/from_float, warp_reduce_sum, cudaCheck, CEIL_DIV, partials_add
 
 #ifndef LAYERNORM_EPS
 #define LAYERNORM_EPS 1e-5f        // same value as llmc/layernorm.h (torch's default)
@@ -36,8 +37,6 @@
 
 // rows per block in the one-warp-per-row kernels: 8 warps = 256 threads
 #define LN_WARPS_PER_BLOCK 8
-// backward: the final kernel's threads stacked over the chunks (a fixed tree of 8 sums)
-#define LN_BWD_ROWS 8
 // at most this many row chunks (partial sums per column; blocks of the fused kernel, about
 // two an SM on an H100); fewer when N is small
 #define LN_BWD_MAX_CHUNKS 256
@@ -194,38 +193,6 @@ __global__ void layernorm_backward_fused_kernel(floatX* dinp, float* scratch, co
     }
 }
 
-// dweight (C,) +=, dbias (C,) += the chunks' partial sums. grid (CEIL_DIV(C, 32),), block
-// (32, LN_BWD_ROWS): thread (tx, ty) adds chunks ty, ty + LN_BWD_ROWS, ... of column
-// 32 * blockIdx.x + tx in order, then a fixed tree in shared memory adds the LN_BWD_ROWS sums
-// (the same additions on every run: deterministic)
-__global__ void layernorm_backward_final_kernel(floatX* dweight, floatX* dbias, const float* scratch,
-                                                int nchunks, int C) {
-    __shared__ float sh_dw[LN_BWD_ROWS][32];
-    __shared__ float sh_db[LN_BWD_ROWS][32];
-    int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
-    float dw = 0.0f, db = 0.0f;
-    if (c < C) {
-        for (int k = ty; k < nchunks; k += LN_BWD_ROWS) {
-            dw += scratch[(size_t)k * C + c];
-            db += scratch[(size_t)nchunks * C + (size_t)k * C + c];
-        }
-    }
-    sh_dw[ty][tx] = dw;
-    sh_db[ty][tx] = db;
-    __syncthreads();
-    for (int stride = LN_BWD_ROWS / 2; stride > 0; stride /= 2) {
-        if (ty < stride) {
-            sh_dw[ty][tx] += sh_dw[ty + stride][tx];
-            sh_db[ty][tx] += sh_db[ty + stride][tx];
-        }
-        __syncthreads();
-    }
-    if (ty == 0 && c < C) {
-        dweight[c] = from_float<floatX>(to_float(dweight[c]) + sh_dw[0][tx]);
-        dbias[c] = from_float<floatX>(to_float(dbias[c]) + sh_db[0][tx]);
-    }
-}
-
 // ----------------------------------------------------------------------------
 // host launchers
 
@@ -315,8 +282,7 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
                                                                              N, C, cpad, rows_per_chunk);
     }
     cudaCheck(cudaGetLastError());
-    layernorm_backward_final_kernel<<<CEIL_DIV(C, 32), dim3(32, LN_BWD_ROWS), 0, s>>>(dweight, dbias, scratch, nchunks, C);
-    cudaCheck(cudaGetLastError());
+    partials_add(dweight, dbias, scratch, nchunks, C, s);  // the chunks added per column, in a fixed order
 }
 
 #endif // LLMC_LAYERNORM_CUH

@@ -4,7 +4,7 @@
    forward:  out (BT,OC) = inp (BT,C) @ weight^T (C,OC) + bias (OC,)   [optionally then GELU]
    backward: dinp (BT,C) (=|+=) dout (BT,OC) @ weight (OC,C)          [optionally * gelu'(pre_gelu)]
              dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C)
-             dbias (OC,)    += column sums of dout (deterministic two-pass kernel, no atomics)
+             dbias (OC,)    += column sums of dout (deterministic: 16-byte row blocks, then a fixed tree; no atomics)
  Inputs and outputs are floatX (bf16, or fp32 with -DENABLE_FP32); every product
  accumulates in fp32 (CUBLAS_COMPUTE_32F: true fp32, no TF32, in the fp32 build).
 
@@ -72,7 +72,7 @@
 #include <stdlib.h>         // exit
 #include <string.h>         // memcmp, memset: the algorithm cache's keys
 #include <cublasLt.h>       // cublasLtMatmul and its descriptors
-#include "llmc/cuda_common.cuh"  // floatX, cudaCheck, cublasCheck, to_float/from_float, CEIL_DIV
+#include "llmc/cuda_common.cuh"  // floatX, cudaCheck, cublasCheck, to_float/from_float, CEIL_DIV, xpack, partials_add
 #include "llmc/gelu.cuh"         // gelu_forward (the fp32 build's GELU after the product), gelu_backward_inplace
 
 // cuBLASLt workspace: 32 MiB is what NVIDIA recommends for Hopper (some kernels, e.g. with
@@ -86,13 +86,17 @@
 #define CUBLASLT_FLOATX CUDA_R_16BF
 #endif
 
-// dbias reduction: the BT rows are cut into this many fixed row blocks (whatever the GPU),
-// each summed by one thread block into dbias_scratch, then the row-block sums are added in
-// index order. The result depends only on (BT, OC), never on scheduling: deterministic.
-#define MATMUL_DBIAS_ROW_BLOCKS 32
+// dbias reduction: the BT rows are cut into row blocks (at most this many, and rows of at
+// least MATMUL_DBIAS_MIN_ROWS each: their count depends on BT alone, whatever the GPU),
+// each summed by thread blocks into dbias_scratch, then the row blocks' sums are added per
+// column by a fixed tree (partials_add). The result depends only on (BT, OC), never on
+// scheduling or the GPU: deterministic.
+#define MATMUL_DBIAS_ROW_BLOCKS 128
+#define MATMUL_DBIAS_MIN_ROWS 64
 // size in floats of the dbias_scratch buffer that matmul_backward needs for a given OC
 #define MATMUL_DBIAS_SCRATCH_FLOATS(OC) ((size_t)MATMUL_DBIAS_ROW_BLOCKS * (size_t)(OC))
-// threads of a dbias block: 32 columns (one warp wide, coalesced reads of a row) x 8 rows
+// threads of a dbias block: 32 packs of columns (one warp wide: 512 contiguous bytes of a
+// row at 16 bytes a lane) x 8 rows
 #define MATMUL_DBIAS_TX 32
 #define MATMUL_DBIAS_TY 8
 
@@ -197,38 +201,46 @@ static inline void cublaslt_free(MatmulCtx* ctx) {
 // ----------------------------------------------------------------------------
 // kernels
 
-// pass 1 of dbias. grid (CEIL_DIV(OC, 32), MATMUL_DBIAS_ROW_BLOCKS), block (32, 8).
-// partial (ROW_BLOCKS, OC) [blockIdx.y, o] = sum of dout (BT,OC) [r, o] over the rows r of
-// row block blockIdx.y. Each thread walks its rows in order, then the 8 thread rows are
-// added in order through shared memory: a fixed summation order.
+// the row blocks of dbias for BT rows (from BT alone: determinism)
+static inline int matmul_dbias_row_blocks(int BT) {
+    int n = CEIL_DIV(BT, MATMUL_DBIAS_MIN_ROWS);
+    return n < 1 ? 1 : n > MATMUL_DBIAS_ROW_BLOCKS ? MATMUL_DBIAS_ROW_BLOCKS : n;
+}
+
+// pass 1 of dbias. grid (CEIL_DIV(OC, 32 * X128), row blocks), block (32, 8). partial
+// (row blocks, OC) [blockIdx.y, o] = sum of dout (BT,OC) [r, o] over the rows r of row block
+// blockIdx.y. Thread (tx, ty) loads a pack of X128 columns (16 bytes: matmul_backward's
+// checks hold dout 16-byte aligned and OC a multiple of 16 bytes) of rows ty, ty + 8, ...
+// and adds them in order; then the 8 thread rows are added in order through shared memory,
+// a thread a column.
 __global__ void matmul_dbias_partial_kernel(float* partial, const floatX* dout, int BT, int OC) {
-    __shared__ float sums[MATMUL_DBIAS_TY][MATMUL_DBIAS_TX + 1];  // +1: no bank conflicts on the column read
-    int o = blockIdx.x * MATMUL_DBIAS_TX + threadIdx.x;
+    const int P = X128;
+    __shared__ float sums[MATMUL_DBIAS_TY][MATMUL_DBIAS_TX * P];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int o0 = blockIdx.x * MATMUL_DBIAS_TX * P;  // the block's first column
     int rows_per_block = CEIL_DIV(BT, (int)gridDim.y);
     int r0 = blockIdx.y * rows_per_block;
     int r1 = min(BT, r0 + rows_per_block);
-    float acc = 0.0f;
-    if (o < OC) {
-        for (int r = r0 + threadIdx.y; r < r1; r += MATMUL_DBIAS_TY) {
-            acc += to_float(dout[(size_t)r * OC + o]);
+    float acc[P];
+#pragma unroll
+    for (int j = 0; j < P; j++) { acc[j] = 0.0f; }
+    if (o0 + tx * P < OC) {
+        for (int r = r0 + ty; r < r1; r += MATMUL_DBIAS_TY) {
+            xpack<P> v = load_pack<P>(dout + (size_t)r * OC + o0 + tx * P);
+#pragma unroll
+            for (int j = 0; j < P; j++) { acc[j] += to_float(v.v[j]); }
         }
     }
-    sums[threadIdx.y][threadIdx.x] = acc;
+#pragma unroll
+    for (int j = 0; j < P; j++) { sums[ty][tx * P + j] = acc[j]; }
     __syncthreads();
-    if (threadIdx.y == 0 && o < OC) {
-        float total = 0.0f;
-        for (int y = 0; y < MATMUL_DBIAS_TY; y++) { total += sums[y][threadIdx.x]; }
-        partial[(size_t)blockIdx.y * OC + o] = total;
+    for (int q = ty * MATMUL_DBIAS_TX + tx; q < MATMUL_DBIAS_TX * P; q += MATMUL_DBIAS_TX * MATMUL_DBIAS_TY) {
+        if (o0 + q < OC) {  // column o0 + q: its 8 thread rows in order
+            float total = 0.0f;
+            for (int y = 0; y < MATMUL_DBIAS_TY; y++) { total += sums[y][q]; }
+            partial[(size_t)blockIdx.y * OC + o0 + q] = total;
+        }
     }
-}
-
-// pass 2 of dbias: dbias (OC,) += sum over row blocks b (in order) of partial (nblocks, OC) [b, o]
-__global__ void matmul_dbias_final_kernel(floatX* dbias, const float* partial, int OC, int nblocks) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OC) { return; }
-    float total = 0.0f;
-    for (int b = 0; b < nblocks; b++) { total += partial[(size_t)b * OC + o]; }
-    dbias[o] = from_float<floatX>(to_float(dbias[o]) + total);
 }
 
 // ----------------------------------------------------------------------------
@@ -424,12 +436,11 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
             fprintf(stderr, "error: %s: dbias needs dbias_scratch (MATMUL_DBIAS_SCRATCH_FLOATS(OC) floats)\n", fn);
             exit(EXIT_FAILURE);
         }
-        dim3 grid(CEIL_DIV(OC, MATMUL_DBIAS_TX), MATMUL_DBIAS_ROW_BLOCKS);
+        int nrb = matmul_dbias_row_blocks(BT);
         dim3 block(MATMUL_DBIAS_TX, MATMUL_DBIAS_TY);
-        matmul_dbias_partial_kernel<<<grid, block, 0, s>>>(dbias_scratch, dout, BT, OC);
+        matmul_dbias_partial_kernel<<<dim3(CEIL_DIV(OC, MATMUL_DBIAS_TX * X128), nrb), block, 0, s>>>(dbias_scratch, dout, BT, OC);
         cudaCheck(cudaGetLastError());
-        matmul_dbias_final_kernel<<<CEIL_DIV(OC, 256), 256, 0, s>>>(dbias, dbias_scratch, OC, MATMUL_DBIAS_ROW_BLOCKS);
-        cudaCheck(cudaGetLastError());
+        partials_add(dbias, NULL, dbias_scratch, nrb, OC, s);  // the row blocks added per column, in a fixed order
     }
 }
 

@@ -492,6 +492,8 @@ int main(void) {
     // layernorm's backward at GPT-2 XL's width: 4 warps a block (their sums' slices would
     // not fit 96 KB at 8), 80 rows in 3 chunks of 27, a warp's rows 7 or 6 of them
     test_layernorm(4, 20, 1600, "B4 T20 C1600", s);
+    // 400 rows in 13 chunks: every thread row of partials_add's tree (8) holds a sum
+    test_layernorm(4, 100, 64, "B4 T100 C64", s);
     test_attention(1, 264, 64, 2, "B1 T264 C64 NH2", h, s);
     test_attention(1, 1032, 32, 1, "B1 T1032 C32 NH1", h, s);
 
