@@ -160,6 +160,7 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t cublas;
     MatmulCtx mm;              // cuBLASLt's handle, its workspace, and the stream (the matmuls' context)
+    int tune_pending;          // --matmul-tune N: N until the first step's choices are shared (matmul_tune_share), then 0
     double peak_in_use;        // the most device memory in use seen (cudaMemGetInfo)
     OpTimer ops;               // --profile-ops: the ops' events on the stream (off unless a step is profiled)
 } GPT2;
@@ -519,6 +520,10 @@ static void gpt2_setup(Trainer* t, GPT2* model, int device_engine, int use_flash
     ZeroInit in = trainer_engine(t, &spec);
     gpt2_build(model, &t->config, in, device_engine);
     gpt2_engine_model_free(&spec);
+    if (tc->matmul_tune > 1) {  // the first step's new shapes time their candidates (llmc/matmul.cuh)
+        g_device_alloc_bytes += cublaslt_tune(&model->mm, tc->matmul_tune);
+        model->tune_pending = model->mm.tune;
+    }
     gpt2_alloc_activations(model, tc->B, tc->T, tc->recompute, use_flash, tc->vocab_tile);
 }
 
@@ -558,6 +563,28 @@ static void train_micro(void* self, const int* inputs, const int* targets, int l
     zeroCheck(zero_end(m->zero));
 }
 
+// --matmul-tune, after the first step (every rank): rank 0's choices become every rank's, so
+// that all run the same kernels (their timings differ a little), and the tuning ends: a
+// shape first met later takes the heuristic's first answer, and the scratch is freed
+static void matmul_tune_share(GPT2* m) {
+    int rank = 0;
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    size_t bytes = matmul_algo_table_bytes();
+    void* table = mallocCheck(bytes);
+    if (rank == 0) { memcpy(table, matmul_algo_table(), bytes); }
+    mpiCheck(MPI_Bcast(table, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD));
+    int differed = rank == 0 ? 0 : matmul_algo_adopt(table);
+    free(table);
+    mpiCheck(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : &differed, &differed, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
+    g_device_alloc_bytes -= MATMUL_TUNE_SCRATCH_BYTES - cublaslt_tune(&m->mm, 0);
+    if (rank == 0) {
+        printf("matmul tuning: %ld shapes timed, up to %d candidates each (%.0f ms); the heuristic's first answer was not the fastest in %ld; "
+               "every rank takes rank 0's choices (%d of the other ranks' differed)\n", matmul_tuned_keys, m->tune_pending,
+               matmul_tune_ms, matmul_tune_changed, differed);
+    }
+    m->tune_pending = 0;
+}
+
 // the micro-steps' mean losses, summed on the GPU; waits for the step
 static double train_loss(void* self) {
     GPT2* m = (GPT2*)self;
@@ -568,6 +595,7 @@ static double train_loss(void* self) {
     cudaCheck(cudaMemsetAsync(m->acts.loss_acc, 0, sizeof(double), m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
     cudaCheck(cudaGetLastError());
+    if (m->tune_pending) { matmul_tune_share(m); }
     return sum;
 }
 
@@ -775,8 +803,8 @@ int main(int argc, char** argv) {
     gpt2_setup(&t, &model, device_engine, use_flash);
 
     char notes[128];
-    snprintf(notes, sizeof(notes), ", attention %s, vocab tile %d, %d GPUs per node", use_flash ? "flash" : "cublas",
-             model.vocab_tile, ndev);
+    snprintf(notes, sizeof(notes), ", attention %s, vocab tile %d, %d GPUs per node, matmul tune %d", use_flash ? "flash" : "cublas",
+             model.vocab_tile, ndev, tc->matmul_tune > 1 ? tc->matmul_tune : 0);
     TrainerModel run = {
         .self = &model, .zero = model.zero, .device = prop.name, .precision = PRECISION_MODE, .notes = notes, .peak_flops = peak_bf16_flops(prop.name),
         .train_micro = train_micro, .train_loss = train_loss, .eval_losses = eval_losses, .next_probs = eval_next_probs,

@@ -125,6 +125,10 @@ static const OptRow args_options[] = {
     { .long_flag = "--dpu", .type = OPT_BOOL, TC(dpu), .hi = 1, .def = "0", .trainer = OPT_GPU,
       .help = "with --offload-optimizer cpu: the CPU Adam of step i runs while the GPU computes step i+1 on the parameters "
               "of step i-1 (ZeRO-Offload's delayed parameter update)" },
+    { .long_flag = "--matmul-tune", .type = OPT_INT, TC(matmul_tune), .lo = 0, .hi = 8, .def = "0", .arg = "<N>", .trainer = OPT_GPU,
+      .help = "in the first step, each new matmul shape times up to N of cuBLASLt's candidate algorithms and keeps the "
+              "fastest; every rank then takes rank 0's choices. The choice comes from timings: two runs may differ in their "
+              "bits. 0 or 1: the heuristic's first answer, the same every run" },
 
     { .group = "llm.c's flags for its GPU and its launcher (checked: each means here what it says, or is refused)",
       .short_flag = "-lg", .type = OPT_INT, TC(log_gpu_every), .lo = -1, .hi = K30, .def = "-1", .trainer = OPT_BOTH,

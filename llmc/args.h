@@ -71,6 +71,7 @@ typedef struct {
     const char* attention;       // --attention cublas|flash  the GPU trainer's attention kernels
     int vocab_tile;              // --vocab-tile N  the classifier's logits in tiles of N vocabulary columns; 0: whole (B,T,Vp)
     int dpu;                     // --dpu 0|1  GPU trainer, optimizer offload: delay the update one step (ZeRO-Offload's DPU)
+    int matmul_tune;             // --matmul-tune N  GPU trainer: the first step times N cuBLASLt candidates a shape (llmc/matmul.cuh)
     int save_bf16;               // --save-bf16 0|1  checkpoints' model files as llm.c's bf16 version 5
     float collective_timeout;    // --collective-timeout S  a collective or file wait longer than S seconds ends the job; 0: never
     int stop_grace;              // --stop-grace S  a stop signal not taken up at a step boundary within S seconds ends the process; 0: never

@@ -63,6 +63,17 @@
  transposes, leading dimensions, epilogue, whether C is read (beta != 0), the four
  alignments and the workspace, so it is kept in a small table keyed by exactly those
  (matmul_algo_lookup). Descriptors are still created per call (a few microseconds).
+
+ Tuning (--matmul-tune N, off by default). The heuristic's first answer is a guess from a
+ model of the GPU; with tuning on, each new key asks it for up to N candidates and times
+ each (a warm-up and MATMUL_TUNE_RUNS runs, CUDA events, the host waiting) before the call
+ keeps the fastest: a product that overwrites D (beta 0) is timed on D itself, each run
+ writing the same D, and the call then runs the choice once more; one that accumulates is
+ timed on a scratch D when D and no aux output fits MATMUL_TUNE_SCRATCH_BYTES (the real D
+ must be added to once), else keeps the first. The choice comes from timings, so two runs
+ may choose differently and differ in their bits: runs that must repeat each other's bits
+ (the stage comparisons) keep tuning off. The ranks agree on rank 0's choices after the
+ first step (matmul_algo_table, matmul_algo_adopt): the trainer broadcasts its table.
 */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
@@ -108,6 +119,12 @@
 #define MATMUL_GELU_EPILOGUE 1
 #endif
 
+// --matmul-tune: at most this many candidates a key, each timed over this many runs after a
+// warm-up; a product that accumulates is timed on a scratch D of at most this many bytes
+#define MATMUL_TUNE_MAX 8
+#define MATMUL_TUNE_RUNS 3
+#define MATMUL_TUNE_SCRATCH_BYTES ((size_t)128 << 20)  // (d12's classifier dweight, 77 MB, fits)
+
 // the algorithm cache: slots, and how far a key's search goes from its hash slot
 #define MATMUL_ALGO_CACHE_SLOTS 256
 #define MATMUL_ALGO_CACHE_PROBES 8
@@ -137,6 +154,11 @@ static MatmulAlgoSlot matmul_algo_cache[MATMUL_ALGO_CACHE_SLOTS];
 // lookups and heuristic calls so far (the tests read them)
 static long matmul_algo_lookups = 0;
 static long matmul_heuristic_calls = 0;
+// tuning so far: keys timed, of them those whose fastest was not the heuristic's first,
+// and the milliseconds spent timing (the trainer prints them)
+static long matmul_tuned_keys = 0;
+static long matmul_tune_changed = 0;
+static double matmul_tune_ms = 0.0;
 
 static inline void matmul_algo_cache_clear(void) { memset(matmul_algo_cache, 0, sizeof(matmul_algo_cache)); }
 
@@ -171,6 +193,26 @@ static inline MatmulAlgoSlot* matmul_algo_lookup(const MatmulAlgoKey* key, int* 
     return free_slot != NULL ? free_slot : &matmul_algo_cache[h];
 }
 
+// The table of chosen algorithms as bytes, for the ranks to agree on one rank's choices
+// (an algorithm is plain data, valid in every process on the same GPU and library)
+static inline void* matmul_algo_table(void) { return matmul_algo_cache; }
+static inline size_t matmul_algo_table_bytes(void) { return sizeof(matmul_algo_cache); }
+
+// takes another process's table (matmul_algo_table's bytes): each of its keys gets its
+// algorithm here, ours replaced where we had chosen another; returns how many changed
+static inline int matmul_algo_adopt(const void* table) {
+    const MatmulAlgoSlot* other = (const MatmulAlgoSlot*)table;
+    int changed = 0;
+    for (int i = 0; i < MATMUL_ALGO_CACHE_SLOTS; i++) {
+        if (!other[i].used) { continue; }
+        int hit = 0;
+        MatmulAlgoSlot* slot = matmul_algo_lookup(&other[i].key, &hit);
+        changed += !hit || memcmp(&slot->algo, &other[i].algo, sizeof(slot->algo)) != 0;
+        *slot = other[i];
+    }
+    return changed;
+}
+
 // ----------------------------------------------------------------------------
 // handle and workspace
 
@@ -181,6 +223,8 @@ typedef struct {
     void* workspace;
     size_t workspace_bytes;   // CUBLASLT_WORKSPACE_BYTES
     cudaStream_t stream;
+    int tune;                 // candidates timed a new key (--matmul-tune); 0 or 1: the heuristic's first
+    void* tune_scratch;       // MATMUL_TUNE_SCRATCH_BYTES while tuning, else NULL
 } MatmulCtx;
 
 // creates the cuBLASLt handle and its workspace, for work on stream s
@@ -190,10 +234,26 @@ static inline void cublaslt_init(MatmulCtx* ctx, cudaStream_t s) {
     ctx->workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
     cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
     ctx->stream = s;
+    ctx->tune = 0;
+    ctx->tune_scratch = NULL;
+}
+
+// tuning on (candidates > 1, at most MATMUL_TUNE_MAX) with the scratch it times accumulating
+// products on (MATMUL_TUNE_SCRATCH_BYTES of the GPU's memory), or off (candidates <= 1) and the
+// scratch freed; returns the scratch's bytes held now
+static inline size_t cublaslt_tune(MatmulCtx* ctx, int candidates) {
+    ctx->tune = candidates > MATMUL_TUNE_MAX ? MATMUL_TUNE_MAX : candidates;
+    if (ctx->tune > 1 && ctx->tune_scratch == NULL) { cudaCheck(cudaMalloc(&ctx->tune_scratch, MATMUL_TUNE_SCRATCH_BYTES)); }
+    if (ctx->tune <= 1 && ctx->tune_scratch != NULL) {
+        cudaCheck(cudaFree(ctx->tune_scratch));
+        ctx->tune_scratch = NULL;
+    }
+    return ctx->tune_scratch != NULL ? MATMUL_TUNE_SCRATCH_BYTES : 0;
 }
 
 static inline void cublaslt_free(MatmulCtx* ctx) {
     matmul_algo_cache_clear();
+    if (ctx->tune_scratch != NULL) { cudaCheck(cudaFree(ctx->tune_scratch)); }
     cudaCheck(cudaFree(ctx->workspace));
     cublasCheck(cublasLtDestroy(ctx->lt));
 }
@@ -265,6 +325,58 @@ static inline void matmul_check_ld(int ld, const char* what, const char* fn) {
 }
 
 // ----------------------------------------------------------------------------
+// tuning (--matmul-tune; see the top of the file)
+
+// one product as matmul_cublaslt describes it, for its candidates' timing
+typedef struct {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    const void *a, *b;
+    void* d;
+    float beta;
+    int has_aux;          // an aux output (GELU_AUX): written by every run
+    size_t d_bytes;       // D's extent, ldd x n elements
+} MatmulTuneCall;
+
+// The index of the fastest of the n candidates for the product, each run once to warm up and
+// then MATMUL_TUNE_RUNS times between two events; a candidate the library refuses is never
+// the fastest. Where the product cannot be run again without changing what it leaves (it
+// accumulates, and D does not fit the scratch or it writes an aux output), 0.
+static inline int matmul_tune_pick(const MatmulCtx* ctx, const MatmulTuneCall* c,
+                                   const cublasLtMatmulHeuristicResult_t* cand, int n) {
+    void* out = c->d;  // beta 0: D is written whole by every run, the call's last one the choice's
+    if (c->beta != 0.0f) {
+        if (c->has_aux || ctx->tune_scratch == NULL || c->d_bytes > MATMUL_TUNE_SCRATCH_BYTES) { return 0; }
+        out = ctx->tune_scratch;  // (its content does not matter to the timing)
+    }
+    cudaEvent_t t0, t1;
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
+    float alpha = 1.0f, best_ms = 0.0f, total_ms = 0.0f;
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        int ok = 1;
+        for (int r = 0; r <= MATMUL_TUNE_RUNS && ok; r++) {  // run 0 warms up
+            if (r == 1) { cudaCheck(cudaEventRecord(t0, ctx->stream)); }
+            ok = cublasLtMatmul(ctx->lt, c->desc, &alpha, c->a, c->la, c->b, c->lb, &c->beta, out, c->ld, out, c->ld,
+                                &cand[i].algo, ctx->workspace, ctx->workspace_bytes, ctx->stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        cudaCheck(cudaEventRecord(t1, ctx->stream));
+        cudaCheck(cudaEventSynchronize(t1));
+        float ms = 0.0f;
+        if (ok) { cudaCheck(cudaEventElapsedTime(&ms, t0, t1)); }
+        total_ms += ms;
+        if (ok && (best < 0 || ms < best_ms)) { best = i; best_ms = ms; }
+    }
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
+    matmul_tuned_keys++;
+    matmul_tune_changed += best > 0;
+    matmul_tune_ms += total_ms;
+    return best > 0 ? best : 0;
+}
+
+// ----------------------------------------------------------------------------
 // one cuBLASLt call, column-major:
 //   D (m,n) [ld ldd] = op(A) (m,k) [stored with ld lda] @ op(B) (k,n) [ld ldb] + beta * D
 // with the given epilogue (bias: (m,) per row of D; aux: (m,n) [ld ldaux] for GELU_AUX).
@@ -322,10 +434,11 @@ static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, 
             uint32_t bytes = (uint32_t)aligns[i].bytes;
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &bytes, sizeof(bytes)));
         }
-        cublasLtMatmulHeuristicResult_t heur;
+        cublasLtMatmulHeuristicResult_t heur[MATMUL_TUNE_MAX];
         int found = 0;
         matmul_heuristic_calls++;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, ctx->tune > 1 ? ctx->tune : 1, heur,
+                                                           &found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
             fprintf(stderr, "error: %s: cuBLASLt found no algorithm (status %d) for m=%d n=%d k=%d trans_a=%d trans_b=%d "
@@ -333,9 +446,11 @@ static inline void matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, 
                     (int)epilogue, (int)key.align_a, (int)key.align_b, (int)key.align_d);
             exit(EXIT_FAILURE);
         }
+        MatmulTuneCall call = {desc, la, lb, ld, a, b, d, beta, aux != NULL, (size_t)ldd * n * sizeof(floatX)};
+        int pick = found > 1 ? matmul_tune_pick(ctx, &call, heur, found) : 0;
         slot->used = 1;
         slot->key = key;
-        slot->algo = heur.algo;
+        slot->algo = heur[pick].algo;
     }
     float alpha = 1.0f;
     // C = D: beta = 1 accumulates into D, beta = 0 overwrites it (C is then not read)

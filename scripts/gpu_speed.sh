@@ -189,6 +189,21 @@ EOF
         done
     done
     for a in ${paths:-cublas}; do ratio "$a.stage3_vs_stage0_x" "z0_$a.ms_per_step" "z3_$a.ms_per_step"; done
+    # --matmul-tune (where the build has it): -z 0 on the last path again, its first step
+    # (a warm-up one) timing up to 8 of cuBLASLt's candidates a shape; against the untuned run
+    a=${paths:-cublas}; a=${a##* }; name=tuned_z0_$a
+    if "$TRAINER" --help 2>&1 | grep -q -- '--matmul-tune' && [ "$(left)" -gt 30 ]; then
+        if ours "$name" "$(time_for 5)" -e "$model" -b "$b" -t "$t" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 -z 0 \
+            --attention "$a" --matmul-tune 8 -o "$WORK/files/c_$name" "${prof[@]}"; then
+            run_figures "$name" "$w" && check PASS "-z 0 --attention $a --matmul-tune 8: $(sed -n "s/^$name.ms_per_step=//p" "$WORK/steps/c.kv") ms a step"
+            kv "$name.tuning" "$(grep -m1 '^matmul tuning: ' "$WORK/logs/$name.log")"
+            ratio "matmul_tune.untuned_vs_tuned_x" "z0_$a.ms_per_step" "$name.ms_per_step"
+        else
+            check FAIL "-z 0 --attention $a --matmul-tune 8: $(why "$name")"
+        fi
+    else
+        check SKIP "--matmul-tune: not in this build, or no time left"
+    fi
 }
 
 step_d() {  # the attention alone, ours and PyTorch's; then PyTorch's GPT-2 eager and compiled
@@ -323,6 +338,9 @@ if ops:
     print("  the per-op timer, -z 0 (ms a step, share, time over the floor), the 8 longest of each run:")
     for k, v in [(k, v) for i, (k, v) in enumerate(ops) if sum(o[0].split(".")[0] == k.split(".")[0] for o in ops[:i]) < 8]:
         print(f"    {k.replace('.op.', ': ')}: {v}")
+if c.get("matmul_tune.untuned_vs_tuned_x") is not None:
+    tl = next((v for k, v in c.items() if k.endswith(".tuning")), "no tuning line")
+    print(f"  --matmul-tune 8: the untuned step takes {c['matmul_tune.untuned_vs_tuned_x']}x the tuned one's time ({tl})")
 for k, v in c.items():
     if k.endswith(".stage3_vs_stage0_x"):
         print(f"  stage 3 / stage 0 ({k.split('.', 1)[0]}): {v}x of stage 0's speed (goal: within 3%)")

@@ -32,6 +32,11 @@
  library (which might pick one kernel for 64 and 256 bytes), so that a run which hands
  cuBLASLt a tensor at another alignment than another run shows it in its bits, while one
  algorithm gives the same bits at every call. test_emu checks both.
+ Several candidates (llmc/matmul.cuh's tuning): asked for more than one, the heuristic
+ returns EMU_LT_CANDIDATES algorithms of its own, ids base + j 9^4 for j = 1, 2, 3 (base the
+ alignments' id), each summing in its own order; the first and the third sleep
+ EMU_LT_SLOW_MS a call on the stream, so that a tuner which times them must keep the second
+ (the real library's first answer is only a guess too).
 */
 #ifndef EMU_CUBLASLT_H
 #define EMU_CUBLASLT_H
@@ -39,6 +44,8 @@
 #include <stdint.h>         // int64_t, uint32_t, uintptr_t
 #include <math.h>           // erff
 #include <string.h>         // memcpy
+#include <chrono>           // the slow candidates' sleep
+#include <thread>           // std::this_thread::sleep_for
 #include "cublas_v2.h"      // cublasStatus_t, cublasOperation_t, cudaDataType, cublasComputeType_t
 
 // (cuBLASLt's values, as every enumerator here: test/emu/test_headers.sh compares them)
@@ -161,17 +168,27 @@ static inline void emu_lt_product(int id, cublasOperation_t ta, cublasOperation_
     for (size_t i = 0; i < prod.size(); i++) { prod[i] += rest[i]; }
 }
 
-// the algorithm of the preference's alignments (it assumes them, and sums in its order)
+// asked for several: this many candidates, ids apart by 9^4 (past every alignments' id); the
+// first and third slow by this many milliseconds a call
+#define EMU_LT_CANDIDATES 3
+#define EMU_LT_CANDIDATE_STRIDE 6561
+#define EMU_LT_SLOW_MS 30
+
+// the algorithm of the preference's alignments (it assumes them, and sums in its order); asked
+// for several, EMU_LT_CANDIDATES of their own (see the top)
 static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
                                                             cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                                             cublasLtMatmulPreference_t pref, int requested,
                                                             cublasLtMatmulHeuristicResult_t* out, int* found) {
     emu_lt_heuristic_calls++;
     if (requested < 1) { return CUBLAS_STATUS_INVALID_VALUE; }
-    memset(out, 0, sizeof(*out));
-    memcpy(out->algo.min_align, pref->min_align, sizeof(pref->min_align));
-    out->algo.id = emu_lt_algo_id(pref->min_align);
-    *found = 1;
+    int n = requested == 1 ? 1 : requested < EMU_LT_CANDIDATES ? requested : EMU_LT_CANDIDATES;
+    for (int i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof(out[i]));
+        memcpy(out[i].algo.min_align, pref->min_align, sizeof(pref->min_align));
+        out[i].algo.id = emu_lt_algo_id(pref->min_align) + (n == 1 ? 0 : (i + 1) * EMU_LT_CANDIDATE_STRIDE);
+    }
+    *found = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -218,6 +235,8 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     if (has_bias) { acc.push_back(emu_range(d->bias, m * (ld->type == CUDA_R_32F ? 4 : 2), 0)); }
     if (has_aux) { acc.push_back(emu_range(d->aux, ((n - 1) * (uint64_t)d->aux_ld + m) * (ld->type == CUDA_R_32F ? 4 : 2), 1)); }
     emu_stream_declared(stream, "cublasLtMatmul", acc, [=]() {
+        int j = algo_id / EMU_LT_CANDIDATE_STRIDE;
+        if (j == 1 || j == 3) { std::this_thread::sleep_for(std::chrono::milliseconds(EMU_LT_SLOW_MS)); }
         std::vector<float> prod;
         emu_lt_product(algo_id, dd.ta, dd.tb, m, n, k, A, a_l.type, a_l.ld, B, b_l.type, b_l.ld, prod);
         for (uint64_t j = 0; j < n; j++) {

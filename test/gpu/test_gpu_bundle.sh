@@ -214,6 +214,9 @@ expect(st["c"]["status"] == "ok" and c.get("attention_paths") == "cublas flash"
        and all(pos(c.get(f"{p}.stage3_vs_stage0_x")) for p in ("cublas", "flash"))
        and c.get("per_op_timer", "").startswith("on") and all(f"{r}.op.qkv" in c and f"{r}.op.attention" in c for r in runs),
        "speed (c): -z 0 and -z 3 for each attention path, figures, start-up, stage 3 / stage 0, the per-op timer's rows")
+expect(pos(c.get("tuned_z0_flash.ms_per_step")) and pos(c.get("matmul_tune.untuned_vs_tuned_x"))
+       and c.get("tuned_z0_flash.tuning", "").startswith("matmul tuning: "),
+       "speed (c): -z 0 again with --matmul-tune 8, its tuning line, against the untuned run")
 d = res("d")
 expect(st["d"]["status"] == "ok" and all(f"attention.{s}.{p}" in d for s in ("2:2:32:64", "1:2:40:80") for p in ("flash", "cublas"))
        and all(pos(d.get(f"attention.{s}.flash_vs_sdpa_x")) for s in ("2:2:32:64", "1:2:40:80")) and pos(d.get("torch_eager.ms_per_step"))

@@ -861,6 +861,21 @@ PYEOF
     fi
     gpu_mrun dn2off 2 $GPU32 ${RUN/-b 8/-b 4} -z 2 --zero-backend device --offload-optimizer cpu || bad "device backend N=2 offload run"
     same_losses fp32 dn2off 2e-5 "device backend N=2 stage 2 with CPU offload = single-rank stage 0"
+    # --matmul-tune (llmc/matmul.cuh): the first step times the stand-in's candidates (two of
+    # three sleep, test/emu/cublasLt.h), so a timed shape keeps another algorithm than the
+    # heuristic's first, one summing in its own order: single-rank stage 0's losses to
+    # fp32 rounding (the host backend's tolerance); the ranks take rank 0's choices, the
+    # scratch is freed, and the run says so once
+    gpu_mrun dn2tune 2 $GPU32 ${RUN/-b 8/-b 4} -z 3 --zero-backend device --matmul-tune 3 || bad "device backend N=2 --matmul-tune run"
+    same_losses fp32 dn2tune 2e-5 "device backend N=2 --matmul-tune 3 = single-rank stage 0 untuned"
+    tl=$(grep '^matmul tuning: ' "$tmp/dn2tune.log")
+    if [ "$(grep -c '^matmul tuning: ' "$tmp/dn2tune.log")" = 1 ] \
+        && [[ "$tl" =~ ^matmul\ tuning:\ ([0-9]+)\ shapes\ timed.*not\ the\ fastest\ in\ ([0-9]+)\; ]] \
+        && [ "${BASH_REMATCH[1]}" -ge 4 ] && [ "${BASH_REMATCH[2]}" -ge 1 ]; then
+        ok "--matmul-tune: the first step's shapes timed, the stand-in's fast candidate kept ($tl)"
+    else
+        bad "--matmul-tune: the tuning line: ${tl:-none}"
+    fi
     # the model file every rank writes its part of (llmc/checkpoint.h): the GPU-trained
     # checkpoint loaded with -e and saved after a step at -l 0 (AdamW moves nothing) comes
     # back byte for byte from 1 rank at stage 0 and 2 at stage 3; the bf16 file of 2 ranks

@@ -412,6 +412,81 @@ static void test_matmul_algo_cache(const MatmulCtx* mm) {
     g_mm_allocs.clear();
 }
 
+// --matmul-tune (llmc/matmul.cuh): each new problem's candidates timed and the fastest
+// kept. The products stay right: one that overwrites D (timed on D itself) and ones that
+// accumulate (timed on the scratch: D added to once) against the CPU; the D a tuned call
+// leaves is its choice's (the next call, a cache hit, gives the same bits); every new
+// problem counted as tuned; a table adopted whole (the ranks' agreement) is used without
+// the heuristic and gives the same bits. Emulated, the stand-in's candidates 1 and 3 sleep
+// (test/emu/cublasLt.h): the choice must be its second.
+static void test_matmul_tune(const MatmulCtx* mm) {
+    const int BT = 24, C = 48, OC = 80;  // a shape no other test uses
+    MatmulCtx t = *mm;  // the same handle and workspace, tuning on
+    cublaslt_tune(&t, 3);
+    std::vector<float> inp_f, w_f, b_f, dout_f, dw0_f, dinp0_f;
+    std::vector<floatX> inp = rand_x((size_t)BT * C, -1.0f, 1.0f, inp_f), w = rand_x((size_t)OC * C, -1.0f, 1.0f, w_f);
+    std::vector<floatX> b = rand_x(OC, -1.0f, 1.0f, b_f), dout = rand_x((size_t)BT * OC, -1.0f, 1.0f, dout_f);
+    std::vector<floatX> dw0 = rand_x((size_t)OC * C, -1.0f, 1.0f, dw0_f), dinp0 = rand_x((size_t)BT * C, -1.0f, 1.0f, dinp0_f);
+    floatX *d_inp = dev_at(inp, 0), *d_w = dev_at(w, 0), *d_b = dev_at(b, 0), *d_dout = dev_at(dout, 0);
+    floatX *d_dw = dev_at(dw0, 0), *d_dinp = dev_at(dinp0, 0);
+    floatX *d_out = dev_at(std::vector<floatX>((size_t)BT * OC), 0), *d_out2 = dev_at(std::vector<floatX>((size_t)BT * OC), 0);
+    long keys0 = matmul_tuned_keys;
+#if defined(LLMC_EMU)
+    long changed0 = matmul_tune_changed;  // (the stand-in's fastest candidate is known; a GPU's is not)
+#endif
+
+    matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, (floatX*)NULL, 0, &t);  // beta 0: timed in place
+    matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, (const floatX*)NULL, 1, &t);
+    std::vector<float> ref((size_t)BT * OC), tol((size_t)BT * OC), dinp_ref = dinp0_f, dw_ref = dw0_f;
+    matmul_forward(ref.data(), inp_f.data(), w_f.data(), b_f.data(), 1, BT, C, OC);
+    matmul_backward(dinp_ref.data(), dw_ref.data(), NULL, dout_f.data(), inp_f.data(), w_f.data(), 1, BT, C, OC);
+    // (the terms' magnitudes bounded by the largest sum: |x| < 1 everywhere)
+    for (size_t i = 0; i < ref.size(); i++) { tol[i] = mm_tol(C, C + 1.0); }
+    check_close("matmul tuned: forward (timed on D itself)", to_floats(host_from(d_out, ref.size())), ref, tol);
+    std::vector<float> tol_dinp(dinp_ref.size(), mm_tol(OC, OC + 1.0)), tol_dw(dw_ref.size(), mm_tol(BT, BT + 1.0));
+    check_close("matmul tuned: dinp accumulated once (timed on the scratch)", to_floats(host_from(d_dinp, dinp_ref.size())),
+                dinp_ref, tol_dinp);
+    check_close("matmul tuned: dweight accumulated once (timed on the scratch)", to_floats(host_from(d_dw, dw_ref.size())),
+                dw_ref, tol_dw);
+
+    matmul_forward(d_out2, d_inp, d_w, d_b, BT, C, OC, (floatX*)NULL, 0, &t);  // a hit: the choice, once
+    std::vector<floatX> out1 = host_from(d_out, ref.size()), out2 = host_from(d_out2, ref.size());
+    report("matmul tuned: the D it leaves is its choice's", memcmp(out1.data(), out2.data(), out1.size() * sizeof(floatX)) == 0, "");
+    char detail[200];
+    snprintf(detail, sizeof(detail), "3 problems tuned (got %ld)", matmul_tuned_keys - keys0);
+    report("matmul tuned: every new problem timed", matmul_tuned_keys - keys0 == 3, detail);
+#if defined(LLMC_EMU)
+    int second = 0, tuned = 0;
+    for (int i = 0; i < MATMUL_ALGO_CACHE_SLOTS; i++) {
+        const MatmulAlgoSlot* sl = &matmul_algo_cache[i];
+        if (sl->used && sl->key.n == BT && (sl->key.m == OC || sl->key.m == C)) {
+            tuned++;
+            second += sl->algo.id / EMU_LT_CANDIDATE_STRIDE == 2;
+        }
+    }
+    snprintf(detail, sizeof(detail), "the stand-in's fast candidate kept for %d of %d products (%ld changed from the first)",
+             second, tuned, matmul_tune_changed - changed0);
+    report("matmul tuned: the fastest candidate kept", second == 2 && tuned == 2 && matmul_tune_changed - changed0 == 3, detail);
+#endif
+    // the agreement: a table adopted whole after a clear gives its choices, no heuristic call
+    std::vector<char> table((const char*)matmul_algo_table(), (const char*)matmul_algo_table() + matmul_algo_table_bytes());
+    int used = 0;
+    for (int i = 0; i < MATMUL_ALGO_CACHE_SLOTS; i++) { used += matmul_algo_cache[i].used; }
+    matmul_algo_cache_clear();
+    int adopted = matmul_algo_adopt(table.data());
+    long calls0 = matmul_heuristic_calls;
+    matmul_forward(d_out2, d_inp, d_w, d_b, BT, C, OC, (floatX*)NULL, 0, &t);
+    out2 = host_from(d_out2, ref.size());
+    snprintf(detail, sizeof(detail), "%d of %d algorithms adopted, %ld heuristic calls after", adopted, used,
+             matmul_heuristic_calls - calls0);
+    report("matmul tuned: a table adopted is used as chosen", adopted == used && used >= 3 && matmul_heuristic_calls == calls0 &&
+           memcmp(out1.data(), out2.data(), out1.size() * sizeof(floatX)) == 0, detail);
+    size_t held = cublaslt_tune(&t, 0);  // tuning off: the scratch freed
+    report("matmul tuned: tuning off frees its scratch", held == 0 && t.tune_scratch == NULL && t.tune == 0, "");
+    for (void* p : g_mm_allocs) { cudaCheck(cudaFree(p)); }
+    g_mm_allocs.clear();
+}
+
 // ----------------------------------------------------------------------------
 // fused classifier
 
@@ -1224,6 +1299,7 @@ int main(void) {
     cublaslt_init(&mm, s);
     for (size_t offset : {(size_t)0, (size_t)64, (size_t)128}) { test_matmul(&mm, offset); }
     test_matmul_algo_cache(&mm);
+    test_matmul_tune(&mm);
     test_classifier(s);
     test_adamw(s);
     test_global_norm(s);
