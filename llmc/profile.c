@@ -79,7 +79,8 @@ int gpt2_op_cost(const GPT2Config* c, int B, int T, int elem, int attention_flas
 // the sums and the spans
 
 typedef struct { const char* name; int layer, track; double t0, t1; } OpSpan;  // t0, t1: on the host's clock
-typedef struct { const char* name; double calls, ms; } OpSum;
+typedef struct { const char* name; int track; double calls, ms; } OpSum;
+typedef struct { OpSum* sums; int n, cap; } OpSums;
 
 struct OpProfile {
     GPT2Config config;
@@ -87,8 +88,7 @@ struct OpProfile {
     double peak_flops, peak_bytes;
     OpSpan* spans;           // every profiled step's, for the timeline
     int nspans, cap, step_first;  // step_first: the first span of the step being timed
-    OpSum* sums;
-    int nsums, sums_cap;
+    OpSums ops, movers;      // per name: the compute track's; the engine's movers'
     int steps;
     double step_ms, first_ms;     // the profiled steps' wall time summed; the first's start
     double compute_ms;            // the compute track's spans summed
@@ -105,13 +105,17 @@ OpProfile* op_profile_new(const GPT2Config* c, int B, int T, int elem, int atten
     p->peak_bytes = peak_bytes > 0 ? peak_bytes : 0;
     p->track_names[OP_TRACK_HOST] = "host (the step)";
     p->track_names[OP_TRACK_COMPUTE] = compute;
+    p->track_names[OP_TRACK_COLLECTIVES] = "ZeRO collectives (NCCL stream)";
+    p->track_names[OP_TRACK_COPIES] = "ZeRO copies (copy streams)";
+    p->track_names[OP_TRACK_ENGINE_HOST] = "ZeRO on the host (CPU Adam, NVMe)";
     return p;
 }
 
 void op_profile_free(OpProfile* p) {
     if (p == NULL) { return; }
     free(p->spans);
-    free(p->sums);
+    free(p->ops.sums);
+    free(p->movers.sums);
     free(p);
 }
 
@@ -126,20 +130,20 @@ void op_profile_span(OpProfile* p, const char* name, int layer, int track, doubl
     p->spans[p->nspans++] = (OpSpan){name, layer, track, t0_ms, t1_ms};
 }
 
-// the sum of this name, made if new (NULL when out of memory)
-static OpSum* op_sum(OpProfile* p, const char* name) {
-    for (int i = 0; i < p->nsums; i++) {
-        if (p->sums[i].name == name || !strcmp(p->sums[i].name, name)) { return &p->sums[i]; }
+// the sum of this name on this track, made if new (NULL when out of memory)
+static OpSum* op_sum(OpSums* ss, const char* name, int track) {
+    for (int i = 0; i < ss->n; i++) {
+        if (ss->sums[i].track == track && (ss->sums[i].name == name || !strcmp(ss->sums[i].name, name))) { return &ss->sums[i]; }
     }
-    if (p->nsums == p->sums_cap) {
-        int cap = p->sums_cap > 0 ? 2 * p->sums_cap : 64;
-        OpSum* s = (OpSum*)realloc(p->sums, (size_t)cap * sizeof(OpSum));
+    if (ss->n == ss->cap) {
+        int cap = ss->cap > 0 ? 2 * ss->cap : 64;
+        OpSum* s = (OpSum*)realloc(ss->sums, (size_t)cap * sizeof(OpSum));
         if (s == NULL) { return NULL; }
-        p->sums = s;
-        p->sums_cap = cap;
+        ss->sums = s;
+        ss->cap = cap;
     }
-    p->sums[p->nsums] = (OpSum){name, 0.0, 0.0};
-    return &p->sums[p->nsums++];
+    ss->sums[ss->n] = (OpSum){name, track, 0.0, 0.0};
+    return &ss->sums[ss->n++];
 }
 
 void op_profile_step(OpProfile* p, int step, double start_ms, double step_ms) {
@@ -149,12 +153,12 @@ void op_profile_step(OpProfile* p, int step, double start_ms, double step_ms) {
         OpSpan* s = &p->spans[i];
         s->t0 += start_ms;  // (to the host's clock: the timeline's)
         s->t1 += start_ms;
-        if (s->track != OP_TRACK_COMPUTE) { continue; }
-        OpSum* sum = op_sum(p, s->name);
+        if (s->track == OP_TRACK_HOST) { continue; }
+        OpSum* sum = op_sum(s->track == OP_TRACK_COMPUTE ? &p->ops : &p->movers, s->name, s->track);
         if (sum == NULL) { continue; }
         sum->calls += 1.0;
         sum->ms += s->t1 - s->t0;
-        p->compute_ms += s->t1 - s->t0;
+        if (s->track == OP_TRACK_COMPUTE) { p->compute_ms += s->t1 - s->t0; }
     }
     p->step_first = p->nspans;
     p->steps++;
@@ -172,8 +176,8 @@ int op_profile_rows(const OpProfile* p, OpRow* rows, int max) {
     if (p->steps == 0 || max < 1) { return 0; }
     double n = p->steps, step = p->step_ms / n;
     int k = 0;
-    for (int i = 0; i < p->nsums && k < max - 1; i++) {
-        const OpSum* s = &p->sums[i];
+    for (int i = 0; i < p->ops.n && k < max - 1; i++) {
+        const OpSum* s = &p->ops.sums[i];
         OpRow r = {s->name, s->calls / n, s->ms / n, step > 0 ? s->ms / n / step : 0.0, 0.0, 0.0, 0, 0.0};
         r.known = gpt2_op_cost(&p->config, p->B, p->T, p->elem, p->flash, s->name, &r.flops, &r.bytes) == 0;
         double ff = r.known && p->peak_flops > 0 ? r.flops / p->peak_flops : 0.0;
@@ -214,6 +218,14 @@ void op_profile_print(const OpProfile* p, FILE* fp) {
         fprintf(fp, "  %-18s %8.1f %10.3f %6.1f%% %10s %10s %10s %8s\n", r->name, r->calls, r->ms, 100.0 * r->share, gf,
                 mb, floor, times);
     }
+    if (p->movers.n == 0) { return; }
+    fprintf(fp, "the ZeRO engine's movers in those steps, beside the ops (on their own streams and threads: their time "
+                "overlaps the ops' and is no share of the step):\n");
+    fprintf(fp, "  %-22s %-36s %8s %10s\n", "mover", "track", "calls", "ms/step");
+    for (int i = 0; i < p->movers.n; i++) {
+        const OpSum* s = &p->movers.sums[i];
+        fprintf(fp, "  %-22s %-36s %8.1f %10.3f\n", s->name, p->track_names[s->track], s->calls / p->steps, s->ms / p->steps);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -223,7 +235,12 @@ int op_profile_write_trace(const OpProfile* p, const char* path) {
     AtomicFile f;
     if (atomic_open(&f, path) != 0) { return -1; }
     int ok = fprintf(f.fp, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n") > 0;
-    for (int t = 0; t < OP_TRACK_COUNT && ok; t++) {  // the tracks' names, then the spans, a comma before all but the first
+    // the tracks' names (the host's and the ops' always, a mover's track where it has spans),
+    // then the spans, a comma before all but the first
+    int used[OP_TRACK_COUNT] = {1, 1};
+    for (int i = 0; i < p->nspans; i++) { used[p->spans[i].track] = 1; }
+    for (int t = 0; t < OP_TRACK_COUNT && ok; t++) {
+        if (!used[t]) { continue; }
         ok = fprintf(f.fp, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}\n",
                      t > 0 ? "," : "", t, p->track_names[t]) > 0;
     }
@@ -231,7 +248,8 @@ int op_profile_write_trace(const OpProfile* p, const char* path) {
         const OpSpan* s = &p->spans[i];
         double ts = (s->t0 - p->first_ms) * 1e3, dur = (s->t1 - s->t0) * 1e3;
         ok = fprintf(f.fp, ",{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-                           "\"args\": {\"layer\": %d}}\n", s->name, s->track, ts, dur > 0 ? dur : 0.0, s->layer) > 0;
+                           "\"args\": {\"%s\": %d}}\n", s->name, s->track, ts, dur > 0 ? dur : 0.0,
+                     s->track >= OP_TRACK_COLLECTIVES ? "unit" : "layer", s->layer) > 0;
     }
     ok = ok && fprintf(f.fp, "]}\n") > 0;
     return atomic_commit(&f, ok);

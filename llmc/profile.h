@@ -25,9 +25,12 @@
 extern "C" {
 #endif
 
-// the timeline's tracks (the Chrome trace's threads): the host's step, and the model's ops
-// (the GPU's compute stream, or the CPU trainer's ops on the host)
-enum { OP_TRACK_HOST, OP_TRACK_COMPUTE, OP_TRACK_COUNT };
+// the timeline's tracks (the Chrome trace's threads): the host's step, the model's ops (the
+// GPU's compute stream, or the CPU trainer's ops on the host), and the training engine's
+// movers (the trainer hands them over: its collectives, its copies, its work on the host).
+// A mover's span is on the timeline and in a table of its own; it overlaps the ops and has
+// no share of the step.
+enum { OP_TRACK_HOST, OP_TRACK_COMPUTE, OP_TRACK_COLLECTIVES, OP_TRACK_COPIES, OP_TRACK_ENGINE_HOST, OP_TRACK_COUNT };
 
 // Times one op of a trainer's model code: `OP(m, "qkv", l, matmul_forward(...));` runs the
 // statement between the trainer's op_begin(m, name, layer) and op_end(m), which record
@@ -53,7 +56,8 @@ OpProfile* op_profile_new(const GPT2Config* c, int B, int T, int elem, int atten
 void op_profile_free(OpProfile* p);
 
 // one op's span in the step now being timed: from t0 to t1 ms after the step's start, on
-// the track; layer -1 outside the blocks. The name must outlive the profile (a literal).
+// the track; layer -1 outside the blocks (a mover's: its unit, -1 for none). The name must
+// outlive the profile (a literal).
 void op_profile_span(OpProfile* p, const char* name, int layer, int track, double t0_ms, double t1_ms);
 
 // the step is over: its spans are added to the sums; step_ms its wall time, start_ms its
@@ -76,7 +80,8 @@ typedef struct {
 // the rows, the longest first, the (no op) row last; at most max; returns how many
 int op_profile_rows(const OpProfile* p, OpRow* rows, int max);
 
-// the table, to fp
+// the table, to fp; then, when the engine's movers were timed, theirs (name, track, calls
+// and ms a step)
 void op_profile_print(const OpProfile* p, FILE* fp);
 
 // The Chrome trace of every profiled span (ts and dur in microseconds from the first

@@ -256,6 +256,19 @@ static void test_change_states(const TrainerModel* m, Trainer* tr, int rank, int
     free(r);
 }
 
+// --profile-ops: the engine's movers of the step just timed (zero3/zero.h's zero_trace_*),
+// each on its track of the timeline and in the movers' table
+static void trainer_movers_traced(Zero* z, OpProfile* p) {
+    static const int track[ZERO_NUM_TRACKS] = {
+        [ZERO_TRACK_COLLECTIVES] = OP_TRACK_COLLECTIVES, [ZERO_TRACK_COPIES] = OP_TRACK_COPIES, [ZERO_TRACK_HOST] = OP_TRACK_ENGINE_HOST,
+    };
+    const ZeroTraceSpan* spans = NULL;
+    int n = 0;
+    zeroCheck(zero_trace_end(z, &spans, &n));
+    for (int i = 0; i < n; i++) {
+        op_profile_span(p, spans[i].what, spans[i].unit, track[spans[i].track], spans[i].t0_ms, spans[i].t1_ms);
+    }
+}
 
 // One optimizer step after `step`: the micro-steps of gradient accumulation, the engine's
 // step, the step line and main.log. Returns 1 when more than --max-skipped-steps steps in a
@@ -270,7 +283,10 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     double t0 = zero_now_ms();
     // --profile-ops: the run's last steps, timed op by op (their start waits for the GPU)
     int profiled = lp->ops != NULL && step >= t->max_steps - tc->profile_ops;
-    if (profiled) { t0 = m->profile_begin(m->self, lp->ops); }
+    if (profiled) {
+        t0 = m->profile_begin(m->self, lp->ops);
+        zeroCheck(zero_trace_begin(m->zero, t0));  // the engine's movers too, on their own tracks
+    }
     for (int micro = 0; micro < t->grad_accum; micro++) {
         if (!tc->overfit_single_batch || !lp->have_batch) {
             if (dataloader_next_batch(&t->train) != 0) { trainer_fail(rank); }
@@ -302,7 +318,10 @@ static int trainer_train_step(Trainer* t, const TrainerModel* m, TrainerLoop* lp
     zeroCheck(zero_step(m->zero, &zs));
     if (profiled) { m->op_end(m->self); }
     if (m->range_pop != NULL) { m->range_pop(); }
-    if (profiled) { m->profile_end(m->self); }  // (waits for the step's ops: their time counts in the step's)
+    if (profiled) {  // (waits for the step's ops and movers: their time counts in the step's)
+        m->profile_end(m->self);
+        trainer_movers_traced(m->zero, lp->ops);
+    }
     double ms = zero_now_ms() - t0;
     if (profiled) {
         op_profile_span(lp->ops, "step", -1, OP_TRACK_HOST, 0.0, ms);

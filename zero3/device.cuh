@@ -116,6 +116,7 @@
 #include "zero3/cpu_adam.h"      // cpu_adam_step: offload's SIMD AdamW
 #include "zero3/swap.h"          // ZeroSwap: the NVMe tiers (the host engine's module)
 #include "zero3/dev_estimate.h"  // zero_dev_pool_counts: the pools, sized as --estimate counts them
+#include "zero3/trace.cuh"       // ZeroTrace: the movers' spans for a trainer's timeline (zero_trace_begin)
 
 #if defined(ENABLE_FP32)
 #define NCCL_FLOATX ncclFloat32
@@ -178,7 +179,7 @@ typedef struct {
     floatX* out;                  // the updated floatX shards
     float lr, weight_decay, grad_scale;
     int t, rc;
-    double ms;
+    double t0, ms;                // its start on the host's clock, its time (ms)
     char msg[1024];               // the thread's error (zero_error's buffer is per thread)
 } ZeroDevUpdate;
 
@@ -323,6 +324,7 @@ typedef struct ZeroDev {
     ZeroDevStepPlan step;         // the optimizer step's layout, resolved at init
     double moved_d2h, moved_h2d;  // bytes copied (cumulative)
     double update_ms;             // the CPU Adam's wall time (cumulative)
+    ZeroTrace trace;              // the movers' spans while a trainer's timeline is on (zero3/trace.cuh)
     // accounting (bytes on the GPU, and pinned on the host)
     double bytes_params, bytes_grads, bytes_optimizer, bytes_buffers;
     double host_bytes_grads, host_bytes_optimizer, host_bytes_params, host_bytes_buffers;
@@ -480,7 +482,10 @@ static int zero_dev_gather_start(void* be, int u, int how) {
         if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
         d->shards_written = 0;
     }
-    if (zero_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0) { return -1; }
+    int span = -1;  // (the timeline's, from when the buffer is free)
+    if (zero_cuda(cudaStreamWaitEvent(ns, b->free_ev, 0), "cudaStreamWaitEvent") != 0 || zero_trace_open(&d->trace, ns, &span) != 0) {
+        return -1;
+    }
     size_t part = d->sec != NULL ? pu->padded / (size_t)d->hpz.world : 0;  // hpZ: a slice
     floatX* slice = d->sec != NULL ? d->sec + pu->full_offset / (size_t)d->hpz.world : NULL;
     if (how == ZERO_GATHER_SLICES) {
@@ -497,10 +502,13 @@ static int zero_dev_gather_start(void* be, int u, int how) {
             // the copy-in stream (uploads overlap the collectives of the units before), and
             // the all-gather waits for it
             const floatX* src = zero_dev_param_src(d, u);
+            int up = -1;
             if (src == NULL ||
                 zero_cuda(cudaStreamWaitEvent(d->copy_in, b->free_ev, 0), "cudaStreamWaitEvent") != 0 ||
+                zero_trace_open(&d->trace, d->copy_in, &up) != 0 ||
                 zero_cuda(cudaMemcpyAsync(mine, src, pu->shard * sizeof(floatX), cudaMemcpyHostToDevice, d->copy_in),
                           "uploading a parameter shard") != 0 ||
+                zero_trace_close(&d->trace, up, d->copy_in, "upload shard", u, ZERO_TRACK_COPIES) != 0 ||
                 zero_dev_param_src_done(d, u) != 0 ||
                 zero_cuda(cudaEventRecord(b->up_ev, d->copy_in), "cudaEventRecord") != 0 ||
                 zero_cuda(cudaStreamWaitEvent(ns, b->up_ev, 0), "cudaStreamWaitEvent") != 0) {
@@ -520,7 +528,10 @@ static int zero_dev_gather_start(void* be, int u, int how) {
             return -1;
         }
     }
-    if (zero_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) { return -1; }
+    if (zero_trace_close(&d->trace, span, ns, how == ZERO_GATHER_SLICES ? "gather (hpZ)" : "gather", u, ZERO_TRACK_COLLECTIVES) != 0 ||
+        zero_cuda(cudaEventRecord(b->ready_ev, ns), "cudaEventRecord") != 0) {
+        return -1;
+    }
     d->unit_ptr[u] = b->buf;
     d->unit_buf[u] = b;
     return 0;
@@ -599,91 +610,20 @@ static int zero_dev_copy_out(ZeroDev* d, int u) {
     const char* src = d->stage >= 2 ? (const char*)(d->acc + pu->shard_offset)
                     : d->comm32 ? (const char*)(d->gshard32 + pu->shard_offset) : (const char*)(d->gshard + pu->shard_offset);
     zero_nvtx_push("copy out", u);
+    int span = -1;
     if (zero_cuda(cudaEventRecord(d->reduced_out_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
         zero_cuda(cudaStreamWaitEvent(d->copy_out, d->reduced_out_ev, 0), "cudaStreamWaitEvent") != 0 ||
+        zero_trace_open(&d->trace, d->copy_out, &span) != 0 ||
         zero_cuda(cudaMemcpyAsync((char*)d->h_grads + pu->shard_offset * gb, src, pu->shard * gb,
-                                  cudaMemcpyDeviceToHost, d->copy_out), "copying a gradient shard out") != 0) {
+                                  cudaMemcpyDeviceToHost, d->copy_out), "copying a gradient shard out") != 0 ||
+        zero_trace_close(&d->trace, span, d->copy_out, "copy out", u, ZERO_TRACK_COPIES) != 0) {
         return zero_nvtx_popped(-1);
     }
     d->moved_d2h += (double)pu->shard * gb;
     return zero_nvtx_popped(0);
 }
 
-// ----------------------------------------------------------------------------
-// gradient shards to the host (grads_host): a ring of pinned slots on copy_out, added into
-// the host's fp32 accumulators (h_grads) by the host, in the order they were sent
-
-// the oldest slot's shard, arrived, into unit u's accumulator (or the swap file's): the
-// step's first add starts from zero (0 + g, as the GPU's zeroed accumulators do); on the
-// last micro-step the sum's squares go to the step's norm (in double, unit by unit, as the
-// swap file's do)
-static int zero_dev_slot_add(ZeroDev* d) {
-    ZeroDevSlot* sl = &d->slots[d->slot_head];
-    const ZeroUnit* pu = &d->plan.units[sl->unit];
-    int bf16 = sl->x && sizeof(floatX) == 2;  // bf16 bits, widened as they are added
-    int rc = 0;
-    if (d->opt_nvme) {  // into the swap file's gradient region (which keeps the squares itself),
-        // once --dpu's update of the step before, which streams the same file, is over
-        rc = zero_dev_update_join(d);
-        if (rc == 0) { rc = zero_swap_grad_add(&d->swap, sl->unit, sl->host, bf16, sl->last_micro); }
-    } else {
-        float* acc = (float*)d->h_grads + pu->shard_offset;
-        cpu_adam_grad_add(acc, sl->host, bf16, pu->shard, !d->acc_started[sl->unit]);
-        d->acc_started[sl->unit] = 1;
-        if (sl->last_micro) { d->grad_sumsq += grad_norm_squared(acc, pu->shard); }
-    }
-    d->slot_head = (d->slot_head + 1) % ZERO_DEV_SLOTS;
-    d->slot_count--;
-    return rc;
-}
-
-// adds the shards that have arrived (the mover's poll: at every release), without waiting
-static int zero_dev_slots_poll(void* be) {
-    ZeroDev* d = (ZeroDev*)be;
-    while (d->slot_count > 0) {
-        cudaError_t q = cudaEventQuery(d->slots[d->slot_head].done);
-        if (q == cudaErrorNotReady) { (void)cudaGetLastError(); return 0; }  // (the runtime keeps it as its last error)
-        if (zero_cuda(q, "cudaEventQuery") != 0 || zero_dev_slot_add(d) != 0) { return -1; }
-    }
-    return 0;
-}
-
-// waits for the oldest slot's copy and adds it (a watched wait: a failed collective before it ends it)
-static int zero_dev_slot_drain_one(ZeroDev* d) {
-    double w0 = zero_now_ms();
-    if (zero_gpu_wait(NULL, d->slots[d->slot_head].done, "waiting for a gradient shard's copy") != 0) { return -1; }
-    d->host_wait_ms += zero_now_ms() - w0;
-    return zero_dev_slot_add(d);
-}
-
-// every shard sent is added (the step's start)
-static int zero_dev_slots_drain(ZeroDev* d) {
-    while (d->slot_count > 0) {
-        if (zero_dev_slot_drain_one(d) != 0) { return -1; }
-    }
-    return 0;
-}
-
-// unit u's reduced shard (red: fp32, or floatX when x), just issued on the NCCL stream, to
-// a slot on copy_out; the gradient buffer b is free once the copy has read it
-static int zero_dev_send_shard(ZeroDev* d, int u, ZeroDevBuf* b, const void* red, int x) {
-    if (d->slot_count == ZERO_DEV_SLOTS && zero_dev_slot_drain_one(d) != 0) { return -1; }
-    ZeroDevSlot* sl = &d->slots[(d->slot_head + d->slot_count) % ZERO_DEV_SLOTS];
-    size_t bytes = d->plan.units[u].shard * (x ? sizeof(floatX) : sizeof(float));
-    if (zero_cuda(cudaEventRecord(d->reduced_out_ev, d->nccl.stream), "cudaEventRecord") != 0 ||
-        zero_cuda(cudaStreamWaitEvent(d->copy_out, d->reduced_out_ev, 0), "cudaStreamWaitEvent") != 0 ||
-        zero_cuda(cudaMemcpyAsync(sl->host, red, bytes, cudaMemcpyDeviceToHost, d->copy_out), "copying a gradient shard out") != 0 ||
-        zero_cuda(cudaEventRecord(sl->done, d->copy_out), "cudaEventRecord") != 0 ||
-        zero_cuda(cudaEventRecord(b->free_ev, d->copy_out), "cudaEventRecord") != 0) {
-        return -1;
-    }
-    sl->unit = u;
-    sl->last_micro = d->sched.last_micro;
-    sl->x = x;
-    d->slot_count++;
-    d->moved_d2h += (double)bytes;
-    return 0;
-}
+#include "zero3/device_slots.cuh"  // gradient shards to the host through a ring of pinned slots (grads_host)
 
 // The unit's gradient is complete for this micro-step: its collective goes on the NCCL
 // stream, after the compute stream's kernels so far (the backward that wrote it).
@@ -691,7 +631,8 @@ static int zero_dev_reduce_start(void* be, int u) {
     ZeroDev* d = (ZeroDev*)be;
     const ZeroSchedule* s = &d->sched;
     const ZeroUnit* pu = &d->plan.units[u];
-    if (zero_nccl_after(&d->nccl, d->compute) != 0) { return -1; }
+    int span = -1;  // (the timeline's, from when the unit's backward is done)
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_trace_open(&d->trace, d->nccl.stream, &span) != 0) { return -1; }
     ZeroDevBuf* b = d->grad_buf[u];
     unsigned grid = (unsigned)CEIL_DIV(pu->shard, (size_t)256);
     if (d->stage == 0 && d->comm32) {
@@ -746,7 +687,11 @@ static int zero_dev_reduce_start(void* be, int u) {
             return -1;
         }
     }
-    if (zero_cuda(cudaEventRecord(d->reduced_ev[u], d->nccl.stream), "cudaEventRecord") != 0) { return -1; }
+    if (zero_trace_close(&d->trace, span, d->nccl.stream, d->stage == 0 ? "all-reduce" : "reduce-scatter", u,
+                         ZERO_TRACK_COLLECTIVES) != 0 ||
+        zero_cuda(cudaEventRecord(d->reduced_ev[u], d->nccl.stream), "cudaEventRecord") != 0) {
+        return -1;
+    }
     return s->last_micro && !d->grads_host ? zero_dev_copy_out(d, u) : 0;
 }
 

@@ -308,6 +308,7 @@ static void zero_dev_free(void* impl) {
     if (d->use_nccl) { zero_nccl_free(&d->nccl); }
     cudaFree(d->sec); cudaFree(d->qscratch);
     zero_pass_free(&d->pass);
+    zero_trace_free(&d->trace);
     zero_dev_pools_free(d->ppool, d->nppool);
     zero_dev_pools_free(d->gpool, d->ngpool);
     for (int u = 0; d->unit_ptr != NULL && u < d->plan.num_units; u++) {
@@ -349,6 +350,13 @@ static void zero_dev_free(void* impl) {
     free(d);
 }
 
+// the movers' timeline (zero3/trace.cuh), its start on the compute stream
+static int zero_dev_trace_begin(void* impl, double host_start_ms) {
+    ZeroDev* d = (ZeroDev*)impl;
+    return zero_trace_start(&d->trace, d->compute, host_start_ms);
+}
+static int zero_dev_trace_end(void* impl, const ZeroTraceSpan** spans, int* n) { return zero_trace_stop(&((ZeroDev*)impl)->trace, spans, n); }
+
 static const ZeroOps zero_dev_ops = {
     .name = "device",
     .begin = zero_dev_begin, .fetch = zero_dev_fetch, .release = zero_dev_release,
@@ -357,6 +365,7 @@ static const ZeroOps zero_dev_ops = {
     .save = zero_dev_save, .load = zero_dev_load,
     .state_shard = zero_dev_state_shard, .state_write = zero_dev_state_write, .state_commit = zero_dev_state_commit,
     .empty_cache = zero_dev_empty_cache,
+    .trace_begin = zero_dev_trace_begin, .trace_end = zero_dev_trace_end,
     .free = zero_dev_free,
 };
 

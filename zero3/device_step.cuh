@@ -67,9 +67,9 @@ static int zero_dev_cpu_update(ZeroDev* d, const void* grads, floatX* out, float
 static void* zero_dev_update_main(void* arg) {
     ZeroDevUpdate* a = (ZeroDevUpdate*)arg;
     if (a->d->omp_threads > 0) { omp_set_num_threads(a->d->omp_threads); }  // a new thread has the default team size
-    double t0 = zero_now_ms();
+    a->t0 = zero_now_ms();
     a->rc = zero_dev_cpu_update(a->d, a->grads, a->out, a->lr, a->weight_decay, a->grad_scale, a->t);
-    a->ms = zero_now_ms() - t0;
+    a->ms = zero_now_ms() - a->t0;
     if (a->rc != 0) { snprintf(a->msg, sizeof(a->msg), "%s", zero_errmsg()); }
     return NULL;
 }
@@ -83,14 +83,19 @@ static int zero_dev_share_none(ZeroDev* d) {
 // after an update at stages 1-2: every rank's updated shards to every rank, in place; the
 // next forward waits on the GPU
 static int zero_dev_share_allgather(ZeroDev* d) {
-    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_nccl_group_start(&d->nccl, "all-gather of the updated shards", -1) != 0) { return -1; }
+    int span = -1;
+    if (zero_nccl_after(&d->nccl, d->compute) != 0 || zero_trace_open(&d->trace, d->nccl.stream, &span) != 0 ||
+        zero_nccl_group_start(&d->nccl, "all-gather of the updated shards", -1) != 0) {
+        return -1;
+    }
     for (int u = 0; u < d->plan.num_units; u++) {  // one group: NCCL schedules them together
         if (zero_nccl_allgather(&d->nccl, d->params + d->plan.units[u].full_offset, d->plan.units[u].shard, NCCL_FLOATX, u) != 0) {
             zero_nccl_group_end();
             return -1;
         }
     }
-    return zero_nccl_group_end() != 0 || zero_dev_join(d) != 0 ? -1 : 0;
+    return zero_nccl_group_end() != 0 || zero_trace_close(&d->trace, span, d->nccl.stream, "all-gather", -1, ZERO_TRACK_COLLECTIVES) != 0 ||
+           zero_dev_join(d) != 0 ? -1 : 0;
 }
 
 // after an update at stage 3: the persistent units refreshed (the others are gathered at
@@ -118,6 +123,8 @@ static int zero_dev_upload_shards(ZeroDev* d, const floatX* src) {
         if (!d->param_nvme) { d->shard_params = (floatX*)src; }
         return d->step.share(d);
     }
+    int span = -1;
+    if (zero_trace_open(&d->trace, d->copy_in, &span) != 0) { return -1; }
     for (int u = 0; u < d->plan.num_units; u++) {
         const ZeroUnit* pu = &d->plan.units[u];
         if (zero_cuda(cudaMemcpyAsync(d->step.unit_shard[u], src + pu->shard_offset, pu->shard * sizeof(floatX),
@@ -126,7 +133,8 @@ static int zero_dev_upload_shards(ZeroDev* d, const floatX* src) {
         }
         d->moved_h2d += (double)pu->shard * sizeof(floatX);
     }
-    if (zero_cuda(cudaEventRecord(d->copied_ev, d->copy_in), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
+    if (zero_trace_close(&d->trace, span, d->copy_in, "upload", -1, ZERO_TRACK_COPIES) != 0 ||
+        zero_cuda(cudaEventRecord(d->copied_ev, d->copy_in), "cudaEventRecord") != 0 || zero_dev_wait(d, d->copied_ev) != 0) {
         return -1;
     }
     return d->step.share(d);
@@ -159,7 +167,10 @@ static int zero_dev_offload_step(ZeroDev* d, const ZeroStep* st, float grad_scal
     }
     if (!d->dpu) {
         double t0 = zero_now_ms();
-        if (zero_dev_cpu_update(d, d->h_grads, d->h_params, st->lr, st->weight_decay, grad_scale, st->t) != 0) { return -1; }
+        if (zero_dev_cpu_update(d, d->h_grads, d->h_params, st->lr, st->weight_decay, grad_scale, st->t) != 0 ||
+            zero_trace_host(&d->trace, "cpu adam", -1, ZERO_TRACK_HOST, t0, zero_now_ms()) != 0) {
+            return -1;
+        }
         d->update_ms += zero_now_ms() - t0;
         return zero_dev_upload(d, d->h_params);
     }

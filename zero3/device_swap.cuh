@@ -75,11 +75,17 @@ static const floatX* zero_dev_param_src(ZeroDev* d, int u) {
         d->read_ahead[u] = -1;
         st->reading = -1;
         zero_nvtx_push("nvme read wait", u);
-        if (zero_nvtx_popped(zero_swap_param_wait(&d->swap, u)) != 0) { return NULL; }
+        double t0 = zero_now_ms();
+        if (zero_nvtx_popped(zero_swap_param_wait(&d->swap, u)) != 0 ||
+            zero_trace_host(&d->trace, "nvme read wait", u, ZERO_TRACK_HOST, t0, zero_now_ms()) != 0) {
+            return NULL;
+        }
         d->reads_ahead_used++;
     } else {
         zero_nvtx_push("nvme read", u);
-        if (zero_nvtx_popped((st = zero_dev_pstage_take(d)) == NULL || zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0)) {
+        double t0 = zero_now_ms();
+        if (zero_nvtx_popped((st = zero_dev_pstage_take(d)) == NULL || zero_swap_param_read(&d->swap, u, st->buf, pu->shard) != 0) ||
+            zero_trace_host(&d->trace, "nvme read", u, ZERO_TRACK_HOST, t0, zero_now_ms()) != 0) {
             return NULL;
         }
     }
@@ -130,6 +136,9 @@ static int zero_dev_update_join(ZeroDev* d) {
     d->update_running = 0;
     if (d->update_args.rc != 0) { return zero_error("zero device: CPU Adam thread: %s", d->update_args.msg); }
     d->update_ms += d->update_args.ms;
+    if (zero_trace_host(&d->trace, "cpu adam", -1, ZERO_TRACK_HOST, d->update_args.t0, d->update_args.t0 + d->update_args.ms) != 0) {
+        return -1;
+    }
     if (d->swap_open) { d->swap_seen = zero_swap_counters(&d->swap); }
     return 0;
 }

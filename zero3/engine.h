@@ -41,6 +41,8 @@ typedef struct {
     int (*empty_cache)(void* impl, double* freed);
                                                  // the gathered and persistent buffers and the pools freed
                                                  // (*freed: bytes), gathered again when next needed; collective
+    int (*trace_begin)(void* impl, double host_start_ms);   // the movers' timeline (zero_trace_begin); NULL: none
+    int (*trace_end)(void* impl, const ZeroTraceSpan** spans, int* n);
     void (*free)(void* impl);
 } ZeroOps;
 

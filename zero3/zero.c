@@ -283,6 +283,16 @@ int zero_empty_cache(Zero* z, double* freed) {
     return z->ops->empty_cache(z->impl, freed);
 }
 
+int zero_trace_begin(Zero* z, double host_start_ms) {
+    return z->ops->trace_begin != NULL ? z->ops->trace_begin(z->impl, host_start_ms) : 0;
+}
+
+int zero_trace_end(Zero* z, const ZeroTraceSpan** spans, int* n) {
+    *spans = NULL;
+    *n = 0;
+    return z->ops->trace_end != NULL ? z->ops->trace_end(z->impl, spans, n) : 0;
+}
+
 const char* zero_name(const Zero* z) { return z->ops->name; }
 
 // the caller's fill, timed: zero_create hands the engine this in its place

@@ -217,6 +217,25 @@ int zero_gather_end(Zero* z);
 // passes, outside a gathered scope; collective.
 int zero_empty_cache(Zero* z, double* freed);
 
+// [Note: the movers' timeline] For a trainer's --profile-ops: between zero_trace_begin and
+// zero_trace_end, each mover the engine runs is one span on the track of where it ran: a
+// collective on the collective stream, a copy on a copy stream, the CPU Adam (with --dpu on
+// its own thread; the part before the trace's start cut) and an NVMe read waited for on the
+// host. Times are ms from the trace's start: host_start_ms is the host's clock
+// (zero_now_ms) then, taken right after the caller waited for the compute stream, so that the
+// GPU's timeline and the host's line up. zero_trace_end waits for the spans' work and hands
+// out the engine's array (valid until the next begin); the engines without a timeline (the
+// host engine, the host-staged one) answer none. Off, the engine records nothing.
+enum { ZERO_TRACK_COLLECTIVES, ZERO_TRACK_COPIES, ZERO_TRACK_HOST, ZERO_NUM_TRACKS };
+typedef struct {
+    const char* what;        // "gather", "reduce-scatter", "all-reduce", "copy out", "upload", "cpu adam", ...
+    int unit;                // the unit moved, -1: every unit or none
+    int track;               // ZERO_TRACK_*
+    double t0_ms, t1_ms;
+} ZeroTraceSpan;
+int zero_trace_begin(Zero* z, double host_start_ms);
+int zero_trace_end(Zero* z, const ZeroTraceSpan** spans, int* n);
+
 const char* zero_name(const Zero* z);
 
 // frees the engine and sets *z to NULL (harmless on NULL, or twice)

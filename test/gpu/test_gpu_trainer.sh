@@ -293,6 +293,18 @@ if gpu_run prof $GPU $RUN -x 4 --profile-ops 2 -o "$tmp/prof"; then
 else
     bad "--profile-ops run (bf16)"
 fi
+# the ZeRO engine's movers on the same timeline (zero3/trace.cuh): stage 3 with the optimizer
+# on the CPU, each gather, reduce-scatter, copy out, upload and CPU Adam a span on its
+# engine track (NCCL's stream, the copy streams, the host) and a row of the movers' table
+if gpu_run profz3 $GPU $RUN -x 3 --profile-ops 1 -z 3 --offload-optimizer cpu --zero-backend device $P0 -o "$tmp/profz3"; then
+    $PY test/e2e/check_ops.py "$tmp/profz3.json" "$tmp/profz3" "$tmp/profz3.log" 1 0 3.35232e12 qkv attention optimizer \
+        mover:gather mover:reduce-scatter "mover:copy out" mover:upload "mover:cpu adam" > "$tmp/profz3.check" 2>&1
+    grep -E '^(PASS|FAIL) ' "$tmp/profz3.check" | sed 's/^\(PASS\|FAIL\) /&stage 3, optimizer on the CPU: /'
+    read -r p f < <(tail -1 "$tmp/profz3.check")
+    pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+else
+    bad "--profile-ops run (bf16, stage 3, optimizer on the CPU)"
+fi
 
 fi  # report
 

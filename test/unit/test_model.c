@@ -884,3 +884,70 @@ Test(profile, rows_and_timeline, .init = make_tmpdir, .fini = remove_tmpdir) {
     cJSON_Delete(doc);
     op_profile_free(p);
 }
+
+// The engine's movers beside the ops: spans on their tracks change no row and no share (a
+// copy overlapping an op is not the step's time twice), get a table of their own, and in
+// the timeline a named track of their own with the unit in args
+Test(profile, movers_beside_ops, .init = make_tmpdir, .fini = remove_tmpdir) {
+    GPT2Config c = small_config();
+    OpProfile* p = op_profile_new(&c, 2, 8, 4, 1, 0.0, 0.0, "ops here");
+    cr_assert_not_null(p);
+    op_profile_span(p, "a", 0, OP_TRACK_COMPUTE, 0.0, 4.0);
+    op_profile_span(p, "copy out", 3, OP_TRACK_COPIES, 1.0, 3.5);   // overlapping a
+    op_profile_span(p, "copy out", 4, OP_TRACK_COPIES, 3.5, 6.0);   // and past it
+    op_profile_span(p, "cpu adam", -1, OP_TRACK_ENGINE_HOST, 6.0, 9.0);
+    op_profile_step(p, 0, 100.0, 10.0);
+    OpRow r[8];
+    int n = op_profile_rows(p, r, 8);
+    cr_assert_eq(n, 2, "a and (no op): no mover row");
+    cr_assert(r[0].ms == 4.0 && fabs(r[1].ms - 6.0) < 1e-12 && fabs(r[0].share + r[1].share - 1.0) < 1e-12,
+              "a %g ms, rest %g ms", r[0].ms, r[1].ms);
+    char path[512];
+    tmp_path(path, "table.txt");
+    FILE* fp = fopen(path, "w+b");
+    cr_assert_not_null(fp);
+    op_profile_print(p, fp);
+    rewind(fp);
+    char text[8192];
+    size_t len = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    text[len] = '\0';
+    const char* movers = strstr(text, "the ZeRO engine's movers");
+    cr_assert_not_null(movers, "the movers' table: %s", text);
+    double calls = 0.0, ms = 0.0;
+    const char* row = strstr(movers, "\n  copy out ");
+    const char* track = row != NULL ? strstr(row, "ZeRO copies (copy streams)") : NULL;
+    cr_assert(track != NULL && sscanf(track + strlen("ZeRO copies (copy streams)"), "%lf %lf", &calls, &ms) == 2,
+              "a copy out row on its track: %s", movers);
+    cr_assert(calls == 2.0 && fabs(ms - 5.0) < 1e-3, "copy out: %g calls, %g ms a step", calls, ms);
+    cr_assert_not_null(strstr(movers, "\n  cpu adam "), "a cpu adam row");
+
+    tmp_path(path, "trace.json");
+    cr_assert_eq(op_profile_write_trace(p, path), 0, "%s", llmc_errmsg());
+    fp = fopen(path, "rb");
+    cr_assert_not_null(fp);
+    len = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    text[len] = '\0';
+    cJSON* doc = cJSON_Parse(text);
+    cr_assert_not_null(doc, "the timeline is JSON");
+    cJSON* ev = cJSON_GetObjectItem(doc, "traceEvents");
+    cr_assert_eq(cJSON_GetArraySize(ev), 4 + 4, "four tracks named (no collectives: none had spans) and four spans");
+    int units = 0, tracks = 0;
+    for (int i = 0; i < cJSON_GetArraySize(ev); i++) {
+        cJSON* e = cJSON_GetArrayItem(ev, i);
+        int tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        cJSON* args = cJSON_GetObjectItem(e, "args");
+        if (!strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "M")) {
+            tracks += tid != OP_TRACK_COLLECTIVES;
+            continue;
+        }
+        cJSON* unit = cJSON_GetObjectItem(args, "unit");
+        if (!strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "copy out")) {
+            units += tid == OP_TRACK_COPIES && unit != NULL && (unit->valueint == 3 || unit->valueint == 4);
+        }
+    }
+    cr_assert(units == 2 && tracks == 4, "copy outs with their units on the copies' track: %d; tracks %d", units, tracks);
+    cJSON_Delete(doc);
+    op_profile_free(p);
+}
