@@ -428,7 +428,9 @@ int main(int argc, char** argv) {
     // the model (--estimate needs only its shape: the memory of the GPU trainer in bf16, and
     // of this run on the host engine)
     trainer_model(&t);
-    if (tc->estimate != NULL) { return trainer_estimate(&t, 2, gpt2_activation_bytes(&t.config, tc->B, tc->T, tc->recompute, tc->vocab_tile)); }
+    int recompute = tc->recompute < 0 ? 1 : tc->recompute;  // -r -1: llm.c's 1 here (--estimate says the GPU trainer's choice)
+    if (tc->estimate != NULL) { return trainer_estimate(&t, 2, gpt2_activation_bytes(&t.config, tc->B, tc->T, recompute, tc->vocab_tile)); }
+    t.tc.recompute = recompute;
     GPT2 model;
     gpt2_setup(&t, &model);
 

@@ -510,9 +510,34 @@ static void gpt2_free(GPT2* m) {
     cudaCheck(cudaStreamDestroy(m->stream));
 }
 
+// -r -1: the least recompute whose activations fit the GPU's memory free now that every
+// rank's engine is built, less a margin, shared among the ranks on this GPU (the host
+// backend's); every rank takes the most any needs, so that all run the same kernels
+static int gpt2_recompute_pick(const GPT2Config* c, const TrainConfig* tc, int use_flash, int sharing) {
+    const double GiB = 1073741824.0;
+    size_t free_b = 0, total_b = 0;
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));  // (the other ranks' engines on this GPU counted)
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    double room = ((double)free_b - gpt2_recompute_reserve((double)total_b)) / sharing;
+    int r = gpt2_recompute_auto(c, tc->B, tc->T, use_flash, tc->vocab_tile, sizeof(floatX), room);
+    int mine = r, rank = 0;
+    mpiCheck(MPI_Allreduce(&mine, &r, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    if (rank == 0) {
+        double need = gpt2_activations_total(c, tc->B, tc->T, r, use_flash, tc->vocab_tile, ACT_GPU, sizeof(floatX));
+        printf("recompute: -r %d (-r -1: %s; activations %.2f GiB, room %.2f GiB: the %.2f GiB of %.2f free once the engine is "
+               "built, less %.2f kept back, shared by %d rank%s)\n", r, r > mine ? "another rank's GPU has less room" :
+               need > room ? "not even -r 2's fit, its allocation will say" : "the least that fits", need / GiB, room / GiB,
+               (double)free_b / GiB, (double)total_b / GiB, gpt2_recompute_reserve((double)total_b) / GiB, sharing,
+               sharing > 1 ? "s" : "");
+    }
+    return r;
+}
+
 // The run's model after trainer_model: the run set up (trainer_setup), the model built over
-// its engine (the device engine's, or the host engine's staged) and its activations allocated.
-static void gpt2_setup(Trainer* t, GPT2* model, int device_engine, int use_flash) {
+// its engine (the device engine's, or the host engine's staged) and its activations allocated,
+// at -r -1 the recompute they fit at (sharing: the ranks on this GPU).
+static void gpt2_setup(Trainer* t, GPT2* model, int device_engine, int use_flash, int sharing) {
     const TrainConfig* tc = &t->tc;
     trainer_setup(t);
     ZeroModel spec;
@@ -524,6 +549,7 @@ static void gpt2_setup(Trainer* t, GPT2* model, int device_engine, int use_flash
         g_device_alloc_bytes += cublaslt_tune(&model->mm, tc->matmul_tune);
         model->tune_pending = model->mm.tune;
     }
+    if (tc->recompute < 0) { t->tc.recompute = gpt2_recompute_pick(&t->config, tc, use_flash, sharing); }
     gpt2_alloc_activations(model, tc->B, tc->T, tc->recompute, use_flash, tc->vocab_tile);
 }
 
@@ -737,9 +763,12 @@ int main(int argc, char** argv) {
     // one visible GPU per rank every rank's index is 0)
     char* uuids = (char*)mallocCheck((size_t)t.local_size * sizeof(prop.uuid));
     mpiCheck(MPI_Allgather(&prop.uuid, (int)sizeof(prop.uuid), MPI_BYTE, uuids, (int)sizeof(prop.uuid), MPI_BYTE, local));
-    int gpus_ok = 1;
+    int gpus_ok = 1, sharing = 1;  // sharing: the ranks on this GPU, this one among them
     for (int r = 0; r < t.local_size; r++) {
-        if (r != local_rank && memcmp(uuids + (size_t)r * sizeof(prop.uuid), &prop.uuid, sizeof(prop.uuid)) == 0) { gpus_ok = 0; }
+        if (r != local_rank && memcmp(uuids + (size_t)r * sizeof(prop.uuid), &prop.uuid, sizeof(prop.uuid)) == 0) {
+            gpus_ok = 0;
+            sharing++;
+        }
     }
     free(uuids);
     MPI_Comm_free(&local);
@@ -800,7 +829,7 @@ int main(int argc, char** argv) {
         die_all(rank, msg);
     }
     GPT2 model;
-    gpt2_setup(&t, &model, device_engine, use_flash);
+    gpt2_setup(&t, &model, device_engine, use_flash, sharing);
 
     char notes[128];
     snprintf(notes, sizeof(notes), ", attention %s, vocab tile %d, %d GPUs per node, matmul tune %d", use_flash ? "flash" : "cublas",

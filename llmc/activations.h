@@ -131,4 +131,20 @@ static double gpt2_activations_total(const GPT2Config* c, int B, int T, int reco
     return total;
 }
 
+// -r -1 (auto, the GPU trainer's default): the memory kept back from the activations on a GPU
+// of total bytes (cuBLAS's and NCCL's own, the kernels' scratch, the allocator's slack):
+// 5%, at least 1 GiB
+static double gpt2_recompute_reserve(double total) { return total * 0.05 > 1073741824.0 ? total * 0.05 : 1073741824.0; }
+
+// -r -1: the least recompute whose activations (the GPU trainer's, x bytes an element) fit
+// in room bytes; 2 when none does (its allocation then fails, saying so). Recomputing costs
+// time (the GELU's forward again in each layer's backward, and the layernorms' at 2), so
+// the least that fits is the fastest that runs.
+static int gpt2_recompute_auto(const GPT2Config* c, int B, int T, int flash, int vocab_tile, size_t x, double room) {
+    for (int r = 0; r < 2; r++) {
+        if (gpt2_activations_total(c, B, T, r, flash, vocab_tile, ACT_GPU, x) <= room) { return r; }
+    }
+    return 2;
+}
+
 #endif // LLMC_ACTIVATIONS_H

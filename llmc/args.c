@@ -107,8 +107,10 @@ static const OptRow args_options[] = {
               "Perfetto); those steps are marked profiled and left out of the speed figures; 0 = off" },
 
     { .group = "Memory and compute",
-      .short_flag = "-r", .type = OPT_INT, TC(recompute), .lo = 0, .hi = 2, .def = "1", .arg = "0|1|2", .trainer = OPT_BOTH,
-      .help = "recompute: 0 none, 1 GELU, 2 GELU and layernorms" },
+      .short_flag = "-r", .type = OPT_INT, TC(recompute), .lo = -1, .hi = 2, .def = "-1", .arg = "-1|0|1|2", .trainer = OPT_BOTH,
+      .help = "recompute: 0 none, 1 GELU, 2 GELU and layernorms; -1: the GPU trainer takes the least whose activations "
+              "(--estimate's table) fit the GPU's memory free once the engine is built, less 5% (at least 1 GiB), every rank "
+              "the most any needs; the CPU trainer takes 1 (llm.c's)" },
     { .long_flag = "--vocab-tile", .type = OPT_INT, TC(vocab_tile), .lo = 0, .hi = K30, .def = "0", .trainer = OPT_BOTH,
       .help = "the classifier and its loss in tiles of n vocabulary columns (online softmax): no (B,T,Vp) logits, at the cost "
               "of computing the logits of all tiles but the last again in the backward; n >= the padded vocabulary is one "

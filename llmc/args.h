@@ -54,7 +54,7 @@ typedef struct {
     const char* mp_fs_path;      // -pf  (with -pi fs)
     const char* mp_server;       // -ps  (with -pi tcp)
     int allow_unverified;        // --allow-unverified 1  -y 1 may take an empty DONE marker (an earlier version's) unverified
-    int recompute;               // -r  0: keep all, 1: recompute GELU, 2: + layernorms
+    int recompute;               // -r  0: keep all, 1: recompute GELU, 2: + layernorms; -1: the least that fits (resolved at start)
     int overfit_single_batch;    // -a
     uint64_t seed;               // --seed        init and shuffling
     int shuffle;                 // --shuffle     0: read the training shards in order

@@ -457,10 +457,10 @@ ZeroInit trainer_engine(Trainer* t, const ZeroModel* model) {
 }
 
 // --estimate's figures for this very run on the host engine (the CPU trainer: host_acts,
-// its activations' bytes) at NODES x GPUS ranks: what each rank will hold at its peak, from
+// its activations' bytes at -r recompute) at NODES x GPUS ranks: what each rank will hold at its peak, from
 // zero_host_estimate (the engine's own plan, schedule and sizes) and the activations. The
 // last line is for scripts: peak_bytes_per_rank=... swap_bytes_per_rank=...
-static void trainer_estimate_host(const Trainer* t, int ranks, double host_acts) {
+static void trainer_estimate_host(const Trainer* t, int ranks, double host_acts, int recompute) {
     const double GiB = 1073741824.0;
     const ZeroConfig* z = &t->tc.zero;
     ZeroModel spec;
@@ -480,7 +480,7 @@ static void trainer_estimate_host(const Trainer* t, int ranks, double host_acts)
     }
     printf(")\n");
     printf("  + %.2f GiB NVMe step buffers and shard staging\n", he.host_buffers / GiB);
-    printf("  + %.2f GiB activations at -b %d -t %d -r %d\n", host_acts / GiB, t->tc.B, t->tc.T, t->tc.recompute);
+    printf("  + %.2f GiB activations at -b %d -t %d -r %d\n", host_acts / GiB, t->tc.B, t->tc.T, recompute);
     printf("  the model states are %.2f GiB per rank in all (16 bytes/param); swap file %.2f GiB per rank; start-up and checkpoints are\n"
            "  partitioned: each rank fills, saves and loads its own shards through one unit at a time (%.2f GiB)\n",
            states / ranks / GiB, he.swap / GiB, he.unit / GiB);
@@ -689,6 +689,37 @@ static void trainer_estimate_fit(const Trainer* t, const EstimateAsk* q, size_t 
            best_gpu, best_host, best_nvme);
 }
 
+// -r -1 for --estimate: with gpu=, the least recompute whose activations fit beside this
+// run's device engine on such a GPU, as the trainer chooses at its start from the memory
+// then free (llmc/activations.h); without, llm.c's 1. Said on a line of its own.
+static int trainer_estimate_recompute(const Trainer* t, const EstimateAsk* q, size_t x) {
+    const TrainConfig* tc = &t->tc;
+    const double GiB = 1073741824.0;
+    if (!q->fit) {
+        printf("recompute: -r -1 is chosen at the GPU trainer's start from the memory then free; the figures below take 1 "
+               "(give gpu=GIB to --estimate for its choice)\n");
+        return 1;
+    }
+    ZeroModel spec;
+    ZeroDevEstimate e;
+    gpt2_engine_model(&t->config, &spec);
+    int rc = zero_dev_estimate(&spec, &tc->zero, q->nodes * q->gpus, x, tc->dpu && tc->zero.offload_optimizer == ZERO_OFFLOAD_CPU, &e);
+    gpt2_engine_model_free(&spec);
+    if (rc != 0) {
+        printf("recompute: -r -1: no estimate of this run's engine (%s); the figures below take 1\n", zero_errmsg());
+        return 1;
+    }
+    int flash = !strcmp(tc->attention, "flash");
+    double total = q->gpu_gib * GiB, room = total - e.gpu - gpt2_recompute_reserve(total), acts[3];
+    for (int k = 0; k < 3; k++) { acts[k] = gpt2_activations_total(&t->config, tc->B, tc->T, k, flash, tc->vocab_tile, ACT_GPU, x); }
+    int r = gpt2_recompute_auto(&t->config, tc->B, tc->T, flash, tc->vocab_tile, x, room);
+    printf("recompute: -r -1 takes -r %d on a GPU of %.0f GiB%s: %.2f GiB left for the activations beside this run's engine "
+           "(%.2f GiB) and the margin kept back (5%%, at least 1 GiB); they take %.2f GiB at -r 0, %.2f at -r 1, %.2f at -r 2\n",
+           r, q->gpu_gib, acts[r] > room ? " (none fits)" : "", room / GiB, e.gpu / GiB, acts[0] / GiB, acts[1] / GiB,
+           acts[2] / GiB);
+    return r;
+}
+
 int trainer_estimate(Trainer* t, size_t x, double host_acts) {
     const TrainConfig* tc = &t->tc;
     const GPT2Config* c = &t->config;
@@ -702,6 +733,8 @@ int trainer_estimate(Trainer* t, size_t x, double host_acts) {
     }
     int nodes = q.nodes, gpus = q.gpus;
     if (t->rank == 0) {
+        int host_recompute = tc->recompute < 0 ? 1 : tc->recompute;  // (the CPU trainer's, host_acts')
+        if (tc->recompute < 0) { t->tc.recompute = trainer_estimate_recompute(t, &q, x); }
         double largest = 0;
         for (int u = 0; u < gpt2_num_units(c); u++) {
             double n = (double)gpt2_unit_size(c, u);
@@ -718,7 +751,7 @@ int trainer_estimate(Trainer* t, size_t x, double host_acts) {
                tc->B, tc->T, tc->recompute, tc->attention, gpt2_vocab_tile(c, tc->vocab_tile));
         trainer_estimate_device(t, nodes, gpus, x);
         if (q.fit) { trainer_estimate_fit(t, &q, x); }
-        if (host_acts >= 0) { trainer_estimate_host(t, nodes * gpus, host_acts); }
+        if (host_acts >= 0) { trainer_estimate_host(t, nodes * gpus, host_acts, host_recompute); }
     }
     trainer_finish(t);
     return 0;

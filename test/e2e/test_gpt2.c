@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
     size_t BT = (size_t)B * T;
     char name[64];
 
-    // ---- forward and backward, recompute 1 (the trainer's default)
+    // ---- forward and backward, recompute 1 (what the CPU trainer takes for its default -r -1)
     GPT2 m;
     build(&m, model_path, &r, 1, 0);
     int nt = gpt2_num_tensors(&m.config);

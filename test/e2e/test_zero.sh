@@ -294,6 +294,31 @@ if [ -n "$small" ] && [ -n "$big" ] && [ "$big" -gt "$small" ] && [ -n "$disk" ]
 else
     bad "--estimate's fit: 128 GiB host: '$small', 512 GiB: '$big', 128 GiB + 4 TB NVMe: '$disk' parameters"
 fi
+# -r -1 (the default) under --estimate with gpu=: the least recompute whose activations fit
+# the GPU less this run's engine and the margin (5%, at least 1 GiB), or 2 when none does,
+# said on its own line; the tables after it at that -r. d12 at B=64 with the cuBLAS
+# attention on GPUs of 80, 51, 48 and 40 GiB meets each case (checked from the line's own
+# figures, and the choices 0, 1, 2 and 2 named: the four must not all agree)
+picks=""
+for g in 80 51 48 40; do
+    $BIN -e d12 -b 64 -t 1024 --estimate "1:1,gpu=$g,host=128" > "$tmp/r_auto_$g.log" 2>&1
+    pick=$($PY - "$tmp/r_auto_$g.log" "$g" <<'EOF2'
+import re, sys
+text = open(sys.argv[1]).read(); gpu = float(sys.argv[2])
+m = re.search(r"^recompute: -r -1 takes -r (\d)[^:]*: ([\d.]+) GiB left .* engine \(([\d.]+) GiB\).* take ([\d.]+) GiB at -r 0, ([\d.]+) at -r 1, ([\d.]+) at -r 2$", text, re.M)
+r, room, engine, acts = int(m[1]), float(m[2]), float(m[3]), [float(m[i]) for i in (4, 5, 6)]
+assert abs(room - (gpu - engine - max(1.0, 0.05 * gpu))) < 0.02, (room, gpu, engine)
+want = next((k for k in range(3) if acts[k] <= room), 2)
+assert r == want, (r, want, room, acts)
+assert ("(none fits)" in m[0]) == (acts[r] > room), m[0]
+assert f"at -b 64 -t 1024 -r {r} --attention cublas" in text, "the tables at the -r taken"
+print(r)
+EOF2
+)
+    picks="$picks${pick:-?}"
+done
+[ "$picks" = 0122 ] && ok "--estimate gpu=80/51/48/40: -r -1 takes the least recompute that fits ($picks), the tables at it" \
+    || bad "--estimate's -r -1: picks '$picks' for gpu=80/51/48/40 (want 0122): $(grep -h '^recompute' "$tmp"/r_auto_*.log | head -2)"
 expect_error "--estimate with a bad host memory" "flag --estimate: '1:1,gpu=80,host=12x'" $BIN -e d6 --estimate 1:1,gpu=80,host=12x
 expect_error "--estimate with gpu= but no host=" "needs both gpu=GIB and host=GIB" $BIN -e d6 --estimate 1:1,gpu=80
 expect_error "--estimate with an unknown key" "is not gpu=GIB, host=GIB or nvme=GB" $BIN -e d6 --estimate 1:1,gpu=80,host=128,disk=9

@@ -45,7 +45,7 @@
 
 #include <stddef.h>    // size_t
 #include <stdio.h>     // fprintf
-#include <stdlib.h>    // malloc, free, abort
+#include <stdlib.h>    // malloc, free, abort, getenv, strtoull
 #include <string.h>    // memcpy, memset
 #include <math.h>      // fmaf: __fmaf_rn
 #include <ucontext.h>  // the threads of a block as fibers
@@ -757,9 +757,12 @@ static inline cudaError_t cudaPeekAtLastError(void) { return emu_last_error; }
 static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : emu_ret(cudaErrorInvalidValue); }
 static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+// a GPU of 64 GiB, or EMU_DEVICE_MEMORY bytes (a test's small GPU: the trainer's -r -1 then
+// finds too little room); what this process allocated is in use, the rest free
 static inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
-    *total_b = (size_t)1 << 36;
-    *free_b = *total_b - emu_dev.device_bytes;
+    const char* m = getenv("EMU_DEVICE_MEMORY");
+    *total_b = m != NULL && *m != '\0' ? (size_t)strtoull(m, NULL, 10) : (size_t)1 << 36;
+    *free_b = *total_b > emu_dev.device_bytes ? *total_b - emu_dev.device_bytes : 0;
     return cudaSuccess;
 }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {

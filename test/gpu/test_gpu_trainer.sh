@@ -12,7 +12,9 @@
 #                     differences, which 10 AdamW steps at lr 1e-3 keep around 1e-6 in the
 #                     loss (about 5.3); a wrong offset or scale moves it by > 1e-2.
 #   bf16 vs CPU       see the tolerance argument at that section
-#   recompute         -r 0 = -r 1 bit for bit, -r 2 within 1e-4 (fp32)
+#   recompute         -r 0 = -r 1 bit for bit, -r 2 within 1e-4 (fp32); -r -1 (the default)
+#                     takes 0 here and says so; emulated, 2 on a 1 GiB GPU and on 2 ranks
+#                     where one has that GPU
 #   vocabulary tiles  --vocab-tile 72 (fp32, with validation and sampling) = untiled
 #   accumulation      -b 4 -d 512 equals -b 8 (fp32)
 #   resume            a run resumed from a checkpoint repeats the uninterrupted losses
@@ -176,21 +178,37 @@ fi  # reference
 # ---------------------------------------------------------------------------
 if section recompute; then
 # recompute: -r 0 (the forward's GELU output kept) and -r 2 (layernorms recomputed too)
-# against the default -r 1 (the GELU recomputed by llmc/gelu.cuh's kernel), fp32. -r 0 bit
+# against -r 1 (the GELU recomputed by llmc/gelu.cuh's kernel), fp32. -r 0 bit
 # for bit: the fp32 forward's GELU is that same kernel on the same pre-activation
 # (llmc/matmul.cuh), every buffer 256-byte aligned either way, so the matmuls are the same
 # problems (cuBLASLt's GELU epilogue, whose formula is undocumented, differs: the emulated
 # one, the erf form, moves the losses by 1e-6). -r 2 within 1e-4: the forward's layernorms
 # are the fused residual + layernorm kernel's, the recomputed ones layernorm_forward's.
+gpu_run r1 $GPU32 $RUN -r 1 || bad "fp32 run -r 1"
 for r in 0 2; do
     tol=1e-4; [ $r = 0 ] && tol=0
     gpu_run "r$r" $GPU32 $RUN -r $r || bad "fp32 run -r $r"
-    if [ -f "$tmp/r$r.json" ] && [ -f "$tmp/fp32.json" ]; then
-        losses "$tmp/r$r.json" > "$tmp/l_r$r"
-        d=$(maxdiff "$tmp/l_r$r" "$tmp/l_fp32")
-        within "$d" $tol && ok "fp32 -r $r = -r 1 (max diff $d <= $tol)" || bad "fp32 -r $r vs -r 1: max diff $d > $tol"
-    fi
+    same_losses r1 "r$r" $tol "fp32 -r $r = -r 1"
 done
+# -r -1, the default (llmc/activations.h): the least recompute that fits the memory free
+# once the engine is built, less the margin. This small model fits without any: the
+# default run took -r 0, said so, and is -r 0's bit for bit
+grep -q '^recompute: -r 0 (-r -1: the least that fits;' "$tmp/fp32.log" && grep -q 'fp32, recompute 0,' "$tmp/fp32.log" \
+    && same_losses r0 fp32 0 "-r -1 took -r 0 on this GPU, and said so" || bad "-r -1 on this GPU: $(grep -m1 '^recompute' "$tmp/fp32.log")"
+if [ "$EMULATED" = 1 ]; then
+    # on a GPU of 1 GiB (EMU_DEVICE_MEMORY) the margin leaves no room: -r 2, said as such,
+    # and the run is -r 2's; two ranks, one with room and one without (Open MPI's MPMD
+    # launch gives rank 1 the small GPU), both take the one without room's
+    EMU_DEVICE_MEMORY=1073741824 gpu_run r_small $GPU32 $RUN || bad "fp32 run on a 1 GiB GPU"
+    grep -q "^recompute: -r 2 (-r -1: not even -r 2's fit" "$tmp/r_small.log" && same_losses r2 r_small 0 "-r -1 on a 1 GiB GPU took -r 2, and said so" \
+        || bad "-r -1 on a 1 GiB GPU: $(grep -m1 '^recompute' "$tmp/r_small.log")"
+    A2="${RUN/-b 8/-b 4} -z 3 --zero-backend device"
+    $MPIRUN -np 1 $GPU32 $A2 --report "$tmp/r_mix.json" : -np 1 -x EMU_DEVICE_MEMORY=1073741824 $GPU32 $A2 --report "$tmp/r_mix.json" \
+        > "$tmp/r_mix.log" 2>&1 || bad "2 ranks, one on a 1 GiB GPU"
+    grep -q "^recompute: -r 2 (-r -1: another rank's GPU has less room" "$tmp/r_mix.log" \
+        && $PY -c 'import json,sys; assert json.load(open(sys.argv[1]))["config"]["recompute"] == 2' "$tmp/r_mix.json" \
+        && ok "-r -1 on 2 ranks, rank 1's GPU without room: both take -r 2" || bad "-r -1 on 2 ranks: $(grep -m1 '^recompute' "$tmp/r_mix.log")"
+fi
 
 fi  # recompute
 

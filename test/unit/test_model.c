@@ -17,6 +17,7 @@
 #include <omp.h>                  // omp_set_num_threads: the init's threads
 #include <cjson/cJSON.h>          // the op timer's timeline read back
 #include "llmc/profile.h"         // the code under test: --profile-ops' costs, rows and timeline
+#include "llmc/activations.h"     // the code under test: -r -1's choice
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -950,4 +951,24 @@ Test(profile, movers_beside_ops, .init = make_tmpdir, .fini = remove_tmpdir) {
     cr_assert(units == 2 && tracks == 4, "copy outs with their units on the copies' track: %d; tracks %d", units, tracks);
     cJSON_Delete(doc);
     op_profile_free(p);
+}
+
+// -r -1: the least recompute whose activations fit the room, at each boundary (the table's
+// sizes read back, so that the test holds whatever they are, as long as each recompute
+// saves memory), 2 when none fits; the margin 5% of the GPU, at least 1 GiB
+Test(activations, recompute_auto) {
+    GPT2Config c = small_config();
+    double a[3];
+    for (int r = 0; r < 3; r++) { a[r] = gpt2_activations_total(&c, 4, 64, r, 0, 0, ACT_GPU, 2); }
+    cr_assert(a[0] > a[1] && a[1] > a[2] && a[2] > 0, "each recompute saves memory: %g %g %g", a[0], a[1], a[2]);
+    int got[6] = {
+        gpt2_recompute_auto(&c, 4, 64, 0, 0, 2, a[0] + 1e9), gpt2_recompute_auto(&c, 4, 64, 0, 0, 2, a[0]),
+        gpt2_recompute_auto(&c, 4, 64, 0, 0, 2, a[0] - 1), gpt2_recompute_auto(&c, 4, 64, 0, 0, 2, a[1]),
+        gpt2_recompute_auto(&c, 4, 64, 0, 0, 2, a[1] - 1), gpt2_recompute_auto(&c, 4, 64, 0, 0, 2, -1.0),
+    };
+    int want[6] = {0, 0, 1, 1, 2, 2};
+    for (int i = 0; i < 6; i++) { cr_assert_eq(got[i], want[i], "room %d: -r %d, not %d", i, got[i], want[i]); }
+    const double GiB = 1073741824.0;
+    cr_assert(gpt2_recompute_reserve(8 * GiB) == GiB && gpt2_recompute_reserve(80 * GiB) == 4 * GiB,
+              "the margin: 1 GiB on 8 GiB, 4 GiB on 80 GiB");
 }
