@@ -160,6 +160,7 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t cublas;
     MatmulCtx mm;              // cuBLASLt's handle, its workspace, and the stream (the matmuls' context)
+    int gelu_fusion;           // -ge: 2 also fuses the GELU's backward into fcproj's dinp (DGELU epilogue, bf16)
     int tune_pending;          // --matmul-tune N: N until the first step's choices are shared (matmul_tune_share), then 0
     double peak_in_use;        // the most device memory in use seen (cudaMemGetInfo)
     OpTimer ops;               // --profile-ops: the ops' events on the stream (off unless a step is profiled)
@@ -407,7 +408,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
     op_begin(m, "classifier_bwd", -1);
     int Vt = m->vocab_tile;
     if (Vt == 0) {
-        matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, mm);
+        matmul_backward(a->dln, demb.wte, NULL, a->logits, a->lnf, emb.wte, NULL, bt, C, Vp, NULL, 0, 0, mm);
     } else {
         // tile by tile from the last, whose dlogits the forward left: the others' logits again.
         // dlnf is accumulated over the tiles in its floatX buffer (one rounding per tile in bf16)
@@ -419,7 +420,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
                 classifier_tile_backward(a->logits, a->cls_max, a->cls_sum, targets, dloss, bt, v0, w, V, Vp, s);
             }
             matmul_backward(a->dln, demb.wte + (size_t)v0 * C, NULL, a->logits, a->lnf, emb.wte + (size_t)v0 * C, NULL,
-                            bt, C, w, NULL, v0 != last, mm);
+                            bt, C, w, NULL, v0 != last, 0, mm);
         }
     }
     op_end(m);
@@ -461,14 +462,14 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
         // MLP: fcproj(gelu(fc(ln2(residual2)))); the GELU backward is fused into the
         // fcproj matmul's dinp through pre_gelu: dfch = (dresidual @ fcprojw) * gelu'(fch)
         OP(m, "fcproj+gelu_bwd", l, matmul_backward(a->dfch, dw.fcprojw, dw.fcprojb, a->dresidual, fch_gelu, w.fcprojw,
-                                                    a->dbias_scratch, bt, 4 * C, C, fch, 0, mm));
-        OP(m, "fc_bwd", l, matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, a->dbias_scratch, bt, C, 4 * C, NULL, 0, mm));
+                                                    a->dbias_scratch, bt, 4 * C, C, fch, 0, m->gelu_fusion, mm));
+        OP(m, "fc_bwd", l, matmul_backward(a->dln, dw.fcw, dw.fcb, a->dfch, ln2, w.fcw, a->dbias_scratch, bt, C, 4 * C, NULL, 0, 0, mm));
         OP(m, "ln2_bwd", l, layernorm_backward(a->dresidual, dw.ln2w, dw.ln2b, a->ln_scratch, a->dln, residual2, w.ln2w, ln2_mean,
                                                ln2_rstd, B, T, C, s));
 
         // attention: attproj(attention(qkv(ln1(residual))))
         OP(m, "attproj_bwd", l, matmul_backward(a->datty, dw.attprojw, dw.attprojb, a->dresidual, a->atty + l * BT * C, w.attprojw,
-                                                a->dbias_scratch, bt, C, C, NULL, 0, mm));
+                                                a->dbias_scratch, bt, C, C, NULL, 0, 0, mm));
         op_begin(m, "attention_bwd", l);
         cudaCheck(cudaMemsetAsync(a->dqkv, 0, BT * 3 * C * sizeof(floatX), s));  // attention_backward accumulates
         if (m->use_flash) {
@@ -479,7 +480,7 @@ static void gpt2_backward(GPT2* m, const int* inputs, const int* targets, int B,
                                a->att + l * att, B, T, C, NH, m->cublas, s);
         }
         op_end(m);
-        OP(m, "qkv_bwd", l, matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch, bt, C, 3 * C, NULL, 0, mm));
+        OP(m, "qkv_bwd", l, matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, a->dbias_scratch, bt, C, 3 * C, NULL, 0, 0, mm));
         OP(m, "ln1_bwd", l, layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->ln_scratch, a->dln, residual, w.ln1w, ln1_mean,
                                                ln1_rstd, B, T, C, s));
         params_release(m->zero, 1 + l);
@@ -545,6 +546,7 @@ static void gpt2_setup(Trainer* t, GPT2* model, int device_engine, int use_flash
     ZeroInit in = trainer_engine(t, &spec);
     gpt2_build(model, &t->config, in, device_engine);
     gpt2_engine_model_free(&spec);
+    model->gelu_fusion = tc->gelu_fusion;
     if (tc->matmul_tune > 1) {  // the first step's new shapes time their candidates (llmc/matmul.cuh)
         g_device_alloc_bytes += cublaslt_tune(&model->mm, tc->matmul_tune);
         model->tune_pending = model->mm.tune;

@@ -138,7 +138,8 @@ static const OptRow args_options[] = {
               "only -1 or 0 (off)" },
     { .short_flag = "-ge", .type = OPT_INT, TC(gelu_fusion), .lo = -1, .hi = 2, .def = "-1", .arg = "-1|0|1|2", .trainer = OPT_BOTH,
       .help = "llm.c's GELU fusion: 0 none (the CPU trainer, the fp32 GPU build), 1 the forward's, in the matmul's epilogue "
-              "(the bf16 GPU build); each build has one, and another is refused; -1: the build's" },
+              "(the bf16 GPU build), 2 the backward's too, in the DGELU epilogue (the bf16 GPU build, opted into: one pass "
+              "over (B,T,4C) a layer less, cuBLASLt's own GELU derivative); another is refused; -1: the build's" },
     { .short_flag = "-f", .type = OPT_BOOL, TC(tf32), .hi = 1, .def = "0", .arg = "0|1", .trainer = OPT_BOTH,
       .help = "llm.c's TF32 switch: nothing here computes in TF32 (fp32 is fp32, bf16 is bf16), so only 0" },
     { .short_flag = "-w", .type = OPT_BOOL, TC(master_weights), .hi = 1, .def = "1", .arg = "0|1", .trainer = OPT_BOTH,

@@ -37,12 +37,15 @@
  test/emu/cublasLt.h's stand-in epilogue deliberately computes the erf form, so that the
  emulated tests cannot pass through the epilogue happening to equal llmc/gelu.h.
  In the backward, pre_gelu != NULL means "the input of this matmul was gelu(pre_gelu)", so
- dinp = (dout @ weight) * gelu'(pre_gelu). That is done by a separate elementwise kernel
+ dinp = (dout @ weight) * gelu'(pre_gelu). By default that is a separate elementwise kernel
  (llmc/gelu.cuh's gelu_backward_inplace) with exactly the formula of llmc/gelu.h in both
- builds, not by the DGELU epilogue, for the same reason: the epilogue's GELU derivative is
- not documented precisely, and a separate kernel can be checked against the CPU. The price is
- one extra pass over dinp and, in bf16, one extra rounding (dinp is rounded to bf16 before
- the multiply).
+ builds, for the same reason: the epilogue's GELU derivative is not documented precisely,
+ and a separate kernel can be checked against the CPU. The price is one extra pass over
+ dinp (read, pre_gelu read, written: 3 x BT x C elements) and, in bf16, one extra rounding
+ (dinp is rounded to bf16 before the multiply). gelu_fusion 2 (llm.c's -ge 2, the bf16
+ build only) moves it into the DGELU epilogue instead, the derivative of the forward's
+ epilogue GELU applied to the fp32 product before its one rounding: no pass, and the same
+ GELU forward and backward, at the price of a formula no test here can pin down.
 
  Alignment. cuBLASLt's heuristic assumes every matrix 256-byte aligned unless the
  preference says otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES, default
@@ -379,7 +382,8 @@ static inline int matmul_tune_pick(const MatmulCtx* ctx, const MatmulTuneCall* c
 // ----------------------------------------------------------------------------
 // one cuBLASLt call, column-major:
 //   D (m,n) [ld ldd] = op(A) (m,k) [stored with ld lda] @ op(B) (k,n) [ld ldb] + beta * D
-// with the given epilogue (bias: (m,) per row of D; aux: (m,n) [ld ldaux] for GELU_AUX).
+// with the given epilogue (bias: (m,) per row of D; aux: (m,n) [ld ldaux], written by
+// GELU_AUX, read by DGELU).
 // Descriptors are created and destroyed on each call: a few microseconds of CPU time,
 // small next to the GEMMs of a GPT-2 layer. The algorithm comes from the cache, or from
 // the heuristic told the pointers' real alignments (see the top of the file).
@@ -514,7 +518,9 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
 //                  skipped when dinp is NULL (e.g. nothing upstream needs it);
 //                  when pre_gelu (BT,C) != NULL the input was gelu(pre_gelu) and
 //                  dinp = (dout @ weight) * gelu'(pre_gelu) (overwrite only: accumulate_dinp
-//                  must be 0 then, as the fused GELU output has no other consumer)
+//                  must be 0 then, as the fused GELU output has no other consumer): by
+//                  llmc/gelu.cuh's kernel, or with gelu_fusion 2 in the bf16 build by the
+//                  DGELU epilogue (see the top)
 //   dweight (OC,C) += dout^T @ inp    (always accumulated, beta = 1, like llmc/matmul.h)
 //   dbias (OC,)    += column sums of dout (skipped when dbias is NULL; otherwise
 //                  dbias_scratch must hold MATMUL_DBIAS_SCRATCH_FLOATS(OC) floats)
@@ -522,7 +528,7 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
                                    const floatX* dout, const floatX* inp, const floatX* weight,
                                    float* dbias_scratch, int BT, int C, int OC,
-                                   const floatX* pre_gelu, int accumulate_dinp, const MatmulCtx* ctx) {
+                                   const floatX* pre_gelu, int accumulate_dinp, int gelu_fusion, const MatmulCtx* ctx) {
     cudaStream_t s = ctx->stream;
     const char* fn = "matmul_backward";
     matmul_check_aligned(dweight, "dweight", fn);
@@ -538,10 +544,14 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias,
                             "(the GELU derivative would scale the old dinp too)\n", fn);
             exit(EXIT_FAILURE);
         }
-        // dinp^T (C,BT) = weight (stored col-major (C,OC), op N) @ dout (stored col-major (OC,BT), op N)
+        // dinp^T (C,BT) = weight (stored col-major (C,OC), op N) @ dout (stored col-major (OC,BT), op N),
+        // times gelu'(pre_gelu) in the epilogue (pre_gelu^T (C,BT), ld C, as the forward wrote it) or after
+        int dgelu = pre_gelu != NULL && gelu_fusion >= 2 && MATMUL_GELU_EPILOGUE;
+        if (dgelu) { matmul_check_aligned(pre_gelu, "pre_gelu", fn); }
         matmul_cublaslt(dinp, weight, dout, C, BT, OC, 0, 0, C, OC, C, accumulate_dinp ? 1.0f : 0.0f,
-                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, ctx, fn);
-        if (pre_gelu != NULL) { gelu_backward_inplace(dinp, pre_gelu, (size_t)BT * C, s); }
+                        dgelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, NULL, dgelu ? (floatX*)pre_gelu : NULL,
+                        dgelu ? C : 0, ctx, fn);
+        if (pre_gelu != NULL && !dgelu) { gelu_backward_inplace(dinp, pre_gelu, (size_t)BT * C, s); }
     }
     // dweight^T (C,OC) += inp (stored col-major (C,BT), op N) @ dout (stored col-major (OC,BT), op T)
     matmul_cublaslt(dweight, inp, dout, C, OC, BT, 0, 1, C, OC, C, 1.0f,

@@ -55,12 +55,17 @@ void trainer_start(Trainer* t, int* argc, char*** argv, const char* program, int
     if (bad) { fprintf(stderr, "error: rank %d: %s\n", t->rank, llmc_errmsg()); }
     mpiCheck(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (any) { die_all(t->rank, "llm.c's flags -pn/-pr/-pg disagree with the ranks MPI started (above): nothing was trained"); }
-    if (rc == 0 && t->tc.gelu_fusion != -1 && t->tc.gelu_fusion != gelu_fusion) {
+    // -ge: the build's own, or where the forward's GELU is in the matmul's epilogue (1) also
+    // the backward's in its DGELU epilogue (2, opted into)
+    int ge = t->tc.gelu_fusion;
+    if (rc == 0 && ge != -1 && ge != gelu_fusion && !(gelu_fusion == 1 && ge == 2)) {
         char msg[256];
-        snprintf(msg, sizeof(msg), "flag -ge %d: %s has one GELU, %s; run with -ge %d (or -1)", t->tc.gelu_fusion, program,
-                 gelu_fusion ? "fused into the forward's matmul (1)" : "computed apart from the matmuls (0)", gelu_fusion);
+        snprintf(msg, sizeof(msg), "flag -ge %d: %s %s; run with -ge %s (or -1)", ge, program,
+                 gelu_fusion ? "fuses the forward's GELU into its matmul (1), and the backward's too with -ge 2"
+                             : "computes its GELU apart from the matmuls (0)", gelu_fusion ? "1 or 2" : "0");
         die_all(t->rank, msg);
     }
+    if (ge == -1) { t->tc.gelu_fusion = gelu_fusion; }
     // after MPI_Init, so that these are ours: a first SIGTERM, SIGINT or SIGUSR1 stops the
     // run at its next step boundary (trainer_run), a second one or --stop-grace ends it
     // at once; the swap files go with either (nvme_remove_all only unlinks)

@@ -52,8 +52,9 @@ typedef struct {
 
 // Start-up: line-buffered stdout, SIGXFSZ ignored (a write past a file-size limit fails
 // with EFBIG and is reported), MPI, the flags (--help, or -h alone, prints the usage for
-// `program` and exits; a bad flag stops every rank; llm.c's -ge must be -1 or
-// gelu_fusion, the build's: 0 none, 1 the forward's in the matmul), the launcher's word
+// `program` and exits; a bad flag stops every rank; llm.c's -ge must be -1, which becomes
+// gelu_fusion, the build's (0 none, 1 the forward's in the matmul), or that, or 2 where it
+// is 1 (the backward's in the matmul too)), the launcher's word
 // and llm.c's -pn/-pr/-pg against MPI's (llmc/job.h), the stop signals, the --ds-config
 // warnings from rank 0, and this rank's threads: the node's cores split among its ranks
 // unless OMP_NUM_THREADS says.

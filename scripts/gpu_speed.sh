@@ -204,6 +204,19 @@ EOF
     else
         check SKIP "--matmul-tune: not in this build, or no time left"
     fi
+    # -ge 2 (where the build takes it): the GELU's backward in the DGELU epilogue, against -ge 1
+    name=ge2_z0_$a
+    if "$TRAINER" --help 2>&1 | grep -q -- 'DGELU' && [ "$(left)" -gt 30 ]; then
+        if ours "$name" "$(time_for 5)" -e "$model" -b "$b" -t "$t" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 -z 0 \
+            --attention "$a" -ge 2 -o "$WORK/files/c_$name" "${prof[@]}"; then
+            run_figures "$name" "$w" && check PASS "-z 0 --attention $a -ge 2: $(sed -n "s/^$name.ms_per_step=//p" "$WORK/steps/c.kv") ms a step"
+            ratio "gelu_fusion.ge1_vs_ge2_x" "z0_$a.ms_per_step" "$name.ms_per_step"
+        else
+            check FAIL "-z 0 --attention $a -ge 2: $(why "$name")"
+        fi
+    else
+        check SKIP "-ge 2: not in this build, or no time left"
+    fi
 }
 
 step_d() {  # the attention alone, ours and PyTorch's; then PyTorch's GPT-2 eager and compiled
@@ -338,6 +351,8 @@ if ops:
     print("  the per-op timer, -z 0 (ms a step, share, time over the floor), the 8 longest of each run:")
     for k, v in [(k, v) for i, (k, v) in enumerate(ops) if sum(o[0].split(".")[0] == k.split(".")[0] for o in ops[:i]) < 8]:
         print(f"    {k.replace('.op.', ': ')}: {v}")
+if c.get("gelu_fusion.ge1_vs_ge2_x") is not None:
+    print(f"  -ge 2 (DGELU epilogue): the -ge 1 step takes {c['gelu_fusion.ge1_vs_ge2_x']}x the -ge 2 one's time")
 if c.get("matmul_tune.untuned_vs_tuned_x") is not None:
     tl = next((v for k, v in c.items() if k.endswith(".tuning")), "no tuning line")
     print(f"  --matmul-tune 8: the untuned step takes {c['matmul_tune.untuned_vs_tuned_x']}x the tuned one's time ({tl})")

@@ -82,7 +82,8 @@ expect_error "-pi other"            "flag -pi"   $BIN $SMALL -x 1 -pi nccl
 run gpuflags 1 $SMALL -x 1 -lg -1 -ge 0 -f 0 -w 1 -sl 0 -sg 0 && ok "-lg -1 -ge 0 -f 0 -w 1 -sl 0 -sg 0: trains" \
     || bad "llm.c's flags at this trainer's values did not train"
 expect_error "-lg 10 (GPU telemetry)" "flag -lg 10: GPU telemetry is not read" $BIN $SMALL -x 1 -lg 10
-expect_error "-ge 1 on the CPU trainer" "flag -ge 1: train_gpt2_zero3_cpu has one GELU, computed apart" $BIN $SMALL -x 1 -ge 1
+expect_error "-ge 1 on the CPU trainer" "flag -ge 1: train_gpt2_zero3_cpu computes its GELU apart" $BIN $SMALL -x 1 -ge 1
+expect_error "-ge 2 on the CPU trainer" "flag -ge 2: train_gpt2_zero3_cpu computes its GELU apart" $BIN $SMALL -x 1 -ge 2
 expect_error "-ge 3" "flag -ge" $BIN $SMALL -x 1 -ge 3
 expect_error "-f 1 (TF32)" "flag -f 1: nothing here computes in TF32" $BIN $SMALL -x 1 -f 1
 expect_error "-w 0 (no master weights)" "flag -w 0: ZeRO always keeps the fp32 master" $BIN $SMALL -x 1 -w 0

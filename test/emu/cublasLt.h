@@ -6,9 +6,11 @@
  (rows, columns, leading dimension: element (i, j) at i + j*ld); fp32 products (OpenBLAS's
  sgemm, through cublas_v2.h's emu_cublas_product);
  epilogues: BIAS adds bias[i] to row i; GELU applies a GELU (below); GELU_AUX also writes
- the value before GELU to the aux matrix (leading dimension AUX_LD). Outputs are rounded
- to their type once. The GPU's own kernels sum in another order: a test that passes here
- passes on the GPU only within its stated tolerances.
+ the value before GELU to the aux matrix (leading dimension AUX_LD); DGELU (the backward's,
+ llm.c's -ge 2) multiplies the product by the GELU's derivative at the aux matrix's values,
+ the erf form's, as the forward's. Outputs are rounded to their type once. The GPU's own
+ kernels sum in another order: a test that passes here passes on the GPU only within its
+ stated tolerances.
  The GELU epilogue's formula is not documented by cuBLASLt (the tanh or the erf form, and
  how precisely it is evaluated), so this stand-in deliberately does NOT use GPT-2's tanh formula of
  llmc/gelu.h: it uses the erf form, gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), which
@@ -51,7 +53,8 @@
 // (cuBLASLt's values, as every enumerator here: test/emu/test_headers.sh compares them)
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
-    CUBLASLT_EPILOGUE_GELU_AUX = 160, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164
+    CUBLASLT_EPILOGUE_GELU_AUX = 160, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+    CUBLASLT_EPILOGUE_DGELU = 192
 } cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
@@ -221,7 +224,10 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     int gelu = e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
                e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     int has_aux = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    if ((has_bias && d->bias == NULL) || (has_aux && (d->aux == NULL || d->aux_ld < (int64_t)m))) { return CUBLAS_STATUS_INVALID_VALUE; }
+    int dgelu = e == CUBLASLT_EPILOGUE_DGELU;  // D = product * gelu'(aux): the aux read, the erf form's derivative
+    if ((has_bias && d->bias == NULL) || ((has_aux || dgelu) && (d->aux == NULL || d->aux_ld < (int64_t)m))) {
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     // queued on the stream with what it reads and writes; the descriptors are copied (the
     // caller may destroy them at once), alpha and beta read now (host pointer mode)
     float al = *(const float*)alpha, be = *(const float*)beta;
@@ -233,7 +239,9 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     std::vector<EmuAccess> acc = {emu_range(A, span(a_l), 0), emu_range(B, span(b_l), 0), emu_range(D, span(d_l), 1)};
     if (be != 0.0f) { acc.push_back(emu_range(C, span(c_l), 0)); }
     if (has_bias) { acc.push_back(emu_range(d->bias, m * (ld->type == CUDA_R_32F ? 4 : 2), 0)); }
-    if (has_aux) { acc.push_back(emu_range(d->aux, ((n - 1) * (uint64_t)d->aux_ld + m) * (ld->type == CUDA_R_32F ? 4 : 2), 1)); }
+    if (has_aux || dgelu) {
+        acc.push_back(emu_range(d->aux, ((n - 1) * (uint64_t)d->aux_ld + m) * (ld->type == CUDA_R_32F ? 4 : 2), has_aux));
+    }
     emu_stream_declared(stream, "cublasLtMatmul", acc, [=]() {
         int j = algo_id / EMU_LT_CANDIDATE_STRIDE;
         if (j == 1 || j == 3) { std::this_thread::sleep_for(std::chrono::milliseconds(EMU_LT_SLOW_MS)); }
@@ -245,6 +253,10 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
                 if (has_bias) { v += emu_cublas_load(dd.bias, d_l.type, i); }
                 if (has_aux) { emu_lt_store(dd.aux, d_l.type, i + j * (uint64_t)dd.aux_ld, v); }
                 if (gelu) { v = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f)); }  // the erf form, see above
+                if (dgelu) {  // d/dx x Phi(x) = Phi(x) + x phi(x)
+                    float x = emu_cublas_load(dd.aux, d_l.type, i + j * (uint64_t)dd.aux_ld);
+                    v *= 0.5f * (1.0f + erff(x * 0.7071067811865476f)) + x * 0.3989422804014327f * expf(-0.5f * x * x);
+                }
                 emu_lt_store(D, d_l.type, i + j * (uint64_t)d_l.ld, v);
             }
         }

@@ -217,6 +217,8 @@ expect(st["c"]["status"] == "ok" and c.get("attention_paths") == "cublas flash"
 expect(pos(c.get("tuned_z0_flash.ms_per_step")) and pos(c.get("matmul_tune.untuned_vs_tuned_x"))
        and c.get("tuned_z0_flash.tuning", "").startswith("matmul tuning: "),
        "speed (c): -z 0 again with --matmul-tune 8, its tuning line, against the untuned run")
+expect(pos(c.get("ge2_z0_flash.ms_per_step")) and pos(c.get("gelu_fusion.ge1_vs_ge2_x")),
+       "speed (c): -z 0 again with -ge 2, against -ge 1")
 d = res("d")
 expect(st["d"]["status"] == "ok" and all(f"attention.{s}.{p}" in d for s in ("2:2:32:64", "1:2:40:80") for p in ("flash", "cublas"))
        and all(pos(d.get(f"attention.{s}.flash_vs_sdpa_x")) for s in ("2:2:32:64", "1:2:40:80")) and pos(d.get("torch_eager.ms_per_step"))

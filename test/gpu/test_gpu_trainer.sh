@@ -14,7 +14,8 @@
 #   bf16 vs CPU       see the tolerance argument at that section
 #   recompute         -r 0 = -r 1 bit for bit, -r 2 within 1e-4 (fp32); -r -1 (the default)
 #                     takes 0 here and says so; emulated, 2 on a 1 GiB GPU and on 2 ranks
-#                     where one has that GPU
+#                     where one has that GPU; -ge 2 (the GELU backward in the DGELU
+#                     epilogue) within 0.05 of -ge 1 (bf16), refused in fp32
 #   vocabulary tiles  --vocab-tile 72 (fp32, with validation and sampling) = untiled
 #   accumulation      -b 4 -d 512 equals -b 8 (fp32)
 #   resume            a run resumed from a checkpoint repeats the uninterrupted losses
@@ -209,6 +210,13 @@ if [ "$EMULATED" = 1 ]; then
         && $PY -c 'import json,sys; assert json.load(open(sys.argv[1]))["config"]["recompute"] == 2' "$tmp/r_mix.json" \
         && ok "-r -1 on 2 ranks, rank 1's GPU without room: both take -r 2" || bad "-r -1 on 2 ranks: $(grep -m1 '^recompute' "$tmp/r_mix.log")"
 fi
+
+# -ge 2 (llm.c's): the GELU's backward in fcproj's DGELU epilogue, bf16 only. Its formula
+# is cuBLASLt's (the stand-in's: the erf form's), and one rounding fewer: the bf16
+# tolerance of 0.05 against -ge 1; the fp32 build, which has no GELU epilogue, refuses it
+gpu_run ge2 $GPU $RUN -ge 2 || bad "bf16 run -ge 2"
+same_losses bf16 ge2 0.05 "bf16 -ge 2 (the GELU's backward in the DGELU epilogue) = -ge 1"
+expect_error "-ge 2 refused by the fp32 build" "flag -ge 2: train_gpt2_zero3 computes its GELU apart" $GPU32 $RUN -ge 2
 
 fi  # recompute
 

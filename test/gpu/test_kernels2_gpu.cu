@@ -319,7 +319,7 @@ static void test_matmul(const MatmulCtx* mm, size_t offset) {
     {
         std::vector<float> dinp_ref = dinp0_f, dw_ref = dw0_f, db_ref = db0_f;
         matmul_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout_f.data(), inp_f.data(), w_f.data(), 1, BT, C, OC);
-        matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, BT, C, OC, (const floatX*)NULL, 1,
+        matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, BT, C, OC, (const floatX*)NULL, 1, 0,
                         mm);
         std::vector<float> t_dinp(dinp_ref.size()), t_dw(dw_ref.size()), t_db(OC);
         for (size_t i = 0; i < t_dinp.size(); i++) { t_dinp[i] = mm_tol(OC, dinp_S[i] + fabsf(dinp0_f[i])); }
@@ -332,7 +332,7 @@ static void test_matmul(const MatmulCtx* mm, size_t offset) {
         // deterministic dbias: the same call again from the same start gives the same bits
         std::vector<floatX> db_first = host_from(d_db, (size_t)OC);
         dev_set(d_db, db0);
-        matmul_backward((floatX*)NULL, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, BT, C, OC, (const floatX*)NULL, 0,
+        matmul_backward((floatX*)NULL, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, BT, C, OC, (const floatX*)NULL, 0, 0,
                         mm);
         std::vector<floatX> db_second = host_from(d_db, (size_t)OC);
         report(name("matmul_backward dbias deterministic"), memcmp(db_first.data(), db_second.data(), OC * sizeof(floatX)) == 0, "");
@@ -344,7 +344,7 @@ static void test_matmul(const MatmulCtx* mm, size_t offset) {
         matmul_backward(dinp_ref.data(), dw_ref.data(), NULL, dout_f.data(), inp_f.data(), w_f.data(), 1, BT, C, OC);
         cudaCheck(cudaMemset(d_dinp, 0xff, (size_t)BT * C * sizeof(floatX)));  // all-ones bits: NaN
         dev_set(d_dw, dw0);
-        matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, (const floatX*)NULL, 0,
+        matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, (const floatX*)NULL, 0, 0,
                         mm);
         std::vector<float> t_dinp(dinp_ref.size()), t_dw(dw_ref.size());
         for (size_t i = 0; i < t_dinp.size(); i++) { t_dinp[i] = mm_tol(OC, dinp_S[i]); }
@@ -359,7 +359,7 @@ static void test_matmul(const MatmulCtx* mm, size_t offset) {
         matmul_backward(tmp.data(), dw_dummy.data(), NULL, dout_f.data(), inp_f.data(), w_f.data(), 1, BT, C, OC);
         gelu_backward(dinp_ref.data(), pre_f.data(), tmp.data(), BT * C);
         dev_set(d_dw, dw0);
-        matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, d_pre, 0,
+        matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, d_pre, 0, 0,
                         mm);
         std::vector<float> t_dinp(dinp_ref.size());
         for (size_t i = 0; i < t_dinp.size(); i++) {
@@ -367,6 +367,33 @@ static void test_matmul(const MatmulCtx* mm, size_t offset) {
                         (IS_BF16 ? ldexpf(fabsf(dinp_ref[i]), -8) : 0.0f);
         }
         check_close(name("matmul_backward dinp * gelu'(pre_gelu)"), to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
+
+        // 7. the same with -ge 2 (bf16): the derivative in cuBLASLt's DGELU epilogue, whose
+        // formula is undocumented (the stand-in's is the erf form's): within the tolerance
+        // above plus the largest gap between the erf and tanh forms' derivatives, times the
+        // product; emulated, other bits than the kernel's (the epilogue ran, not the kernel)
+        if (IS_BF16) {
+            std::vector<floatX> by_kernel = host_from(d_dinp, dinp_ref.size());
+            double gap = 0.0;  // max |Phi(x) + x phi(x) - tanh form's derivative| over the pre-activations' range
+            for (double x = -8.0; x <= 8.0; x += 1.0 / 1024) {
+                float xf = (float)x, one = 1.0f, tanh_d = 0.0f;
+                gelu_backward(&tanh_d, &xf, &one, 1);
+                double erf_d = 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+                gap = fmax(gap, fabs(erf_d - tanh_d));
+            }
+            matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, d_pre, 0, 2, mm);
+            for (size_t i = 0; i < t_dinp.size(); i++) { t_dinp[i] += (float)(gap * (fabsf(tmp[i]) + mm_tol(OC, dinp_S[i]))); }
+            check_close(name("matmul_backward dinp * gelu'(pre_gelu) in the DGELU epilogue (-ge 2)"),
+                        to_floats(host_from(d_dinp, dinp_ref.size())), dinp_ref, t_dinp);
+#if defined(LLMC_EMU)
+            std::vector<floatX> by_epilogue = host_from(d_dinp, dinp_ref.size());
+            report(name("matmul_backward -ge 2: the epilogue's bits, not the kernel's"),
+                   memcmp(by_kernel.data(), by_epilogue.data(), by_kernel.size() * sizeof(floatX)) != 0, "");
+#endif
+            char detail[96];
+            snprintf(detail, sizeof(detail), "erf and tanh forms' derivatives apart by at most %.2e", gap);
+            report(name("matmul_backward -ge 2: the gap between the GELU forms is small"), gap > 0 && gap < 0.02, detail);
+        }
     }
 
     for (void* p : g_mm_allocs) { cudaCheck(cudaFree(p)); }
@@ -436,7 +463,7 @@ static void test_matmul_tune(const MatmulCtx* mm) {
 #endif
 
     matmul_forward(d_out, d_inp, d_w, d_b, BT, C, OC, (floatX*)NULL, 0, &t);  // beta 0: timed in place
-    matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, (const floatX*)NULL, 1, &t);
+    matmul_backward(d_dinp, d_dw, (floatX*)NULL, d_dout, d_inp, d_w, (float*)NULL, BT, C, OC, (const floatX*)NULL, 1, 0, &t);
     std::vector<float> ref((size_t)BT * OC), tol((size_t)BT * OC), dinp_ref = dinp0_f, dw_ref = dw0_f;
     matmul_forward(ref.data(), inp_f.data(), w_f.data(), b_f.data(), 1, BT, C, OC);
     matmul_backward(dinp_ref.data(), dw_ref.data(), NULL, dout_f.data(), inp_f.data(), w_f.data(), 1, BT, C, OC);
