@@ -26,7 +26,8 @@
 #      time (dev/bench_torch_gpt2.py)
 #   e  d48, B=16 (8 where 16 does not fit), T=1024: no offload, CPU optimizer offload with and
 #      without --dpu, the parameters on the CPU too, both on NVMe; each report's update, copy
-#      and wait figures and its start-up seconds kept, each against no offload
+#      and wait figures and its start-up seconds kept, each against no offload; one more step
+#      under --profile-ops, whose timeline gives each ZeRO mover's busy ms (e_*.mover.*_ms)
 #   f  with the time left, Nsight Compute on d12, one launch of each launch configuration
 #      after two (--filter-mode per-launch-config --launch-skip 2 --launch-count 1,
 #      --cache-control none: caches as a step leaves them): time, DRAM bytes, achieved rates
@@ -260,17 +261,21 @@ step_d() {  # the attention alone, ours and PyTorch's; then PyTorch's GPT-2 eage
 }
 
 step_e() {  # d48 with and without the offloads
-    local model=${SP_E_MODEL:-d48} t=${SP_E_T:-1024} n=${SP_E_STEPS:-6} w=${SP_E_WARMUP:-2} b cfg name
+    local model=${SP_E_MODEL:-d48} t=${SP_E_T:-1024} n=${SP_E_STEPS:-6} w=${SP_E_WARMUP:-2} b cfg name prof=()
     b=$(batch_that_fits "$model" "$t" "${SP_E_BATCHES:-16 8}" 1 2> "$WORK/fit.err") \
         || { check FAIL "no batch size of ${SP_E_BATCHES:-16 8} fits $(gpu_mib) MiB $(cat "$WORK/fit.err")"; return; }
     kv model "$model"; kv B "$b"; kv T "$t"
+    # one step more, under the per-op timer (left out of the figures), where the build has it:
+    # the engine's movers in that step (ms on each, from its timeline) show the overlap
+    if "$TRAINER" --help 2>&1 | grep -q -- '--profile-ops'; then prof=(--profile-ops 1); n=$((n + 1)); fi
     for cfg in "none:-z 0" "cpu:-z 2 $(offload_args cpu)" "dpu:-z 2 $(offload_args cpu) --dpu 1" \
                "par:-z 3 $(offload_args param)" "nvme:-z 3 $(offload_args nvme)"; do
         name=${cfg%%:*}
         [[ " ${SP_E_CONFIGS:-none cpu dpu par nvme} " == *" $name "* ]] || continue
         [ "$(left)" -gt 30 ] || { check SKIP "$name: no time left"; continue; }
         # shellcheck disable=SC2086
-        if ours "e_$name" "$(time_for 5)" -e "$model" -b "$b" -t "$t" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 ${cfg#*:}; then
+        if ours "e_$name" "$(time_for 5)" -e "$model" -b "$b" -t "$t" -x "$n" -l 6e-4 -c 0.1 -v 0 -s 0 -n 0 ${cfg#*:} \
+            -o "$WORK/files/e_$name" "${prof[@]}"; then
             run_figures "e_$name" "$w" && check PASS "$name (${cfg#*:}): $(sed -n "s/^e_$name.ms_per_step=//p" "$WORK/steps/e.kv") ms a step"
             # the update, the copies and the waits, per step
             "$PY" - "$WORK/reports/e_$name.json" <<'EOF' | while read -r k v; do kv "e_$name.$k" "$v"; done
@@ -281,6 +286,17 @@ for k in ("update_ms", "nvme_wait_ms", "device_to_host", "host_to_device", "nvme
     if k in t:
         print(k if k.endswith("_ms") else k + "_gib", round(t[k], 2) if k.endswith("_ms") else round(t[k] / 2**30, 3))
 print("comm_wait_ms", round(r.get("comm", {}).get("wait_ms_per_step", 0.0), 2))
+EOF
+            # the profiled step's movers (ZeRO's tracks of ops_trace.json): ms busy on each, by name
+            "$PY" - "$WORK/files/e_$name/ops_trace.json" <<'EOF' 2> /dev/null | while read -r k v; do kv "e_$name.mover.$k" "$v"; done
+import json, sys
+busy = {}
+for e in json.load(open(sys.argv[1]))["traceEvents"]:
+    if e["ph"] == "X" and e["tid"] >= 2:
+        k = e["name"].replace(" ", "_")
+        busy[k] = busy.get(k, 0.0) + e["dur"] / 1e3
+for k, v in sorted(busy.items()):
+    print(k + "_ms", round(v, 2))
 EOF
             [ "$name" = none ] || ratio "$name.vs_none_x" "e_none.ms_per_step" "e_$name.ms_per_step"
         else
@@ -377,6 +393,8 @@ for k, v in e.items():
         n = k[:-len(".ms_per_step")]
         x = e.get(n[2:] + ".vs_none_x")
         extra = " ".join(f"{q}={e[n + '.' + q]}" for q in ("update_ms", "comm_wait_ms", "device_to_host_gib", "host_to_device_gib") if n + "." + q in e)
+        movers = " ".join(f"{q[len(n) + 7:-3]}={v}" for q, v in e.items() if q.startswith(n + ".mover."))
+        extra += f"; movers busy (ms, the profiled step): {movers}" if movers else ""
         print(f"  {e.get('model')} B={e.get('B')} {n[2:]}: {f(v)} ms a step, MFU {f(None if e.get(n + '.mfu') is None else 100 * e[n + '.mfu'])}%, "
               f"start-up {f(e.get(n + '.startup_s'))} s" + (f", {x}x of no offload" if x is not None else "") + (f"; {extra}" if extra else ""))
 fr = r.get("f", {})

@@ -228,6 +228,9 @@ e = res("e")
 expect(st["e"]["status"] == "ok" and all(pos(e.get(f"e_{n}.ms_per_step")) for n in ("none", "cpu", "dpu", "par", "nvme"))
        and all(pos(e.get(f"{n}.vs_none_x")) for n in ("cpu", "dpu", "par", "nvme")) and "e_cpu.update_ms" in e
        and "e_nvme.comm_wait_ms" in e, "speed (e): every offload against none, with the update and wait figures")
+expect(all(pos(e.get(f"e_{n}.mover.{m}_ms")) for n, m in (("cpu", "cpu_adam"), ("cpu", "copy_out"), ("par", "gather"), ("par", "upload_shard")))
+       and not any(k.startswith("e_none.mover.") for k in e),
+       "speed (e): the profiled step's movers (CPU Adam, copies, gathers, uploads), none without offload at stage 0")
 rows = {l.split()[0]: l.split() for l in table.splitlines()[2:]}
 expect(st["f"]["status"] == "ok" and res("f").get("configs") == 3 and table.startswith("3 launch configurations")
        and rows["attention_softmax_kernel"][3:6] == ["400.0", "1200.0", "3000"], "speed (f): the stand-in's 3 configurations, their rates")
