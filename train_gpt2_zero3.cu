@@ -161,7 +161,6 @@ typedef struct {
     cublasHandle_t cublas;
     MatmulCtx mm;              // cuBLASLt's handle, its workspace, and the stream (the matmuls' context)
     int gelu_fusion;           // -ge: 2 also fuses the GELU's backward into fcproj's dinp (DGELU epilogue, bf16)
-    int tune_pending;          // --matmul-tune N: N until the first step's choices are shared (matmul_tune_share), then 0
     double peak_in_use;        // the most device memory in use seen (cudaMemGetInfo)
     OpTimer ops;               // --profile-ops: the ops' events on the stream (off unless a step is profiled)
 } GPT2;
@@ -549,7 +548,6 @@ static void gpt2_setup(Trainer* t, GPT2* model, int device_engine, int use_flash
     model->gelu_fusion = tc->gelu_fusion;
     if (tc->matmul_tune > 1) {  // the first step's new shapes time their candidates (llmc/matmul.cuh)
         g_device_alloc_bytes += cublaslt_tune(&model->mm, tc->matmul_tune);
-        model->tune_pending = model->mm.tune;
     }
     if (tc->recompute < 0) { t->tc.recompute = gpt2_recompute_pick(&t->config, tc, use_flash, sharing); }
     gpt2_alloc_activations(model, tc->B, tc->T, tc->recompute, use_flash, tc->vocab_tile);
@@ -604,13 +602,12 @@ static void matmul_tune_share(GPT2* m) {
     int differed = rank == 0 ? 0 : matmul_algo_adopt(table);
     free(table);
     mpiCheck(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : &differed, &differed, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
-    g_device_alloc_bytes -= MATMUL_TUNE_SCRATCH_BYTES - cublaslt_tune(&m->mm, 0);
     if (rank == 0) {
         printf("matmul tuning: %ld shapes timed, up to %d candidates each (%.0f ms); the heuristic's first answer was not the fastest in %ld; "
-               "every rank takes rank 0's choices (%d of the other ranks' differed)\n", matmul_tuned_keys, m->tune_pending,
+               "every rank takes rank 0's choices (%d of the other ranks' differed)\n", matmul_tuned_keys, m->mm.tune,
                matmul_tune_ms, matmul_tune_changed, differed);
     }
-    m->tune_pending = 0;
+    g_device_alloc_bytes -= MATMUL_TUNE_SCRATCH_BYTES - cublaslt_tune(&m->mm, 0);  // tuning off: mm.tune 0
 }
 
 // the micro-steps' mean losses, summed on the GPU; waits for the step
@@ -623,7 +620,7 @@ static double train_loss(void* self) {
     cudaCheck(cudaMemsetAsync(m->acts.loss_acc, 0, sizeof(double), m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
     cudaCheck(cudaGetLastError());
-    if (m->tune_pending) { matmul_tune_share(m); }
+    if (m->mm.tune > 1) { matmul_tune_share(m); }  // (--matmul-tune: on until the first step's end)
     return sum;
 }
 

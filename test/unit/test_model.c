@@ -821,6 +821,17 @@ Test(profile, op_costs_by_hand) {
     op_profile_free(p);
 }
 
+// the timeline file op_profile_write_trace wrote at path, parsed (NULL: not JSON)
+static cJSON* trace_parse(const char* path) {
+    FILE* fp = fopen(path, "rb");
+    cr_assert_not_null(fp);
+    char text[8192];
+    size_t len = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    text[len] = '\0';
+    return cJSON_Parse(text);
+}
+
 // Two steps of made-up spans: the rows per step, the longest first, the step's rest in
 // "(no op)", the shares summing to the step; the timeline a JSON document with both tracks
 // named and every span on the host's clock from the first step's start.
@@ -854,13 +865,7 @@ Test(profile, rows_and_timeline, .init = make_tmpdir, .fini = remove_tmpdir) {
     char path[512];
     tmp_path(path, "trace.json");
     cr_assert_eq(op_profile_write_trace(p, path), 0, "%s", llmc_errmsg());
-    FILE* fp = fopen(path, "rb");
-    cr_assert_not_null(fp);
-    char text[8192];
-    size_t len = fread(text, 1, sizeof(text) - 1, fp);
-    fclose(fp);
-    text[len] = '\0';
-    cJSON* doc = cJSON_Parse(text);
+    cJSON* doc = trace_parse(path);
     cr_assert_not_null(doc, "the timeline is JSON");
     cJSON* ev = cJSON_GetObjectItem(doc, "traceEvents");
     cr_assert_eq(cJSON_GetArraySize(ev), 2 + 6, "two track names and six spans");
@@ -925,12 +930,7 @@ Test(profile, movers_beside_ops, .init = make_tmpdir, .fini = remove_tmpdir) {
 
     tmp_path(path, "trace.json");
     cr_assert_eq(op_profile_write_trace(p, path), 0, "%s", llmc_errmsg());
-    fp = fopen(path, "rb");
-    cr_assert_not_null(fp);
-    len = fread(text, 1, sizeof(text) - 1, fp);
-    fclose(fp);
-    text[len] = '\0';
-    cJSON* doc = cJSON_Parse(text);
+    cJSON* doc = trace_parse(path);
     cr_assert_not_null(doc, "the timeline is JSON");
     cJSON* ev = cJSON_GetObjectItem(doc, "traceEvents");
     cr_assert_eq(cJSON_GetArraySize(ev), 4 + 4, "four tracks named (no collectives: none had spans) and four spans");
